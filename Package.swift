@@ -1,0 +1,51 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "extsandbox",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "SandboxRuntime", targets: ["SandboxRuntime"]),
+        .library(name: "SandboxPolicy", targets: ["SandboxPolicy"]),
+        .executable(name: "extsandbox", targets: ["extsandbox"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
+    ],
+    targets: [
+        // System libraries, found through pkg-config (scripts/setup installs the -dev packages).
+        .systemLibrary(
+            name: "CSeccomp", pkgConfig: "libseccomp",
+            providers: [.apt(["libseccomp-dev"])]),
+
+        // The C that must run between clone and exec: async-signal-safe raw syscalls only.
+        .target(name: "CSandboxShim"),
+
+        // Policy files: parse (YAML), validate, resolve syscall groups, compile to BPF.
+        .target(
+            name: "SandboxPolicy",
+            dependencies: ["CSeccomp", .product(name: "Yams", package: "Yams")]),
+
+        // Spawn and supervise: namespaces, mounts, capabilities, limits, seccomp, pidfds.
+        .target(name: "SandboxRuntime", dependencies: ["CSandboxShim", "CSeccomp", "SandboxPolicy"]),
+
+        .executableTarget(
+            name: "extsandbox",
+            dependencies: [
+                "SandboxRuntime", "SandboxPolicy",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]),
+
+        // Test fixture: tries forbidden things from inside a sandbox, one per invocation.
+        // It runs inside sandboxes that do not expose the Swift runtime: link nothing of it.
+        .executableTarget(
+            name: "xsb-probe", path: "Tests/Fixtures/xsb-probe",
+            linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
+
+        .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
+        .testTarget(
+            name: "SandboxRuntimeTests",
+            dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox"]),
+    ]
+)

@@ -1,0 +1,157 @@
+/// A resolved sandbox policy: what one sandboxed process may do.
+///
+/// Admins write policies as YAML files in `Policies/` (see `docs/policy-format.md`);
+/// ``PolicyLoader`` parses and validates them into this model, and
+/// ``Policy/compileSeccompFilter(mode:)`` turns the `seccomp` part into a BPF program.
+/// The runtime consumes this type only; it never reads policy files itself.
+public struct Policy: Sendable, Equatable {
+    /// The policy's name (`standard`, `restricted`, …), from its file name.
+    public var name: String
+    /// The file it came from, for messages; `nil` for policies built in code.
+    public var sourcePath: String?
+    public var description: String
+
+    public var seccomp: SeccompPolicy
+    public var filesystem: FilesystemPolicy
+    public var network: NetworkPolicy
+    public var environment: EnvironmentPolicy
+    public var limits: ResourceLimits
+
+    public init(
+        name: String, sourcePath: String? = nil, description: String = "",
+        seccomp: SeccompPolicy, filesystem: FilesystemPolicy = .init(),
+        network: NetworkPolicy = .none, environment: EnvironmentPolicy = .init(),
+        limits: ResourceLimits = .init()
+    ) {
+        self.name = name
+        self.sourcePath = sourcePath
+        self.description = description
+        self.seccomp = seccomp
+        self.filesystem = filesystem
+        self.network = network
+        self.environment = environment
+        self.limits = limits
+    }
+}
+
+/// What the filter does with a system call.
+public enum SyscallAction: Sendable, Equatable, Hashable {
+    /// The call runs.
+    case allow
+    /// The call fails with this errno (for example `EPERM` = 1) and does not run.
+    case errno(Int32)
+    /// The whole sandbox is killed and the violation is reported with the syscall's name.
+    case killProcess
+    /// The call runs and the kernel logs it.
+    case log
+}
+
+/// A comparison of one syscall argument, as seccomp can express it.
+public struct ArgumentCondition: Sendable, Equatable, Hashable {
+    public enum Operator: Sendable, Equatable, Hashable {
+        case equal, notEqual, less, lessOrEqual, greater, greaterOrEqual
+        /// `(arg & mask) == value`
+        case maskedEqual(mask: UInt64)
+    }
+    /// Argument index, 0…5.
+    public var index: Int
+    public var op: Operator
+    public var value: UInt64
+
+    public init(index: Int, op: Operator, value: UInt64) {
+        self.index = index
+        self.op = op
+        self.value = value
+    }
+}
+
+/// One rule of the filter: a syscall, an action, and the conditions (all must hold) under which it applies.
+public struct SyscallRule: Sendable, Equatable, Hashable {
+    public var syscall: String
+    public var action: SyscallAction
+    public var conditions: [ArgumentCondition]
+    /// Why a dangerous syscall is allowed; required by `policy check` for those.
+    public var justification: String?
+
+    public init(syscall: String, action: SyscallAction, conditions: [ArgumentCondition] = [], justification: String? = nil) {
+        self.syscall = syscall
+        self.action = action
+        self.conditions = conditions
+        self.justification = justification
+    }
+}
+
+/// The seccomp part of a policy, with every group already expanded to syscall names.
+public struct SeccompPolicy: Sendable, Equatable {
+    /// What happens to any syscall no rule names.
+    public var defaultAction: SyscallAction
+    public var rules: [SyscallRule]
+
+    public init(defaultAction: SyscallAction = .killProcess, rules: [SyscallRule] = []) {
+        self.defaultAction = defaultAction
+        self.rules = rules
+    }
+}
+
+/// One entry of the sandbox's file system, applied in order on top of an empty tmpfs root.
+public enum MountEntry: Sendable, Equatable {
+    /// Bind `source` (a host path) to `destination` inside. Read-only unless `writable`.
+    /// An `optional` bind is skipped when the source does not exist; any other missing source fails the launch.
+    case bind(source: String, destination: String, writable: Bool, optional: Bool)
+    /// A fresh tmpfs of at most `sizeBytes`.
+    case tmpfs(destination: String, sizeBytes: UInt64)
+}
+
+public struct FilesystemPolicy: Sendable, Equatable {
+    public var mounts: [MountEntry]
+    /// Paths hidden from the sandbox (an empty, read-only mount over them).
+    public var masked: [String]
+
+    public init(mounts: [MountEntry] = [], masked: [String] = []) {
+        self.mounts = mounts
+        self.masked = masked
+    }
+}
+
+public enum NetworkPolicy: Sendable, Equatable {
+    /// A network namespace with nothing but loopback. The default.
+    case none
+}
+
+public struct EnvironmentPolicy: Sendable, Equatable {
+    /// Names of the caller's variables that pass into the sandbox.
+    public var pass: [String]
+    /// Variables set inside, overriding passed ones.
+    public var set: [String: String]
+
+    public init(pass: [String] = [], set: [String: String] = [:]) {
+        self.pass = pass
+        self.set = set
+    }
+}
+
+/// Resource limits. `nil` means "not limited by this policy".
+public struct ResourceLimits: Sendable, Equatable {
+    /// Memory of the whole sandbox in bytes: a cgroup limit where the supervisor has a cgroup
+    /// to nest under, and always an address-space rlimit per process.
+    public var memoryBytes: UInt64?
+    /// Processes and threads in the sandbox.
+    public var processes: UInt64?
+    public var cpuSeconds: UInt64?
+    public var openFiles: UInt64?
+    public var fileSizeBytes: UInt64?
+    /// Wall-clock time after which the supervisor kills the sandbox.
+    public var wallClockSeconds: UInt64?
+
+    public init(
+        memoryBytes: UInt64? = nil, processes: UInt64? = nil, cpuSeconds: UInt64? = nil,
+        openFiles: UInt64? = nil, fileSizeBytes: UInt64? = nil, wallClockSeconds: UInt64? = nil
+    ) {
+        self.memoryBytes = memoryBytes
+        self.processes = processes
+        self.cpuSeconds = cpuSeconds
+        self.openFiles = openFiles
+        self.fileSizeBytes = fileSizeBytes
+        self.wallClockSeconds = wallClockSeconds
+    }
+}
