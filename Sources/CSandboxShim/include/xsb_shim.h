@@ -1,0 +1,208 @@
+// The C part of extsandbox: the code that runs between clone and exec.
+//
+// Swift prepares every string, array and buffer in an xsb_spawn_config before calling
+// xsb_spawn(); after clone the child only reads that memory and makes raw system calls
+// (no malloc, no locks, no stdio: the parent is a multi-threaded Swift process).
+//
+// Process layout of one sandbox:
+//   supervisor (Swift, spawner thread) --clone3(new user/mnt/pid/net/ipc/uts ns, pidfd)-->
+//     sandbox init (PID 1 inside): builds the file system, then vforks
+//       payload: session, fds, rlimits, capabilities, no_new_privs, seccomp, execve
+//     init stays: reaps, reports the payload's exit, stops/continues the whole sandbox.
+// Supervisor and init talk over one SOCK_SEQPACKET socket of struct xsb_msg.
+#ifndef XSB_SHIM_H
+#define XSB_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// One step of building the sandbox. A failing launch names the step that failed.
+enum xsb_step {
+    XSB_STEP_NONE = 0,
+    XSB_STEP_SOCKETPAIR,
+    XSB_STEP_CLONE,
+    XSB_STEP_USERNS_MAP,
+    XSB_STEP_CGROUP_ATTACH,
+    XSB_STEP_HANDSHAKE,
+    XSB_STEP_PARENT_DEATH_SIGNAL,
+    XSB_STEP_CGROUP_NAMESPACE,
+    XSB_STEP_HOSTNAME,
+    XSB_STEP_LOOPBACK,
+    XSB_STEP_MOUNT_PRIVATE,
+    XSB_STEP_ROOT_TMPFS,
+    XSB_STEP_PIVOT_ROOT,
+    XSB_STEP_BIND_MOUNT,
+    XSB_STEP_TMPFS_MOUNT,
+    XSB_STEP_PROC_MOUNT,
+    XSB_STEP_DEV_SETUP,
+    XSB_STEP_FILE_CREATE,
+    XSB_STEP_SYMLINK,
+    XSB_STEP_ROOT_READONLY,
+    XSB_STEP_SPAWN_PAYLOAD,
+    XSB_STEP_SESSION,
+    XSB_STEP_SIGNALS,
+    XSB_STEP_FILE_DESCRIPTORS,
+    XSB_STEP_WORKING_DIRECTORY,
+    XSB_STEP_RLIMIT,
+    XSB_STEP_CAPABILITIES,
+    XSB_STEP_NO_NEW_PRIVS,
+    XSB_STEP_SECCOMP,
+    XSB_STEP_EXEC,
+    XSB_STEP_TIMEOUT,
+    XSB_STEP_COUNT
+};
+
+/// Kinds of file-system operations, applied in order inside the new root.
+enum xsb_mount_kind {
+    XSB_MOUNT_BIND = 1,  ///< bind `source` (host path) on `target`
+    XSB_MOUNT_TMPFS,     ///< tmpfs of `size` bytes on `target`
+    XSB_MOUNT_SYMLINK,   ///< symlink at `target` pointing to `source`
+    XSB_MOUNT_FILE,      ///< regular file at `target` with `size` bytes of `source` (read-only root)
+};
+
+/// Flags of an xsb_mount_op.
+enum {
+    XSB_MOUNT_F_WRITABLE = 1 << 0,  ///< bind read-write (default read-only)
+    XSB_MOUNT_F_DIRECTORY = 1 << 1, ///< the bind source is a directory (else a file)
+    XSB_MOUNT_F_DEVICE = 1 << 2,    ///< a device node: keep it usable (no nodev)
+};
+
+struct xsb_mount_op {
+    int kind;
+    int flags;
+    /// Host path for binds (as seen from the old root, e.g. "/usr"), link text, or file bytes.
+    const char *source;
+    /// Absolute path inside the sandbox, e.g. "/usr".
+    const char *target;
+    uint64_t size;
+    uint32_t mode;
+};
+
+struct xsb_rlimit {
+    int resource;
+    uint64_t soft;
+    uint64_t hard;
+};
+
+struct xsb_spawn_config {
+    const char *path;        ///< absolute path of the program, as seen inside
+    char *const *argv;       ///< NULL-terminated
+    char *const *envp;       ///< NULL-terminated
+    const char *cwd;         ///< working directory inside
+    const char *hostname;
+
+    uint32_t uid_outside, gid_outside;  ///< the caller's ids
+    uint32_t uid_inside, gid_inside;    ///< the one id they map to inside
+
+    const struct xsb_mount_op *mounts;
+    size_t mount_count;
+    uint64_t tmp_size;       ///< size of the writable /tmp
+    uint64_t shm_size;       ///< size of /dev/shm
+
+    const struct xsb_rlimit *rlimits;
+    size_t rlimit_count;
+
+    const void *bpf;         ///< struct sock_filter[], compiled once per policy
+    size_t bpf_instructions;
+
+    /// Host fds that become the payload's 0, 1, 2; -1 means /dev/null.
+    int stdio[3];
+    /// Host fds that become the payload's 3, 4, … (the channel in later versions).
+    const int *extra_fds;
+    size_t extra_fd_count;
+
+    /// Open, writable cgroup.procs files the init process is moved into (-1 = unused).
+    int cgroup_procs_fds[4];
+
+    int cap_last_cap;        ///< from /proc/sys/kernel/cap_last_cap
+    int setup_timeout_ms;    ///< how long the parent waits for the payload's exec
+};
+
+struct xsb_spawn_result {
+    pid_t pid;          ///< the sandbox init, in the supervisor's PID namespace
+    int pidfd;          ///< pidfd of the init (close-on-exec)
+    int control_fd;     ///< SOCK_SEQPACKET to the init (close-on-exec)
+    int notify_fd;      ///< seccomp user-notification listener of the payload's filter
+    pid_t payload_pid;  ///< the payload's pid inside the sandbox
+    int failed_step;    ///< enum xsb_step, XSB_STEP_NONE on success
+    int error_number;   ///< errno of the failed step
+    char detail[256];   ///< path or object of the failed step, NUL-terminated
+};
+
+/// Messages on the control socket.
+enum xsb_msg_type {
+    XSB_MSG_GO = 1,      ///< supervisor → init: ids are mapped, cgroups joined: build the sandbox
+    XSB_MSG_ERROR,       ///< init → supervisor: step/value(errno)/detail
+    XSB_MSG_READY,       ///< init → supervisor: payload exec'd; value = its pid inside; fd attached
+    XSB_MSG_EXIT,        ///< init → supervisor: payload ended; value = wait status
+    XSB_MSG_SUSPEND,     ///< supervisor → init: SIGSTOP every other process in the sandbox
+    XSB_MSG_RESUME,      ///< supervisor → init: SIGCONT them
+    XSB_MSG_SIGNAL,      ///< supervisor → init: send signal `value` to the payload's process group
+    XSB_MSG_ACK,         ///< init → supervisor: value = request type acknowledged, value2 = errno
+};
+
+struct xsb_msg {
+    uint32_t type;
+    int32_t step;
+    int32_t value;
+    int32_t value2;
+    char detail[240];
+};
+
+/// Launches one sandbox. Blocks until the payload has exec'd or a step failed.
+/// Must be called from a thread that lives as long as the sandbox (PR_SET_PDEATHSIG is
+/// bound to the parent *thread*). Returns 0 on success, -1 with `out->failed_step` set.
+int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out);
+
+/// Sends one control message (no fds). Returns 0 or -errno.
+int xsb_send_msg(int control_fd, uint32_t type, int32_t value);
+/// Receives one control message without blocking. Returns 1 when one was read, 0 when none
+/// is pending, -errno on error, -EPIPE on EOF.
+int xsb_recv_msg(int control_fd, struct xsb_msg *msg);
+
+/// Reads one seccomp user notification. Returns 0 and fills `syscall_nr`, `arch`, `pid`,
+/// `notification_id`, or -errno.
+int xsb_notify_receive(int notify_fd, int *syscall_nr, uint32_t *arch, pid_t *pid,
+                       uint64_t *notification_id);
+/// Lets one notified call run (audit mode). Returns 0 or -errno.
+int xsb_notify_continue(int notify_fd, uint64_t notification_id);
+
+/// pidfd helpers (raw syscalls; glibc 2.36 has no wrappers for all of them).
+int xsb_pidfd_send_signal(int pidfd, int sig);
+/// Reaps the process behind `pidfd` without blocking. Returns 1 and the raw wait status
+/// (as waitpid would report it) when it had ended, 0 when it still runs, -errno on error.
+int xsb_pidfd_reap(int pidfd, int *wait_status);
+
+/// Constants Swift's Glibc module does not import (epoll, and rlimits glibc defines as macros).
+enum {
+    XSB_EPOLLIN = 0x001,
+    XSB_EPOLLERR = 0x008,
+    XSB_EPOLLHUP = 0x010,
+    XSB_RLIMIT_CPU = 0,
+    XSB_RLIMIT_FSIZE = 1,
+    XSB_RLIMIT_CORE = 4,
+    XSB_RLIMIT_NPROC = 6,
+    XSB_RLIMIT_NOFILE = 7,
+    XSB_RLIMIT_AS = 9,
+};
+
+/// An epoll instance (close-on-exec), or -errno.
+int xsb_epoll_create(void);
+/// epoll with a 64-bit token per registration (struct epoll_event is packed: kept out of Swift).
+int xsb_epoll_add(int epfd, int fd, uint32_t events, uint64_t token);
+int xsb_epoll_remove(int epfd, int fd);
+/// Returns the number of events, or -errno. At most 64 per call.
+int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms);
+
+/// Human-readable name of a step, e.g. "bind mount".
+const char *xsb_step_name(int step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

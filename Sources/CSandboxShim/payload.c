@@ -1,0 +1,152 @@
+// The payload's last steps before exec, in the order that matters: session, signals, fds,
+// working directory, rlimits, capabilities, no_new_privs, seccomp (last), execve.
+//
+// It runs in a vfork child of the sandbox init that shares the init's fd table, so it never
+// closes an fd (that would close the init's too): it marks them close-on-exec instead.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <linux/securebits.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "child.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT 47
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
+#endif
+#define XSB_SECURE_BITS                                                                              \
+    (SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED | \
+     SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
+#define XSB_MAX_EXTRA_FDS 32
+
+static void record(int status_fd, int kind, int step, int value, const char *detail) {
+    struct xsb_payload_status s;
+    char *p = (char *)&s;
+    for (size_t i = 0; i < sizeof s; i++) p[i] = 0;
+    s.kind = kind;
+    s.step = step;
+    s.value = value;
+    xsb_copy_string(s.detail, sizeof s.detail, detail);
+    (void)write(status_fd, &s, sizeof s);
+}
+
+__attribute__((noreturn)) static void fail(int status_fd, int step, const char *detail) {
+    record(status_fd, 2, step, errno, detail);
+    _exit(127);
+}
+
+/// Places the caller's chosen fds at 0, 1, 2, 3…; everything else becomes close-on-exec.
+/// Sources first move above every target so that no dup2 overwrites a later source.
+static void arrange_fds(const struct xsb_spawn_config *cfg, int status_fd) {
+    size_t count = 3 + cfg->extra_fd_count;
+    int floor = XSB_FD_FLOOR + (int)cfg->extra_fd_count;
+    int moved[3 + XSB_MAX_EXTRA_FDS];
+    if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS) {
+        errno = EMFILE;
+        fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "too many extra fds");
+    }
+    for (size_t i = 0; i < count; i++) {
+        int src = i < 3 ? cfg->stdio[i] : cfg->extra_fds[i - 3];
+        if (src < 0) src = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (src < 0) fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "/dev/null");
+        moved[i] = fcntl(src, F_DUPFD_CLOEXEC, floor);
+        if (moved[i] < 0) fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup");
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (dup2(moved[i], (int)i) < 0) fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup2");
+    }
+    if (syscall(SYS_close_range, (unsigned)count, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+        fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "close_range");
+}
+
+static void drop_capabilities(const struct xsb_spawn_config *cfg, int status_fd) {
+    // Lock the "root is special" rules off before the sets are emptied, so nothing regains a
+    // capability through uid 0 semantics or ambient raising later.
+    if (prctl(PR_SET_SECUREBITS, XSB_SECURE_BITS, 0, 0, 0) != 0) fail(status_fd, XSB_STEP_CAPABILITIES, "securebits");
+    for (int cap = 0; cap <= cfg->cap_last_cap; cap++) {
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) fail(status_fd, XSB_STEP_CAPABILITIES, "bounding set");
+    }
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) fail(status_fd, XSB_STEP_CAPABILITIES, "ambient set");
+    struct __user_cap_header_struct header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+    for (size_t i = 0; i < _LINUX_CAPABILITY_U32S_3; i++) data[i].effective = data[i].permitted = data[i].inheritable = 0;
+    if (syscall(SYS_capset, &header, data) != 0) fail(status_fd, XSB_STEP_CAPABILITIES, "capset");
+}
+
+void xsb_payload_main(const struct xsb_spawn_config *cfg, int status_fd) {
+    // The status pipe may sit where a target fd goes; move our copy out of the way.
+    int moved_status = fcntl(status_fd, F_DUPFD_CLOEXEC, XSB_FD_FLOOR + (int)cfg->extra_fd_count);
+    if (moved_status < 0) fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "status pipe");
+    status_fd = moved_status;
+
+    // A new session: no controlling terminal, so nothing inside can push keystrokes (TIOCSTI)
+    // into the caller's terminal or receive its job-control signals.
+    if (setsid() < 0) fail(status_fd, XSB_STEP_SESSION, "setsid");
+
+    // Ignored signals stay ignored across exec (SwiftNIO ignores SIGPIPE): reset them all.
+    struct sigaction dfl;
+    char *p = (char *)&dfl;
+    for (size_t i = 0; i < sizeof dfl; i++) p[i] = 0;
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        if (sigaction(sig, &dfl, NULL) != 0 && errno != EINVAL) fail(status_fd, XSB_STEP_SIGNALS, "sigaction");
+    }
+
+    arrange_fds(cfg, status_fd);
+    if (chdir(cfg->cwd) != 0) fail(status_fd, XSB_STEP_WORKING_DIRECTORY, cfg->cwd);
+
+    for (size_t i = 0; i < cfg->rlimit_count; i++) {
+        struct rlimit limit = {.rlim_cur = cfg->rlimits[i].soft, .rlim_max = cfg->rlimits[i].hard};
+        if (setrlimit((__rlimit_resource_t)cfg->rlimits[i].resource, &limit) != 0) {
+            char name[16] = "resource ";
+            name[9] = (char)('0' + (cfg->rlimits[i].resource / 10) % 10);
+            name[10] = (char)('0' + cfg->rlimits[i].resource % 10);
+            fail(status_fd, XSB_STEP_RLIMIT, name);
+        }
+    }
+
+    drop_capabilities(cfg, status_fd);
+    // Checked now, with the sandbox's own rights, so the common exec failures are reported
+    // precisely before the filter is in place.
+    if (access(cfg->path, X_OK) != 0) fail(status_fd, XSB_STEP_EXEC, cfg->path);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(status_fd, XSB_STEP_NO_NEW_PRIVS, "prctl");
+
+    if (cfg->bpf == NULL || cfg->bpf_instructions == 0 || cfg->bpf_instructions > 0xffff) {
+        errno = EINVAL;
+        fail(status_fd, XSB_STEP_SECCOMP, "no filter");
+    }
+    // The listener fd will be the lowest free fd: tell the init which one before loading, since
+    // after loading only what the policy allows may run.
+    int expected = fcntl(0, F_DUPFD_CLOEXEC, 0);
+    if (expected < 0) fail(status_fd, XSB_STEP_SECCOMP, "listener slot");
+    close(expected);
+    record(status_fd, 1, XSB_STEP_SECCOMP, expected, "");
+
+    sigset_t none;
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) != 0) fail(status_fd, XSB_STEP_SIGNALS, "sigprocmask");
+
+    struct sock_fprog prog = {.len = (unsigned short)cfg->bpf_instructions, .filter = (struct sock_filter *)cfg->bpf};
+    long listener = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+    if (listener < 0) fail(status_fd, XSB_STEP_SECCOMP, "seccomp(SET_MODE_FILTER)");
+    if (listener != expected) {
+        errno = EBADF;
+        fail(status_fd, XSB_STEP_SECCOMP, "listener fd");
+    }
+
+    // From here on the policy's filter applies: it must allow execve, write and exit_group.
+    execve(cfg->path, cfg->argv, cfg->envp);
+    fail(status_fd, XSB_STEP_EXEC, cfg->path);
+}
