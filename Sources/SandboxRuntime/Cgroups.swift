@@ -1,0 +1,157 @@
+import Foundation
+import Glibc
+
+/// Memory and process-count limits for a whole sandbox through cgroups, nested only under the
+/// supervisor's own cgroup (delegation rules: we never move a process anywhere else).
+///
+/// v2 where the supervisor's cgroup delegates `memory` and `pids` to children; otherwise the
+/// v1 `memory` and `pids` hierarchies where they are writable. Where neither is available the
+/// sandbox still has its rlimits (address space per process, processes per sandbox).
+struct CgroupSupport: Sendable {
+    enum Layout: Sendable, Equatable {
+        case v2(parent: String)
+        case v1(memoryParent: String?, pidsParent: String?)
+    }
+
+    let layout: Layout
+
+    /// Finds writable parents, proving writability with a probe directory.
+    static func detect() -> CgroupSupport? {
+        guard let mountinfo = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8),
+              let membership = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)
+        else { return nil }
+        var ownPaths: [String: String] = [:]  // controller (or "" for v2) -> path
+        for line in membership.split(separator: "\n") {
+            let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard fields.count == 3 else { continue }
+            if fields[1].isEmpty { ownPaths[""] = String(fields[2]) }
+            for controller in fields[1].split(separator: ",") { ownPaths[String(controller)] = String(fields[2]) }
+        }
+        var v2Mount: (point: String, root: String)?
+        var v1Mounts: [String: (point: String, root: String)] = [:]
+        for line in mountinfo.split(separator: "\n") {
+            let halves = line.components(separatedBy: " - ")
+            guard halves.count == 2 else { continue }
+            let left = halves[0].split(separator: " "), right = halves[1].split(separator: " ")
+            guard left.count >= 5, right.count >= 3 else { continue }
+            let root = String(left[3]), point = String(left[4])
+            if right[0] == "cgroup2" { v2Mount = (point, root) }
+            if right[0] == "cgroup" {
+                for option in right[2].split(separator: ",") where option == "memory" || option == "pids" {
+                    v1Mounts[String(option)] = (point, root)
+                }
+            }
+        }
+        func directory(_ mount: (point: String, root: String), _ own: String) -> String? {
+            guard own.hasPrefix(mount.root) else { return nil }
+            let relative = mount.root == "/" ? own : String(own.dropFirst(mount.root.count))
+            return (mount.point + relative).replacingOccurrences(of: "//", with: "/")
+        }
+        if let mount = v2Mount, let own = ownPaths[""], let dir = directory(mount, own),
+           let delegated = try? String(contentsOfFile: dir + "/cgroup.subtree_control", encoding: .utf8),
+           delegated.contains("memory"), delegated.contains("pids"), probe(dir) {
+            return CgroupSupport(layout: .v2(parent: dir))
+        }
+        var memory: String?, pids: String?
+        if let mount = v1Mounts["memory"], let own = ownPaths["memory"], let dir = directory(mount, own), probe(dir) { memory = dir }
+        if let mount = v1Mounts["pids"], let own = ownPaths["pids"], let dir = directory(mount, own), probe(dir) { pids = dir }
+        if memory == nil && pids == nil { return nil }
+        return CgroupSupport(layout: .v1(memoryParent: memory, pidsParent: pids))
+    }
+
+    private static func probe(_ parent: String) -> Bool {
+        let path = "\(parent)/extsandbox-probe-\(getpid())"
+        guard mkdir(path, 0o755) == 0 else { return false }
+        rmdir(path)
+        return true
+    }
+
+    /// Creates the cgroups of one sandbox with its limits. Any failure after creation fails
+    /// the launch (and removes what was made).
+    func makeSandboxCgroup(name: String, memoryBytes: UInt64?, processes: UInt64?) throws -> SandboxCgroup {
+        let group = SandboxCgroup()
+        do {
+            switch layout {
+            case .v2(let parent):
+                let dir = try group.create("\(parent)/\(name)")
+                if let memoryBytes {
+                    try group.write("\(dir)/memory.max", "\(memoryBytes)")
+                    try? group.write("\(dir)/memory.swap.max", "0")
+                }
+                if let processes { try group.write("\(dir)/pids.max", "\(processes)") }
+                try group.openProcs(dir)
+            case .v1(let memoryParent, let pidsParent):
+                if let memoryParent, let memoryBytes {
+                    let dir = try group.create("\(memoryParent)/\(name)")
+                    try group.write("\(dir)/memory.limit_in_bytes", "\(memoryBytes)")
+                    group.oomControl = "\(dir)/memory.oom_control"
+                    try group.openProcs(dir)
+                }
+                if let pidsParent, let processes {
+                    let dir = try group.create("\(pidsParent)/\(name)")
+                    try group.write("\(dir)/pids.max", "\(processes)")
+                    try group.openProcs(dir)
+                }
+            }
+            if case .v2 = layout, let dir = group.directories.first { group.oomControl = "\(dir)/memory.events" }
+        } catch {
+            group.remove()
+            throw error
+        }
+        return group
+    }
+}
+
+/// The cgroup directories of one sandbox. Removed when the sandbox has ended.
+final class SandboxCgroup: @unchecked Sendable {
+    private(set) var directories: [String] = []
+    private(set) var procsFileDescriptors: [Int32] = []
+    /// The file whose `oom_kill` counter tells that the memory limit killed something.
+    var oomControl: String?
+
+    func create(_ path: String) throws -> String {
+        guard mkdir(path, 0o755) == 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "mkdir \(path)") }
+        directories.append(path)
+        return path
+    }
+
+    func write(_ path: String, _ value: String) throws {
+        let fd = open(path, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: path) }
+        defer { close(fd) }
+        let bytes = Array(value.utf8)
+        guard Glibc.write(fd, bytes, bytes.count) == bytes.count else {
+            throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(path) = \(value)")
+        }
+    }
+
+    func openProcs(_ dir: String) throws {
+        let fd = open("\(dir)/cgroup.procs", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(dir)/cgroup.procs") }
+        procsFileDescriptors.append(fd)
+    }
+
+    /// Whether the kernel's OOM killer acted inside this cgroup.
+    var memoryLimitHit: Bool {
+        guard let oomControl, let text = try? String(contentsOfFile: oomControl, encoding: .utf8) else { return false }
+        for line in text.split(separator: "\n") where line.hasPrefix("oom_kill ") {
+            return (Int(line.split(separator: " ").last ?? "0") ?? 0) > 0
+        }
+        return false
+    }
+
+    /// Closes the procs files and removes the directories; the processes are gone by then
+    /// (the init's exit takes its whole PID namespace with it), but the kernel may need a moment.
+    func remove() {
+        for fd in procsFileDescriptors { close(fd) }
+        procsFileDescriptors.removeAll()
+        for dir in directories.reversed() {
+            var attempts = 0
+            while rmdir(dir) != 0 && errno == EBUSY && attempts < 200 {
+                attempts += 1
+                usleep(1000)
+            }
+        }
+        directories.removeAll()
+    }
+}

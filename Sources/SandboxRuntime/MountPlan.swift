@@ -1,0 +1,155 @@
+import CSandboxShim
+import Glibc
+import SandboxPolicy
+
+/// The sandbox's file system as a list of operations for the C shim, checked on the host
+/// first so that a bad entry fails with a clear message before anything is cloned.
+///
+/// The shim always provides /proc, a minimal /dev and a writable /tmp; this plan adds the
+/// policy's binds and tmpfs mounts, the caller's extra mounts, and a few small files
+/// (/etc/passwd, /etc/group, /etc/hostname, /etc/hosts) unless a bind provides them.
+struct MountPlan {
+    enum Operation: Equatable {
+        case bind(source: String, target: String, writable: Bool, directory: Bool)
+        case tmpfs(target: String, sizeBytes: UInt64)
+        case symlink(target: String, linkText: String)
+        case file(target: String, contents: String)
+    }
+
+    static let defaultTmpSize: UInt64 = 64 << 20
+    static let shmSize: UInt64 = 64 << 20
+
+    private(set) var operations: [Operation] = []
+    private(set) var tmpSize: UInt64 = defaultTmpSize
+
+    init(policy: Policy, extraMounts: [MountEntry], hostname: String, uid: UInt32, gid: UInt32) throws {
+        for entry in policy.filesystem.mounts + extraMounts {
+            try add(entry)
+        }
+        let boundTargets = Set(operations.compactMap { op -> String? in
+            if case .bind(_, let target, _, _) = op { return target }
+            return nil
+        })
+        let files = [
+            ("/etc/passwd", "sandbox:x:\(uid):\(gid):extsandbox:/tmp:/bin/sh\n"),
+            ("/etc/group", "sandbox:x:\(gid):\n"),
+            ("/etc/hostname", "\(hostname)\n"),
+            ("/etc/hosts", "127.0.0.1\tlocalhost \(hostname)\n::1\tlocalhost\n"),
+        ]
+        for (path, contents) in files where !boundTargets.contains(path) && !boundTargets.contains("/etc") {
+            operations.append(.file(target: path, contents: contents))
+        }
+    }
+
+    private mutating func add(_ entry: MountEntry) throws {
+        switch entry {
+        case .tmpfs(let destination, let size):
+            let target = try Self.checkedDestination(destination)
+            if target == "/tmp" {
+                tmpSize = size
+            } else {
+                operations.append(.tmpfs(target: target, sizeBytes: size))
+            }
+        case .bind(let source, let destination, let writable, let optional):
+            let target = try Self.checkedDestination(destination)
+            guard source.hasPrefix("/") else {
+                throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "bind source \(source) is not an absolute path")
+            }
+            var link = stat()
+            guard lstat(source, &link) == 0 else {
+                let err = errno
+                if optional && err == ENOENT { return }
+                throw SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: err, detail: "bind source \(source)")
+            }
+            // A top-level symlink such as /bin -> usr/bin on merged-/usr systems is reproduced,
+            // so that paths through it resolve inside the sandbox as they do outside.
+            if (link.st_mode & S_IFMT) == S_IFLNK && !writable && source == target {
+                if let text = Self.readLink(source) {
+                    operations.append(.symlink(target: target, linkText: text))
+                    return
+                }
+            }
+            var info = stat()
+            guard stat(source, &info) == 0 else {
+                let err = errno
+                if optional && err == ENOENT { return }
+                throw SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: err, detail: "bind source \(source)")
+            }
+            let kind = info.st_mode & S_IFMT
+            // Device nodes only come from the shim's fixed /dev list: a policy must not hand a
+            // disk or /dev/mem to a sandbox by accident.
+            guard kind != S_IFBLK && kind != S_IFCHR else {
+                throw SandboxError(step: .configuration, errorNumber: EPERM, detail: "refusing to bind device node \(source)")
+            }
+            operations.append(.bind(source: source, target: target, writable: writable, directory: kind == S_IFDIR))
+        }
+    }
+
+    /// Destinations are absolute, normalized, and never replace what the shim itself provides.
+    static func checkedDestination(_ path: String) throws -> String {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true)
+        guard path.hasPrefix("/"), !parts.contains(".."), !parts.contains(".") else {
+            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "mount destination \(path) must be an absolute path without . or ..")
+        }
+        let normalized = "/" + parts.joined(separator: "/")
+        if normalized == "/" || normalized == "/proc" || normalized.hasPrefix("/proc/") || normalized == "/dev" || normalized.hasPrefix("/dev/") {
+            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "mount destination \(normalized) is reserved (the sandbox provides /, /proc and /dev itself)")
+        }
+        return normalized
+    }
+
+    /// Whether a host path is reachable at the same path inside: some bind covers it.
+    func exposes(hostPath path: String) -> Bool {
+        for op in operations {
+            if case .bind(let source, let target, _, _) = op, source == target,
+               path == source || path.hasPrefix(source.hasSuffix("/") ? source : source + "/") {
+                return true
+            }
+        }
+        return false
+    }
+
+    mutating func append(_ operation: Operation) {
+        operations.append(operation)
+    }
+
+    static func readLink(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink(path, &buffer, buffer.count - 1)
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// Lays the plan out as C structs in `arena`.
+    func cOperations(in arena: CArena) -> (UnsafeMutablePointer<xsb_mount_op>, Int) {
+        let ops = arena.array(of: xsb_mount_op.self, count: operations.count)
+        for (index, operation) in operations.enumerated() {
+            var op = xsb_mount_op()
+            switch operation {
+            case .bind(let source, let target, let writable, let directory):
+                op.kind = Int32(XSB_MOUNT_BIND.rawValue)
+                op.source = UnsafePointer(arena.string(source))
+                op.target = UnsafePointer(arena.string(target))
+                op.flags = (writable ? Int32(XSB_MOUNT_F_WRITABLE) : 0) | (directory ? Int32(XSB_MOUNT_F_DIRECTORY) : 0)
+            case .tmpfs(let target, let size):
+                op.kind = Int32(XSB_MOUNT_TMPFS.rawValue)
+                op.target = UnsafePointer(arena.string(target))
+                op.size = size
+                op.mode = 0o1777
+            case .symlink(let target, let text):
+                op.kind = Int32(XSB_MOUNT_SYMLINK.rawValue)
+                op.source = UnsafePointer(arena.string(text))
+                op.target = UnsafePointer(arena.string(target))
+            case .file(let target, let contents):
+                op.kind = Int32(XSB_MOUNT_FILE.rawValue)
+                let bytes = Array(contents.utf8)
+                op.source = UnsafePointer(arena.bytes(bytes))
+                op.size = UInt64(bytes.count)
+                op.target = UnsafePointer(arena.string(target))
+                op.mode = 0o644
+            }
+            ops[index] = op
+        }
+        return (ops, operations.count)
+    }
+}

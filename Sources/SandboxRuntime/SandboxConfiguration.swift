@@ -1,0 +1,76 @@
+import SandboxPolicy
+
+/// Everything a launch needs: the program, its arguments and environment, the policy that
+/// confines it, and what the caller adds to the policy's file system.
+public struct SandboxConfiguration: Sendable {
+    /// Where the payload's standard streams come from.
+    public enum StandardStream: Sendable, Equatable {
+        /// The supervisor's own stream of the same number.
+        case inherit
+        /// /dev/null inside the sandbox.
+        case null
+        /// A file descriptor of the supervisor (it stays owned by the caller).
+        case fileDescriptor(Int32)
+    }
+
+    /// Absolute path of the program. It is exec'd at the same path inside the sandbox.
+    public var executable: String
+    /// The full argv, argv[0] included.
+    public var arguments: [String]
+    /// The complete environment inside. Build it with ``SandboxEnvironment/compose(policy:caller:overrides:)``.
+    public var environment: [String: String]
+    public var policy: Policy
+    /// Binds and tmpfs mounts added after the policy's own.
+    public var extraMounts: [MountEntry]
+    /// The working directory inside the sandbox.
+    public var workingDirectory: String
+    public var hostname: String
+    public var standardInput: StandardStream
+    public var standardOutput: StandardStream
+    public var standardError: StandardStream
+    /// Supervisor fds that become the payload's fds 3, 4, … in order (at most 32).
+    public var extraFileDescriptors: [Int32]
+    /// The one uid and gid the caller's ids map to inside.
+    public var sandboxUID: UInt32
+    public var sandboxGID: UInt32
+
+    public init(
+        executable: String, arguments: [String]? = nil, environment: [String: String] = [:],
+        policy: Policy, extraMounts: [MountEntry] = [], workingDirectory: String = "/",
+        hostname: String = "extsandbox",
+        standardInput: StandardStream = .inherit, standardOutput: StandardStream = .inherit,
+        standardError: StandardStream = .inherit, extraFileDescriptors: [Int32] = [],
+        sandboxUID: UInt32 = 1000, sandboxGID: UInt32 = 1000
+    ) {
+        self.executable = executable
+        self.arguments = arguments ?? [executable]
+        self.environment = environment
+        self.policy = policy
+        self.extraMounts = extraMounts
+        self.workingDirectory = workingDirectory
+        self.hostname = hostname
+        self.standardInput = standardInput
+        self.standardOutput = standardOutput
+        self.standardError = standardError
+        self.extraFileDescriptors = extraFileDescriptors
+        self.sandboxUID = sandboxUID
+        self.sandboxGID = sandboxGID
+    }
+}
+
+/// Builds the environment of a sandboxed program from its policy.
+public enum SandboxEnvironment {
+    /// The caller's variables that the policy passes, then the policy's fixed ones, then
+    /// `overrides` (for example from `--env`). Nothing else of the caller's leaks in.
+    public static func compose(
+        policy: Policy, caller: [String: String], overrides: [String: String] = [:]
+    ) -> [String: String] {
+        var result: [String: String] = [:]
+        for name in policy.environment.pass {
+            if let value = caller[name] { result[name] = value }
+        }
+        result.merge(policy.environment.set) { _, new in new }
+        result.merge(overrides) { _, new in new }
+        return result
+    }
+}

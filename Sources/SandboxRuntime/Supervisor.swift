@@ -1,0 +1,174 @@
+import CSandboxShim
+import Foundation
+import Glibc
+import SandboxPolicy
+import Synchronization
+
+/// Launches programs into sandboxes and supervises them.
+///
+/// One supervisor serves any number of sandboxes with two threads: a spawner thread that
+/// clones (so the parent-death signal is tied to the process, not to a passing thread) and a
+/// monitor thread that watches every sandbox's pidfd, control socket and seccomp listener.
+/// When the supervisor's process dies, even by SIGKILL, every sandbox it started dies too.
+public final class Supervisor: Sendable {
+    /// The process-wide supervisor.
+    public static let shared: Supervisor = {
+        do { return try Supervisor() } catch { fatalError("extsandbox: cannot start the supervisor: \(error)") }
+    }()
+
+    private let spawner = SpawnerThread()
+    private let monitor: ProcessMonitor
+    private let cgroups: CgroupSupport?
+    private let filters = Mutex<[(policy: SeccompPolicy, filter: CompiledSeccompFilter)]>([])
+    private let launchCounter = Atomic<Int>(0)
+    private let capLastCap: Int32
+
+    /// How long a launch may take from clone to exec before it is abandoned.
+    public let setupTimeoutMilliseconds: Int32 = 10_000
+
+    /// A supervisor with its own threads, using the cgroups it may nest under.
+    public convenience init() throws {
+        try self.init(cgroups: CgroupSupport.detect())
+    }
+
+    init(cgroups: CgroupSupport?) throws {
+        monitor = try ProcessMonitor()
+        self.cgroups = cgroups
+        let text = (try? String(contentsOfFile: "/proc/sys/kernel/cap_last_cap", encoding: .utf8)) ?? "40"
+        capLastCap = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 40
+    }
+
+    /// Whether sandbox-wide memory and process limits are enforced by cgroups here (otherwise
+    /// only per-process rlimits and the per-sandbox process rlimit apply).
+    public var hasCgroupLimits: Bool { cgroups != nil }
+
+    /// Runs a program in a new sandbox. Returns once the program has been exec'd inside.
+    ///
+    /// Fails, and leaves nothing behind, if any isolation step cannot be set up.
+    public func launch(_ configuration: SandboxConfiguration) async throws -> SandboxedProcess {
+        let filter = try compiledFilter(for: configuration.policy)
+        var plan = try MountPlan(
+            policy: configuration.policy, extraMounts: configuration.extraMounts,
+            hostname: configuration.hostname, uid: configuration.sandboxUID, gid: configuration.sandboxGID)
+        let executable = try Self.visibleExecutable(configuration.executable, plan: &plan)
+        guard configuration.extraFileDescriptors.count <= 32 else {
+            throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most 32 extra file descriptors")
+        }
+        let limits = configuration.policy.limits
+        var cgroup: SandboxCgroup?
+        if let cgroups, limits.memoryBytes != nil || limits.processes != nil {
+            let name = "extsandbox-\(getpid())-\(launchCounter.add(1, ordering: .relaxed).newValue)"
+            cgroup = try cgroups.makeSandboxCgroup(name: name, memoryBytes: limits.memoryBytes, processes: limits.processes)
+        }
+
+        let arena = CArena()
+        var config = xsb_spawn_config()
+        config.path = UnsafePointer(arena.string(executable))
+        config.argv = UnsafePointer(arena.stringArray(configuration.arguments))
+        config.envp = UnsafePointer(arena.stringArray(configuration.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }))
+        config.cwd = UnsafePointer(arena.string(configuration.workingDirectory))
+        config.hostname = UnsafePointer(arena.string(configuration.hostname))
+        config.uid_outside = getuid()
+        config.gid_outside = getgid()
+        config.uid_inside = configuration.sandboxUID
+        config.gid_inside = configuration.sandboxGID
+        let (ops, opCount) = plan.cOperations(in: arena)
+        config.mounts = UnsafePointer(ops)
+        config.mount_count = opCount
+        config.tmp_size = plan.tmpSize
+        config.shm_size = MountPlan.shmSize
+        let rlimits = ResourceLimitPlan(limits).rlimits
+        let cLimits = arena.array(of: xsb_rlimit.self, count: rlimits.count)
+        for (index, limit) in rlimits.enumerated() { cLimits[index] = limit }
+        config.rlimits = UnsafePointer(cLimits)
+        config.rlimit_count = rlimits.count
+        let bpf = arena.bytes(filter.program)
+        config.bpf = UnsafeRawPointer(bpf)
+        config.bpf_instructions = filter.instructionCount
+        config.stdio = (Self.fd(configuration.standardInput, 0), Self.fd(configuration.standardOutput, 1), Self.fd(configuration.standardError, 2))
+        let extra = arena.array(of: Int32.self, count: configuration.extraFileDescriptors.count)
+        for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd }
+        config.extra_fds = UnsafePointer(extra)
+        config.extra_fd_count = configuration.extraFileDescriptors.count
+        let procs = cgroup?.procsFileDescriptors ?? []
+        config.cgroup_procs_fds = (procs.count > 0 ? procs[0] : -1, procs.count > 1 ? procs[1] : -1, procs.count > 2 ? procs[2] : -1, -1)
+        config.cap_last_cap = capLastCap
+        config.setup_timeout_ms = setupTimeoutMilliseconds
+
+        let request = UncheckedBox((config, arena))
+        let result = await spawner.run {
+            var out = xsb_spawn_result()
+            var config = request.value.0
+            _ = xsb_spawn(&config, &out)
+            return UncheckedBox(out)
+        }.value
+        withExtendedLifetime(arena) {}
+
+        guard result.failed_step == Int32(XSB_STEP_NONE.rawValue) else {
+            cgroup?.remove()
+            let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            throw SandboxError(step: .launch(code: result.failed_step), errorNumber: result.error_number, detail: detail)
+        }
+        let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
+        do {
+            try process.startMonitoring()
+        } catch {
+            process.kill()
+            throw error
+        }
+        if let seconds = limits.wallClockSeconds {
+            Task.detached { [process] in
+                try? await Task.sleep(for: .seconds(Double(seconds)))
+                process.killForWallClock()
+            }
+        }
+        return process
+    }
+
+    private static func fd(_ stream: SandboxConfiguration.StandardStream, _ number: Int32) -> Int32 {
+        switch stream {
+        case .inherit: return number
+        case .null: return -1
+        case .fileDescriptor(let fd): return fd
+        }
+    }
+
+    /// The path to exec inside: the given one if a bind exposes it, else its real path, bound
+    /// read-only on its own when nothing covers it. The program is what the caller asked to
+    /// run, so it is always made visible; nothing else is.
+    static func visibleExecutable(_ path: String, plan: inout MountPlan) throws -> String {
+        guard path.hasPrefix("/") else {
+            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(path) is not an absolute path")
+        }
+        guard let real = realpath(path, nil) else {
+            throw SandboxError(step: .launch(code: Int32(XSB_STEP_EXEC.rawValue)), errorNumber: errno, detail: path)
+        }
+        let resolved = String(cString: real)
+        free(real)
+        if plan.exposes(hostPath: path) { return path }
+        if !plan.exposes(hostPath: resolved) {
+            plan.append(.bind(source: resolved, target: try MountPlan.checkedDestination(resolved), writable: false, directory: false))
+        }
+        return resolved
+    }
+
+    /// Compiles each distinct seccomp policy once; later launches reuse the BPF.
+    private func compiledFilter(for policy: Policy) throws -> CompiledSeccompFilter {
+        if let hit = filters.withLock({ $0.first { $0.policy == policy.seccomp }?.filter }) { return hit }
+        let filter: CompiledSeccompFilter
+        do {
+            filter = try policy.compileSeccompFilter(mode: .supervised)
+        } catch {
+            throw SandboxError(step: .policy, detail: "\(policy.name): \(error)")
+        }
+        filters.withLock { $0.append((policy.seccomp, filter)) }
+        return filter
+    }
+}
+
+/// Carries values that are not Sendable across the hop to the spawner thread; the launch
+/// waits for the hop, so the value is never used from two threads at once.
+struct UncheckedBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}

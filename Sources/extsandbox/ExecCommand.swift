@@ -1,0 +1,174 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import Glibc
+import SandboxPolicy
+import SandboxRuntime
+
+/// `extsandbox exec`: run one program under a policy, with stdio attached.
+struct ExecCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "exec",
+        abstract: "Run a program inside a sandbox and exit with its status.",
+        discussion: """
+            The program runs in new user, mount, network (loopback only), PID, IPC, UTS and \
+            cgroup namespaces, as uid/gid 1000, in a new session, with every capability \
+            dropped, no_new_privs, the policy's rlimits (and cgroup limits where the caller \
+            has a cgroup to nest under), and the policy's seccomp filter loaded last.
+
+            The file system is an empty read-only tmpfs holding only what the policy and the \
+            --ro-bind/--bind options list, a fresh /proc, a minimal /dev (null, zero, full, \
+            random, urandom, shm) and a writable, size-limited /tmp. PROGRAM itself is made \
+            visible if no bind covers it; a PROGRAM without a slash is looked up in $PATH.
+
+            Exit status: the program's own; 128+N when signal N killed it (159 = SIGSYS for a \
+            seccomp violation, 137 = SIGKILL for a limit); 125 when the sandbox could not be \
+            set up (nothing ran); 127 when PROGRAM was not found.
+
+            Examples:
+              extsandbox exec -- sh -c 'echo hello from $(hostname)'
+              extsandbox exec --ro-bind "$PWD:/work" --chdir /work -- python3 script.py
+              extsandbox exec --policy ./my-policy.yaml --env DEBUG=1 -- ./tool --flag
+            """)
+
+    @Option(name: .long, help: ArgumentHelp(
+        "Policy name (looked up in the policy directories; the admin's /etc/extsandbox/policies wins) or path to a .yaml file.",
+        valueName: "name|path"))
+    var policy: String = "standard"
+
+    @Option(name: .customLong("ro-bind"), help: ArgumentHelp(
+        "Make host path SRC visible read-only at DST (default: the same path). Repeatable.", valueName: "src[:dst]"))
+    var readOnlyBinds: [String] = []
+
+    @Option(name: .customLong("bind"), help: ArgumentHelp(
+        "Make host path SRC visible read-write at DST (default: the same path). Repeatable.", valueName: "src[:dst]"))
+    var writableBinds: [String] = []
+
+    @Option(name: .customLong("env"), help: ArgumentHelp(
+        "Set an environment variable inside (after the policy's). Repeatable.", valueName: "key=value"))
+    var environment: [String] = []
+
+    @Option(name: .customLong("chdir"), help: ArgumentHelp("Working directory inside the sandbox.", valueName: "dir"))
+    var workingDirectory: String = "/"
+
+    @Argument(parsing: .captureForPassthrough, help: ArgumentHelp(
+        "The program and its arguments. Put `--` before them when they start with a dash.", valueName: "program [args…]"))
+    var command: [String] = []
+
+    func validate() throws {
+        // Passthrough parsing captures a leading --help too; answer it as the user meant.
+        if let first = command.first, first == "--help" || first == "-h" { throw CleanExit.helpRequest(self) }
+        let words = command.first == "--" ? Array(command.dropFirst()) : command
+        guard !words.isEmpty else { throw ValidationError("Missing the program to run.") }
+        for item in environment where !item.contains("=") || item.hasPrefix("=") {
+            throw ValidationError("--env expects key=value, got '\(item)'.")
+        }
+    }
+
+    func run() async throws {
+        let words = command.first == "--" ? Array(command.dropFirst()) : command
+        let program = words[0]
+        guard let executable = Self.resolve(program) else {
+            Self.complain("\(program): command not found")
+            throw ExitCode(127)
+        }
+
+        let loadedPolicy: Policy
+        do {
+            loadedPolicy = try PolicyLoader.load(nameOrPath: policy, searchPath: .default(executablePath: Self.ownExecutable()))
+        } catch {
+            Self.complain("policy: \(error)")
+            throw ExitCode(125)
+        }
+
+        var mounts: [MountEntry] = []
+        do {
+            mounts += try readOnlyBinds.map { try Self.bind($0, writable: false) }
+            mounts += try writableBinds.map { try Self.bind($0, writable: true) }
+        } catch let error as ValidationError {
+            Self.complain(error.message)
+            throw ExitCode(125)
+        }
+        var overrides: [String: String] = [:]
+        for item in environment {
+            let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            overrides[String(parts[0])] = String(parts[1])
+        }
+
+        let configuration = SandboxConfiguration(
+            executable: executable, arguments: words,
+            environment: SandboxEnvironment.compose(policy: loadedPolicy, caller: ProcessInfo.processInfo.environment, overrides: overrides),
+            policy: loadedPolicy, extraMounts: mounts, workingDirectory: workingDirectory)
+
+        let process: SandboxedProcess
+        do {
+            process = try await Supervisor.shared.launch(configuration)
+        } catch {
+            Self.complain("cannot start \(program): \(error)")
+            throw ExitCode(125)
+        }
+
+        let forwarders = Self.forwardSignals(to: process)
+        let termination = await process.waitForExit()
+        forwarders.forEach { $0.cancel() }
+        switch termination {
+        case .exited, .signaled:
+            break
+        default:
+            Self.complain("\(executable) killed: \(termination)")
+        }
+        throw ExitCode(termination.shellExitCode)
+    }
+
+    /// Terminal signals go to the sandbox's program: it lives in its own session, so the
+    /// terminal's Ctrl-C reaches only us.
+    private static func forwardSignals(to process: SandboxedProcess) -> [DispatchSourceSignal] {
+        [SIGINT, SIGTERM, SIGHUP, SIGQUIT].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { Task { try? await process.signal(number) } }
+            source.resume()
+            return source
+        }
+    }
+
+    static func bind(_ spec: String, writable: Bool) throws -> MountEntry {
+        let parts = spec.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        guard let first = parts.first, !first.isEmpty else {
+            throw ValidationError("--\(writable ? "bind" : "ro-bind") expects SRC[:DST], got '\(spec)'.")
+        }
+        let source = Self.absolute(first)
+        let destination = parts.count > 1 && !parts[1].isEmpty ? parts[1] : source
+        return .bind(source: source, destination: destination, writable: writable, optional: false)
+    }
+
+    static func absolute(_ path: String) -> String {
+        if path.hasPrefix("/") { return path }
+        return FileManager.default.currentDirectoryPath + "/" + path
+    }
+
+    /// Like a shell: a name with a slash is a path, anything else is looked up in $PATH.
+    static func resolve(_ program: String) -> String? {
+        if program.contains("/") {
+            let path = absolute(program)
+            return access(path, X_OK) == 0 ? path : nil
+        }
+        let search = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        for directory in search.split(separator: ":") where !directory.isEmpty {
+            let candidate = "\(directory)/\(program)"
+            var info = stat()
+            if stat(candidate, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, access(candidate, X_OK) == 0 {
+                return candidate
+            }
+        }
+        return nil
+    }
+
+    static func ownExecutable() -> String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    }
+
+    static func complain(_ message: String) {
+        FileHandle.standardError.write(Data("extsandbox: \(message)\n".utf8))
+    }
+}
