@@ -1,0 +1,94 @@
+import CSandboxShim
+import Foundation
+import Glibc
+import SandboxPolicy
+@testable import SandboxRuntime
+import Testing
+
+/// When an isolation step cannot be set up, the launch fails naming the step, and nothing runs.
+@Suite("Fail closed")
+struct FailClosedTests {
+    @Test("a missing bind source fails the launch")
+    func missingBindSource() async throws {
+        var config = try Fixtures.probeConfiguration(["exit", "0"])
+        config.extraMounts = [.bind(source: "/nonexistent/xsb", destination: "/data", writable: false, optional: false)]
+        let error = await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
+        #expect(error?.isLaunchStep(XSB_STEP_BIND_MOUNT) == true)
+        #expect(error?.errorNumber == ENOENT)
+        #expect(error?.description.contains("/nonexistent/xsb") == true)
+    }
+
+    @Test("an optional bind source that is missing is skipped")
+    func optionalBindSource() async throws {
+        var config = try Fixtures.probeConfiguration(["exit", "0"])
+        config.extraMounts = [.bind(source: "/nonexistent/xsb", destination: "/data", writable: false, optional: true)]
+        let process = try await Supervisor.shared.launch(config)
+        #expect(await process.waitForExit() == .exited(code: 0))
+    }
+
+    @Test("reserved or relative destinations are refused", arguments: ["/", "/proc", "/dev/sda", "relative", "/a/../etc"])
+    func badDestination(destination: String) async throws {
+        var config = try Fixtures.probeConfiguration(["exit", "0"])
+        config.extraMounts = [.bind(source: "/usr", destination: destination, writable: false, optional: false)]
+        await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
+    }
+
+    @Test("device nodes cannot be bound")
+    func deviceBind() async throws {
+        var config = try Fixtures.probeConfiguration(["exit", "0"])
+        config.extraMounts = [.bind(source: "/dev/null", destination: "/null", writable: false, optional: false)]
+        await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
+    }
+
+    @Test("a seccomp filter that will not load fails the launch at the seccomp step")
+    func seccompWillNotLoad() async throws {
+        // More than BPF_MAXINSNS (4096) instructions: the kernel refuses the program.
+        var config = try Fixtures.probeConfiguration(["exit", "0"])
+        // Few rules with many 64-bit conditions each: large BPF, quick for libseccomp to build.
+        let rules = (0..<400).map { i in
+            SyscallRule(syscall: "syslog", action: .errno(EPERM), conditions: (0..<5).map { arg in
+                ArgumentCondition(index: arg, op: .equal, value: UInt64(0x1_0000_0000) * UInt64(i + 1) + UInt64(arg))
+            })
+        }
+        config.policy.seccomp.rules += rules
+        try #require(try config.policy.compileSeccompFilter().instructionCount > 4096)
+        let error = await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
+        #expect(error?.isLaunchStep(XSB_STEP_SECCOMP) == true, "\(String(describing: error))")
+    }
+
+    @Test("no user namespaces: the launch fails at clone, it never runs unconfined")
+    func noUserNamespaces() throws {
+        // max_user_namespaces is per user namespace: setting it to 0 inside a throwaway one
+        // affects only this test's supervisor.
+        let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\""
+        let result = try Fixtures.run(["/usr/bin/unshare", "--user", "--map-root-user", "/bin/sh", "-c", script, "sh",
+                                       Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath, "--", Fixtures.probe, "exit", "0"])
+        #expect(result.status == 125, "\(result.stderr)")
+        #expect(result.stderr.contains("clone3"), "\(result.stderr)")
+    }
+
+    @Test("a cgroup limit that cannot be set fails the launch")
+    func cgroupLimitFails() async throws {
+        // A parent directory that is not a cgroup: creating the child works, setting the
+        // limit does not, and the launch must stop there.
+        let fake = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-fake-cgroup-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: fake, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: fake) }
+        let supervisor = try Supervisor(cgroups: CgroupSupport(layout: .v1(memoryParent: fake, pidsParent: nil)))
+        let error = await #expect(throws: SandboxError.self) {
+            _ = try await supervisor.launch(Fixtures.probeConfiguration(["exit", "0"]))
+        }
+        #expect(error?.step == .cgroup)
+        #expect(error?.description.contains("memory.limit_in_bytes") == true)
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: fake))?.isEmpty == true, "nothing left in the fake cgroup")
+    }
+
+    @Test("a program that does not exist fails the launch")
+    func missingProgram() async throws {
+        var config = try Fixtures.probeConfiguration([])
+        config.executable = "/nonexistent/program"
+        await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
+        let result = try Fixtures.run([Fixtures.cli, "exec", "--", "no-such-program-xsb"])
+        #expect(result.status == 127)
+    }
+}

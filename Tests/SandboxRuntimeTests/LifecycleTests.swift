@@ -1,0 +1,116 @@
+import CSandboxShim
+import Foundation
+import Glibc
+import SandboxPolicy
+@testable import SandboxRuntime
+import Testing
+
+@Suite("Lifecycle: exit, suspend, resume, kill, die with the supervisor")
+struct LifecycleTests {
+    @Test("exit status and termination reasons from the runtime API")
+    func exitStatus() async throws {
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "7"]))
+        #expect(await process.waitForExit() == .exited(code: 7))
+        #expect(!process.isRunning)
+
+        let violating = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["bpf"]))
+        #expect(await violating.waitForExit() == .seccompViolation(syscall: "bpf"))
+    }
+
+    @Test("suspend stops every process of the sandbox, a forked grandchild too; resume continues them")
+    func suspendResume() async throws {
+        let output = OutputPipe()
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "60"], stdout: output.writeFD))
+        defer { process.kill() }
+        _ = output.waitFor("tick")
+        let inside = process.processIdentifiers().dropFirst()  // all but the init
+        #expect(inside.count >= 2, "the probe and its forked child")
+
+        try await process.suspend()
+        #expect(Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) == "T" } },
+                "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
+
+        try await process.resume()
+        #expect(Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) != "T" } },
+                "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
+
+        process.kill()
+        #expect(await process.waitForExit() == .killed)
+        #expect(inside.allSatisfy { Fixtures.processState($0) == nil })
+    }
+
+    @Test("control operations on an ended sandbox fail cleanly")
+    func controlAfterExit() async throws {
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "0"]))
+        _ = await process.waitForExit()
+        await #expect(throws: SandboxError.self) { try await process.suspend() }
+    }
+
+    @Test("no file descriptors, processes or cgroups left behind")
+    func nothingLeftBehind() async throws {
+        // Warm up: the supervisor's own threads and epoll fd exist after the first launch.
+        _ = await (try await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "0"]))).waitForExit()
+        let before = Fixtures.openFileDescriptors()
+        for check in ["exit", "crash", "ptrace", "sleep"] {
+            let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(check == "exit" ? ["exit", "1"] : check == "sleep" ? ["sleep", "30"] : [check]))
+            if check == "sleep" { process.kill() }
+            _ = await process.waitForExit()
+        }
+        // Other tests run concurrently and hold their own fds briefly; ours must all be closed.
+        let leaked = Fixtures.openFileDescriptors().subtracting(before)
+        let ours = leaked.filter { fd in
+            let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)")) ?? ""
+            return target.contains("seccomp") || target.contains("pidfd") || target.contains("cgroup")
+        }
+        #expect(ours.isEmpty, "leaked: \(ours)")
+        let cgroupDirs = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory"].flatMap { root -> [String] in
+            guard let e = FileManager.default.enumerator(atPath: root) else { return [] }
+            return e.compactMap { $0 as? String }.filter { $0.hasSuffix("extsandbox-\(getpid())-1") }
+        }
+        #expect(cgroupDirs.isEmpty, "left: \(cgroupDirs)")
+    }
+
+    @Test("the sandbox's fds are only stdio", arguments: Fixtures.Caller.allCases)
+    func onlyStdio(caller: Fixtures.Caller) throws {
+        let result = try Fixtures.exec([Fixtures.probe, "fds"], as: caller)
+        #expect(result.status == 0, "\(result.stdout)")
+    }
+
+    @Test("every sandbox process dies when the supervisor is killed with SIGKILL", arguments: Fixtures.Caller.allCases)
+    func dieWithSupervisor(caller: Fixtures.Caller) throws {
+        let cli = Process()
+        var argv = [Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath, "--", Fixtures.probe, "fork-sleep", "300"]
+        if caller == .nobody { argv = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] + argv }
+        cli.executableURL = URL(fileURLWithPath: argv[0])
+        cli.arguments = Array(argv.dropFirst())
+        let out = Pipe()
+        cli.standardOutput = out
+        cli.standardError = FileHandle.nullDevice
+        try cli.run()
+        // setpriv execs the CLI in place, so the CLI keeps this pid.
+        let supervisor = cli.processIdentifier
+        var sandboxed: [pid_t] = []
+        #expect(Fixtures.eventually(within: 10) {
+            sandboxed = Self.descendants(of: supervisor)
+            return sandboxed.count >= 3  // init, probe, its child
+        }, "sandbox processes: \(sandboxed)")
+        kill(supervisor, SIGKILL)
+        cli.waitUntilExit()
+        #expect(Fixtures.eventually { sandboxed.allSatisfy { Fixtures.processState($0) == nil || Fixtures.processState($0) == "Z" } },
+                "survivors: \(sandboxed.filter { Fixtures.processState($0) != nil }.map { "\($0)=\(Fixtures.processState($0)!)" })")
+    }
+
+    static func descendants(of root: pid_t) -> [pid_t] {
+        var result: [pid_t] = [], queue = [root]
+        while let next = queue.first {
+            queue.removeFirst()
+            for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(next)/task")) ?? [] {
+                let text = (try? String(contentsOfFile: "/proc/\(next)/task/\(task)/children", encoding: .utf8)) ?? ""
+                let children = text.split(separator: " ").compactMap { pid_t($0) }
+                result += children
+                queue += children
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+import Testing
+
+/// Ordinary programs keep working under the standard policy.
+@Suite("Real programs under the standard policy")
+struct RealProgramTests {
+    @Test("a shell pipeline with sort")
+    func shellPipeline() throws {
+        let result = try Fixtures.exec(["/bin/sh", "-c", "i=0; while [ $i -lt 200 ]; do echo $i; i=$((i+1)); done | sort -rn | head -n 1"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "199\n")
+    }
+
+    @Test("gzip and tar in /tmp")
+    func gzipTar() throws {
+        let script = """
+            set -e; cd /tmp; mkdir d; echo payload > d/file; tar czf d.tgz d; rm -r d
+            tar xzf d.tgz; cat d/file; echo text | gzip | gzip -d
+            """
+        let result = try Fixtures.exec(["/bin/sh", "-c", script])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "payload\ntext\n")
+    }
+
+    @Test("sqlite3")
+    func sqlite() throws {
+        let result = try Fixtures.exec(["/usr/bin/sqlite3", "/tmp/db", "create table t(x); insert into t values (42); select x * 2 from t;"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "84\n")
+    }
+
+    @Test("python3 with threads, subprocess, multiprocessing and temp files", arguments: Fixtures.Caller.allCases)
+    func python(caller: Fixtures.Caller) throws {
+        let script = """
+            import threading, subprocess, multiprocessing, tempfile
+            out = []
+            t = threading.Thread(target=lambda: out.append("thread")); t.start(); t.join()
+            out.append(subprocess.run(["/bin/echo", "subprocess"], capture_output=True, text=True).stdout.strip())
+            def square(x): return x * x
+            if __name__ == "__main__":
+                with multiprocessing.Pool(2) as pool: out.append(str(sum(pool.map(square, range(10)))))
+                with tempfile.NamedTemporaryFile("w+") as f:
+                    f.write("temp"); f.flush(); f.seek(0); out.append(f.read())
+                print(" ".join(out))
+            """
+        let result = try Fixtures.exec(["/usr/bin/python3", "-c", script], as: caller)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "thread subprocess 285 temp\n", "\(result.stderr)")
+    }
+
+    @Test("exit codes pass through", arguments: [0, 3, 42, 255])
+    func exitCodes(code: Int) throws {
+        let result = try Fixtures.exec([Fixtures.probe, "exit", "\(code)"])
+        #expect(result.status == Int32(code))
+    }
+
+    @Test("a crash exits with 128 + SIGSEGV")
+    func crash() throws {
+        let result = try Fixtures.exec([Fixtures.probe, "crash"])
+        #expect(result.status == 128 + SIGSEGV)
+    }
+
+    @Test("--env, --ro-bind and --chdir")
+    func options() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-bind-\(getpid())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try "bound\n".write(to: dir.appendingPathComponent("file"), atomically: true, encoding: .utf8)
+        chmod(dir.path, 0o755)
+        chmod(dir.appendingPathComponent("file").path, 0o644)
+        let result = try Fixtures.exec(
+            ["/bin/sh", "-c", "cat file; echo $GREETING; touch x 2>/dev/null || echo read-only"],
+            options: ["--ro-bind", "\(dir.path):/work", "--chdir", "/work", "--env", "GREETING=hi"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "bound\nhi\nread-only\n")
+    }
+
+    @Test("--help explains every option")
+    func help() throws {
+        let result = try Fixtures.run([Fixtures.cli, "exec", "--help"])
+        for option in ["--policy", "--ro-bind", "--bind", "--env", "--chdir", "Exit status"] {
+            #expect(result.stdout.contains(option), "missing \(option)")
+        }
+    }
+}
