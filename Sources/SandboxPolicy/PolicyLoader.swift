@@ -1,0 +1,162 @@
+import Foundation
+
+/// Reads policy files into ``Policy`` values.
+///
+/// A policy file is YAML (format described in `docs/policy-format.md`). Every problem is reported
+/// with `FILE:LINE:COL`; a broken file is an error, never a silent fallback to something weaker.
+public enum PolicyLoader {
+    /// Loads and validates one policy file. Throws a ``PolicyError`` (the first problem, with the
+    /// others in ``PolicyError/additional``).
+    public static func load(file: String) throws(PolicyError) -> Policy {
+        let text = try read(file: file)
+        return try load(yaml: text, name: policyName(forFile: file), sourcePath: file)
+    }
+
+    /// Every problem of a policy file, in file order; empty when the file is a valid policy.
+    public static func check(file: String) -> [PolicyError] {
+        do {
+            let text = try read(file: file)
+            return check(yaml: text, name: policyName(forFile: file), sourcePath: file)
+        } catch {
+            return [error]
+        }
+    }
+
+    /// Loads a policy given as a name (`standard`, looked up as `standard.yaml` along the search
+    /// path, the last directory that has it winning) or as a path (a value containing `/` or ending
+    /// in `.yaml`).
+    public static func load(nameOrPath: String, searchPath: PolicySearchPath) throws(PolicyError) -> Policy {
+        if isPath(nameOrPath) { return try load(file: nameOrPath) }
+        return try load(file: searchPath.locate(name: nameOrPath))
+    }
+
+    /// Parses policy text. `name` becomes ``Policy/name``; errors name `sourcePath ?? name`.
+    public static func load(yaml: String, name: String, sourcePath: String? = nil) throws(PolicyError) -> Policy {
+        let diag = Diagnostics(file: sourcePath ?? name)
+        let policy = PolicyDocument(diag: diag, name: name, sourcePath: sourcePath).parse(yaml: yaml)
+        let errors = diag.sorted
+        if var first = errors.first {
+            first.additional = Array(errors.dropFirst())
+            throw first
+        }
+        guard let policy else {
+            throw PolicyError(file: sourcePath ?? name, message: "the policy could not be read")
+        }
+        return policy
+    }
+
+    /// Every problem of policy text, in file order.
+    public static func check(yaml: String, name: String, sourcePath: String? = nil) -> [PolicyError] {
+        let diag = Diagnostics(file: sourcePath ?? name)
+        _ = PolicyDocument(diag: diag, name: name, sourcePath: sourcePath).parse(yaml: yaml)
+        return diag.sorted
+    }
+
+    static func isPath(_ value: String) -> Bool { value.contains("/") || value.hasSuffix(".yaml") }
+
+    static func policyName(forFile file: String) -> String {
+        var base = (file as NSString).lastPathComponent
+        if base.hasSuffix(".yaml") { base.removeLast(5) }
+        return base
+    }
+
+    static func read(file: String) throws(PolicyError) -> String {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory) else {
+            throw PolicyError(file: file, message: "no such policy file")
+        }
+        guard !isDirectory.boolValue else { throw PolicyError(file: file, message: "is a directory, not a policy file") }
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw PolicyError(file: file, message: "cannot read the policy file (permissions?)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw PolicyError(file: file, message: "the policy file is not UTF-8 text")
+        }
+        return text
+    }
+}
+
+/// Where policies are looked up by name: directories in increasing precedence (the last
+/// directory that has `NAME.yaml` wins, so an admin's copy in `/etc` overrides the shipped one).
+public struct PolicySearchPath: Sendable, Equatable {
+    public var directories: [String]
+
+    public init(directories: [String]) {
+        self.directories = directories
+    }
+
+    /// The system-wide directory for admins' policies.
+    public static let systemDirectory = "/etc/extsandbox/policies"
+
+    /// The install's policies directory, then `/etc/extsandbox/policies`.
+    ///
+    /// The install's directory is the first of: `$EXTSANDBOX_POLICIES_DIR`; `<exe dir>/Policies`;
+    /// `<exe dir>/../share/extsandbox/policies`; the `Policies` directory of the first ancestor of
+    /// the executable's directory that has `Policies/standard.yaml` (a checkout, when running from
+    /// `.build/debug`). Symbolic links in `executablePath` are resolved first.
+    public static func `default`(
+        executablePath: String, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> PolicySearchPath {
+        var dirs: [String] = []
+        if let install = installDirectory(executablePath: executablePath, environment: environment) {
+            dirs.append(install)
+        }
+        dirs.append(systemDirectory)
+        return PolicySearchPath(directories: dirs)
+    }
+
+    static func installDirectory(executablePath: String, environment: [String: String]) -> String? {
+        if let env = environment["EXTSANDBOX_POLICIES_DIR"], !env.isEmpty { return env }
+        let exe = URL(fileURLWithPath: executablePath).resolvingSymlinksInPath()
+        let exeDir = exe.deletingLastPathComponent().standardizedFileURL
+        let fm = FileManager.default
+        func isDirectory(_ url: URL) -> Bool {
+            var isDir: ObjCBool = false
+            return fm.fileExists(atPath: url.path, isDirectory: &isDir) && isDir.boolValue
+        }
+        let candidates = [
+            exeDir.appendingPathComponent("Policies"),
+            exeDir.appendingPathComponent("../share/extsandbox/policies").standardizedFileURL,
+        ]
+        if let found = candidates.first(where: isDirectory) { return found.path }
+        var dir = exeDir
+        while true {
+            let policies = dir.appendingPathComponent("Policies")
+            if fm.fileExists(atPath: policies.appendingPathComponent("standard.yaml").path) { return policies.path }
+            let parent = dir.deletingLastPathComponent().standardizedFileURL
+            if parent.path == dir.path { return nil }
+            dir = parent
+        }
+    }
+
+    /// Every policy along the path: name → file (later directories override earlier ones).
+    public func availablePolicies() -> [String: String] {
+        var out: [String: String] = [:]
+        for dir in directories {
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+            for file in files.sorted() where file.hasSuffix(".yaml") && !file.hasPrefix(".") {
+                out[String(file.dropLast(5))] = (dir as NSString).appendingPathComponent(file)
+            }
+        }
+        return out
+    }
+
+    /// The file of policy `name`: the last directory that has `name.yaml`.
+    public func locate(name: String) throws(PolicyError) -> String {
+        guard !name.isEmpty, !name.contains("/"), !name.hasPrefix(".") else {
+            throw PolicyError(file: name, message: "not a policy name (names are file names without .yaml)")
+        }
+        var found: String?
+        for dir in directories {
+            let candidate = (dir as NSString).appendingPathComponent(name + ".yaml")
+            var isDir: ObjCBool = false
+            if FileManager.default.fileExists(atPath: candidate, isDirectory: &isDir), !isDir.boolValue {
+                found = candidate
+            }
+        }
+        if let found { return found }
+        let hint = Suggest.hint(for: name, in: availablePolicies().keys)
+        let places = directories.isEmpty ? "(no directories)" : directories.joined(separator: ", ")
+        throw PolicyError(file: name, message: "no policy named \"\(name)\"\(hint) (looked for \(name).yaml in: \(places))")
+    }
+}

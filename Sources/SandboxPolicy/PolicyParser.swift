@@ -1,0 +1,221 @@
+import Yams
+
+/// A position in the policy file.
+struct Loc: Sendable, Equatable {
+    var line: Int
+    var column: Int
+    static let none = Loc(line: 0, column: 0)
+
+    init(line: Int, column: Int) {
+        self.line = line
+        self.column = column
+    }
+
+    init(_ mark: Mark?) {
+        self.init(line: mark?.line ?? 0, column: mark?.column ?? 0)
+    }
+
+    init(_ node: Node) { self.init(node.mark) }
+
+    func advanced(by columns: Int) -> Loc { Loc(line: line, column: column + columns) }
+}
+
+/// Collects the problems of one file.
+final class Diagnostics {
+    let file: String
+    private(set) var errors: [PolicyError] = []
+    /// Keys suggested for unknown keys ("did you mean"), so a missing-key error does not repeat them.
+    var suggestedKeys: Set<String> = []
+
+    init(file: String) { self.file = file }
+
+    func error(_ loc: Loc, _ message: String) {
+        errors.append(PolicyError(file: file, line: loc.line, column: loc.column, message: message))
+    }
+
+    func error(_ node: Node, _ message: String) { error(Loc(node), message) }
+
+    /// Errors sorted by position (stable for equal positions).
+    var sorted: [PolicyError] {
+        errors.enumerated().sorted { a, b in
+            (a.element.line, a.element.column, a.offset) < (b.element.line, b.element.column, b.offset)
+        }.map(\.element)
+    }
+}
+
+// MARK: - Reading YAML nodes as strings
+
+extension Node {
+    var kindName: String {
+        switch self {
+        case .scalar: return "a single value"
+        case .mapping: return "a mapping (key: value)"
+        case .sequence: return "a list"
+        case .alias: return "an alias"
+        }
+    }
+
+    /// A plain `~`, `null` or empty scalar: "nothing here".
+    var isNull: Bool {
+        guard case .scalar(let s) = self, s.style == .plain || s.style == .any else { return false }
+        return s.string.isEmpty || s.string == "~" || s.string == "null" || s.string == "Null" || s.string == "NULL"
+    }
+}
+
+/// Turns YAML nodes into values, reporting every problem with its position.
+/// Every scalar is read as a string and interpreted here, so `no` or `on` never become booleans.
+struct NodeReader {
+    let diag: Diagnostics
+
+    func string(_ node: Node, what: String) -> String? {
+        switch node {
+        case .scalar(let s):
+            return s.string
+        default:
+            diag.error(node, "\(what) must be a single value, found \(node.kindName)")
+            return nil
+        }
+    }
+
+    /// Mapping entries with string keys, in file order. Reports unknown keys (with suggestions),
+    /// reserved keys, duplicate keys and non-scalar keys.
+    func mapping(
+        _ node: Node, what: String, keys allowed: [String], reserved: [String: String] = [:]
+    ) -> [(key: String, keyLoc: Loc, value: Node)]? {
+        guard case .mapping(let mapping) = node else {
+            diag.error(node, "\(what) must be a mapping (key: value), found \(node.kindName)")
+            return nil
+        }
+        var out: [(key: String, keyLoc: Loc, value: Node)] = []
+        var seen: Set<String> = []
+        for (keyNode, value) in mapping {
+            guard case .scalar(let keyScalar) = keyNode else {
+                diag.error(keyNode, "keys of \(what) must be plain words, found \(keyNode.kindName)")
+                continue
+            }
+            let key = keyScalar.string
+            let loc = Loc(keyNode)
+            if let why = reserved[key] {
+                diag.error(loc, "\"\(key)\" \(why)")
+                continue
+            }
+            guard allowed.contains(key) else {
+                if let match = Suggest.closest(to: key, in: allowed) { diag.suggestedKeys.insert(match) }
+                diag.error(loc, "unknown key \"\(key)\" in \(what)\(Suggest.hint(for: key, in: allowed))"
+                    + " (known keys: \(allowed.joined(separator: ", ")))")
+                continue
+            }
+            guard seen.insert(key).inserted else {
+                diag.error(loc, "duplicate key \"\(key)\" in \(what)")
+                continue
+            }
+            out.append((key, loc, value))
+        }
+        return out
+    }
+
+    /// Mapping entries whose keys are data (paths, errno names, variable names), in file order.
+    func dataMapping(_ node: Node, what: String) -> [(key: String, keyLoc: Loc, value: Node)]? {
+        if node.isNull { return [] }
+        guard case .mapping(let mapping) = node else {
+            diag.error(node, "\(what) must be a mapping (key: value), found \(node.kindName)")
+            return nil
+        }
+        var out: [(key: String, keyLoc: Loc, value: Node)] = []
+        var seen: Set<String> = []
+        for (keyNode, value) in mapping {
+            guard case .scalar(let keyScalar) = keyNode else {
+                diag.error(keyNode, "keys of \(what) must be single values, found \(keyNode.kindName)")
+                continue
+            }
+            guard seen.insert(keyScalar.string).inserted else {
+                diag.error(keyNode, "duplicate key \"\(keyScalar.string)\" in \(what)")
+                continue
+            }
+            out.append((keyScalar.string, Loc(keyNode), value))
+        }
+        return out
+    }
+
+    /// A list of nodes; a single scalar counts as a list of one; null as an empty list.
+    func list(_ node: Node, what: String) -> [Node]? {
+        if node.isNull { return [] }
+        switch node {
+        case .sequence(let seq): return Array(seq)
+        case .scalar: return [node]
+        default:
+            diag.error(node, "\(what) must be a list, found \(node.kindName)")
+            return nil
+        }
+    }
+
+    /// A list of strings with their positions.
+    func stringList(_ node: Node, what: String) -> [(String, Node)]? {
+        guard let items = list(node, what: what) else { return nil }
+        var out: [(String, Node)] = []
+        for item in items {
+            if let s = string(item, what: "an entry of \(what)") { out.append((s, item)) }
+        }
+        return out
+    }
+
+    /// The position of character `offset` inside a scalar (best effort: exact for one-line scalars).
+    func loc(in node: Node, offset: Int) -> Loc {
+        guard case .scalar(let s) = node else { return Loc(node) }
+        if s.string.contains("\n") || s.style == .literal || s.style == .folded { return Loc(node) }
+        let quote = (s.style == .singleQuoted || s.style == .doubleQuoted) ? 1 : 0
+        return Loc(node).advanced(by: quote + offset)
+    }
+}
+
+// MARK: - Values
+
+enum Values {
+    static let binaryUnits: [Character: UInt64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
+
+    /// `64K`, `256M`, `1G`, `2T` (binary units) or plain bytes.
+    static func size(_ text: String) -> UInt64? {
+        var digits = Substring(text)
+        var unit: UInt64 = 1
+        if let last = text.last, let m = binaryUnits[Character(last.uppercased())] {
+            unit = m
+            digits = digits.dropLast()
+        }
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCIIDigit), let n = UInt64(digits) else { return nil }
+        let (product, overflow) = n.multipliedReportingOverflow(by: unit)
+        return overflow ? nil : product
+    }
+
+    /// A plain decimal count.
+    static func count(_ text: String) -> UInt64? {
+        guard !text.isEmpty, text.allSatisfy(\.isASCIIDigit) else { return nil }
+        return UInt64(text)
+    }
+
+    /// Seconds: `600`, `600s`, `10m`, `2h`.
+    static func seconds(_ text: String) -> UInt64? {
+        let units: [Character: UInt64] = ["s": 1, "m": 60, "h": 3600]
+        var digits = Substring(text)
+        var unit: UInt64 = 1
+        if let last = text.last, let m = units[last] {
+            unit = m
+            digits = digits.dropLast()
+        }
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCIIDigit), let n = UInt64(digits) else { return nil }
+        let (product, overflow) = n.multipliedReportingOverflow(by: unit)
+        return overflow ? nil : product
+    }
+
+    static func isUnlimited(_ text: String) -> Bool { text == "none" || text == "unlimited" }
+
+    /// An environment variable name.
+    static func isVariableName(_ text: String) -> Bool {
+        guard let first = text.unicodeScalars.first, first == "_" || (first.isASCII && first.properties.isAlphabetic)
+        else { return false }
+        return text.unicodeScalars.allSatisfy { $0 == "_" || ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) }
+    }
+}
+
+extension Character {
+    var isASCIIDigit: Bool { ("0"..."9").contains(self) }
+}

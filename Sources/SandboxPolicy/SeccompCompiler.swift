@@ -1,0 +1,299 @@
+import CSeccomp
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How `kill` actions are compiled.
+public enum FilterMode: Sendable {
+    /// Kill actions (default and per-rule) compile to `SCMP_ACT_NOTIFY`: the supervisor receives the
+    /// notification, records the syscall, and kills the sandbox. The filter must be installed with
+    /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
+    case supervised
+    /// Kill actions compile to `SCMP_ACT_KILL_PROCESS` (for tests and tools without a supervisor).
+    case inKernel
+}
+
+/// A ready seccomp BPF program.
+public struct CompiledSeccompFilter: Sendable, Equatable {
+    /// The BPF program: an array of struct sock_filter (8 bytes each), ready for seccomp(SECCOMP_SET_MODE_FILTER).
+    public let program: [UInt8]
+    public var instructionCount: Int { program.count / 8 }
+
+    public init(program: [UInt8]) {
+        self.program = program
+    }
+}
+
+/// Raw seccomp return values (`SECCOMP_RET_*`), for reading ``CompiledSeccompFilter/evaluate(syscall:arguments:architecture:instructionPointer:)``.
+public enum SeccompReturn {
+    public static let killProcess: UInt32 = 0x8000_0000
+    public static let killThread: UInt32 = 0x0000_0000
+    public static let trap: UInt32 = 0x0003_0000
+    public static let errno: UInt32 = 0x0005_0000
+    public static let userNotif: UInt32 = 0x7fc0_0000
+    public static let trace: UInt32 = 0x7ff0_0000
+    public static let log: UInt32 = 0x7ffc_0000
+    public static let allow: UInt32 = 0x7fff_0000
+    public static let actionMask: UInt32 = 0xffff_0000
+    public static let dataMask: UInt32 = 0x0000_ffff
+
+    /// `AUDIT_ARCH_X86_64`, `AUDIT_ARCH_I386`.
+    public static let archX86_64: UInt32 = 0xc000_003e
+    public static let archI386: UInt32 = 0x4000_0003
+    /// The x32 ABI marks its syscall numbers with this bit (on the x86_64 audit arch).
+    public static let x32SyscallBit: Int32 = 0x4000_0000
+}
+
+extension Policy {
+    /// Compiles the seccomp part of the policy to a BPF program for the native architecture (x86_64).
+    ///
+    /// - Foreign architectures (i386 `int 0x80`, x32 syscall numbers) are killed in the kernel.
+    /// - `clone3` always fails with `ENOSYS`, so the C library falls back to `clone`, whose flags
+    ///   the filter can check; a policy that gives `clone3` another action is an error.
+    /// - `execve` must be allowed without conditions (the sandbox execs its program after loading).
+    /// - For a syscall with conditional rules, calls that match no condition get the syscall's
+    ///   unconditional rule (if any), else the default action.
+    ///
+    /// Pure: it never loads a filter into the current process.
+    public func compileSeccompFilter(mode: FilterMode = .supervised) throws(PolicyError) -> CompiledSeccompFilter {
+        try SeccompCompiler(policy: self, mode: mode).compile()
+    }
+}
+
+struct SeccompCompiler {
+    let policy: Policy
+    let mode: FilterMode
+
+    var file: String { policy.sourcePath ?? policy.name }
+
+    func fail(_ message: String) -> PolicyError {
+        PolicyError(file: file, message: message)
+    }
+
+    func scmpAction(_ action: SyscallAction) -> UInt32 {
+        switch action {
+        case .allow: return xsb_scmp_act_allow()
+        case .log: return xsb_scmp_act_log()
+        case .errno(let e): return xsb_scmp_act_errno(UInt16(clamping: e))
+        case .killProcess: return mode == .supervised ? xsb_scmp_act_notify() : xsb_scmp_act_kill_process()
+        }
+    }
+
+    func scmpCondition(_ c: ArgumentCondition) -> scmp_arg_cmp {
+        var cmp = scmp_arg_cmp()
+        cmp.arg = UInt32(c.index)
+        cmp.datum_a = c.value
+        cmp.datum_b = 0
+        switch c.op {
+        case .equal: cmp.op = SCMP_CMP_EQ
+        case .notEqual: cmp.op = SCMP_CMP_NE
+        case .less: cmp.op = SCMP_CMP_LT
+        case .lessOrEqual: cmp.op = SCMP_CMP_LE
+        case .greater: cmp.op = SCMP_CMP_GT
+        case .greaterOrEqual: cmp.op = SCMP_CMP_GE
+        case .maskedEqual(let mask):
+            cmp.op = SCMP_CMP_MASKED_EQ
+            cmp.datum_a = mask
+            cmp.datum_b = c.value
+        }
+        return cmp
+    }
+
+    /// What one syscall does, after validation.
+    struct Plan {
+        var number: Int32
+        var plain: SyscallAction?
+        var conditional: [SyscallRule] = []
+    }
+
+    func plan() throws(PolicyError) -> [(String, Plan)] {
+        var plans: [String: Plan] = [:]
+        for rule in policy.seccomp.rules {
+            guard let number = Syscalls.number(of: rule.syscall) else {
+                throw fail("unknown system call \"\(rule.syscall)\" on x86_64\(Suggest.hint(for: rule.syscall, in: Syscalls.allNames))")
+            }
+            for c in rule.conditions where !(0...5).contains(c.index) {
+                throw fail("bad argument index \(c.index) in a rule for \(rule.syscall): system calls have arguments 0 to 5")
+            }
+            var p = plans[rule.syscall] ?? Plan(number: number)
+            if rule.conditions.isEmpty {
+                if let existing = p.plain, existing != rule.action {
+                    throw fail("\(rule.syscall) has two rules without conditions (\(existing) and \(rule.action))")
+                }
+                p.plain = rule.action
+            } else {
+                if let first = p.conditional.first, first.action != rule.action {
+                    throw fail("rules for \(rule.syscall) with conditions must all have the same action (\(first.action) and \(rule.action))")
+                }
+                p.conditional.append(rule)
+            }
+            plans[rule.syscall] = p
+        }
+
+        if let c3 = plans["clone3"], c3.plain != .errno(38) || !c3.conditional.isEmpty {
+            throw fail("clone3 must fail with ENOSYS: \(PolicyDocument.clone3Explanation)")
+        }
+        plans["clone3"] = Plan(number: Syscalls.number(of: "clone3")!, plain: .errno(38))
+
+        let execve = plans["execve"]
+        let execveAction = execve?.plain ?? policy.seccomp.defaultAction
+        guard execveAction == .allow || execveAction == .log, execve?.conditional.isEmpty ?? true else {
+            throw fail("execve must be allowed without conditions: the sandbox starts its program with execve after loading the filter")
+        }
+        return plans.sorted { $0.key < $1.key }
+    }
+
+    func compile() throws(PolicyError) -> CompiledSeccompFilter {
+        let plans = try plan()
+        let defaultAct = scmpAction(policy.seccomp.defaultAction)
+        guard let ctx = seccomp_init(defaultAct) else { throw fail("libseccomp: seccomp_init failed") }
+        defer { seccomp_release(ctx) }
+
+        func check(_ rc: Int32, _ what: @autoclosure () -> String) throws(PolicyError) {
+            if rc < 0 { throw fail("libseccomp: \(what()) failed: \(String(cString: strerror(-rc)))") }
+        }
+        try check(seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, xsb_scmp_act_kill_process()), "setting the bad-architecture action")
+        try check(seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0), "turning off no_new_privs")
+        // A binary search over syscall numbers instead of a linear scan.
+        try check(seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2), "turning on the binary-tree layout")
+
+        for (name, plan) in plans {
+            let fallback = plan.plain.map(scmpAction) ?? defaultAct
+            if plan.conditional.isEmpty {
+                if fallback != defaultAct {
+                    try check(seccomp_rule_add_array(ctx, fallback, plan.number, 0, nil), "adding the rule for \(name)")
+                }
+                continue
+            }
+            let conditionalAct = scmpAction(plan.conditional[0].action)
+            if conditionalAct == fallback {
+                throw fail("the conditional rules for \(name) have no effect: \(name) gets \(plan.conditional[0].action) anyway")
+            }
+            if conditionalAct == defaultAct {
+                throw fail("a conditional rule for \(name) cannot use the default action while \(name) otherwise gets another action: libseccomp cannot express it")
+            }
+            for rule in plan.conditional {
+                var conds = rule.conditions.map(scmpCondition)
+                try check(
+                    seccomp_rule_add_array(ctx, conditionalAct, plan.number, UInt32(conds.count), &conds),
+                    "adding a conditional rule for \(name)")
+            }
+            if fallback != defaultAct {
+                // libseccomp drops conditional rules when the same syscall also has a rule without
+                // conditions, so the fallback is a rule whose condition always holds; libseccomp
+                // tests it after the specific ones.
+                let index = UInt32(plan.conditional[0].conditions[0].index)
+                var always = scmp_arg_cmp(arg: index, op: SCMP_CMP_GE, datum_a: 0, datum_b: 0)
+                try check(seccomp_rule_add_array(ctx, fallback, plan.number, 1, &always), "adding the fallback rule for \(name)")
+            }
+        }
+
+        let fd = xsb_memfd_create("extsandbox-seccomp", 1 /* MFD_CLOEXEC */)
+        guard fd >= 0 else { throw fail("memfd_create failed: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        try check(seccomp_export_bpf(ctx, fd), "exporting the BPF program")
+        let size = lseek(fd, 0, SEEK_END)
+        guard size > 0, size % 8 == 0, lseek(fd, 0, SEEK_SET) == 0 else {
+            throw fail("libseccomp exported an empty or malformed BPF program")
+        }
+        var bytes = [UInt8](repeating: 0, count: Int(size))
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { buf in read(fd, buf.baseAddress! + done, buf.count - done) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw fail("reading the exported BPF program failed") }
+            done += n
+        }
+        let filter = CompiledSeccompFilter(program: bytes)
+        try verify(filter, plans: plans)
+        return filter
+    }
+
+    /// Checks the program against the plan at a few points, so a surprise in how libseccomp
+    /// merges rules can never silently weaken a policy.
+    func verify(_ filter: CompiledSeccompFilter, plans: [(String, Plan)]) throws(PolicyError) {
+        let defaultAct = scmpAction(policy.seccomp.defaultAction)
+        func expect(_ name: String, _ args: [UInt64], _ want: UInt32) throws(PolicyError) {
+            let nr = Syscalls.number(of: name)!
+            let got = filter.evaluate(syscall: nr, arguments: args)
+            if got != want {
+                throw fail("internal error: the compiled filter gives \(name)(\(args.map { "0x" + String($0, radix: 16) }.joined(separator: ", "))) action 0x\(String(got, radix: 16)), expected 0x\(String(want, radix: 16))")
+            }
+        }
+        for (name, plan) in plans {
+            let fallback = plan.plain.map(scmpAction) ?? defaultAct
+            if plan.conditional.isEmpty {
+                try expect(name, [0, 0, 0, 0, 0, 0], fallback)
+                continue
+            }
+            let act = scmpAction(plan.conditional[0].action)
+            for rule in plan.conditional {
+                if let args = rule.conditions.satisfyingArguments() { try expect(name, args, act) }
+                for c in rule.conditions {
+                    // Break one condition: unless another rule matches, the fallback applies.
+                    guard var args = rule.conditions.satisfyingArguments(), let bad = c.violatingValue() else { continue }
+                    args[c.index] = bad
+                    let others = plan.conditional.contains { $0.conditions.allSatisfy { $0.holds(for: args[$0.index]) } }
+                    try expect(name, args, others ? act : fallback)
+                }
+            }
+        }
+        if filter.evaluate(syscall: 39, arguments: [], architecture: SeccompReturn.archI386) != SeccompReturn.killProcess
+            || filter.evaluate(syscall: SeccompReturn.x32SyscallBit | 39, arguments: []) != SeccompReturn.killProcess
+        {
+            throw fail("internal error: the compiled filter does not kill foreign-architecture system calls")
+        }
+    }
+}
+
+extension ArgumentCondition {
+    func holds(for arg: UInt64) -> Bool {
+        switch op {
+        case .equal: return arg == value
+        case .notEqual: return arg != value
+        case .less: return arg < value
+        case .lessOrEqual: return arg <= value
+        case .greater: return arg > value
+        case .greaterOrEqual: return arg >= value
+        case .maskedEqual(let mask): return arg & mask == value
+        }
+    }
+
+    /// A value that satisfies this condition, if one exists.
+    func satisfyingValue() -> UInt64? {
+        switch op {
+        case .equal, .lessOrEqual, .greaterOrEqual, .maskedEqual: return value
+        case .notEqual: return value == 0 ? 1 : 0
+        case .less: return value == 0 ? nil : value - 1
+        case .greater: return value == .max ? nil : value + 1
+        }
+    }
+
+    /// A value that violates this condition, if one exists.
+    func violatingValue() -> UInt64? {
+        switch op {
+        case .equal: return value == 0 ? 1 : 0
+        case .notEqual: return value
+        case .less: return value
+        case .lessOrEqual: return value == .max ? nil : value + 1
+        case .greater: return value
+        case .greaterOrEqual: return value == 0 ? nil : value - 1
+        case .maskedEqual(let mask):
+            if mask == 0 { return nil }
+            // Flip the lowest bit of the mask.
+            return value ^ (mask & (~mask &+ 1))
+        }
+    }
+}
+
+extension Array where Element == ArgumentCondition {
+    /// Six arguments that satisfy every condition (conditions are on distinct arguments).
+    func satisfyingArguments() -> [UInt64]? {
+        var args = [UInt64](repeating: 0, count: 6)
+        for c in self {
+            guard let v = c.satisfyingValue() else { return nil }
+            args[c.index] = v
+        }
+        return allSatisfy { $0.holds(for: args[$0.index]) } ? args : nil
+    }
+}
