@@ -30,12 +30,17 @@ let package = Package(
         // Spawn and supervise: namespaces, mounts, capabilities, limits, seccomp, pidfds.
         .target(name: "SandboxRuntime", dependencies: ["CSandboxShim", "CSeccomp", "SandboxPolicy"]),
 
+        // Release builds use `swift build --static-swift-stdlib` (scripts/): loading libswiftCore
+        // and Foundation dynamically costs more per `extsandbox exec` than the sandbox itself.
         .executableTarget(
             name: "extsandbox",
             dependencies: [
                 "SandboxRuntime", "SandboxPolicy",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
+
+        // Launch benchmarks against bubblewrap and a bare spawn (scripts/bench).
+        .executableTarget(name: "xsb-bench", dependencies: ["SandboxRuntime", "SandboxPolicy"]),
 
         // Test fixture: tries forbidden things from inside a sandbox, one per invocation.
         // It runs inside sandboxes that do not expose the Swift runtime: link nothing of it.

@@ -30,11 +30,12 @@ struct CgroupSupport: Sendable {
         var v2Mount: (point: String, root: String)?
         var v1Mounts: [String: (point: String, root: String)] = [:]
         for line in mountinfo.split(separator: "\n") {
-            let halves = line.components(separatedBy: " - ")
-            guard halves.count == 2 else { continue }
-            let left = halves[0].split(separator: " "), right = halves[1].split(separator: " ")
+            // Fields before the lone "-" are the mount's; after it: fs type, source, super options.
+            let fields = line.split(separator: " ")
+            guard let dash = fields.firstIndex(of: "-") else { continue }
+            let left = fields[..<dash], right = Array(fields[(dash + 1)...])
             guard left.count >= 5, right.count >= 3 else { continue }
-            let root = String(left[3]), point = String(left[4])
+            let root = String(left[left.startIndex + 3]), point = String(left[left.startIndex + 4])
             if right[0] == "cgroup2" { v2Mount = (point, root) }
             if right[0] == "cgroup" {
                 for option in right[2].split(separator: ",") where option == "memory" || option == "pids" {
@@ -45,7 +46,7 @@ struct CgroupSupport: Sendable {
         func directory(_ mount: (point: String, root: String), _ own: String) -> String? {
             guard own.hasPrefix(mount.root) else { return nil }
             let relative = mount.root == "/" ? own : String(own.dropFirst(mount.root.count))
-            return (mount.point + relative).replacingOccurrences(of: "//", with: "/")
+            return mount.point.hasSuffix("/") ? mount.point + relative.dropFirst() : mount.point + relative
         }
         if let mount = v2Mount, let own = ownPaths[""], let dir = directory(mount, own),
            let delegated = try? String(contentsOfFile: dir + "/cgroup.subtree_control", encoding: .utf8),

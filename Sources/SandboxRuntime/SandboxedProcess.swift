@@ -109,7 +109,7 @@ public final class SandboxedProcess: Sendable {
             let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(next)/task")) ?? []
             for task in tasks {
                 guard let text = try? String(contentsOfFile: "/proc/\(next)/task/\(task)/children", encoding: .utf8) else { continue }
-                queue += text.split(separator: " ").compactMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                queue += text.split(whereSeparator: \.isWhitespace).compactMap { pid_t($0) }
             }
         }
         return result

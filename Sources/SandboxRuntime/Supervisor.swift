@@ -35,7 +35,7 @@ public final class Supervisor: Sendable {
         monitor = try ProcessMonitor()
         self.cgroups = cgroups
         let text = (try? String(contentsOfFile: "/proc/sys/kernel/cap_last_cap", encoding: .utf8)) ?? "40"
-        capLastCap = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 40
+        capLastCap = Int32(text.filter(\.isNumber)) ?? 40
     }
 
     /// Whether sandbox-wide memory and process limits are enforced by cgroups here (otherwise
