@@ -26,15 +26,14 @@ int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd);
 __attribute__((noreturn)) void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd);
 
 /// The payload, in a vfork child sharing the init's fd table: never returns.
-/// Reports its fate on `status_fd` (a pipe): the listener fd number before the filter loads,
-/// or an error record.
-__attribute__((noreturn)) void xsb_payload_main(const struct xsb_spawn_config *cfg, int status_fd);
+/// Announces its listener's fd number on `control_fd` before loading the filter, and reports a
+/// failure on `status_fd` (a pipe the init reads when the vfork returns).
+__attribute__((noreturn)) void xsb_payload_main(const struct xsb_spawn_config *cfg, int control_fd, int status_fd);
 
-/// Record the payload writes on the status pipe.
+/// Error record the payload writes on the status pipe.
 struct xsb_payload_status {
-    int32_t kind;   ///< 1 = listener fd follows in `value`, 2 = error
     int32_t step;
-    int32_t value;  ///< listener fd, or errno
+    int32_t value;  ///< errno
     char detail[128];
 };
 

@@ -47,27 +47,6 @@ static int bring_up_loopback(void) {
     return rc;
 }
 
-static int send_ready(int control_fd, pid_t payload, int listener_fd) {
-    struct xsb_msg msg;
-    memset(&msg, 0, sizeof msg);
-    msg.type = XSB_MSG_READY;
-    msg.value = payload;
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } control;
-    memset(&control, 0, sizeof control);
-    struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                        .msg_controllen = sizeof control.buf};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &listener_fd, sizeof(int));
-    return sendmsg(control_fd, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof msg ? 0 : -1;
-}
-
 static void send_msg3(int control_fd, uint32_t type, int32_t value, int32_t value2) {
     struct xsb_msg msg;
     memset(&msg, 0, sizeof msg);
@@ -78,36 +57,46 @@ static void send_msg3(int control_fd, uint32_t type, int32_t value, int32_t valu
 }
 
 /// Starts the payload and waits (vfork) until it has exec'd or failed. The payload shares our
-/// fd table (CLONE_FILES), so the seccomp listener it creates right before exec stays here
-/// for us to hand to the supervisor, while exec itself leaves the payload with its own table.
-static pid_t start_payload(const struct xsb_spawn_config *cfg, int control_fd, int *listener_fd) {
+/// fd table (CLONE_FILES), so the seccomp listener it creates right before exec appears here,
+/// where the supervisor takes it (pidfd_getfd), while exec leaves the payload a table of its own.
+static pid_t start_payload(const struct xsb_spawn_config *cfg, int control_fd) {
     int status_pipe[2];
     if (pipe2(status_pipe, O_CLOEXEC | O_NONBLOCK) != 0) die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "pipe2");
 
     long child = syscall(SYS_clone, CLONE_VFORK | CLONE_FILES | SIGCHLD, 0, NULL, NULL, 0);
-    if (child == 0) xsb_payload_main(cfg, status_pipe[1]);
+    if (child == 0) xsb_payload_main(cfg, control_fd, status_pipe[1]);
     if (child < 0) die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "clone");
 
-    // Back here the payload has exec'd or exited. Read what it recorded.
-    struct xsb_payload_status rec, error = {0};
-    int listener = -1, have_error = 0;
-    while (read(status_pipe[0], &rec, sizeof rec) == (ssize_t)sizeof rec) {
-        if (rec.kind == 1) listener = rec.value;
-        else if (rec.kind == 2 && !have_error) {
-            error = rec;
-            have_error = 1;
-        }
-    }
+    // Back here the payload has exec'd or exited; an error record says which.
+    struct xsb_payload_status error;
+    ssize_t n = read(status_pipe[0], &error, sizeof error);
     close(status_pipe[0]);
     close(status_pipe[1]);
-    if (have_error) {
+    if (n == (ssize_t)sizeof error) {
         error.detail[sizeof error.detail - 1] = '\0';
-        if (listener >= 0) close(listener);
         die(control_fd, error.step, error.value, error.detail);
     }
-    if (listener < 0) die(control_fd, XSB_STEP_SPAWN_PAYLOAD, ECHILD, "payload ended before exec");
-    *listener_fd = listener;
+    // No record: it exec'd (or a signal ended it first, which the reaper reports as its exit).
     return (pid_t)child;
+}
+
+/// Closes every fd but two.
+static void close_all_except(int a, int b) {
+    int low = a < b ? a : b, high = a < b ? b : a;
+    if (low > 0) syscall(SYS_close_range, 0, low - 1, 0);
+    if (high > low + 1) syscall(SYS_close_range, low + 1, high - 1, 0);
+    syscall(SYS_close_range, high + 1, ~0U, 0);
+}
+
+/// Waits for one message of `type` from the supervisor; EOF (the supervisor died) or anything
+/// else fails.
+static int wait_for(int control_fd, uint32_t type) {
+    struct xsb_msg msg;
+    ssize_t n;
+    do {
+        n = recv(control_fd, &msg, sizeof msg, 0);
+    } while (n < 0 && errno == EINTR);
+    return (n == (ssize_t)sizeof msg && msg.type == type) ? 0 : -1;
 }
 
 __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
@@ -119,7 +108,15 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
     if (sfd < 0) _exit(127);
 
     struct pollfd fds[2] = {{.fd = control_fd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+    // Until the supervisor holds the listener, the payload's end is kept back: our exit would
+    // take the listener (in our fd table) with it.
+    int listener_taken = 0, payload_ended = 0, payload_status = 0;
     for (;;) {
+        if (payload_ended && listener_taken) {
+            send_msg3(control_fd, XSB_MSG_EXIT, payload_status, 0);
+            // Our exit ends the namespace: the kernel kills whatever the payload left.
+            _exit(0);
+        }
         if (poll(fds, 2, -1) < 0) {
             if (errno == EINTR) continue;
             _exit(127);
@@ -131,9 +128,8 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
             pid_t p;
             while ((p = waitpid(-1, &status, WNOHANG | __WALL)) > 0) {
                 if (p == payload) {
-                    send_msg3(control_fd, XSB_MSG_EXIT, status, 0);
-                    // Our exit ends the namespace: the kernel kills whatever the payload left.
-                    _exit(0);
+                    payload_ended = 1;
+                    payload_status = status;
                 }
             }
         }
@@ -154,6 +150,12 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
                 if (kill(-1, SIGCONT) != 0 && errno != ESRCH) err = errno;
                 send_msg3(control_fd, XSB_MSG_ACK, XSB_MSG_RESUME, err);
                 break;
+            case XSB_MSG_LISTENER_TAKEN:
+                // The init must not hold the caller's stdio, the listener or anything else
+                // open for the lifetime of the sandbox.
+                close_all_except(control_fd, sfd);
+                listener_taken = 1;
+                break;
             case XSB_MSG_SIGNAL:
                 if (msg.value > 0 && msg.value < 65 && kill(-payload, msg.value) != 0) err = errno;
                 send_msg3(control_fd, XSB_MSG_ACK, XSB_MSG_SIGNAL, err);
@@ -173,20 +175,17 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) die(control_fd, XSB_STEP_PARENT_DEATH_SIGNAL, errno, "prctl");
     (void)prctl(PR_SET_NAME, "xsb-init", 0, 0, 0);  // what ps shows; the spawner thread's name otherwise
 
-    struct xsb_msg msg;
-    ssize_t n;
-    do {
-        n = recv(control_fd, &msg, sizeof msg, 0);
-    } while (n < 0 && errno == EINTR);
-    if (n != (ssize_t)sizeof msg || msg.type != XSB_MSG_GO) _exit(127);
-
-    // We join the sandbox's cgroup before this, so the namespace's root is that cgroup.
-    // Kernels without cgroup namespaces say EINVAL: that one step is optional by design.
-    if (unshare(CLONE_NEWCGROUP) != 0 && errno != EINVAL) die(control_fd, XSB_STEP_CGROUP_NAMESPACE, errno, "unshare");
+    if (wait_for(control_fd, XSB_MSG_GO) != 0) _exit(127);
     if (sethostname(cfg->hostname, xsb_string_length(cfg->hostname)) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, cfg->hostname);
     if (setdomainname("none", 4) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, "domainname");
     if (bring_up_loopback() != 0) die(control_fd, XSB_STEP_LOOPBACK, errno, "lo");
     if (xsb_setup_mounts(cfg, control_fd) != 0) _exit(127);
+
+    // Nothing of the program runs before the init is in the sandbox's cgroups (children
+    // inherit them); the cgroup namespace is rooted there.
+    if (wait_for(control_fd, XSB_MSG_CGROUPS_JOINED) != 0) _exit(127);
+    // Kernels without cgroup namespaces say EINVAL: that one step is optional by design.
+    if (unshare(CLONE_NEWCGROUP) != 0 && errno != EINVAL) die(control_fd, XSB_STEP_CGROUP_NAMESPACE, errno, "unshare");
 
     // The payload shares our fd table until exec and places its fds at 0, 1, 2, 3…: keep the
     // control socket far above them.
@@ -195,14 +194,9 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd) {
     close(control_fd);
     control_fd = high;
 
-    int listener = -1;
-    pid_t payload = start_payload(cfg, control_fd, &listener);
-    if (send_ready(control_fd, payload, listener) != 0) _exit(127);
-    close(listener);
-
-    // Keep nothing but the control socket: the init must not hold the caller's stdio or
-    // anything else open for the lifetime of the sandbox.
-    if (control_fd > 0) syscall(SYS_close_range, 0, control_fd - 1, 0);
-    syscall(SYS_close_range, control_fd + 1, ~0U, 0);
+    pid_t payload = start_payload(cfg, control_fd);
+    send_msg3(control_fd, XSB_MSG_READY, payload, 0);
+    // Our fd table still holds the payload's seccomp listener: it stays until the supervisor
+    // has taken it (LISTENER_TAKEN), then the init keeps nothing but the control socket.
     serve(control_fd, payload);
 }

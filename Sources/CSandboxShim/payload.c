@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -30,11 +31,10 @@
      SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
 #define XSB_MAX_EXTRA_FDS 32
 
-static void record(int status_fd, int kind, int step, int value, const char *detail) {
+static void record(int status_fd, int step, int value, const char *detail) {
     struct xsb_payload_status s;
     char *p = (char *)&s;
     for (size_t i = 0; i < sizeof s; i++) p[i] = 0;
-    s.kind = kind;
     s.step = step;
     s.value = value;
     xsb_copy_string(s.detail, sizeof s.detail, detail);
@@ -42,7 +42,7 @@ static void record(int status_fd, int kind, int step, int value, const char *det
 }
 
 __attribute__((noreturn)) static void fail(int status_fd, int step, const char *detail) {
-    record(status_fd, 2, step, errno, detail);
+    record(status_fd, step, errno, detail);
     _exit(127);
 }
 
@@ -84,7 +84,7 @@ static void drop_capabilities(const struct xsb_spawn_config *cfg, int status_fd)
     if (syscall(SYS_capset, &header, data) != 0) fail(status_fd, XSB_STEP_CAPABILITIES, "capset");
 }
 
-void xsb_payload_main(const struct xsb_spawn_config *cfg, int status_fd) {
+void xsb_payload_main(const struct xsb_spawn_config *cfg, int control_fd, int status_fd) {
     // The status pipe may sit where a target fd goes; move our copy out of the way.
     int moved_status = fcntl(status_fd, F_DUPFD_CLOEXEC, XSB_FD_FLOOR + (int)cfg->extra_fd_count);
     if (moved_status < 0) fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "status pipe");
@@ -127,12 +127,19 @@ void xsb_payload_main(const struct xsb_spawn_config *cfg, int status_fd) {
         errno = EINVAL;
         fail(status_fd, XSB_STEP_SECCOMP, "no filter");
     }
-    // The listener fd will be the lowest free fd: tell the init which one before loading, since
-    // after loading only what the policy allows may run.
+    // The listener will be the lowest free fd. Tell the supervisor which one before loading:
+    // after loading only what the policy allows may run, and the supervisor must hold the
+    // listener before our execve, which the filter may hand to it for a decision.
     int expected = fcntl(0, F_DUPFD_CLOEXEC, 0);
     if (expected < 0) fail(status_fd, XSB_STEP_SECCOMP, "listener slot");
     close(expected);
-    record(status_fd, 1, XSB_STEP_SECCOMP, expected, "");
+    struct xsb_msg announce;
+    p = (char *)&announce;
+    for (size_t i = 0; i < sizeof announce; i++) p[i] = 0;
+    announce.type = XSB_MSG_LISTENER;
+    announce.value = expected;
+    if (send(control_fd, &announce, sizeof announce, MSG_NOSIGNAL) != (ssize_t)sizeof announce)
+        fail(status_fd, XSB_STEP_SECCOMP, "listener announcement");
 
     sigset_t none;
     sigemptyset(&none);

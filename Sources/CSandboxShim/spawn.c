@@ -94,36 +94,51 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/// Receives one message and the fd that may come with it, waiting at most until `deadline`.
-static int recv_with_fd(int sock, struct xsb_msg *msg, int *fd_out, int64_t deadline) {
+/// Takes the payload's seccomp listener out of the init's fd table (shared with the payload
+/// until its exec). The payload announced the number before loading its filter; the fd appears
+/// microseconds later, so this retries until then or until the control socket speaks (an ERROR
+/// when loading failed).
+static int take_listener(int pidfd, int number, int control_fd, int64_t deadline) {
     for (;;) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0) return -ETIMEDOUT;
-        struct pollfd p = {.fd = sock, .events = POLLIN};
-        int r = poll(&p, 1, (int)left);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
+        long fd = syscall(SYS_pidfd_getfd, pidfd, number, 0);
+        if (fd >= 0) {
+            // It must be the listener, not whatever else could sit at that number.
+            char link[64], target[64];
+            snprintf(link, sizeof link, "/proc/self/fd/%ld", fd);
+            ssize_t len = readlink(link, target, sizeof target - 1);
+            if (len > 0) target[len] = '\0';
+            if (len > 0 && strstr(target, "seccomp") != NULL) return (int)fd;
+            close((int)fd);
+            return -EBADF;
         }
-        if (r == 0) return -ETIMEDOUT;
-        break;
+        if (errno != EBADF) return -errno;
+        if (now_ms() > deadline) return -ETIMEDOUT;
+        struct pollfd p = {.fd = control_fd, .events = POLLIN};
+        if (control_fd >= 0 && poll(&p, 1, 0) > 0) return -EAGAIN;  // a message (an ERROR) came first
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 20000};
+        nanosleep(&pause, NULL);
     }
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } control;
-    struct iovec iov = {.iov_base = msg, .iov_len = sizeof *msg};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                        .msg_controllen = sizeof control.buf};
-    memset(msg, 0, sizeof *msg);
-    ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-    if (n < 0) return -errno;
-    if (n == 0) return -EPIPE;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+}
+
+/// During the launch the filter may already stop a call: the launch's own first execve when
+/// exec after start is supervised (it continues), anything in audit mode (recorded, continues),
+/// or a violation by the freshly exec'd program (left blocked, reported to the caller to kill).
+static void answer_notification(const struct xsb_spawn_config *cfg, int listener, int *first_exec_done,
+                                struct xsb_spawn_result *out) {
+    int nr;
+    uint32_t arch;
+    pid_t target;
+    uint64_t id;
+    if (xsb_notify_receive(listener, &nr, &arch, &target, &id) != 0) return;
+    if (cfg->supervise_first_exec && !*first_exec_done && (nr == SYS_execve || nr == SYS_execveat)) {
+        *first_exec_done = 1;
+        (void)xsb_notify_continue(listener, id);
+    } else if (cfg->audit) {
+        if (out->audited_count < (int)(sizeof out->audited / sizeof out->audited[0])) out->audited[out->audited_count++] = nr;
+        (void)xsb_notify_continue(listener, id);
+    } else if (out->early_violation < 0) {
+        out->early_violation = nr;
     }
-    if ((size_t)n != sizeof *msg) return -EPROTO;
-    return 0;
 }
 
 static void fail(struct xsb_spawn_result *out, int step, int err, const char *detail) {
@@ -135,6 +150,7 @@ static void fail(struct xsb_spawn_result *out, int step, int err, const char *de
 int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) {
     memset(out, 0, sizeof *out);
     out->pidfd = out->control_fd = out->notify_fd = -1;
+    out->early_violation = -1;
 
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -179,25 +195,75 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
     if (rc != 0) {
         step = XSB_STEP_USERNS_MAP;
         err = -rc;
-    } else if ((rc = join_cgroups((pid_t)pid, cfg)) != 0) {
-        step = XSB_STEP_CGROUP_ATTACH;
-        err = -rc;
-        xsb_copy_string(detail, sizeof detail, "cgroup.procs");
     } else if ((rc = xsb_send_msg(sv[0], XSB_MSG_GO, 0)) != 0) {
         step = XSB_STEP_HANDSHAKE;
         err = -rc;
         xsb_copy_string(detail, sizeof detail, "release message");
+    } else if ((rc = join_cgroups((pid_t)pid, cfg)) != 0) {
+        // Joined while the child builds its file system: on cgroup v1 the first migration
+        // after a quiet spell waits for an RCU grace period (milliseconds).
+        step = XSB_STEP_CGROUP_ATTACH;
+        err = -rc;
+        xsb_copy_string(detail, sizeof detail, "cgroup.procs");
+    } else if ((rc = xsb_send_msg(sv[0], XSB_MSG_CGROUPS_JOINED, 0)) != 0) {
+        step = XSB_STEP_HANDSHAKE;
+        err = -rc;
+        xsb_copy_string(detail, sizeof detail, "cgroup message");
     } else {
         int64_t deadline = now_ms() + (cfg->setup_timeout_ms > 0 ? cfg->setup_timeout_ms : 10000);
+        int listener = -1, announced = -1, first_exec_done = 0;
         struct xsb_msg msg;
-        int fd = -1;
-        rc = recv_with_fd(sv[0], &msg, &fd, deadline);
-        if (rc == 0 && msg.type == XSB_MSG_READY && fd >= 0) {
-            out->notify_fd = fd;
+        memset(&msg, 0, sizeof msg);
+        rc = 0;
+        for (;;) {
+            int64_t left = deadline - now_ms();
+            if (left <= 0) {
+                rc = -ETIMEDOUT;
+                break;
+            }
+            struct pollfd p[2] = {{.fd = sv[0], .events = POLLIN}, {.fd = listener, .events = POLLIN}};
+            int r = poll(p, listener >= 0 ? 2 : 1, (int)left);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) {
+                rc = -errno;
+                break;
+            }
+            if (listener >= 0 && (p[1].revents & POLLIN)) answer_notification(cfg, listener, &first_exec_done, out);
+            if (!(p[0].revents & (POLLIN | POLLHUP))) continue;
+            int got = xsb_recv_msg(sv[0], &msg);
+            if (got < 0) {
+                rc = got;
+                break;
+            }
+            if (got == 0) continue;
+            if (msg.type == XSB_MSG_LISTENER && listener < 0) {
+                announced = msg.value;
+                int fd = take_listener(pidfd, announced, sv[0], deadline);
+                if (fd >= 0) listener = fd;
+                else if (fd != -EAGAIN) {
+                    rc = fd;
+                    break;
+                }
+                continue;
+            }
+            if (msg.type == XSB_MSG_READY && listener < 0 && announced >= 0) {
+                // READY came while we were between two attempts; the fd exists since before
+                // the exec and the init keeps it until LISTENER_TAKEN.
+                int fd = take_listener(pidfd, announced, -1, deadline);
+                if (fd >= 0) listener = fd;
+            }
+            if (msg.type == XSB_MSG_READY || msg.type == XSB_MSG_ERROR) break;
+        }
+        if (rc == 0 && msg.type == XSB_MSG_READY && listener >= 0) {
+            rc = xsb_send_msg(sv[0], XSB_MSG_LISTENER_TAKEN, 0);
+            if (rc != 0) msg.type = 0;
+        }
+        if (rc == 0 && msg.type == XSB_MSG_READY && listener >= 0) {
+            out->notify_fd = listener;
             out->payload_pid = msg.value;
             return 0;
         }
-        if (fd >= 0) close(fd);
+        if (listener >= 0) close(listener);
         if (rc == 0 && msg.type == XSB_MSG_ERROR) {
             step = msg.step;
             err = msg.value;
@@ -210,7 +276,18 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
         } else {
             step = XSB_STEP_HANDSHAKE;
             err = rc == 0 ? EPROTO : -rc;
-            xsb_copy_string(detail, sizeof detail, rc == -EPIPE ? "sandbox init exited" : "unexpected message");
+            xsb_copy_string(detail, sizeof detail, rc == -EPIPE ? "sandbox init exited"
+                                                   : rc == 0 ? "ready without a seccomp listener" : "taking the seccomp listener");
+        }
+    }
+
+    // The child may have failed first (and its failure made ours): its report names the cause.
+    if (step == XSB_STEP_HANDSHAKE || step == XSB_STEP_CGROUP_ATTACH) {
+        struct xsb_msg msg;
+        if (xsb_recv_msg(sv[0], &msg) == 1 && msg.type == XSB_MSG_ERROR) {
+            step = msg.step;
+            err = msg.value;
+            xsb_copy_string(detail, sizeof detail, msg.detail);
         }
     }
 

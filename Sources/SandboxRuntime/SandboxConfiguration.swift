@@ -20,6 +20,9 @@ public struct SandboxConfiguration: Sendable {
     /// The complete environment inside. Build it with ``SandboxEnvironment/compose(policy:caller:overrides:)``.
     public var environment: [String: String]
     public var policy: Policy
+    /// The policy's seccomp filter compiled in `.supervised` mode, for example from a cache;
+    /// `nil` lets the supervisor compile it (once per distinct policy).
+    public var compiledFilter: CompiledSeccompFilter?
     /// Binds and tmpfs mounts added after the policy's own.
     public var extraMounts: [MountEntry]
     /// The working directory inside the sandbox.
@@ -30,6 +33,10 @@ public struct SandboxConfiguration: Sendable {
     public var standardError: StandardStream
     /// Supervisor fds that become the payload's fds 3, 4, … in order (at most 32).
     public var extraFileDescriptors: [Int32]
+    /// Audit mode: calls the filter would kill are allowed and recorded instead (see
+    /// ``SandboxedProcess/auditedSyscalls``). The namespaces, mounts, capabilities and limits
+    /// stay as strict as ever; only the seccomp kills become reports. For writing policies.
+    public var auditSeccomp: Bool
     /// The one uid and gid the caller's ids map to inside.
     public var sandboxUID: UInt32
     public var sandboxGID: UInt32
@@ -39,13 +46,14 @@ public struct SandboxConfiguration: Sendable {
         policy: Policy, extraMounts: [MountEntry] = [], workingDirectory: String = "/",
         hostname: String = "extsandbox",
         standardInput: StandardStream = .inherit, standardOutput: StandardStream = .inherit,
-        standardError: StandardStream = .inherit, extraFileDescriptors: [Int32] = [],
+        standardError: StandardStream = .inherit, extraFileDescriptors: [Int32] = [], auditSeccomp: Bool = false,
         sandboxUID: UInt32 = 1000, sandboxGID: UInt32 = 1000
     ) {
         self.executable = executable
         self.arguments = arguments ?? [executable]
         self.environment = environment
         self.policy = policy
+        self.compiledFilter = nil
         self.extraMounts = extraMounts
         self.workingDirectory = workingDirectory
         self.hostname = hostname
@@ -53,6 +61,7 @@ public struct SandboxConfiguration: Sendable {
         self.standardOutput = standardOutput
         self.standardError = standardError
         self.extraFileDescriptors = extraFileDescriptors
+        self.auditSeccomp = auditSeccomp
         self.sandboxUID = sandboxUID
         self.sandboxGID = sandboxGID
     }

@@ -27,18 +27,45 @@ public final class SandboxedProcess: Sendable {
         var controlFD: Int32
         var notifyFD: Int32
         var tokens: [Int32: UInt64] = [:]
+        var audited: Set<String> = []
     }
 
     private let state: Mutex<State>
     private let monitor: ProcessMonitor
     private let cgroup: SandboxCgroup?
+    private let audit: Bool
 
-    init(result: xsb_spawn_result, monitor: ProcessMonitor, cgroup: SandboxCgroup?) {
+    init(result: xsb_spawn_result, monitor: ProcessMonitor, cgroup: SandboxCgroup?, audit: Bool) {
         pid = result.pid
         payloadPIDInside = result.payload_pid
         self.monitor = monitor
         self.cgroup = cgroup
-        state = Mutex(State(pidfd: result.pidfd, controlFD: result.control_fd, notifyFD: result.notify_fd))
+        self.audit = audit
+        var initial = State(pidfd: result.pidfd, controlFD: result.control_fd, notifyFD: result.notify_fd)
+        withUnsafeBytes(of: result.audited) { raw in
+            for number in raw.bindMemory(to: Int32.self).prefix(Int(result.audited_count)) {
+                initial.audited.insert(Self.syscallName(number))
+            }
+        }
+        state = Mutex(initial)
+        // The program was stopped by its filter before the launch returned: same as later.
+        if result.early_violation >= 0 { recordViolation(result.early_violation) }
+    }
+
+    /// Audit mode: the syscalls the policy would have killed, sorted by name.
+    public var auditedSyscalls: [String] { state.withLock { $0.audited.sorted() } }
+
+    static func syscallName(_ number: Int32) -> String {
+        Syscalls.name(of: number) ?? "syscall \(number)"
+    }
+
+    private func recordViolation(_ number: Int32) {
+        state.withLock { state in
+            if state.violation == nil { state.violation = .seccompViolation(syscall: Self.syscallName(number)) }
+            // The call never runs: it waits for an answer that never comes, and the whole
+            // sandbox dies now.
+            if state.termination == nil { _ = xsb_pidfd_send_signal(state.pidfd, SIGKILL) }
+        }
     }
 
     /// Starts watching; until then nothing is delivered. Called once by the supervisor.
@@ -165,13 +192,13 @@ public final class SandboxedProcess: Sendable {
     private func notificationArrived(_ events: UInt32) {
         if events & UInt32(XSB_EPOLLIN) != 0 {
             var number: Int32 = 0, arch: UInt32 = 0, target: pid_t = 0, id: UInt64 = 0
-            if xsb_notify_receive(state.withLock { $0.notifyFD }, &number, &arch, &target, &id) == 0 {
-                let name = Syscalls.name(of: number) ?? "syscall \(number)"
-                state.withLock { state in
-                    if state.violation == nil { state.violation = .seccompViolation(syscall: name) }
-                    // The call never runs: it waits for an answer that never comes, and the
-                    // whole sandbox dies now.
-                    if state.termination == nil { _ = xsb_pidfd_send_signal(state.pidfd, SIGKILL) }
+            let fd = state.withLock { $0.notifyFD }
+            if xsb_notify_receive(fd, &number, &arch, &target, &id) == 0 {
+                if audit {
+                    state.withLock { _ = $0.audited.insert(Self.syscallName(number)) }
+                    _ = xsb_notify_continue(fd, id)
+                } else {
+                    recordViolation(number)
                 }
             }
         }

@@ -46,7 +46,7 @@ public final class Supervisor: Sendable {
     ///
     /// Fails, and leaves nothing behind, if any isolation step cannot be set up.
     public func launch(_ configuration: SandboxConfiguration) async throws -> SandboxedProcess {
-        let filter = try compiledFilter(for: configuration.policy)
+        let filter = try configuration.compiledFilter ?? compiledFilter(for: configuration.policy)
         var plan = try MountPlan(
             policy: configuration.policy, extraMounts: configuration.extraMounts,
             hostname: configuration.hostname, uid: configuration.sandboxUID, gid: configuration.sandboxGID)
@@ -92,6 +92,8 @@ public final class Supervisor: Sendable {
         config.extra_fd_count = configuration.extraFileDescriptors.count
         let procs = cgroup?.procsFileDescriptors ?? []
         config.cgroup_procs_fds = (procs.count > 0 ? procs[0] : -1, procs.count > 1 ? procs[1] : -1, procs.count > 2 ? procs[2] : -1, -1)
+        config.audit = configuration.auditSeccomp ? 1 : 0
+        config.supervise_first_exec = Self.filterSupervisesExec(configuration.policy) ? 1 : 0
         config.cap_last_cap = capLastCap
         config.setup_timeout_ms = setupTimeoutMilliseconds
 
@@ -109,7 +111,7 @@ public final class Supervisor: Sendable {
             let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             throw SandboxError(step: .launch(code: result.failed_step), errorNumber: result.error_number, detail: detail)
         }
-        let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
+        let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup, audit: configuration.auditSeccomp)
         do {
             try process.startMonitoring()
         } catch {
@@ -123,6 +125,12 @@ public final class Supervisor: Sendable {
             }
         }
         return process
+    }
+
+    /// Whether the policy's filter hands execve to the supervisor ("no exec after start"), so
+    /// that the launch's own exec must be let through.
+    static func filterSupervisesExec(_ policy: Policy) -> Bool {
+        false
     }
 
     private static func fd(_ stream: SandboxConfiguration.StandardStream, _ number: Int32) -> Int32 {

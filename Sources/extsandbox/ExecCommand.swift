@@ -23,7 +23,11 @@ struct ExecCommand: AsyncParsableCommand {
 
             Exit status: the program's own; 128+N when signal N killed it (159 = SIGSYS for a \
             seccomp violation, 137 = SIGKILL for a limit); 125 when the sandbox could not be \
-            set up (nothing ran); 127 when PROGRAM was not found.
+            set up (nothing ran); 127 when PROGRAM was not found; 64 for a usage error.
+
+            Compiled seccomp filters are cached per user in $XDG_CACHE_HOME/extsandbox (or \
+            ~/.cache/extsandbox) and reused only while the policy file is byte-for-byte \
+            unchanged; EXTSANDBOX_NO_CACHE=1 turns the cache off.
 
             Examples:
               extsandbox exec -- sh -c 'echo hello from $(hostname)'
@@ -51,6 +55,10 @@ struct ExecCommand: AsyncParsableCommand {
     @Option(name: .customLong("chdir"), help: ArgumentHelp("Working directory inside the sandbox.", valueName: "dir"))
     var workingDirectory: String = "/"
 
+    @Flag(name: .long, help: ArgumentHelp(
+        "Audit the seccomp policy: calls it would kill are allowed and listed at exit (isolation otherwise unchanged). For writing policies."))
+    var audit = false
+
     @Argument(parsing: .captureForPassthrough, help: ArgumentHelp(
         "The program and its arguments. Put `--` before them when they start with a dash.", valueName: "program [args…]"))
     var command: [String] = []
@@ -74,8 +82,9 @@ struct ExecCommand: AsyncParsableCommand {
         }
 
         let loadedPolicy: Policy
+        let filter: CompiledSeccompFilter
         do {
-            loadedPolicy = try PolicyLoader.load(nameOrPath: policy, searchPath: .default(executablePath: Self.ownExecutable()))
+            (loadedPolicy, filter) = try Self.loadPolicy(policy)
         } catch {
             Self.complain("policy: \(error)")
             throw ExitCode(125)
@@ -95,10 +104,12 @@ struct ExecCommand: AsyncParsableCommand {
             overrides[String(parts[0])] = String(parts[1])
         }
 
-        let configuration = SandboxConfiguration(
+        var configuration = SandboxConfiguration(
             executable: executable, arguments: words,
             environment: SandboxEnvironment.compose(policy: loadedPolicy, caller: ProcessInfo.processInfo.environment, overrides: overrides),
             policy: loadedPolicy, extraMounts: mounts, workingDirectory: workingDirectory)
+        configuration.compiledFilter = filter
+        configuration.auditSeccomp = audit
 
         let process: SandboxedProcess
         do {
@@ -117,7 +128,28 @@ struct ExecCommand: AsyncParsableCommand {
         default:
             Self.complain("\(executable) killed: \(termination)")
         }
+        if audit {
+            let denied = process.auditedSyscalls
+            Self.complain(denied.isEmpty
+                ? "audit: the policy '\(loadedPolicy.name)' would have denied nothing"
+                : "audit: the policy '\(loadedPolicy.name)' would have denied: \(denied.joined(separator: " "))")
+        }
         throw ExitCode(termination.shellExitCode)
+    }
+
+    /// The policy, and its filter from the user's cache when the file is unchanged, else
+    /// compiled (and cached for next time).
+    static func loadPolicy(_ nameOrPath: String) throws -> (Policy, CompiledSeccompFilter) {
+        let searchPath = PolicySearchPath.default(executablePath: ownExecutable())
+        let isPath = nameOrPath.contains("/") || nameOrPath.hasSuffix(".yaml")
+        let file = isPath ? absolute(nameOrPath) : try searchPath.locate(name: nameOrPath)
+        let policy = try PolicyLoader.load(file: file)
+        let cache = FilterCache.forCurrentUser()
+        let source = FileManager.default.contents(atPath: file).map { [UInt8]($0) }
+        if let source, let hit = cache?.filter(forPolicyFile: file, source: source) { return (policy, hit) }
+        let filter = try policy.compileSeccompFilter(mode: .supervised)
+        if let source { cache?.store(filter, forPolicyFile: file, source: source) }
+        return (policy, filter)
     }
 
     /// Terminal signals go to the sandbox's program: it lives in its own session, so the

@@ -83,3 +83,23 @@ struct RealProgramTests {
         }
     }
 }
+
+@Suite("Audit mode")
+struct AuditTests {
+    @Test("--audit allows what the policy would kill and lists it at exit")
+    func audit() throws {
+        let result = try Fixtures.exec([Fixtures.probe, "ptrace"], options: ["--audit"])
+        // ptrace ran (the probe calls that an escape), the rest of the sandbox did not change.
+        #expect(result.status == 1, "\(result.stdout) \(result.stderr)")
+        #expect(result.stderr.contains("audit: the policy 'standard' would have denied: ptrace"), "\(result.stderr)")
+        let clean = try Fixtures.exec(["/bin/sh", "-c", "echo fine"], options: ["--audit"])
+        #expect(clean.stdout == "fine\n")
+        #expect(clean.stderr.contains("would have denied nothing"), "\(clean.stderr)")
+    }
+
+    @Test("audit mode keeps the rest of the isolation")
+    func auditKeepsIsolation() throws {
+        let result = try Fixtures.exec([Fixtures.probe, "caps"], options: ["--audit"])
+        #expect(result.status == 0, "\(result.stdout)")
+    }
+}

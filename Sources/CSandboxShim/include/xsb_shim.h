@@ -119,6 +119,12 @@ struct xsb_spawn_config {
     /// Open, writable cgroup.procs files the init process is moved into (-1 = unused).
     int cgroup_procs_fds[4];
 
+    /// The filter notifies execve/execveat ("no exec after start"): the supervisor lets exactly
+    /// the launch's own first execve continue.
+    int supervise_first_exec;
+    /// Audit mode: every notified call continues (and is reported) instead of killing.
+    int audit;
+
     int cap_last_cap;        ///< from /proc/sys/kernel/cap_last_cap
     int setup_timeout_ms;    ///< how long the parent waits for the payload's exec
 };
@@ -129,6 +135,12 @@ struct xsb_spawn_result {
     int control_fd;     ///< SOCK_SEQPACKET to the init (close-on-exec)
     int notify_fd;      ///< seccomp user-notification listener of the payload's filter
     pid_t payload_pid;  ///< the payload's pid inside the sandbox
+    /// A syscall the filter stopped before the launch returned (-1: none). The sandbox is
+    /// still running, blocked in that call: the caller must record it and kill.
+    int early_violation;
+    /// Audit mode: calls the filter would have stopped before the launch returned.
+    int audited[32];
+    int audited_count;
     int failed_step;    ///< enum xsb_step, XSB_STEP_NONE on success
     int error_number;   ///< errno of the failed step
     char detail[256];   ///< path or object of the failed step, NUL-terminated
@@ -136,14 +148,17 @@ struct xsb_spawn_result {
 
 /// Messages on the control socket.
 enum xsb_msg_type {
-    XSB_MSG_GO = 1,      ///< supervisor → init: ids are mapped, cgroups joined: build the sandbox
+    XSB_MSG_GO = 1,      ///< supervisor → init: ids are mapped: build the sandbox
     XSB_MSG_ERROR,       ///< init → supervisor: step/value(errno)/detail
-    XSB_MSG_READY,       ///< init → supervisor: payload exec'd; value = its pid inside; fd attached
+    XSB_MSG_READY,       ///< init → supervisor: payload exec'd; value = its pid inside
     XSB_MSG_EXIT,        ///< init → supervisor: payload ended; value = wait status
     XSB_MSG_SUSPEND,     ///< supervisor → init: SIGSTOP every other process in the sandbox
     XSB_MSG_RESUME,      ///< supervisor → init: SIGCONT them
     XSB_MSG_SIGNAL,      ///< supervisor → init: send signal `value` to the payload's process group
     XSB_MSG_ACK,         ///< init → supervisor: value = request type acknowledged, value2 = errno
+    XSB_MSG_CGROUPS_JOINED, ///< supervisor → init: the init is in its cgroups: start the payload
+    XSB_MSG_LISTENER,    ///< payload → supervisor: its seccomp listener will be fd `value` (in the init's table)
+    XSB_MSG_LISTENER_TAKEN, ///< supervisor → init: it holds the listener; the init may close its fds
 };
 
 struct xsb_msg {
