@@ -62,6 +62,13 @@ static void send_msg3(int control_fd, uint32_t type, int32_t value, int32_t valu
 static pid_t start_payload(const struct xsb_spawn_config *cfg, int control_fd) {
     int status_pipe[2];
     if (pipe2(status_pipe, O_CLOEXEC | O_NONBLOCK) != 0) die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "pipe2");
+    // Out of the way of the payload's dup2 onto 0, 1, 2, 3…
+    for (int i = 0; i < 2; i++) {
+        int high = fcntl(status_pipe[i], F_DUPFD_CLOEXEC, XSB_FD_FLOOR + (int)cfg->extra_fd_count);
+        if (high < 0) die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "status pipe");
+        close(status_pipe[i]);
+        status_pipe[i] = high;
+    }
 
     long child = syscall(SYS_clone, CLONE_VFORK | CLONE_FILES | SIGCHLD, 0, NULL, NULL, 0);
     if (child == 0) xsb_payload_main(cfg, control_fd, status_pipe[1]);
@@ -86,6 +93,35 @@ static void close_all_except(int a, int b) {
     if (low > 0) syscall(SYS_close_range, 0, low - 1, 0);
     if (high > low + 1) syscall(SYS_close_range, low + 1, high - 1, 0);
     syscall(SYS_close_range, high + 1, ~0U, 0);
+}
+
+/// Before the payload starts, the init holds every fd the supervisor had open at clone time
+/// (other sandboxes' sockets, the runtime's epoll…). Keep only the control socket and the fds
+/// the payload will receive, so nothing else can reach it and none counts against its limits.
+static void close_all_but_sources(const struct xsb_spawn_config *cfg, int control_fd) {
+    int keep[3 + 32 + 1];
+    size_t count = 0;
+    keep[count++] = control_fd;
+    for (int i = 0; i < 3; i++) {
+        if (cfg->stdio[i] >= 0) keep[count++] = cfg->stdio[i];
+    }
+    for (size_t i = 0; i < cfg->extra_fd_count && i < 32; i++) keep[count++] = cfg->extra_fds[i];
+    for (size_t i = 1; i < count; i++) {  // insertion sort: a handful of numbers
+        int v = keep[i];
+        size_t j = i;
+        while (j > 0 && keep[j - 1] > v) {
+            keep[j] = keep[j - 1];
+            j--;
+        }
+        keep[j] = v;
+    }
+    unsigned next = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (keep[i] < 0 || (unsigned)keep[i] < next) continue;
+        if ((unsigned)keep[i] > next) syscall(SYS_close_range, next, (unsigned)keep[i] - 1, 0);
+        next = (unsigned)keep[i] + 1;
+    }
+    syscall(SYS_close_range, next, ~0U, 0);
 }
 
 /// Waits for one message of `type` from the supervisor; EOF (the supervisor died) or anything
@@ -154,6 +190,9 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
                 // The init must not hold the caller's stdio, the listener or anything else
                 // open for the lifetime of the sandbox.
                 close_all_except(control_fd, sfd);
+                // Non-dumpable from now on: the program inside cannot read the init's memory
+                // (a copy of the supervisor's) through /proc. Not earlier: pidfd_getfd needs it.
+                (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
                 listener_taken = 1;
                 break;
             case XSB_MSG_SIGNAL:
@@ -194,6 +233,7 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd) {
     close(control_fd);
     control_fd = high;
 
+    close_all_but_sources(cfg, control_fd);
     pid_t payload = start_payload(cfg, control_fd);
     send_msg3(control_fd, XSB_MSG_READY, payload, 0);
     // Our fd table still holds the payload's seccomp listener: it stays until the supervisor

@@ -4,6 +4,13 @@
 // Technique (as in bubblewrap): mount a tmpfs over /tmp of our private mount namespace and
 // pivot into it, so the host's root stays reachable as /oldroot — even /tmp, which the tmpfs
 // covered — while /newroot is populated; then pivot a second time into /newroot.
+//
+// No path is ever resolved through a symlink: a writable bind lets the sandbox plant symlinks
+// that a later launch would otherwise follow out of /newroot (onto the host, via /oldroot).
+// Targets are walked component by component from a /newroot dirfd with O_NOFOLLOW; bind
+// sources are opened with RESOLVE_NO_SYMLINKS (the supervisor passes real paths); mounts are
+// built detached (open_tree, fsmount), get their flags there, and are attached with move_mount
+// onto the fd of the exact target, so there is also no window in which a bind is writable.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -14,136 +21,221 @@
 
 #include "child.h"
 
-#ifndef MOUNT_ATTR_RDONLY
-#define MOUNT_ATTR_RDONLY 0x00000001
-#define MOUNT_ATTR_NOSUID 0x00000002
-#define MOUNT_ATTR_NODEV 0x00000004
-#define MOUNT_ATTR_NOEXEC 0x00000008
-#endif
-#ifndef AT_RECURSIVE
-#define AT_RECURSIVE 0x8000
-#endif
+// From linux/mount.h and linux/openat2.h, which clash with glibc 2.36's <sys/mount.h>.
+#define XSB_MOUNT_ATTR_RDONLY 0x00000001
+#define XSB_MOUNT_ATTR_NOSUID 0x00000002
+#define XSB_MOUNT_ATTR_NODEV 0x00000004
+#define XSB_MOUNT_ATTR_NOEXEC 0x00000008
+#define XSB_AT_RECURSIVE 0x8000
+#define XSB_OPEN_TREE_CLONE 1
+#define XSB_MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#define XSB_MOVE_MOUNT_T_EMPTY_PATH 0x00000040
+#define XSB_FSOPEN_CLOEXEC 0x00000001
+#define XSB_FSMOUNT_CLOEXEC 0x00000001
+#define XSB_FSCONFIG_SET_STRING 1
+#define XSB_FSCONFIG_CMD_CREATE 6
+#define XSB_RESOLVE_NO_SYMLINKS 0x04
 
 struct xsb_mount_attr {
     uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+struct xsb_open_how {
+    uint64_t flags, mode, resolve;
 };
 
 #define OLD "/oldroot"
 #define NEW "/newroot"
 #define PATH_SIZE 4096
 
-/// Applies flags to a mount and every mount below it. mount_setattr (Linux 5.12) changes only
-/// the flags asked for, so it never trips over flags the kernel locked on the host's mounts,
-/// and unlike a bind remount it also covers submounts of a recursive bind.
-static int set_mount_flags(const char *path, uint64_t attrs, int recursive) {
-    struct xsb_mount_attr attr = {.attr_set = attrs};
-    return (int)syscall(SYS_mount_setattr, AT_FDCWD, path, recursive ? AT_RECURSIVE : 0, &attr, sizeof attr);
-}
-
-static int mkdir_p(const char *path, mode_t mode) {
-    char buf[PATH_SIZE];
-    size_t len = xsb_string_length(path);
-    if (len == 0 || len >= sizeof buf) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    xsb_copy_string(buf, sizeof buf, path);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] == '/' || buf[i] == '\0') {
-            char saved = buf[i];
-            buf[i] = '\0';
-            if (mkdir(buf, mode) != 0 && errno != EEXIST) return -1;
-            buf[i] = saved;
-        }
-    }
-    return 0;
-}
-
-static int mkdir_parent(const char *path) {
-    char buf[PATH_SIZE];
-    xsb_copy_string(buf, sizeof buf, path);
-    size_t len = xsb_string_length(buf);
-    while (len > 0 && buf[len - 1] != '/') len--;
-    if (len <= 1) return 0;
-    buf[len - 1] = '\0';
-    return mkdir_p(buf, 0755);
-}
-
-static int create_empty_file(const char *path) {
-    if (mkdir_parent(path) != 0) return -1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) return -1;
+static int close_keeping_errno(int fd) {
+    int saved = errno;
     close(fd);
-    return 0;
+    errno = saved;
+    return -1;
 }
 
-/// "mode=OOOO,size=N" without snprintf (not async-signal-safe).
-static void tmpfs_options(char *out, size_t size, uint32_t mode, uint64_t bytes) {
-    char digits[32];
-    size_t n = 0, pos = 0;
-    const char *prefix = "mode=";
-    for (size_t i = 0; prefix[i] && pos + 1 < size; i++) out[pos++] = prefix[i];
-    do { digits[n++] = (char)('0' + (mode & 7)); mode >>= 3; } while (mode != 0 && n < sizeof digits);
-    while (n > 0 && pos + 1 < size) out[pos++] = digits[--n];
-    const char *mid = ",size=";
-    for (size_t i = 0; mid[i] && pos + 1 < size; i++) out[pos++] = mid[i];
-    do { digits[n++] = (char)('0' + bytes % 10); bytes /= 10; } while (bytes != 0 && n < sizeof digits);
-    while (n > 0 && pos + 1 < size) out[pos++] = digits[--n];
-    out[pos] = '\0';
+/// Opens the parent directory of `target` (absolute, inside the sandbox) below `root`,
+/// creating missing directories, following no symlink; copies the last component to `leaf`.
+static int open_parent(int root, const char *target, char *leaf, size_t leaf_size) {
+    int dir = fcntl(root, F_DUPFD_CLOEXEC, 0);
+    if (dir < 0) return -1;
+    const char *p = target;
+    for (;;) {
+        while (*p == '/') p++;
+        const char *end = p;
+        while (*end != '\0' && *end != '/') end++;
+        size_t len = (size_t)(end - p);
+        if (len == 0 || len >= leaf_size) {
+            errno = len == 0 ? EINVAL : ENAMETOOLONG;
+            return close_keeping_errno(dir);
+        }
+        for (size_t i = 0; i < len; i++) leaf[i] = p[i];
+        leaf[len] = '\0';
+        const char *rest = end;
+        while (*rest == '/') rest++;
+        if (*rest == '\0') return dir;  // `leaf` is the last component
+        if (mkdirat(dir, leaf, 0755) != 0 && errno != EEXIST) return close_keeping_errno(dir);
+        int next = openat(dir, leaf, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        close_keeping_errno(dir);
+        if (next < 0) return -1;  // ENOTDIR for a symlink: refused
+        dir = next;
+        p = end;
+    }
 }
 
-static int mount_tmpfs(const char *path, uint32_t mode, uint64_t bytes, unsigned long flags) {
-    char options[96];
-    tmpfs_options(options, sizeof options, mode, bytes);
-    if (mkdir_p(path, 0755) != 0) return -1;
-    return mount("tmpfs", path, "tmpfs", flags, options);
+/// Creates (if needed) and opens the exact mount point `target` below `root`.
+static int open_mount_point(int root, const char *target, int directory) {
+    char leaf[256];
+    int parent = open_parent(root, target, leaf, sizeof leaf);
+    if (parent < 0) return -1;
+    if (directory) {
+        if (mkdirat(parent, leaf, 0755) != 0 && errno != EEXIST) return close_keeping_errno(parent);
+    } else {
+        int fd = openat(parent, leaf, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EISDIR && errno != EROFS && errno != EACCES) return close_keeping_errno(parent);
+        if (fd >= 0) close(fd);
+    }
+    int point = openat(parent, leaf, O_PATH | O_NOFOLLOW | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+    close_keeping_errno(parent);
+    if (point < 0) return -1;
+    struct stat st;
+    // O_PATH|O_NOFOLLOW opens a symlink itself: never mount onto one.
+    if (fstat(point, &st) != 0) return close_keeping_errno(point);
+    if (S_ISLNK(st.st_mode)) {
+        errno = ELOOP;
+        return close_keeping_errno(point);
+    }
+    return point;
 }
 
-static int bind(const char *source, const char *target, int flags) {
-    char src[PATH_SIZE], dst[PATH_SIZE];
-    if (xsb_join_path(src, sizeof src, OLD, source) != 0 || xsb_join_path(dst, sizeof dst, NEW, target) != 0) {
+static int attach(int mount_fd, int point) {
+    return (int)syscall(SYS_move_mount, mount_fd, "", point, "", XSB_MOVE_MOUNT_F_EMPTY_PATH | XSB_MOVE_MOUNT_T_EMPTY_PATH);
+}
+
+/// Binds host path `source` (a real path: no symlink on the way) at `target` below `root`.
+/// On failure `*at_target` tells whether the mount point (not the source) was the problem.
+static int bind_at(int root, const char *source, const char *target, int flags, int *at_target) {
+    *at_target = 0;
+    char src[PATH_SIZE];
+    if (xsb_join_path(src, sizeof src, OLD, source) != 0) {
         errno = ENAMETOOLONG;
         return -1;
     }
-    int made = (flags & XSB_MOUNT_F_DIRECTORY) ? mkdir_p(dst, 0755) : create_empty_file(dst);
-    if (made != 0) return -1;
-    if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0) return -1;
-    uint64_t attrs = MOUNT_ATTR_NOSUID;
-    if (flags & XSB_MOUNT_F_DEVICE) attrs |= MOUNT_ATTR_NOEXEC;
-    else attrs |= MOUNT_ATTR_NODEV;
-    if (!(flags & XSB_MOUNT_F_WRITABLE) && !(flags & XSB_MOUNT_F_DEVICE)) attrs |= MOUNT_ATTR_RDONLY;
-    return set_mount_flags(dst, attrs, 1);
+    struct xsb_open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = XSB_RESOLVE_NO_SYMLINKS};
+    int src_fd = (int)syscall(SYS_openat2, AT_FDCWD, src, &how, sizeof how);
+    if (src_fd < 0) return -1;
+    int tree = (int)syscall(SYS_open_tree, src_fd, "", XSB_OPEN_TREE_CLONE | O_CLOEXEC | AT_EMPTY_PATH | XSB_AT_RECURSIVE);
+    close_keeping_errno(src_fd);
+    if (tree < 0) return -1;
+    uint64_t attrs = XSB_MOUNT_ATTR_NOSUID;
+    if (flags & XSB_MOUNT_F_DEVICE) attrs |= XSB_MOUNT_ATTR_NOEXEC;
+    else attrs |= XSB_MOUNT_ATTR_NODEV;
+    if (!(flags & (XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DEVICE))) attrs |= XSB_MOUNT_ATTR_RDONLY;
+    struct xsb_mount_attr attr = {.attr_set = attrs};
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | XSB_AT_RECURSIVE, &attr, sizeof attr) != 0) return close_keeping_errno(tree);
+    int point = open_mount_point(root, target, (flags & XSB_MOUNT_F_DIRECTORY) != 0);
+    *at_target = 1;
+    if (point < 0) return close_keeping_errno(tree);
+    int rc = attach(tree, point);
+    close_keeping_errno(point);
+    close_keeping_errno(tree);
+    return rc;
+}
+
+static int fs_string(int fs, const char *key, const char *value) {
+    return (int)syscall(SYS_fsconfig, fs, XSB_FSCONFIG_SET_STRING, key, value, 0);
+}
+
+/// Decimal or octal text of `value` without snprintf (not async-signal-safe).
+static void number_text(char *out, uint64_t value, unsigned base) {
+    char digits[24];
+    size_t n = 0;
+    do { digits[n++] = (char)('0' + value % base); value /= base; } while (value != 0 && n < sizeof digits);
+    size_t i = 0;
+    while (n > 0) out[i++] = digits[--n];
+    out[i] = '\0';
+}
+
+/// A fresh tmpfs of `bytes` (and a proportionate inode budget) at `target` below `root`.
+static int tmpfs_at(int root, const char *target, uint32_t mode, uint64_t bytes, uint64_t attrs) {
+    char size_text[24], mode_text[24], inodes_text[24];
+    number_text(size_text, bytes, 10);
+    number_text(mode_text, mode, 8);
+    // Without a bound on inodes, empty files could exhaust kernel memory past the size limit.
+    number_text(inodes_text, bytes / 1024 + 64, 10);
+    int fs = (int)syscall(SYS_fsopen, "tmpfs", XSB_FSOPEN_CLOEXEC);
+    if (fs < 0) return -1;
+    if (fs_string(fs, "size", size_text) != 0 || fs_string(fs, "mode", mode_text) != 0 ||
+        fs_string(fs, "nr_inodes", inodes_text) != 0 ||
+        syscall(SYS_fsconfig, fs, XSB_FSCONFIG_CMD_CREATE, NULL, NULL, 0) != 0) {
+        return close_keeping_errno(fs);
+    }
+    int mnt = (int)syscall(SYS_fsmount, fs, XSB_FSMOUNT_CLOEXEC, attrs);
+    close_keeping_errno(fs);
+    if (mnt < 0) return -1;
+    int point = open_mount_point(root, target, 1);
+    if (point < 0) return close_keeping_errno(mnt);
+    int rc = attach(mnt, point);
+    close_keeping_errno(point);
+    close_keeping_errno(mnt);
+    return rc;
+}
+
+static int symlink_at(int root, const char *text, const char *target) {
+    char leaf[256];
+    int parent = open_parent(root, target, leaf, sizeof leaf);
+    if (parent < 0) return -1;
+    int rc = symlinkat(text, parent, leaf);
+    close_keeping_errno(parent);
+    return rc;
+}
+
+static int file_at(int root, const char *target, const char *bytes, uint64_t size, uint32_t mode) {
+    char leaf[256];
+    int parent = open_parent(root, target, leaf, sizeof leaf);
+    if (parent < 0) return -1;
+    int fd = openat(parent, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    close_keeping_errno(parent);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, bytes, (size_t)size);
+    int saved = errno;
+    close(fd);
+    if (n == (ssize_t)size) return 0;
+    errno = n < 0 ? saved : EIO;
+    return -1;
 }
 
 /// null, zero, full, random, urandom bound from the host (a user namespace cannot mknod);
 /// nothing else: no disks, no kmsg, no mem, no tty.
-static int setup_dev(const struct xsb_spawn_config *cfg, int control_fd) {
+static int setup_dev(int root, const struct xsb_spawn_config *cfg, int control_fd) {
     static const char *const nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
     static const char *const links[][2] = {
-        {"/proc/self/fd", NEW "/dev/fd"},       {"/proc/self/fd/0", NEW "/dev/stdin"},
-        {"/proc/self/fd/1", NEW "/dev/stdout"}, {"/proc/self/fd/2", NEW "/dev/stderr"},
+        {"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
+        {"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
     };
-    if (mount_tmpfs(NEW "/dev", 0755, 64 * 1024, MS_NOSUID | MS_NOEXEC) != 0) {
+    if (tmpfs_at(root, "/dev", 0755, 64 * 1024, XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NOEXEC) != 0) {
         xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, "/dev");
         return -1;
     }
     for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++) {
-        if (bind(nodes[i], nodes[i], XSB_MOUNT_F_DEVICE) != 0) {
+        int at_target;
+        if (bind_at(root, nodes[i], nodes[i], XSB_MOUNT_F_DEVICE, &at_target) != 0) {
             xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, nodes[i]);
             return -1;
         }
     }
     for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
-        if (symlink(links[i][0], links[i][1]) != 0) {
-            xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, links[i][1] + sizeof NEW - 1);
+        if (symlink_at(root, links[i][0], links[i][1]) != 0) {
+            xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, links[i][1]);
             return -1;
         }
     }
-    if (mount_tmpfs(NEW "/dev/shm", 01777, cfg->shm_size, MS_NOSUID | MS_NODEV | MS_NOEXEC) != 0) {
+    if (tmpfs_at(root, "/dev/shm", 01777, cfg->shm_size, XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV | XSB_MOUNT_ATTR_NOEXEC) != 0) {
         xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, "/dev/shm");
         return -1;
     }
-    if (set_mount_flags(NEW "/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, 0) != 0) {
+    struct xsb_mount_attr attr = {.attr_set = XSB_MOUNT_ATTR_RDONLY | XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NOEXEC};
+    if (syscall(SYS_mount_setattr, AT_FDCWD, NEW "/dev", 0, &attr, sizeof attr) != 0) {
         xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, "/dev read-only");
         return -1;
     }
@@ -152,20 +244,24 @@ static int setup_dev(const struct xsb_spawn_config *cfg, int control_fd) {
 
 /// A fresh procfs for the new PID namespace, with the knobs that outlive the sandbox
 /// (sysctls, sysrq, irq and bus settings) made read-only on top of the user-namespace checks.
-static int setup_proc(int control_fd) {
+/// Paths below a procfs we just mounted: nothing of the sandbox's can be on them yet.
+static int setup_proc(int root, int control_fd) {
     static const char *const protect[] = {NEW "/proc/sys", NEW "/proc/sysrq-trigger", NEW "/proc/irq", NEW "/proc/bus"};
-    if (mkdir_p(NEW "/proc", 0555) != 0 ||
-        mount("proc", NEW "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
+    int point = open_mount_point(root, "/proc", 1);
+    if (point < 0 || mount("proc", NEW "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
         xsb_child_report(control_fd, XSB_STEP_PROC_MOUNT, errno, "/proc");
+        if (point >= 0) close(point);
         return -1;
     }
+    close(point);
     for (size_t i = 0; i < sizeof protect / sizeof protect[0]; i++) {
         if (mount(protect[i], protect[i], NULL, MS_BIND | MS_REC, NULL) != 0) {
             if (errno == ENOENT) continue;
             xsb_child_report(control_fd, XSB_STEP_PROC_MOUNT, errno, protect[i] + sizeof NEW - 1);
             return -1;
         }
-        if (set_mount_flags(protect[i], MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 1) != 0) {
+        struct xsb_mount_attr attr = {.attr_set = XSB_MOUNT_ATTR_RDONLY | XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV | XSB_MOUNT_ATTR_NOEXEC};
+        if (syscall(SYS_mount_setattr, AT_FDCWD, protect[i], XSB_AT_RECURSIVE, &attr, sizeof attr) != 0) {
             xsb_child_report(control_fd, XSB_STEP_PROC_MOUNT, errno, protect[i] + sizeof NEW - 1);
             return -1;
         }
@@ -173,36 +269,29 @@ static int setup_proc(int control_fd) {
     return 0;
 }
 
-static int apply_op(const struct xsb_mount_op *op, int control_fd) {
-    char dst[PATH_SIZE];
-    if (xsb_join_path(dst, sizeof dst, NEW, op->target) != 0) {
-        xsb_child_report(control_fd, XSB_STEP_BIND_MOUNT, ENAMETOOLONG, op->target);
+static int apply_op(int root, const struct xsb_mount_op *op, int control_fd) {
+    switch (op->kind) {
+    case XSB_MOUNT_BIND: {
+        int at_target;
+        if (bind_at(root, op->source, op->target, op->flags, &at_target) == 0) return 0;
+        // A symlink on the way to the mount point reads as ENOTDIR or ELOOP: say where.
+        char detail[240];
+        if (xsb_join_path(detail, sizeof detail, at_target ? "mount point " : "source ", at_target ? op->target : op->source) != 0)
+            xsb_copy_string(detail, sizeof detail, op->target);
+        xsb_child_report(control_fd, XSB_STEP_BIND_MOUNT, errno, detail);
         return -1;
     }
-    switch (op->kind) {
-    case XSB_MOUNT_BIND:
-        if (bind(op->source, op->target, op->flags) == 0) return 0;
-        xsb_child_report(control_fd, XSB_STEP_BIND_MOUNT, errno, op->source);
-        return -1;
     case XSB_MOUNT_TMPFS:
-        if (mount_tmpfs(dst, op->mode ? op->mode : 01777, op->size, MS_NOSUID | MS_NODEV) == 0) return 0;
+        if (tmpfs_at(root, op->target, op->mode ? op->mode : 01777, op->size, XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV) == 0) return 0;
         xsb_child_report(control_fd, XSB_STEP_TMPFS_MOUNT, errno, op->target);
         return -1;
     case XSB_MOUNT_SYMLINK:
-        if (mkdir_parent(dst) == 0 && symlink(op->source, dst) == 0) return 0;
+        if (symlink_at(root, op->source, op->target) == 0) return 0;
         xsb_child_report(control_fd, XSB_STEP_SYMLINK, errno, op->target);
         return -1;
-    case XSB_MOUNT_FILE: {
-        if (mkdir_parent(dst) != 0) break;
-        int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, op->mode ? op->mode : 0644);
-        if (fd < 0) break;
-        ssize_t n = write(fd, op->source, (size_t)op->size);
-        int saved = errno;
-        close(fd);
-        if (n == (ssize_t)op->size) return 0;
-        errno = n < 0 ? saved : EIO;
+    case XSB_MOUNT_FILE:
+        if (file_at(root, op->target, op->source, op->size, op->mode ? op->mode : 0644) == 0) return 0;
         break;
-    }
     default:
         errno = EINVAL;
         break;
@@ -227,15 +316,20 @@ int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd) {
         xsb_child_report(control_fd, XSB_STEP_PIVOT_ROOT, errno, "first pivot");
         return -1;
     }
-
-    if (setup_proc(control_fd) != 0 || setup_dev(cfg, control_fd) != 0) return -1;
-    if (mount_tmpfs(NEW "/tmp", 01777, cfg->tmp_size, MS_NOSUID | MS_NODEV) != 0) {
-        xsb_child_report(control_fd, XSB_STEP_TMPFS_MOUNT, errno, "/tmp");
+    int root = open(NEW, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0) {
+        xsb_child_report(control_fd, XSB_STEP_ROOT_TMPFS, errno, NEW);
         return -1;
     }
-    for (size_t i = 0; i < cfg->mount_count; i++) {
-        if (apply_op(&cfg->mounts[i], control_fd) != 0) return -1;
+
+    int ok = setup_proc(root, control_fd) == 0 && setup_dev(root, cfg, control_fd) == 0;
+    if (ok && tmpfs_at(root, "/tmp", 01777, cfg->tmp_size, XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV) != 0) {
+        xsb_child_report(control_fd, XSB_STEP_TMPFS_MOUNT, errno, "/tmp");
+        ok = 0;
     }
+    for (size_t i = 0; ok && i < cfg->mount_count; i++) ok = apply_op(root, &cfg->mounts[i], control_fd) == 0;
+    close(root);
+    if (!ok) return -1;
 
     // Everything outside the explicit writable mounts is read-only, the root included.
     if (mount(NEW, NEW, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0) {

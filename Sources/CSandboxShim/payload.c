@@ -74,8 +74,11 @@ static void drop_capabilities(const struct xsb_spawn_config *cfg, int status_fd)
     // Lock the "root is special" rules off before the sets are emptied, so nothing regains a
     // capability through uid 0 semantics or ambient raising later.
     if (prctl(PR_SET_SECUREBITS, XSB_SECURE_BITS, 0, 0, 0) != 0) fail(status_fd, XSB_STEP_CAPABILITIES, "securebits");
-    for (int cap = 0; cap <= cfg->cap_last_cap; cap++) {
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) fail(status_fd, XSB_STEP_CAPABILITIES, "bounding set");
+    // Up to the kernel's last capability, whatever cap_last_cap said: EINVAL marks the end.
+    for (int cap = 0; cap < 64; cap++) {
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0) continue;
+        if (errno == EINVAL && cap > cfg->cap_last_cap) break;
+        fail(status_fd, XSB_STEP_CAPABILITIES, "bounding set");
     }
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) fail(status_fd, XSB_STEP_CAPABILITIES, "ambient set");
     struct __user_cap_header_struct header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};

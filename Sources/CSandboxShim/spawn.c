@@ -29,6 +29,26 @@ struct xsb_clone_args {
     uint64_t set_tid, set_tid_size, cgroup;
 };
 
+/// If the process started with fd 0, 1 or 2 closed, the next file the runtime opens (Dispatch's
+/// epoll, a socket…) lands there, and a launch that passes "our stdin" would hand it to the
+/// sandbox. Fill closed standard fds with /dev/null before anything else runs.
+__attribute__((constructor)) static void xsb_ensure_standard_fds(void) {
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int null = open("/dev/null", O_RDWR);
+            if (null >= 0 && null != fd) close(null);  // lowest free is `fd` unless something raced
+        }
+    }
+}
+
+int xsb_pidfd_wait(int pidfd) {
+    siginfo_t info;
+    while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &info, WEXITED) != 0) {
+        if (errno != EINTR) return -errno;
+    }
+    return 0;
+}
+
 int xsb_pidfd_send_signal(int pidfd, int sig) {
     if (syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) == 0) return 0;
     return -errno;
@@ -83,7 +103,8 @@ static int join_cgroups(pid_t pid, const struct xsb_spawn_config *cfg) {
     for (int i = 0; i < 4; i++) {
         int fd = cfg->cgroup_procs_fds[i];
         if (fd < 0) continue;
-        if (pwrite(fd, text, (size_t)len, 0) != len) return -errno;
+        ssize_t n = pwrite(fd, text, (size_t)len, 0);
+        if (n != len) return n < 0 ? -errno : -EIO;
     }
     return 0;
 }
@@ -228,7 +249,18 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
                 rc = -errno;
                 break;
             }
-            if (listener >= 0 && (p[1].revents & POLLIN)) answer_notification(cfg, listener, &first_exec_done, out);
+            if (listener >= 0 && (p[1].revents & POLLIN)) {
+                answer_notification(cfg, listener, &first_exec_done, out);
+                if (!first_exec_done && (out->early_violation == SYS_execve || out->early_violation == SYS_execveat)) {
+                    // The filter stopped the launch's own exec (a policy that denies execve):
+                    // the init would wait in vfork until the timeout. Fail now, and say why.
+                    msg.type = XSB_MSG_ERROR;
+                    msg.step = XSB_STEP_EXEC;
+                    msg.value = EPERM;
+                    xsb_copy_string(msg.detail, sizeof msg.detail, "the policy's seccomp filter denies execve");
+                    break;
+                }
+            }
             if (!(p[0].revents & (POLLIN | POLLHUP))) continue;
             int got = xsb_recv_msg(sv[0], &msg);
             if (got < 0) {

@@ -60,7 +60,19 @@ struct CgroupSupport: Sendable {
         return CgroupSupport(layout: .v1(memoryParent: memory, pidsParent: pids))
     }
 
+    /// Removes cgroups that supervisors which died (SIGKILL leaves no chance to clean up) left in
+    /// `parent`: `extsandbox-PID-N` whose PID no longer runs. Only empty ones go (rmdir).
+    private static func sweep(_ parent: String) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: parent) else { return }
+        for name in names where name.hasPrefix("extsandbox-") {
+            let fields = name.split(separator: "-")
+            guard fields.count == 3, let owner = pid_t(fields[1]) else { continue }
+            if owner != getpid() && kill(owner, 0) != 0 && errno == ESRCH { rmdir("\(parent)/\(name)") }
+        }
+    }
+
     private static func probe(_ parent: String) -> Bool {
+        sweep(parent)
         let path = "\(parent)/extsandbox-probe-\(getpid())"
         guard mkdir(path, 0o755) == 0 else { return false }
         rmdir(path)
@@ -79,7 +91,10 @@ struct CgroupSupport: Sendable {
                     try group.write("\(dir)/memory.max", "\(memoryBytes)")
                     try? group.write("\(dir)/memory.swap.max", "0")
                 }
-                if let processes { try group.write("\(dir)/pids.max", "\(processes)") }
+                if let processes {
+                    try group.write("\(dir)/pids.max", "\(processes)")
+                    group.limitsProcesses = true
+                }
                 try group.openProcs(dir)
             case .v1(let memoryParent, let pidsParent):
                 if let memoryParent, let memoryBytes {
@@ -91,6 +106,7 @@ struct CgroupSupport: Sendable {
                 if let pidsParent, let processes {
                     let dir = try group.create("\(pidsParent)/\(name)")
                     try group.write("\(dir)/pids.max", "\(processes)")
+                    group.limitsProcesses = true
                     try group.openProcs(dir)
                 }
             }
@@ -131,6 +147,9 @@ final class SandboxCgroup: @unchecked Sendable {
         guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(dir)/cgroup.procs") }
         procsFileDescriptors.append(fd)
     }
+
+    /// Whether a pids controller limits this sandbox's processes.
+    var limitsProcesses = false
 
     /// Whether the kernel's OOM killer acted inside this cgroup.
     var memoryLimitHit: Bool {

@@ -26,6 +26,13 @@ struct MountPlan {
         for entry in policy.filesystem.mounts + extraMounts {
             try add(entry)
         }
+        // Parents before children, whatever order the policy and the caller gave: a bind at
+        // /w/x must land inside the mount at /w, not under it. Stable, so equal depths keep
+        // their order (a later bind of the same path wins).
+        operations = operations.enumerated().sorted { a, b in
+            let (da, db) = (Self.depth(a.element), Self.depth(b.element))
+            return da != db ? da < db : a.offset < b.offset
+        }.map(\.element)
         let boundTargets = Set(operations.compactMap { op -> String? in
             if case .bind(_, let target, _, _) = op { return target }
             return nil
@@ -45,6 +52,10 @@ struct MountPlan {
         switch entry {
         case .tmpfs(let destination, let size):
             let target = try Self.checkedDestination(destination)
+            // tmpfs reads size 0 as "no limit".
+            guard size > 0 else {
+                throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "tmpfs \(target) needs a size above 0")
+            }
             if target == "/tmp" {
                 tmpSize = size
             } else {
@@ -81,8 +92,20 @@ struct MountPlan {
             guard kind != S_IFBLK && kind != S_IFCHR else {
                 throw SandboxError(step: .configuration, errorNumber: EPERM, detail: "refusing to bind device node \(source)")
             }
-            operations.append(.bind(source: source, target: target, writable: writable, directory: kind == S_IFDIR))
+            // The shim follows no symlink (a sandbox could have planted one): hand it the real path.
+            guard let real = Self.realPath(source) else {
+                throw SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: errno, detail: "bind source \(source)")
+            }
+            operations.append(.bind(source: real, target: target, writable: writable, directory: kind == S_IFDIR))
         }
+    }
+
+    private static func depth(_ operation: Operation) -> Int {
+        let target: String
+        switch operation {
+        case .bind(_, let t, _, _), .tmpfs(let t, _), .symlink(let t, _), .file(let t, _): target = t
+        }
+        return target.split(separator: "/").count
     }
 
     /// Destinations are absolute, normalized, and never replace what the shim itself provides.
@@ -111,6 +134,12 @@ struct MountPlan {
 
     mutating func append(_ operation: Operation) {
         operations.append(operation)
+    }
+
+    static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     static func readLink(_ path: String) -> String? {

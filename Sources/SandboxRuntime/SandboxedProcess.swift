@@ -71,10 +71,32 @@ public final class SandboxedProcess: Sendable {
     /// Starts watching; until then nothing is delivered. Called once by the supervisor.
     func startMonitoring() throws {
         let (pidfd, control, notify) = state.withLock { ($0.pidfd, $0.controlFD, $0.notifyFD) }
-        let controlToken = try monitor.add(fd: control) { [self] events in self.controlReadable(events) }
-        let notifyToken = try monitor.add(fd: notify) { [self] events in self.notificationArrived(events) }
-        let pidToken = try monitor.add(fd: pidfd) { [self] _ in self.initExited() }
-        state.withLock { $0.tokens = [control: controlToken, notify: notifyToken, pidfd: pidToken] }
+        let handlers: [(Int32, ProcessMonitor.Handler)] = [
+            (control, { [self] events in self.controlReadable(events) }),
+            (notify, { [self] events in self.notificationArrived(events) }),
+            (pidfd, { [self] _ in self.initExited() }),
+        ]
+        for (fd, handler) in handlers {
+            // Each token is recorded at once, so a failure half-way leaves nothing registered.
+            let token = try monitor.add(fd: fd, handler: handler)
+            state.withLock { $0.tokens[fd] = token }
+        }
+    }
+
+    /// Undoes a launch whose monitoring could not start: kill, reap, close, remove the cgroup.
+    func abandon() {
+        state.withLock { state in
+            for (fd, token) in state.tokens { monitor.remove(fd: fd, token: token) }
+            state.tokens.removeAll()
+            _ = xsb_pidfd_send_signal(state.pidfd, SIGKILL)
+            _ = xsb_pidfd_wait(state.pidfd)
+            for fd in [state.pidfd, state.controlFD, state.notifyFD] where fd >= 0 { close(fd) }
+            state.pidfd = -1
+            state.controlFD = -1
+            state.notifyFD = -1
+            state.termination = .killed
+        }
+        cgroup?.remove()
     }
 
     /// Whether the sandbox still runs.

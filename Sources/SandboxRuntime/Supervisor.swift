@@ -54,11 +54,24 @@ public final class Supervisor: Sendable {
         guard configuration.extraFileDescriptors.count <= 32 else {
             throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most 32 extra file descriptors")
         }
+        let stdio = (Self.fd(configuration.standardInput, 0), Self.fd(configuration.standardOutput, 1), Self.fd(configuration.standardError, 2))
+        for fd in [stdio.0, stdio.1, stdio.2] + configuration.extraFileDescriptors where fd >= 0 {
+            // A number that is not open here would land, in the child, on whatever holds it there.
+            guard fcntl(fd, F_GETFD) >= 0 else {
+                throw SandboxError(step: .configuration, errorNumber: EBADF, detail: "file descriptor \(fd) for the sandbox is not open")
+            }
+        }
         let limits = configuration.policy.limits
         var cgroup: SandboxCgroup?
         if let cgroups, limits.memoryBytes != nil || limits.processes != nil {
             let name = "extsandbox-\(getpid())-\(launchCounter.add(1, ordering: .relaxed).newValue)"
             cgroup = try cgroups.makeSandboxCgroup(name: name, memoryBytes: limits.memoryBytes, processes: limits.processes)
+        }
+        // The kernel never applies RLIMIT_NPROC to uid 0 (whatever the namespace), so a root
+        // supervisor can enforce a process limit only through a pids cgroup: fail closed.
+        if limits.processes != nil && getuid() == 0 && !(cgroup?.limitsProcesses ?? false) {
+            cgroup?.remove()
+            throw SandboxError(step: .cgroup, errorNumber: ENOTSUP, detail: "the policy limits processes, but RLIMIT_NPROC does not apply to uid 0 and no pids cgroup is writable here")
         }
 
         let arena = CArena()
@@ -85,7 +98,7 @@ public final class Supervisor: Sendable {
         let bpf = arena.bytes(filter.program)
         config.bpf = UnsafeRawPointer(bpf)
         config.bpf_instructions = filter.instructionCount
-        config.stdio = (Self.fd(configuration.standardInput, 0), Self.fd(configuration.standardOutput, 1), Self.fd(configuration.standardError, 2))
+        config.stdio = stdio
         let extra = arena.array(of: Int32.self, count: configuration.extraFileDescriptors.count)
         for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd }
         config.extra_fds = UnsafePointer(extra)
@@ -115,7 +128,7 @@ public final class Supervisor: Sendable {
         do {
             try process.startMonitoring()
         } catch {
-            process.kill()
+            process.abandon()
             throw error
         }
         if let seconds = limits.wallClockSeconds {

@@ -92,3 +92,61 @@ struct FailClosedTests {
         #expect(result.status == 127)
     }
 }
+
+/// Findings of the security review, kept as regression tests.
+@Suite("Hardening regressions")
+struct HardeningTests {
+    /// A writable bind lets a sandbox plant a symlink; a later launch must never follow it
+    /// out of the sandbox's root (onto the host through the staging /oldroot).
+    @Test("mount targets never follow a symlink planted in a writable bind")
+    func plantedSymlink() async throws {
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-symlink-\(getpid())").path
+        let writable = base + "/w", outside = base + "/outside"
+        try FileManager.default.createDirectory(atPath: writable, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        // What a sandbox could have left behind in its writable directory.
+        try FileManager.default.createSymbolicLink(atPath: writable + "/a", withDestinationPath: "/oldroot" + outside)
+        try FileManager.default.createSymbolicLink(atPath: writable + "/b", withDestinationPath: "../outside")
+
+        for nested: MountEntry in [
+            .tmpfs(destination: "/w/a/sub", sizeBytes: 1 << 20),
+            .bind(source: "/usr/share", destination: "/w/a/share", writable: false, optional: false),
+            .bind(source: "/usr/share", destination: "/w/b/share", writable: false, optional: false),
+        ] {
+            var config = try Fixtures.probeConfiguration(["exit", "0"])
+            config.extraMounts = [.bind(source: writable, destination: "/w", writable: true, optional: false), nested]
+            await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
+        }
+        #expect((try FileManager.default.contentsOfDirectory(atPath: outside)).isEmpty, "nothing may appear outside")
+    }
+
+    @Test("a closed standard fd of the supervisor never reaches the sandbox")
+    func closedStdin() throws {
+        // The CLI started with stdin closed: the sandbox must get /dev/null there, not
+        // whatever the runtime opened into slot 0.
+        let result = try Fixtures.run(["/bin/sh", "-c", "exec \"$@\" <&-", "sh", Fixtures.cli, "exec", "--policy",
+                                       Fixtures.standardPolicyPath, "--", "/bin/sh", "-c", "readlink /proc/self/fd/0"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "/dev/null\n", "\(result.stdout)")
+    }
+
+    @Test("a file descriptor that is not open is refused")
+    func unopenedFD() async throws {
+        var config = try Fixtures.probeConfiguration(["exit", "0"])
+        config.extraFileDescriptors = [987]
+        let error = await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
+        #expect(error?.errorNumber == EBADF)
+    }
+
+    @Test("the sandbox init is not dumpable once running")
+    func initNotDumpable() throws {
+        // From inside, the init (PID 1) must not expose the supervisor's memory image.
+        let script = """
+            for f in /proc/1/environ /proc/1/mem /proc/1/fd/64; do cat $f >/dev/null 2>&1 && echo "$f readable"; done
+            ls /proc/1/root >/dev/null 2>&1 && echo "root readable"; echo done
+            """
+        let result = try Fixtures.exec(["/bin/sh", "-c", script])
+        #expect(result.stdout == "done\n", "\(result.stdout)")
+    }
+}

@@ -189,6 +189,8 @@ int xsb_notify_continue(int notify_fd, uint64_t notification_id);
 
 /// pidfd helpers (raw syscalls; glibc 2.36 has no wrappers for all of them).
 int xsb_pidfd_send_signal(int pidfd, int sig);
+/// Reaps the process behind `pidfd`, waiting for it to end. Returns 0 or -errno.
+int xsb_pidfd_wait(int pidfd);
 /// Reaps the process behind `pidfd` without blocking. Returns 1 and the raw wait status
 /// (as waitpid would report it) when it had ended, 0 when it still runs, -errno on error.
 int xsb_pidfd_reap(int pidfd, int *wait_status);
