@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "child.h"
@@ -85,6 +86,88 @@ static pid_t start_payload(const struct xsb_spawn_config *cfg, int control_fd) {
     }
     // No record: it exec'd (or a signal ended it first, which the reaper reports as its exit).
     return (pid_t)child;
+}
+
+/// Reads the state letter of one task from its stat file ("pid (comm) S …"; comm may hold
+/// spaces and parentheses, so the state follows the last ')').
+static char task_state(const char *stat_path) {
+    char buf[512];
+    int fd = open(stat_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 'X';  // gone
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 'X';
+    char state = '?';
+    for (ssize_t i = 0; i + 2 < n; i++) {
+        if (buf[i] == ')' && buf[i + 1] == ' ') state = buf[i + 2];
+    }
+    return state;
+}
+
+static int is_number(const char *name) {
+    if (*name == '\0') return 0;
+    for (; *name; name++) {
+        if (*name < '0' || *name > '9') return 0;
+    }
+    return 1;
+}
+
+/// Whether every task (thread) of every process but us is stopped, dead, or a zombie.
+/// Raw getdents64 on /proc: nothing here may allocate.
+static int every_task_stopped(void) {
+    struct linux_dirent64 {
+        uint64_t d_ino;
+        int64_t d_off;
+        unsigned short d_reclen;
+        unsigned char d_type;
+        char d_name[];
+    };
+    char procs[4096], tasks[4096], path[128];
+    int proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (proc_fd < 0) return 0;
+    int all = 1;
+    long n;
+    while (all && (n = syscall(SYS_getdents64, proc_fd, procs, sizeof procs)) > 0) {
+        for (long off = 0; all && off < n;) {
+            struct linux_dirent64 *d = (struct linux_dirent64 *)(procs + off);
+            off += d->d_reclen;
+            if (!is_number(d->d_name) || (d->d_name[0] == '1' && d->d_name[1] == '\0')) continue;
+            if (xsb_join_path(path, sizeof path, "/proc/", d->d_name) != 0 || xsb_join_path(path, sizeof path, path, "/task") != 0) continue;
+            int task_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (task_fd < 0) continue;  // exited meanwhile
+            long m;
+            while (all && (m = syscall(SYS_getdents64, task_fd, tasks, sizeof tasks)) > 0) {
+                for (long toff = 0; all && toff < m;) {
+                    struct linux_dirent64 *t = (struct linux_dirent64 *)(tasks + toff);
+                    toff += t->d_reclen;
+                    if (!is_number(t->d_name)) continue;
+                    char stat_path[192];
+                    if (xsb_join_path(stat_path, sizeof stat_path, path, "/") != 0 ||
+                        xsb_join_path(stat_path, sizeof stat_path, stat_path, t->d_name) != 0 ||
+                        xsb_join_path(stat_path, sizeof stat_path, stat_path, "/stat") != 0) continue;
+                    char state = task_state(stat_path);
+                    if (state != 'T' && state != 't' && state != 'Z' && state != 'X') all = 0;
+                }
+            }
+            close(task_fd);
+        }
+    }
+    close(proc_fd);
+    return all;
+}
+
+/// Stops every other process of the namespace, and verifies it: a process that was just
+/// sending SIGCONT to a sibling when the stop went out could have woken it again.
+static int stop_everything(void) {
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 200000};
+    for (int round = 0; round < 500; round++) {
+        if (kill(-1, SIGSTOP) != 0 && errno != ESRCH) return errno;
+        for (int look = 0; look < 5; look++) {
+            if (every_task_stopped()) return 0;
+            nanosleep(&pause, NULL);
+        }
+    }
+    return EAGAIN;
 }
 
 /// Closes every fd but two.
@@ -178,8 +261,9 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
             switch (msg.type) {
             case XSB_MSG_SUSPEND:
                 // kill(-1) from PID 1 reaches every other process of the namespace, including
-                // ones being forked right now (the kernel delivers it to new children too).
-                if (kill(-1, SIGSTOP) != 0 && errno != ESRCH) err = errno;
+                // ones being forked right now (the kernel delivers it to new children too);
+                // the acknowledgement waits until every task is seen stopped.
+                err = stop_everything();
                 send_msg3(control_fd, XSB_MSG_ACK, XSB_MSG_SUSPEND, err);
                 break;
             case XSB_MSG_RESUME:
