@@ -16,12 +16,15 @@ public struct Policy: Sendable, Equatable {
     public var network: NetworkPolicy
     public var environment: EnvironmentPolicy
     public var limits: ResourceLimits
+    /// Every file this policy was made from (`extends:` bases and `include:` fragments first, the
+    /// policy's own file last), in merge order. Empty for policies built in code.
+    public var composedFrom: [String]
 
     public init(
         name: String, sourcePath: String? = nil, description: String = "",
         seccomp: SeccompPolicy, filesystem: FilesystemPolicy = .init(),
         network: NetworkPolicy = .none, environment: EnvironmentPolicy = .init(),
-        limits: ResourceLimits = .init()
+        limits: ResourceLimits = .init(), composedFrom: [String] = []
     ) {
         self.name = name
         self.sourcePath = sourcePath
@@ -31,6 +34,7 @@ public struct Policy: Sendable, Equatable {
         self.network = network
         self.environment = environment
         self.limits = limits
+        self.composedFrom = composedFrom
     }
 }
 
@@ -86,10 +90,20 @@ public struct SeccompPolicy: Sendable, Equatable {
     /// What happens to any syscall no rule names.
     public var defaultAction: SyscallAction
     public var rules: [SyscallRule]
+    /// Whether the sandboxed program may run other programs (`execve`, `execveat`) once started.
+    ///
+    /// When `false` (policy key `seccomp.allow-exec-after-start: false`), a `.supervised` filter
+    /// sends every `execve` and `execveat` to the supervisor (`SCMP_ACT_NOTIFY`), which lets exactly
+    /// the first `execve` — the sandbox's own launch of its program — continue and kills the
+    /// sandbox on any later one; whatever ``rules`` say about those two calls is ignored. Such a
+    /// policy cannot be compiled in `.inKernel` mode: a filter keeps no state, so it cannot tell
+    /// the launch from a later exec.
+    public var allowExecAfterStart: Bool
 
-    public init(defaultAction: SyscallAction = .killProcess, rules: [SyscallRule] = []) {
+    public init(defaultAction: SyscallAction = .killProcess, rules: [SyscallRule] = [], allowExecAfterStart: Bool = true) {
         self.defaultAction = defaultAction
         self.rules = rules
+        self.allowExecAfterStart = allowExecAfterStart
     }
 }
 
@@ -155,3 +169,4 @@ public struct ResourceLimits: Sendable, Equatable {
         self.wallClockSeconds = wallClockSeconds
     }
 }
+

@@ -1,12 +1,73 @@
 import CSeccomp
 import Yams
 
-/// Parses and validates one policy file (format version 1) into a ``Policy``,
+/// One policy file, parsed and checked on its own: what it says, before `extends:` and `include:`
+/// are followed and the files are merged (``PolicyResolver``). Every position it keeps names
+/// its file, so problems found after merging point into the right file.
+struct PolicyLayer {
+    struct Reference {
+        var target: String
+        var loc: Loc
+    }
+
+    /// One entry of a syscall list, with groups already expanded (and checked).
+    struct ListItem {
+        var remove: Bool
+        var names: [String]
+        /// As written, without `~`: `@system-service`, `openat`.
+        var item: String
+        var loc: Loc
+    }
+
+    /// One list: `allow`, `log`, `kill`, or `errno NAME`.
+    struct ListSection {
+        var section: String
+        var action: SyscallAction
+        var items: [ListItem]
+    }
+
+    struct RuleEntry {
+        var syscall: String
+        var action: SyscallAction
+        var conditions: [ArgumentCondition]
+        var why: String?
+        var loc: Loc
+    }
+
+    struct Mount {
+        var entry: MountEntry
+        var destination: String
+        var loc: Loc
+    }
+
+    var file: String
+    var description: String?
+    var extends: Reference?
+    var includes: [Reference] = []
+
+    /// Where the file's `seccomp` key is, if it has one.
+    var seccompLoc: Loc?
+    /// The seccomp section had problems: merged seccomp checks would only add noise.
+    var seccompBroken = false
+    var defaultAction: (action: SyscallAction, loc: Loc)?
+    var allowExecAfterStart: (value: Bool, loc: Loc)?
+    var lists: [ListSection] = []
+    var rules: [RuleEntry] = []
+
+    var mounts: [Mount] = []
+    var network: (mode: NetworkPolicy, loc: Loc)?
+    var pass: [String] = []
+    var set: [(name: String, value: String)] = []
+    /// Limit key → value; `nil` when the file says `none`.
+    var limits: [(key: String, value: UInt64?)] = []
+}
+
+/// Parses and validates one policy file (format version 1) into a ``PolicyLayer``,
 /// reporting every problem it can find with its line and column.
 struct PolicyDocument {
     static let formatVersion = "1"
-    static let topKeys = ["version", "description", "seccomp", "filesystem", "network", "environment", "limits"]
-    static let seccompKeys = ["default", "allow", "log", "errno", "kill", "rules"]
+    static let topKeys = ["version", "description", "extends", "include", "seccomp", "filesystem", "network", "environment", "limits"]
+    static let seccompKeys = ["default", "allow-exec-after-start", "allow", "log", "errno", "kill", "rules"]
     static let ruleKeys = ["syscall", "action", "when", "why"]
     static let filesystemKeys = ["ro-bind", "ro-bind-optional", "bind", "bind-optional", "tmpfs"]
     static let environmentKeys = ["pass", "set"]
@@ -15,19 +76,20 @@ struct PolicyDocument {
 
     let diag: Diagnostics
     let reader: NodeReader
-    let name: String
-    let sourcePath: String?
+    var file: String { diag.file }
 
-    init(diag: Diagnostics, name: String, sourcePath: String?) {
+    init(diag: Diagnostics) {
         self.diag = diag
         self.reader = NodeReader(diag: diag)
-        self.name = name
-        self.sourcePath = sourcePath
     }
+
+    /// A position in this file, marked with the file's name.
+    func here(_ node: Node) -> Loc { Loc(node).in(file) }
+    func here(_ loc: Loc) -> Loc { loc.in(file) }
 
     // MARK: Document
 
-    func parse(yaml: String) -> Policy? {
+    func parse(yaml: String) -> PolicyLayer? {
         let root: Node
         do {
             // `.basic` resolves nothing: every scalar stays a string that we interpret ourselves,
@@ -48,13 +110,10 @@ struct PolicyDocument {
             diag.error(root, "YAML aliases (*name) are not supported in policy files; write the values out")
             return nil
         }
-        guard let entries = reader.mapping(
-            root, what: "the policy", keys: Self.topKeys,
-            reserved: ["extends": Self.reservedLater, "include": Self.reservedLater])
-        else { return nil }
+        guard let entries = reader.mapping(root, what: "the policy", keys: Self.topKeys) else { return nil }
 
-        var policy = Policy(name: name, sourcePath: sourcePath, seccomp: SeccompPolicy())
-        var sawVersion = false, sawSeccomp = false
+        var layer = PolicyLayer(file: file)
+        var sawVersion = false
         for (key, _, value) in entries {
             switch key {
             case "version":
@@ -64,36 +123,53 @@ struct PolicyDocument {
                 }
             case "description":
                 if let d = reader.string(value, what: "description") {
-                    policy.description = d.trimmingTrailingNewlines
+                    layer.description = d.trimmingTrailingNewlines
+                }
+            case "extends":
+                if let target = reader.string(value, what: "extends (one policy name or path)") {
+                    if target.trimmedBlanks.isEmpty {
+                        diag.error(value, "extends needs a policy name (standard) or a path (./base.yaml)")
+                    } else {
+                        layer.extends = .init(target: target.trimmedBlanks, loc: here(value))
+                    }
+                }
+            case "include":
+                for (target, node) in reader.stringList(value, what: "include") ?? [] {
+                    if target.trimmedBlanks.isEmpty {
+                        diag.error(node, "empty entry in include; write a policy name or a path")
+                    } else {
+                        layer.includes.append(.init(target: target.trimmedBlanks, loc: here(node)))
+                    }
                 }
             case "seccomp":
-                sawSeccomp = true
-                if let s = parseSeccomp(value) { policy.seccomp = s }
+                layer.seccompLoc = here(value)
+                let before = diag.errors.count
+                parseSeccomp(value, into: &layer)
+                layer.seccompBroken = diag.errors.count != before
             case "filesystem":
-                if let f = parseFilesystem(value) { policy.filesystem = f }
+                layer.mounts = parseFilesystem(value)
             case "network":
                 if let text = reader.string(value, what: "network") {
-                    if text != "none" {
-                        diag.error(value, "unknown network mode \"\(text)\"; the only mode is \"none\" (a network namespace with loopback only)")
+                    if text == "none" {
+                        layer.network = (.none, here(value))
+                    } else if ["no", "off", "false", "disabled", "loopback"].contains(text) {
+                        diag.error(value, "\"\(text)\" is not a network mode; write \"none\" for a private network namespace with loopback only")
+                    } else {
+                        diag.error(value, "network mode \"\(text)\" is not supported yet; the only mode is \"none\" (a private network namespace with loopback only)")
                     }
-                    policy.network = .none
                 }
             case "environment":
-                if let e = parseEnvironment(value) { policy.environment = e }
+                parseEnvironment(value, into: &layer)
             case "limits":
-                if let l = parseLimits(value) { policy.limits = l }
+                layer.limits = parseLimits(value)
             default:
                 break
             }
         }
-        let top = Loc(line: 1, column: 1)
         if !sawVersion && !diag.suggestedKeys.contains("version") {
-            diag.error(top, "missing required key \"version\" (write \"version: 1\" at the top)")
+            diag.error(Loc(line: 1, column: 1), "missing required key \"version\" (write \"version: 1\" at the top)")
         }
-        if !sawSeccomp && !diag.suggestedKeys.contains("seccomp") {
-            diag.error(top, "missing required section \"seccomp\"")
-        }
-        return diag.errors.isEmpty ? policy : nil
+        return layer
     }
 
     private func containsAlias(_ node: Node) -> Bool {
@@ -196,28 +272,13 @@ struct PolicyDocument {
 
     // MARK: seccomp
 
-    struct Origin {
-        var section: String
-        var item: String
-        var loc: Loc
-        var text: String { "by \"\(item)\" in \(section) (line \(loc.line))" }
-    }
-
-    struct RuleEntry {
-        var syscall: String
-        var action: SyscallAction
-        var conditions: [ArgumentCondition]
-        var why: String?
-        var loc: Loc
-    }
-
     static let clone3Explanation =
         "clone3 always fails with ENOSYS so that the C library falls back to clone, whose flags the filter can check (clone3 passes its flags in memory, which seccomp cannot read)"
 
-    /// Expands one list (`allow`, `kill`, …) in order; `~name` removes what earlier entries added.
-    func resolveList(_ node: Node, section: String, errnoValue: Int32? = nil) -> [String: Origin] {
-        var result: [String: Origin] = [:]
-        guard let items = reader.stringList(node, what: section) else { return result }
+    /// Checks and expands one list (`allow`, `kill`, …); `~` entries are kept for the merge.
+    func parseList(_ node: Node, section: String, errnoValue: Int32? = nil) -> [PolicyLayer.ListItem] {
+        var out: [PolicyLayer.ListItem] = []
+        guard let items = reader.stringList(node, what: section) else { return out }
         for (raw, itemNode) in items {
             let text = raw.trimmedBlanks
             let remove = text.hasPrefix("~")
@@ -242,156 +303,49 @@ struct PolicyDocument {
                 }
                 names = [name]
             }
-            for n in names {
-                if remove {
-                    result[n] = nil
-                } else if result[n] == nil {
-                    result[n] = Origin(section: section, item: name, loc: loc)
-                }
-            }
+            out.append(.init(remove: remove, names: names, item: name, loc: here(loc)))
         }
-        return result
+        return out
     }
 
-    func parseSeccomp(_ node: Node) -> SeccompPolicy? {
-        let errorsBefore = diag.errors.count
-        guard let entries = reader.mapping(node, what: "seccomp", keys: Self.seccompKeys) else { return nil }
-        var defaultAction: SyscallAction?
-        var defaultLoc = Loc(node)
-        // (section, action, resolved list) in increasing strength
-        var lists: [(String, SyscallAction, [String: Origin])] = []
-        var rules: [RuleEntry] = []
+    func parseSeccomp(_ node: Node, into layer: inout PolicyLayer) {
+        guard let entries = reader.mapping(node, what: "seccomp", keys: Self.seccompKeys) else { return }
         for (key, _, value) in entries {
             switch key {
             case "default":
-                defaultAction = parseAction(value, what: "the default action")
-                defaultLoc = Loc(value)
-            case "allow": lists.append(("allow", .allow, resolveList(value, section: "allow")))
-            case "log": lists.append(("log", .log, resolveList(value, section: "log")))
-            case "kill": lists.append(("kill", .killProcess, resolveList(value, section: "kill")))
+                if let action = parseAction(value, what: "the default action") {
+                    layer.defaultAction = (action, here(value))
+                }
+            case "allow-exec-after-start":
+                guard let text = reader.string(value, what: "allow-exec-after-start") else { continue }
+                switch text {
+                case "true": layer.allowExecAfterStart = (true, here(value))
+                case "false": layer.allowExecAfterStart = (false, here(value))
+                default:
+                    diag.error(value, "allow-exec-after-start is true or false, found \"\(text)\"")
+                }
+            case "allow": layer.lists.append(.init(section: "allow", action: .allow, items: parseList(value, section: "allow")))
+            case "log": layer.lists.append(.init(section: "log", action: .log, items: parseList(value, section: "log")))
+            case "kill": layer.lists.append(.init(section: "kill", action: .killProcess, items: parseList(value, section: "kill")))
             case "errno":
                 guard let groups = reader.dataMapping(value, what: "errno") else { continue }
                 for (errnoName, errnoLoc, listNode) in groups {
                     guard let e = parseErrno(errnoName, loc: errnoLoc) else { continue }
-                    lists.append(("errno \(errnoName)", .errno(e), resolveList(listNode, section: "errno \(errnoName)", errnoValue: e)))
+                    let section = "errno \(errnoName)"
+                    layer.lists.append(.init(section: section, action: .errno(e), items: parseList(listNode, section: section, errnoValue: e)))
                 }
             case "rules":
-                rules = parseRules(value)
+                layer.rules = parseRules(value)
             default:
                 break
             }
         }
-        guard let defaultAction else {
-            if !entries.contains(where: { $0.key == "default" }) && !diag.suggestedKeys.contains("default") {
-                diag.error(Loc(node), "seccomp needs a \"default\" action (kill, allow, log or errno NAME) for the system calls no list names")
-            }
-            return nil
-        }
-
-        // Plain (unconditional) actions from the lists: the strongest wins (kill > errno > log > allow).
-        func strength(_ a: SyscallAction) -> Int {
-            switch a {
-            case .allow: return 0
-            case .log: return 1
-            case .errno: return 2
-            case .killProcess: return 3
-            }
-        }
-        var plain: [String: (action: SyscallAction, origin: Origin)] = [:]
-        for (_, action, map) in lists {
-            for sys in map.keys.sorted() {
-                let origin = map[sys]!
-                if let existing = plain[sys] {
-                    if case .errno(let a) = existing.action, case .errno(let b) = action, a != b {
-                        diag.error(origin.loc, "\(sys) would fail with \(action) here but with \(existing.action) \(existing.origin.text); give it one errno")
-                    } else if strength(action) > strength(existing.action) {
-                        plain[sys] = (action, origin)
-                    }
-                } else {
-                    plain[sys] = (action, origin)
-                }
-            }
-        }
-
-        // Rules: unconditional ones override the lists; conditional ones fall back to the plain action.
-        var unconditional: [String: RuleEntry] = [:]
-        var conditional: [String: [RuleEntry]] = [:]
-        for rule in rules {
-            if rule.conditions.isEmpty {
-                if let earlier = unconditional[rule.syscall] {
-                    diag.error(rule.loc, "a second rule without conditions for \(rule.syscall) (the first is at line \(earlier.loc.line))")
-                } else {
-                    unconditional[rule.syscall] = rule
-                }
-            } else {
-                if let first = conditional[rule.syscall]?.first, first.action != rule.action {
-                    diag.error(rule.loc, "rules for \(rule.syscall) with conditions must all have the same action (line \(first.loc.line) says \(first.action), this one \(rule.action)); a syscall gets one conditional action and one fallback")
-                    continue
-                }
-                conditional[rule.syscall, default: []].append(rule)
-            }
-        }
-        for sys in conditional.keys.sorted() {
-            let fallback: SyscallAction
-            let fallbackText: String
-            if let u = unconditional[sys] {
-                fallback = u.action
-                fallbackText = "by the rule without conditions at line \(u.loc.line)"
-            } else if let p = plain[sys] {
-                fallback = p.action
-                fallbackText = p.origin.text
-            } else {
-                fallback = defaultAction
-                fallbackText = "by the default action"
-            }
-            for rule in conditional[sys]! {
-                if rule.action == fallback {
-                    var fix = ""
-                    if let p = plain[sys], unconditional[sys] == nil {
-                        fix = "; remove it from \(p.origin.section) (for example with \"~\(sys)\") so that only the conditions decide"
-                    }
-                    diag.error(rule.loc, "this rule has no effect: \(sys) is already \(rule.action.pastTense) \(fallbackText)\(fix)")
-                } else if rule.action == defaultAction {
-                    diag.error(rule.loc, "a conditional rule cannot use the default action (\(defaultAction)) while \(sys) otherwise gets \(fallback) (\(fallbackText)): libseccomp cannot express it; use another action, such as errno EPERM")
-                }
-            }
-        }
-
-        // execve must run: the sandbox execs its program after loading the filter. (Not checked
-        // when the section already has problems: the lists may be incomplete.)
-        guard diag.errors.count == errorsBefore else { return nil }
-        let execveAction = unconditional["execve"]?.action ?? plain["execve"]?.action ?? defaultAction
-        let execveOK = (execveAction == .allow || execveAction == .log) && conditional["execve"] == nil
-        if !execveOK {
-            let loc = conditional["execve"]?.first?.loc ?? unconditional["execve"]?.loc ?? plain["execve"]?.origin.loc
-                ?? defaultLoc
-            diag.error(loc, "execve must be allowed without conditions: the sandbox starts its program with execve after loading the filter (add \"execve\" or \"@default\" to allow)")
-        }
-
-        guard diag.errors.count == errorsBefore else { return nil }
-
-        var out: [SyscallRule] = []
-        let names = Set(plain.keys).union(unconditional.keys).union(conditional.keys).union(["clone3"])
-        for sys in names.sorted() {
-            if sys == "clone3" {
-                out.append(SyscallRule(syscall: "clone3", action: .errno(38), justification: Self.clone3Explanation))
-                continue
-            }
-            if let u = unconditional[sys] {
-                out.append(SyscallRule(syscall: sys, action: u.action, justification: u.why))
-            } else if let p = plain[sys] {
-                out.append(SyscallRule(syscall: sys, action: p.action))
-            }
-            for c in conditional[sys] ?? [] {
-                out.append(SyscallRule(syscall: sys, action: c.action, conditions: c.conditions, justification: c.why))
-            }
-        }
-        return SeccompPolicy(defaultAction: defaultAction, rules: out)
     }
 
-    func parseRules(_ node: Node) -> [RuleEntry] {
+    func parseRules(_ node: Node) -> [PolicyLayer.RuleEntry] {
         guard let items = reader.list(node, what: "rules") else { return [] }
-        var out: [RuleEntry] = []
+        var out: [PolicyLayer.RuleEntry] = []
+        var unconditional: [String: Loc] = [:]
         for item in items {
             guard let fields = reader.mapping(item, what: "a rule", keys: Self.ruleKeys) else { continue }
             var syscall: String?
@@ -448,7 +402,16 @@ struct PolicyDocument {
                 diag.error(item, "a rule cannot change clone3: \(Self.clone3Explanation)")
                 continue
             }
-            out.append(RuleEntry(syscall: syscall, action: action, conditions: conditions, why: why, loc: Loc(item)))
+            if conditions.isEmpty {
+                if let earlier = unconditional[syscall] {
+                    diag.error(item, "a second rule without conditions for \(syscall) (the first is at line \(earlier.line))")
+                    continue
+                }
+                unconditional[syscall] = Loc(item)
+            }
+            let reason = why?.trimmingTrailingNewlines.trimmedBlanks
+            out.append(.init(syscall: syscall, action: action, conditions: conditions,
+                             why: reason?.isEmpty == false ? reason : nil, loc: here(item)))
         }
         return out
     }
@@ -473,12 +436,12 @@ struct PolicyDocument {
         return "/" + parts.joined(separator: "/")
     }
 
-    func parseFilesystem(_ node: Node) -> FilesystemPolicy? {
-        if node.isNull { return FilesystemPolicy() }
+    func parseFilesystem(_ node: Node) -> [PolicyLayer.Mount] {
+        if node.isNull { return [] }
         guard let entries = reader.mapping(
             node, what: "filesystem", keys: Self.filesystemKeys, reserved: ["mask": Self.reservedLater])
-        else { return nil }
-        var mounts: [MountEntry] = []
+        else { return [] }
+        var mounts: [PolicyLayer.Mount] = []
         var destinations: [String: Loc] = [:]
         func add(_ entry: MountEntry, destination: String, loc: Loc) {
             if destination == "/" {
@@ -490,7 +453,7 @@ struct PolicyDocument {
                 return
             }
             destinations[destination] = loc
-            mounts.append(entry)
+            mounts.append(.init(entry: entry, destination: destination, loc: here(loc)))
         }
         for (key, _, value) in entries {
             if key == "tmpfs" {
@@ -534,20 +497,19 @@ struct PolicyDocument {
                 }
             }
         }
-        return FilesystemPolicy(mounts: mounts)
+        return mounts
     }
 
     // MARK: environment and limits
 
-    func parseEnvironment(_ node: Node) -> EnvironmentPolicy? {
-        if node.isNull { return EnvironmentPolicy() }
-        guard let entries = reader.mapping(node, what: "environment", keys: Self.environmentKeys) else { return nil }
-        var env = EnvironmentPolicy()
+    func parseEnvironment(_ node: Node, into layer: inout PolicyLayer) {
+        if node.isNull { return }
+        guard let entries = reader.mapping(node, what: "environment", keys: Self.environmentKeys) else { return }
         for (key, _, value) in entries {
             if key == "pass" {
                 for (name, itemNode) in reader.stringList(value, what: "pass") ?? [] {
                     if Values.isVariableName(name) {
-                        if !env.pass.contains(name) { env.pass.append(name) }
+                        if !layer.pass.contains(name) { layer.pass.append(name) }
                     } else {
                         diag.error(itemNode, "\"\(name)\" is not an environment variable name")
                     }
@@ -558,20 +520,22 @@ struct PolicyDocument {
                         diag.error(nameLoc, "\"\(name)\" is not an environment variable name")
                         continue
                     }
-                    if let v = reader.string(valueNode, what: "the value of \(name)") { env.set[name] = v }
+                    if let v = reader.string(valueNode, what: "the value of \(name)") { layer.set.append((name, v)) }
                 }
             }
         }
-        return env
     }
 
-    func parseLimits(_ node: Node) -> ResourceLimits? {
-        if node.isNull { return ResourceLimits() }
-        guard let entries = reader.mapping(node, what: "limits", keys: Self.limitKeys) else { return nil }
-        var limits = ResourceLimits()
+    func parseLimits(_ node: Node) -> [(key: String, value: UInt64?)] {
+        if node.isNull { return [] }
+        guard let entries = reader.mapping(node, what: "limits", keys: Self.limitKeys) else { return [] }
+        var limits: [(key: String, value: UInt64?)] = []
         for (key, _, value) in entries {
             guard let text = reader.string(value, what: key) else { continue }
-            if Values.isUnlimited(text) { continue }
+            if Values.isUnlimited(text) {
+                limits.append((key, nil))
+                continue
+            }
             let parsed: UInt64?
             let expected: String
             switch key {
@@ -589,14 +553,7 @@ struct PolicyDocument {
                 diag.error(value, "bad value \"\(text)\" for \(key); expected \(expected)")
                 continue
             }
-            switch key {
-            case "memory": limits.memoryBytes = parsed
-            case "processes": limits.processes = parsed
-            case "cpu-seconds": limits.cpuSeconds = parsed
-            case "open-files": limits.openFiles = parsed
-            case "file-size": limits.fileSizeBytes = parsed
-            default: limits.wallClockSeconds = parsed
-            }
+            limits.append((key, parsed))
         }
         return limits
     }

@@ -5,18 +5,21 @@ import Foundation
 /// A policy file is YAML (format described in `docs/policy-format.md`). Every problem is reported
 /// with `FILE:LINE:COL`; a broken file is an error, never a silent fallback to something weaker.
 public enum PolicyLoader {
-    /// Loads and validates one policy file. Throws a ``PolicyError`` (the first problem, with the
-    /// others in ``PolicyError/additional``).
-    public static func load(file: String) throws(PolicyError) -> Policy {
+    /// Loads and validates one policy file, following its `extends:` and `include:` (names are
+    /// looked up along `searchPath`, by default ``PolicySearchPath/default(executablePath:environment:)``
+    /// for the running executable). Throws a ``PolicyError`` (the first problem, with the others in
+    /// ``PolicyError/additional``); a problem inside an included file names that file.
+    public static func load(file: String, searchPath: PolicySearchPath? = nil) throws(PolicyError) -> Policy {
         let text = try read(file: file)
-        return try load(yaml: text, name: policyName(forFile: file), sourcePath: file)
+        return try load(yaml: text, name: policyName(forFile: file), sourcePath: file, searchPath: searchPath)
     }
 
-    /// Every problem of a policy file, in file order; empty when the file is a valid policy.
-    public static func check(file: String) -> [PolicyError] {
+    /// Every problem of a policy file and of the files it extends or includes, sorted by file
+    /// (this one first) and position; empty when the file is a valid policy.
+    public static func check(file: String, searchPath: PolicySearchPath? = nil) -> [PolicyError] {
         do {
             let text = try read(file: file)
-            return check(yaml: text, name: policyName(forFile: file), sourcePath: file)
+            return check(yaml: text, name: policyName(forFile: file), sourcePath: file, searchPath: searchPath)
         } catch {
             return [error]
         }
@@ -24,17 +27,21 @@ public enum PolicyLoader {
 
     /// Loads a policy given as a name (`standard`, looked up as `standard.yaml` along the search
     /// path, the last directory that has it winning) or as a path (a value containing `/` or ending
-    /// in `.yaml`).
+    /// in `.yaml`). `extends:` and `include:` names are looked up along the same path.
     public static func load(nameOrPath: String, searchPath: PolicySearchPath) throws(PolicyError) -> Policy {
-        if isPath(nameOrPath) { return try load(file: nameOrPath) }
-        return try load(file: searchPath.locate(name: nameOrPath))
+        if isPath(nameOrPath) { return try load(file: nameOrPath, searchPath: searchPath) }
+        return try load(file: searchPath.locate(name: nameOrPath), searchPath: searchPath)
     }
 
     /// Parses policy text. `name` becomes ``Policy/name``; errors name `sourcePath ?? name`.
-    public static func load(yaml: String, name: String, sourcePath: String? = nil) throws(PolicyError) -> Policy {
-        let diag = Diagnostics(file: sourcePath ?? name)
-        let policy = PolicyDocument(diag: diag, name: name, sourcePath: sourcePath).parse(yaml: yaml)
-        let errors = diag.sorted
+    /// Relative `extends:`/`include:` paths are relative to `sourcePath`'s directory (or the
+    /// current directory without one).
+    public static func load(
+        yaml: String, name: String, sourcePath: String? = nil, searchPath: PolicySearchPath? = nil
+    ) throws(PolicyError) -> Policy {
+        let resolver = PolicyResolver(searchPath: searchPath)
+        let policy = resolver.resolve(text: yaml, name: name, sourcePath: sourcePath)
+        let errors = resolver.sink.sorted
         if var first = errors.first {
             first.additional = Array(errors.dropFirst())
             throw first
@@ -45,11 +52,13 @@ public enum PolicyLoader {
         return policy
     }
 
-    /// Every problem of policy text, in file order.
-    public static func check(yaml: String, name: String, sourcePath: String? = nil) -> [PolicyError] {
-        let diag = Diagnostics(file: sourcePath ?? name)
-        _ = PolicyDocument(diag: diag, name: name, sourcePath: sourcePath).parse(yaml: yaml)
-        return diag.sorted
+    /// Every problem of policy text (and of the files it extends or includes), sorted.
+    public static func check(
+        yaml: String, name: String, sourcePath: String? = nil, searchPath: PolicySearchPath? = nil
+    ) -> [PolicyError] {
+        let resolver = PolicyResolver(searchPath: searchPath)
+        _ = resolver.resolve(text: yaml, name: name, sourcePath: sourcePath)
+        return resolver.sink.sorted
     }
 
     static func isPath(_ value: String) -> Bool { value.contains("/") || value.hasSuffix(".yaml") }
@@ -141,8 +150,51 @@ public struct PolicySearchPath: Sendable, Equatable {
         return out
     }
 
+    /// The path of the running executable (`/proc/self/exe`), for ``default(executablePath:environment:)``.
+    public static func currentExecutable() -> String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    }
+
+    /// One policy file found along the path.
+    public struct Entry: Sendable, Equatable {
+        /// The policy's name (its file name without `.yaml`).
+        public var name: String
+        public var file: String
+        /// The search-path directory it is in.
+        public var directory: String
+        /// Whether this is the file the name resolves to; `false` when a later directory has a
+        /// file of the same name (this one is shadowed).
+        public var isEffective: Bool
+    }
+
+    /// Every policy file in every directory of the path, in path order (then by name), each
+    /// marked as effective or shadowed by a later directory's file of the same name.
+    public func entries() -> [Entry] {
+        var out: [Entry] = []
+        for dir in directories {
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+            for file in files.sorted() where file.hasSuffix(".yaml") && !file.hasPrefix(".") {
+                let path = (dir as NSString).appendingPathComponent(file)
+                var isDir: ObjCBool = false
+                guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), !isDir.boolValue else { continue }
+                out.append(Entry(name: String(file.dropLast(5)), file: path, directory: dir, isEffective: true))
+            }
+        }
+        var winner: [String: Int] = [:]
+        for (i, e) in out.enumerated() { winner[e.name] = i }
+        for i in out.indices { out[i].isEffective = winner[out[i].name] == i }
+        return out
+    }
+
     /// The file of policy `name`: the last directory that has `name.yaml`.
     public func locate(name: String) throws(PolicyError) -> String {
+        try locate(name: name, excluding: nil)
+    }
+
+    /// The file of policy `name`, skipping the file whose canonical path is `excluded` (so a
+    /// policy can extend the one it overrides: `/etc/…/standard.yaml` saying `extends: standard`
+    /// gets the shipped `standard.yaml`).
+    func locate(name: String, excluding excluded: String?) throws(PolicyError) -> String {
         guard !name.isEmpty, !name.contains("/"), !name.hasPrefix(".") else {
             throw PolicyError(file: name, message: "not a policy name (names are file names without .yaml)")
         }
@@ -150,13 +202,16 @@ public struct PolicySearchPath: Sendable, Equatable {
         for dir in directories {
             let candidate = (dir as NSString).appendingPathComponent(name + ".yaml")
             var isDir: ObjCBool = false
-            if FileManager.default.fileExists(atPath: candidate, isDirectory: &isDir), !isDir.boolValue {
+            if FileManager.default.fileExists(atPath: candidate, isDirectory: &isDir), !isDir.boolValue,
+                excluded == nil || PolicyResolver.canonical(candidate) != excluded
+            {
                 found = candidate
             }
         }
         if let found { return found }
         let hint = Suggest.hint(for: name, in: availablePolicies().keys)
         let places = directories.isEmpty ? "(no directories)" : directories.joined(separator: ", ")
-        throw PolicyError(file: name, message: "no policy named \"\(name)\"\(hint) (looked for \(name).yaml in: \(places))")
+        let other = excluded == nil ? "" : " other than the file itself"
+        throw PolicyError(file: name, message: "no policy named \"\(name)\"\(other)\(hint) (looked for \(name).yaml in: \(places))")
     }
 }

@@ -135,10 +135,26 @@ struct SeccompCompiler {
         }
         plans["clone3"] = Plan(number: Syscalls.number(of: "clone3")!, plain: .errno(38))
 
-        let execve = plans["execve"]
-        let execveAction = execve?.plain ?? policy.seccomp.defaultAction
-        guard execveAction == .allow || execveAction == .log, execve?.conditional.isEmpty ?? true else {
-            throw fail("execve must be allowed without conditions: the sandbox starts its program with execve after loading the filter")
+        if policy.seccomp.allowExecAfterStart {
+            let execve = plans["execve"]
+            let execveAction = execve?.plain ?? policy.seccomp.defaultAction
+            guard execveAction == .allow || execveAction == .log, execve?.conditional.isEmpty ?? true else {
+                throw fail("execve must be allowed without conditions: the sandbox starts its program with execve after loading the filter")
+            }
+        } else {
+            // No exec after start: the supervisor answers every execve and execveat (SCMP_ACT_NOTIFY),
+            // lets exactly the first execve (its own launch of the program) continue and kills the
+            // sandbox on any later one. A filter keeps no state, so it cannot do this by itself.
+            guard mode == .supervised else {
+                throw fail("allow-exec-after-start: false cannot be compiled for the kernel alone (.inKernel): the filter must let exactly one execve through, the sandbox's own launch of its program, and kill later ones, but a seccomp filter keeps no state to count calls; only the supervisor (.supervised mode), which answers each execve notification, can tell the launch from a later exec")
+            }
+            for name in ["execve", "execveat"] {
+                if let existing = plans[name], !existing.conditional.isEmpty {
+                    throw fail("\(name) cannot have conditional rules when allow-exec-after-start is false: the supervisor decides it")
+                }
+                // Compiled as a kill, which is SCMP_ACT_NOTIFY in supervised mode.
+                plans[name] = Plan(number: Syscalls.number(of: name)!, plain: .killProcess)
+            }
         }
         return plans.sorted { $0.key < $1.key }
     }

@@ -143,12 +143,11 @@ struct ExecCommand: AsyncParsableCommand {
         let searchPath = PolicySearchPath.default(executablePath: ownExecutable())
         let isPath = nameOrPath.contains("/") || nameOrPath.hasSuffix(".yaml")
         let file = isPath ? absolute(nameOrPath) : try searchPath.locate(name: nameOrPath)
-        let policy = try PolicyLoader.load(file: file)
+        let policy = try PolicyLoader.load(file: file, searchPath: searchPath)
         let cache = FilterCache.forCurrentUser()
-        let source = FileManager.default.contents(atPath: file).map { [UInt8]($0) }
-        if let source, let hit = cache?.filter(forPolicyFile: file, source: source) { return (policy, hit) }
+        if let hit = cache?.filter(for: policy) { return (policy, hit) }
         let filter = try policy.compileSeccompFilter(mode: .supervised)
-        if let source { cache?.store(filter, forPolicyFile: file, source: source) }
+        cache?.store(filter, for: policy)
         return (policy, filter)
     }
 

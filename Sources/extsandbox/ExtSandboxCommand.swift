@@ -11,5 +11,5 @@ struct ExtSandboxCommand: AsyncParsableCommand {
             namespaces, with no capabilities, no_new_privs, resource limits and a seccomp \
             filter, as described by a policy file (see `Policies/` and docs/policy-format.md).
             """,
-        subcommands: [ExecCommand.self])
+        subcommands: [ExecCommand.self, PolicyCommand.self])
 }

@@ -9,8 +9,9 @@ import SandboxPolicy
 /// - the cache is the user's own (`$XDG_CACHE_HOME/extsandbox` or `~/.cache/extsandbox`): a
 ///   directory owned by the user with no group or other access; entries are opened without
 ///   following symlinks and must be owned by the user and writable by no one else;
-/// - an entry holds the policy file's bytes and is used only while the file has exactly those
-///   bytes (compared in full, not by hash), and only by the very build of extsandbox that wrote it.
+/// - an entry holds the bytes of every file the policy was composed from (its own, and what it
+///   extends or includes) and is used only while each still has exactly those bytes (compared in
+///   full, not by hash), and only by the very build of extsandbox that wrote it.
 /// Anything else (missing, foreign, stale, unreadable) is ignored and the filter is compiled as
 /// usual. `EXTSANDBOX_NO_CACHE=1` never reads or writes the cache.
 struct FilterCache {
@@ -36,20 +37,22 @@ struct FilterCache {
         return FilterCache(directory: directory, buildStamp: Array(stamp.utf8))
     }
 
-    /// The filter compiled from a policy file whose bytes are `source`, if one is cached.
-    func filter(forPolicyFile file: String, source: [UInt8]) -> CompiledSeccompFilter? {
-        guard let data = readOwnedFile(entryPath(file)) else { return nil }
-        let header = Self.header(buildStamp: buildStamp, source: source)
-        guard data.count > header.count, data.prefix(header.count).elementsEqual(header) else { return nil }
+    /// The filter compiled from `policy`, if one is cached for exactly its files' current bytes.
+    func filter(for policy: Policy) -> CompiledSeccompFilter? {
+        guard let header = Self.header(buildStamp: buildStamp, files: policy.composedFrom),
+              let data = readOwnedFile(entryPath(policy.composedFrom)),
+              data.count > header.count, data.prefix(header.count).elementsEqual(header)
+        else { return nil }
         let program = [UInt8](data.dropFirst(header.count))
         guard program.count % 8 == 0 else { return nil }
         return CompiledSeccompFilter(program: program)
     }
 
     /// Records a filter (best effort: a failure only means no cache next time).
-    func store(_ filter: CompiledSeccompFilter, forPolicyFile file: String, source: [UInt8]) {
-        let bytes = Self.header(buildStamp: buildStamp, source: source) + filter.program
-        let final = entryPath(file)
+    func store(_ filter: CompiledSeccompFilter, for policy: Policy) {
+        guard let header = Self.header(buildStamp: buildStamp, files: policy.composedFrom) else { return }
+        let bytes = header + filter.program
+        let final = entryPath(policy.composedFrom)
         let temporary = final + ".\(getpid()).tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return }
@@ -58,15 +61,21 @@ struct FilterCache {
         if written == bytes.count { rename(temporary, final) } else { unlink(temporary) }
     }
 
-    /// magic, build stamp, source length, source bytes; the program follows.
-    private static func header(buildStamp: [UInt8], source: [UInt8]) -> [UInt8] {
-        magic + buildStamp + Array("\n\(source.count)\n".utf8) + source
+    /// magic, build stamp, then per file: path, length, bytes. The program follows.
+    private static func header(buildStamp: [UInt8], files: [String]) -> [UInt8]? {
+        guard !files.isEmpty else { return nil }
+        var header = magic + buildStamp + Array("\n\(files.count)\n".utf8)
+        for file in files {
+            guard let data = FileManager.default.contents(atPath: file) else { return nil }
+            header += Array("\(file)\n\(data.count)\n".utf8) + [UInt8](data)
+        }
+        return header
     }
 
-    private func entryPath(_ file: String) -> String {
-        // FNV-1a of the path only names the entry; validity comes from the full comparison.
+    private func entryPath(_ files: [String]) -> String {
+        // FNV-1a of the paths only names the entry; validity comes from the full comparison.
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in file.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        for byte in files.joined(separator: "\n").utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
         return directory + "/" + String(hash, radix: 16) + ".bpf"
     }
 

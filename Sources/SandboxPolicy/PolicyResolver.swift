@@ -1,0 +1,427 @@
+import Foundation
+
+/// Follows `extends:` and `include:`, merges the files into one policy, and checks what can only
+/// be checked on the whole (the default action, execve, dangerous system calls, rules against
+/// lists). Every problem points into the file it comes from.
+///
+/// Merge order: for each file, first the policy it `extends` (itself fully resolved), then each
+/// file it `include`s in order (each fully resolved), then the file itself. Later files win:
+/// lists concatenate (so a later `~name` removes what an earlier file added to the same list),
+/// the strongest list action still wins, scalars (default action, description, network, each
+/// limit, each `environment.set` variable, a rule without conditions, a mount destination) take
+/// the value of the last file that sets them. See docs/policy-format.md, "extends and include".
+final class PolicyResolver {
+    /// How many files deep `extends`/`include` may nest below the file being loaded.
+    static let maxDepth = 8
+
+    static let execAfterStartExplanation =
+        "allow-exec-after-start is false: the supervisor lets exactly one execve through (the sandbox's own launch of its program) and kills the sandbox on any later execve or execveat"
+
+    let sink = DiagnosticSink()
+    private let explicitSearchPath: PolicySearchPath?
+    private var cachedSearchPath: PolicySearchPath?
+    /// Canonical path → the parsed file (`.some(nil)` when it could not be read or parsed).
+    private var cache: [String: PolicyLayer?] = [:]
+    /// Some file could not be followed (missing, cycle, too deep, unparsable): checks of the merged
+    /// seccomp section would only report the consequences.
+    private var incomplete = false
+
+    init(searchPath: PolicySearchPath?) {
+        self.explicitSearchPath = searchPath
+    }
+
+    private var searchPath: PolicySearchPath {
+        if let explicitSearchPath { return explicitSearchPath }
+        if let cachedSearchPath { return cachedSearchPath }
+        let path = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable())
+        cachedSearchPath = path
+        return path
+    }
+
+    static func canonical(_ path: String) -> String {
+        if let resolved = realpath(path, nil) {
+            defer { free(resolved) }
+            return String(cString: resolved)
+        }
+        return URL(fileURLWithPath: path).standardizedFileURL.path
+    }
+
+    /// Removes `.` components and folds `dir/..` (textually, as a shell would show the path).
+    static func normalize(_ path: String) -> String {
+        let absolute = path.hasPrefix("/")
+        var parts: [Substring] = []
+        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == "..", let last = parts.last, last != ".." {
+                parts.removeLast()
+                continue
+            }
+            if part == "..", absolute, parts.isEmpty { continue }
+            parts.append(part)
+        }
+        let joined = parts.joined(separator: "/")
+        return absolute ? "/" + joined : (joined.isEmpty ? "." : joined)
+    }
+
+    private func error(_ loc: Loc, _ message: String) {
+        sink.append(PolicyError(file: loc.file ?? "", line: loc.line, column: loc.column, message: message))
+    }
+
+    // MARK: Loading
+
+    /// Resolves the policy in `text` (the contents of `sourcePath`, or of a policy named `name`).
+    func resolve(text: String, name: String, sourcePath: String?) -> Policy? {
+        let file = sourcePath ?? name
+        let diag = Diagnostics(file: file, sink: sink)
+        guard let top = PolicyDocument(diag: diag).parse(yaml: text) else { return nil }
+        let key = sourcePath.map(Self.canonical) ?? "<\(name)>"
+        cache[key] = .some(top)
+        var seen: Set<String> = []
+        var layers: [PolicyLayer] = []
+        expand(top, key: key, chain: [(key, file)], into: &layers, seen: &seen)
+        return merge(layers, name: name, sourcePath: sourcePath, top: diag)
+    }
+
+    private func expand(
+        _ layer: PolicyLayer, key: String, chain: [(key: String, file: String)],
+        into out: inout [PolicyLayer], seen: inout Set<String>
+    ) {
+        var references: [(kind: String, ref: PolicyLayer.Reference)] = []
+        if let base = layer.extends { references.append(("extends", base)) }
+        references += layer.includes.map { ("include", $0) }
+        for (kind, ref) in references {
+            guard let (path, subKey) = locate(ref, kind: kind, from: layer, key: key) else {
+                incomplete = true
+                continue
+            }
+            if let start = chain.firstIndex(where: { $0.key == subKey }) {
+                let cycle = (chain[start...].map(\.file) + [path]).joined(separator: " → ")
+                error(ref.loc, "\(kind) cycle: \(cycle); a policy cannot extend or include itself, directly or through other files")
+                incomplete = true
+                continue
+            }
+            if seen.contains(subKey) { continue }  // reached before (not a cycle): merged once, at its first place
+            if chain.count > Self.maxDepth {
+                let path = (chain.map(\.file) + [path]).joined(separator: " → ")
+                error(ref.loc, "\(kind) nests too deeply: \(path); extends and include may nest at most \(Self.maxDepth) files deep")
+                incomplete = true
+                continue
+            }
+            guard let sub = parsed(path: path, key: subKey, ref: ref, kind: kind) else {
+                incomplete = true
+                continue
+            }
+            expand(sub, key: subKey, chain: chain + [(subKey, path)], into: &out, seen: &seen)
+        }
+        if seen.insert(key).inserted { out.append(layer) }
+    }
+
+    /// The file a reference names: a path (relative to the referring file's directory) or a name
+    /// on the search path (skipping the referring file itself, so that an admin's
+    /// `/etc/extsandbox/policies/standard.yaml` can say `extends: standard` for the shipped one).
+    private func locate(_ ref: PolicyLayer.Reference, kind: String, from layer: PolicyLayer, key: String) -> (String, String)? {
+        let target = ref.target
+        let path: String
+        if PolicyLoader.isPath(target) {
+            if target.hasPrefix("/") {
+                path = Self.normalize(target)
+            } else {
+                let dir = (layer.file as NSString).deletingLastPathComponent
+                path = Self.normalize(dir.isEmpty ? target : dir + "/" + target)
+            }
+        } else {
+            do {
+                path = try searchPath.locate(name: target, excluding: key)
+            } catch {
+                self.error(ref.loc, "cannot \(kind == "extends" ? "extend" : kind) \"\(target)\": \(error.message)")
+                return nil
+            }
+        }
+        return (path, Self.canonical(path))
+    }
+
+    private func parsed(path: String, key: String, ref: PolicyLayer.Reference, kind: String) -> PolicyLayer? {
+        if let cached = cache[key] { return cached }
+        let text: String
+        do {
+            text = try PolicyLoader.read(file: path)
+        } catch {
+            self.error(ref.loc, "cannot \(kind == "extends" ? "extend" : kind) \"\(ref.target)\": \(path): \(error.message)")
+            cache[key] = .some(nil)
+            return nil
+        }
+        let layer = PolicyDocument(diag: Diagnostics(file: path, sink: sink)).parse(yaml: text)
+        cache[key] = .some(layer)
+        return layer
+    }
+
+    // MARK: Merging
+
+    private func merge(_ layers: [PolicyLayer], name: String, sourcePath: String?, top: Diagnostics) -> Policy? {
+        var policy = Policy(name: name, sourcePath: sourcePath, seccomp: SeccompPolicy())
+        policy.composedFrom = layers.map(\.file)
+        for layer in layers {
+            if let d = layer.description { policy.description = d }
+            if let n = layer.network { policy.network = n.mode }
+        }
+
+        // Mounts: in order; a destination mounted by an earlier file is replaced in its place.
+        var mounts: [PolicyLayer.Mount] = []
+        for layer in layers {
+            for m in layer.mounts {
+                if let i = mounts.firstIndex(where: { $0.destination == m.destination }) {
+                    mounts[i] = m
+                } else {
+                    mounts.append(m)
+                }
+            }
+        }
+        policy.filesystem = FilesystemPolicy(mounts: mounts.map(\.entry))
+
+        var env = EnvironmentPolicy()
+        for layer in layers {
+            for name in layer.pass where !env.pass.contains(name) { env.pass.append(name) }
+            for (name, value) in layer.set { env.set[name] = value }
+        }
+        policy.environment = env
+
+        var limits = ResourceLimits()
+        for layer in layers {
+            for (key, value) in layer.limits {
+                switch key {
+                case "memory": limits.memoryBytes = value
+                case "processes": limits.processes = value
+                case "cpu-seconds": limits.cpuSeconds = value
+                case "open-files": limits.openFiles = value
+                case "file-size": limits.fileSizeBytes = value
+                default: limits.wallClockSeconds = value
+                }
+            }
+        }
+        policy.limits = limits
+
+        let seccomp = mergeSeccomp(layers, top: top)
+        guard sink.errors.isEmpty, let seccomp else { return nil }
+        policy.seccomp = seccomp
+        return policy
+    }
+
+    struct Origin {
+        var section: String
+        var item: String
+        var loc: Loc
+        func text(seenFrom other: Loc) -> String { "by \"\(item)\" in \(section) (\(loc.place(seenFrom: other)))" }
+    }
+
+    private func mergeSeccomp(_ layers: [PolicyLayer], top: Diagnostics) -> SeccompPolicy? {
+        let errorsBefore = sink.errors.count
+        if incomplete { return nil }
+        let broken = layers.contains { $0.seccompBroken }
+        guard let seccompLoc = layers.last(where: { $0.seccompLoc != nil })?.seccompLoc else {
+            if !top.suggestedKeys.contains("seccomp") {
+                let more = layers.count > 1 ? " (neither this file nor the files it extends or includes has one)" : ""
+                top.error(Loc(line: 1, column: 1), "missing required section \"seccomp\"\(more)")
+            }
+            return nil
+        }
+        var defaultSetting: (action: SyscallAction, loc: Loc)?
+        var execSetting: (value: Bool, loc: Loc)?
+        for layer in layers {
+            if let d = layer.defaultAction { defaultSetting = d }
+            if let e = layer.allowExecAfterStart { execSetting = e }
+        }
+        guard let (defaultAction, defaultLoc) = defaultSetting else {
+            if !broken {
+                error(seccompLoc, "seccomp needs a \"default\" action (kill, allow, log or errno NAME) for the system calls no list names")
+            }
+            return nil
+        }
+        let allowExec = execSetting?.value ?? true
+
+        // Lists: concatenated across files per action, then applied in order (`~` removes).
+        var order: [SyscallAction] = []
+        var entries: [SyscallAction: [(section: String, item: PolicyLayer.ListItem)]] = [:]
+        for layer in layers {
+            for list in layer.lists {
+                if entries[list.action] == nil { order.append(list.action) }
+                entries[list.action, default: []] += list.items.map { (list.section, $0) }
+            }
+        }
+        func strength(_ a: SyscallAction) -> Int {
+            switch a {
+            case .allow: return 0
+            case .log: return 1
+            case .errno: return 2
+            case .killProcess: return 3
+            }
+        }
+        // Plain (unconditional) actions from the lists: the strongest wins (kill > errno > log > allow).
+        var plain: [String: (action: SyscallAction, origin: Origin)] = [:]
+        for action in order {
+            var map: [String: Origin] = [:]
+            for (section, item) in entries[action]! {
+                for name in item.names {
+                    if item.remove {
+                        map[name] = nil
+                    } else if map[name] == nil {
+                        map[name] = Origin(section: section, item: item.item, loc: item.loc)
+                    }
+                }
+            }
+            for sys in map.keys.sorted() {
+                let origin = map[sys]!
+                if let existing = plain[sys] {
+                    if case .errno(let a) = existing.action, case .errno(let b) = action, a != b {
+                        error(origin.loc, "\(sys) would fail with \(action) here but with \(existing.action) \(existing.origin.text(seenFrom: origin.loc)); give it one errno")
+                    } else if strength(action) > strength(existing.action) {
+                        plain[sys] = (action, origin)
+                    }
+                } else {
+                    plain[sys] = (action, origin)
+                }
+            }
+        }
+
+        // Rules: a later file's rule without conditions replaces an earlier one; conditional
+        // rules concatenate and fall back to the plain action.
+        var unconditional: [String: PolicyLayer.RuleEntry] = [:]
+        var conditional: [String: [PolicyLayer.RuleEntry]] = [:]
+        for layer in layers {
+            for rule in layer.rules {
+                if rule.conditions.isEmpty {
+                    unconditional[rule.syscall] = rule
+                } else {
+                    if let first = conditional[rule.syscall]?.first, first.action != rule.action {
+                        error(rule.loc, "rules for \(rule.syscall) with conditions must all have the same action (\(first.loc.place(seenFrom: rule.loc)) says \(first.action), this one \(rule.action)); a syscall gets one conditional action and one fallback")
+                        continue
+                    }
+                    conditional[rule.syscall, default: []].append(rule)
+                }
+            }
+        }
+        for sys in conditional.keys.sorted() {
+            let fallback: SyscallAction
+            let fallbackText: (Loc) -> String
+            if let u = unconditional[sys] {
+                fallback = u.action
+                fallbackText = { "by the rule without conditions at \(u.loc.place(seenFrom: $0))" }
+            } else if let p = plain[sys] {
+                fallback = p.action
+                fallbackText = { p.origin.text(seenFrom: $0) }
+            } else {
+                fallback = defaultAction
+                fallbackText = { _ in "by the default action" }
+            }
+            for rule in conditional[sys]! {
+                if rule.action == fallback {
+                    var fix = ""
+                    if let p = plain[sys], unconditional[sys] == nil {
+                        fix = "; remove it from \(p.origin.section) (for example with \"~\(sys)\") so that only the conditions decide"
+                    }
+                    error(rule.loc, "this rule has no effect: \(sys) is already \(rule.action.pastTense) \(fallbackText(rule.loc))\(fix)")
+                } else if rule.action == defaultAction {
+                    error(rule.loc, "a conditional rule cannot use the default action (\(defaultAction)) while \(sys) otherwise gets \(fallback) (\(fallbackText(rule.loc))): libseccomp cannot express it; use another action, such as errno EPERM")
+                }
+            }
+        }
+
+        // No exec after start: execve and execveat are the supervisor's; naming them otherwise contradicts.
+        let execCalls = ["execve", "execveat"]
+        if !allowExec {
+            for sys in execCalls {
+                let why = "with allow-exec-after-start: false (\(execSetting!.loc.place(seenFrom: seccompLoc))) the supervisor decides \(sys): it lets the sandbox's own launch through and kills any later exec"
+                if let u = unconditional[sys] { error(u.loc, "a rule cannot change \(sys): \(why)") }
+                for c in conditional[sys] ?? [] { error(c.loc, "a rule cannot change \(sys): \(why)") }
+                if let p = plain[sys], !p.origin.item.hasPrefix("@"), p.action != .killProcess {
+                    error(p.origin.loc, "\(sys) cannot be listed in \(p.origin.section): \(why); remove it")
+                }
+            }
+        }
+
+        // What follows needs complete lists (not checked when the section has problems).
+        guard sink.errors.count == errorsBefore, !broken else { return nil }
+
+        // execve must run: the sandbox execs its program after loading the filter.
+        if allowExec {
+            let execveAction = unconditional["execve"]?.action ?? plain["execve"]?.action ?? defaultAction
+            let execveOK = (execveAction == .allow || execveAction == .log) && conditional["execve"] == nil
+            if !execveOK {
+                let loc = conditional["execve"]?.first?.loc ?? unconditional["execve"]?.loc ?? plain["execve"]?.origin.loc
+                    ?? defaultLoc
+                error(loc, "execve must be allowed without conditions: the sandbox starts its program with execve after loading the filter (add \"execve\" or \"@default\" to allow; to forbid running other programs later, set allow-exec-after-start: false)")
+            }
+        }
+
+        checkDangerous(plain: plain, unconditional: unconditional, conditional: conditional,
+                       defaultAction: defaultAction, defaultLoc: defaultLoc)
+        guard sink.errors.count == errorsBefore else { return nil }
+
+        var out: [SyscallRule] = []
+        var names = Set(plain.keys).union(unconditional.keys).union(conditional.keys).union(["clone3"])
+        if !allowExec { names.formUnion(execCalls) }
+        for sys in names.sorted() {
+            if sys == "clone3" {
+                out.append(SyscallRule(syscall: "clone3", action: .errno(38), justification: PolicyDocument.clone3Explanation))
+                continue
+            }
+            if !allowExec && execCalls.contains(sys) {
+                out.append(SyscallRule(syscall: sys, action: .killProcess, justification: Self.execAfterStartExplanation))
+                continue
+            }
+            if let u = unconditional[sys] {
+                out.append(SyscallRule(syscall: sys, action: u.action, justification: u.why))
+            } else if let p = plain[sys] {
+                out.append(SyscallRule(syscall: sys, action: p.action))
+            }
+            for c in conditional[sys] ?? [] {
+                out.append(SyscallRule(syscall: sys, action: c.action, conditions: c.conditions, justification: c.why))
+            }
+        }
+        return SeccompPolicy(defaultAction: defaultAction, rules: out, allowExecAfterStart: allowExec)
+    }
+
+    /// A dangerous system call may run only through a rule that says why.
+    private func checkDangerous(
+        plain: [String: (action: SyscallAction, origin: Origin)],
+        unconditional: [String: PolicyLayer.RuleEntry], conditional: [String: [PolicyLayer.RuleEntry]],
+        defaultAction: SyscallAction, defaultLoc: Loc
+    ) {
+        func runs(_ a: SyscallAction) -> Bool { a == .allow || a == .log }
+        func ruleHint(_ sys: String) -> String { "{syscall: \(sys), action: allow, why: \"…\"}" }
+        var byOrigin: [(origin: Origin, syscalls: [String])] = []
+        var byDefault: [String] = []
+        for sys in DangerousSyscalls.names where Syscalls.number(of: sys) != nil {
+            let reason = DangerousSyscalls.reasons[sys]!
+            for rule in conditional[sys] ?? [] where runs(rule.action) && rule.why == nil {
+                error(rule.loc, "\(sys) is a dangerous system call (\(reason)); a rule that lets it run needs a \"why:\" that says why this policy must allow it")
+            }
+            if let rule = unconditional[sys] {
+                if runs(rule.action) && rule.why == nil {
+                    error(rule.loc, "\(sys) is a dangerous system call (\(reason)); a rule that lets it run needs a \"why:\" that says why this policy must allow it")
+                }
+                continue
+            }
+            if let p = plain[sys] {
+                guard runs(p.action) else { continue }
+                if let i = byOrigin.firstIndex(where: { $0.origin.loc == p.origin.loc && $0.origin.item == p.origin.item }) {
+                    byOrigin[i].syscalls.append(sys)
+                } else {
+                    byOrigin.append((p.origin, [sys]))
+                }
+            } else if runs(defaultAction) {
+                byDefault.append(sys)
+            }
+        }
+        for (origin, syscalls) in byOrigin {
+            if syscalls == [origin.item] {
+                let sys = origin.item
+                error(origin.loc, "\(sys) is a dangerous system call (\(DangerousSyscalls.reasons[sys]!)); to let it run, replace this entry with a rule that says why: \(ruleHint(sys))")
+            } else {
+                error(origin.loc, "\"\(origin.item)\" in \(origin.section) lets dangerous system calls run: \(syscalls.joined(separator: ", ")); remove them (\"~\(syscalls[0])\"), kill them, or allow each with a rule that says why: \(ruleHint(syscalls[0]))")
+            }
+        }
+        if !byDefault.isEmpty {
+            error(defaultLoc, "the default action \(defaultAction) lets dangerous system calls run: \(byDefault.joined(separator: ", ")); kill them (kill: [\(byDefault[0]), …]) or allow each with a rule that says why: \(ruleHint(byDefault[0]))")
+        }
+    }
+}

@@ -1,0 +1,111 @@
+import Foundation
+import Testing
+@testable import SandboxPolicy
+
+/// A small but realistic Docker/OCI seccomp profile, in the shape of moby's default profile.
+let dockerProfileJSON = """
+    {
+      "defaultAction": "SCMP_ACT_ERRNO",
+      "defaultErrnoRet": 1,
+      "archMap": [
+        { "architecture": "SCMP_ARCH_X86_64", "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"] },
+        { "architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"] }
+      ],
+      "syscalls": [
+        {
+          "names": ["accept4", "arch_prctl", "brk", "close", "execve", "exit", "exit_group", "fstat", "futex",
+                    "getpid", "getrandom", "mmap", "mprotect", "munmap", "newfstatat", "openat", "prlimit64",
+                    "read", "rseq", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "set_robust_list",
+                    "set_tid_address", "write", "_llseek", "chown32", "clone3"],
+          "action": "SCMP_ACT_ALLOW",
+          "comment": "what every program needs"
+        },
+        { "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 0, "op": "SCMP_CMP_EQ" }] },
+        { "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 8, "op": "SCMP_CMP_EQ" }] },
+        {
+          "names": ["clone"], "action": "SCMP_ACT_ALLOW",
+          "args": [{ "index": 0, "value": 2114060288, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
+          "comment": "s390 parameter ordering for clone is different",
+          "excludes": { "caps": ["CAP_SYS_ADMIN"], "arches": ["s390", "s390x"] }
+        },
+        {
+          "names": ["clone"], "action": "SCMP_ACT_ALLOW",
+          "args": [{ "index": 1, "value": 2114060288, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
+          "includes": { "arches": ["s390", "s390x"] }
+        },
+        { "names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 40, "op": "SCMP_CMP_NE" }] },
+        { "names": ["ptrace"], "action": "SCMP_ACT_ALLOW", "includes": { "minKernel": "4.8" } },
+        { "names": ["mount", "umount2", "unshare"], "action": "SCMP_ACT_ALLOW", "includes": { "caps": ["CAP_SYS_ADMIN"] } },
+        { "names": ["chmod", "fchmod", "fchmodat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13, "comment": "no permission changes" },
+        { "names": ["kexec_load"], "action": "SCMP_ACT_KILL_PROCESS" },
+        { "names": ["sync"], "action": "SCMP_ACT_NOTIFY" }
+      ]
+    }
+    """
+
+@Suite("import-docker")
+struct DockerImportTests {
+    @Test func convertsAProfileThatLoadsAndCompiles() throws {
+        let output = try DockerProfileImporter.convert(json: Data(dockerProfileJSON.utf8), source: "/etc/docker/seccomp.json")
+        let yaml = output.yaml
+        #expect(yaml.hasPrefix("# Imported from the Docker/OCI seccomp profile /etc/docker/seccomp.json\n"))
+        #expect(yaml.contains("  default: errno EPERM\n"))
+        #expect(yaml.contains("    # what every program needs\n    - accept4\n"))
+        #expect(yaml.contains("not x86_64 system calls, skipped: _llseek, chown32"))
+        #expect(yaml.contains("clone3 is not imported"))
+        #expect(yaml.contains("architectures SCMP_ARCH_X86, SCMP_ARCH_X32, SCMP_ARCH_AARCH64, SCMP_ARCH_ARM are not imported"))
+        #expect(yaml.contains("syscalls[7] (mount, umount2, unshare) skipped: only for containers with CAP_SYS_ADMIN"))
+        #expect(yaml.contains("syscalls[4] (clone) skipped: only for s390, s390x"))
+        #expect(yaml.contains("    # - { syscall: ptrace, action: allow, why: \"…\" }"))
+        #expect(yaml.contains("      when: [\"arg0 & 0x7e020000 == 0\"]"))
+        #expect(output.warnings.contains { $0.contains("SCMP_ACT_NOTIFY has no equivalent") })
+        #expect(output.warnings.contains { $0.contains("dangerous system calls the profile allows") && $0.contains("ptrace") })
+        #expect(!output.warnings.contains { $0.contains("does not load") }, "\(output.warnings)")
+
+        // Round trip: the imported policy loads, compiles and means what the profile meant.
+        let policy = try PolicyLoader.load(yaml: yaml, name: "imported")
+        let filter = try policy.compileSeccompFilter(mode: .inKernel)
+        _ = try policy.compileSeccompFilter(mode: .supervised)
+        func eval(_ name: String, _ args: [UInt64] = []) -> UInt32 {
+            filter.evaluate(syscall: Syscalls.number(of: name)!, arguments: args)
+        }
+        let eperm = SeccompReturn.errno | 1
+        #expect(eval("read") == SeccompReturn.allow)
+        #expect(eval("execve") == SeccompReturn.allow)
+        #expect(eval("socket", [2, 1]) == SeccompReturn.allow)  // AF_INET
+        #expect(eval("socket", [40, 1]) == eperm)  // AF_VSOCK
+        #expect(eval("personality", [8]) == SeccompReturn.allow)
+        #expect(eval("personality", [1]) == eperm)
+        #expect(eval("clone", [0x3d0f00]) == SeccompReturn.allow)
+        #expect(eval("clone", [0x3d0f00 | 0x1000_0000]) == eperm)  // CLONE_NEWUSER
+        #expect(eval("chmod") == SeccompReturn.errno | 13)
+        #expect(eval("fchmodat") == SeccompReturn.errno | 13)
+        #expect(eval("kexec_load") == SeccompReturn.killProcess)
+        #expect(eval("ptrace") == eperm)  // until an admin writes why
+        #expect(eval("mount") == eperm)
+        #expect(eval("sync") == eperm)
+        #expect(eval("clone3") == SeccompReturn.errno | 38)
+    }
+
+    @Test func aDefaultAllowProfileGetsTheDangerousCallsDenied() throws {
+        let json = """
+            { "defaultAction": "SCMP_ACT_ALLOW",
+              "syscalls": [ { "names": ["reboot", "ptrace"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1 } ] }
+            """
+        let output = try DockerProfileImporter.convert(json: Data(json.utf8), source: "allow.json")
+        let policy = try PolicyLoader.load(yaml: output.yaml, name: "imported")
+        let filter = try policy.compileSeccompFilter(mode: .inKernel)
+        #expect(filter.evaluate(syscall: Syscalls.number(of: "bpf")!, arguments: []) == SeccompReturn.errno | 1)
+        #expect(filter.evaluate(syscall: Syscalls.number(of: "read")!, arguments: []) == SeccompReturn.allow)
+        #expect(output.warnings.contains { $0.contains("the dangerous system calls it does not name fail with EPERM") })
+    }
+
+    @Test func brokenInputIsAClearError() {
+        #expect { try DockerProfileImporter.convert(json: Data("{".utf8), source: "x.json") } throws: {
+            "\($0)".hasPrefix("x.json: not valid JSON")
+        }
+        #expect { try DockerProfileImporter.convert(json: Data("{\"syscalls\": []}".utf8), source: "x.json") } throws: {
+            "\($0)".contains("a profile needs \"defaultAction\"")
+        }
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+import Testing
+@testable import SandboxPolicy
+
+/// `extsandbox policy …`, run as the built binary next to the test runner.
+@Suite("extsandbox policy")
+struct PolicyCLITests {
+    struct Output {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+    }
+
+    static func run(_ arguments: [String]) throws -> Output {
+        let cli = try #require(builtExecutable("extsandbox"), "the extsandbox executable is not built next to the test runner")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: cli)
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["EXTSANDBOX_POLICIES_DIR"] = packageRoot.appendingPathComponent("Policies").path
+        process.environment = environment
+        let outFile = try makeTemporaryDirectory().appendingPathComponent("out")
+        let errFile = outFile.deletingLastPathComponent().appendingPathComponent("err")
+        _ = FileManager.default.createFile(atPath: outFile.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errFile.path, contents: nil)
+        process.standardOutput = try FileHandle(forWritingTo: outFile)
+        process.standardError = try FileHandle(forWritingTo: errFile)
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        return Output(
+            status: process.terminationStatus,
+            stdout: try String(contentsOf: outFile, encoding: .utf8),
+            stderr: try String(contentsOf: errFile, encoding: .utf8))
+    }
+
+    @Test func checkReportsEveryProblemOfEveryFileAndFails() throws {
+        let dir = try makeTemporaryDirectory()
+        let first = dir.appendingPathComponent("first.yaml").path
+        let second = dir.appendingPathComponent("second.yaml").path
+        try """
+            version: 1
+            seccomp:
+              default: kill
+              allow: ["@default", opnat]
+            limits:
+              memory: lots
+            """.write(toFile: first, atomically: true, encoding: .utf8)
+        try "version: 1\nseccomp:\n  default: kill\n  allow: [\"@default\", ptrace]\n".write(toFile: second, atomically: true, encoding: .utf8)
+        let out = try Self.run(["policy", "check", first, "standard", second])
+        #expect(out.status == 1)
+        let lines = out.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 4, "\(out.stdout)")
+        #expect(lines.first == "\(first):4:23: unknown system call \"opnat\"; did you mean \"openat\"?")
+        #expect(lines.dropFirst().first?.hasPrefix("\(first):6:11: bad value \"lots\" for memory") == true)
+        #expect(lines.dropFirst(2).first?.hasSuffix("standard.yaml: ok (default kill, 352 system calls named, 398 BPF instructions)") == true, "\(lines)")
+        #expect(lines.last?.hasPrefix("\(second):4:23: ptrace is a dangerous system call") == true)
+        #expect(out.stderr.contains("2 of 3 policies have problems"))
+    }
+
+    @Test func checkOfTheShippedLevelsSucceeds() throws {
+        let out = try Self.run(["policy", "check", "standard", "restricted", "hardened"])
+        #expect(out.status == 0, "\(out.stdout)\(out.stderr)")
+        #expect(out.stdout.split(separator: "\n").count == 3)
+        #expect(out.stdout.split(separator: "\n").allSatisfy { $0.contains(".yaml: ok (default kill") })
+    }
+
+    @Test func showStandard() throws {
+        let out = try Self.run(["policy", "show", "standard"])
+        #expect(out.status == 0, "\(out.stderr)")
+        let text = out.stdout
+        #expect(text.hasPrefix("# standard: Ordinary programs: shells and pipelines"))
+        #expect(text.contains("# filter:    398 BPF instructions as the supervisor loads it; 396 for the kernel alone"))
+        #expect(text.contains("  default:          kill  (every system call not listed below)"))
+        #expect(text.contains("  clone                    allow         if arg0 & 0x7e020080 == 0\n"))
+        #expect(text.contains("  ioctl                    errno EPERM   if arg1 & 0xffffffff == 0x5412\n"))
+        #expect(text.contains("  ptrace                   kill\n"))
+        #expect(text.contains("  read                     allow\n"))
+        #expect(text.contains("  ro-bind             /usr\n"))
+        #expect(text.contains("  tmpfs               /tmp (256M)\n"))
+        #expect(text.contains("network:            none"))
+        #expect(text.contains("  pass:             PATH LANG LC_ALL TERM\n"))
+        #expect(text.contains("  memory:           1G\n"))
+        // Sorted by name, like systemd-analyze syscall-filter.
+        let names = text.split(separator: "\n").filter { $0.hasPrefix("  ") && $0.count > 3 && $0.dropFirst(2).first != " " }
+            .map { $0.dropFirst(2).split(separator: " ").first.map(String.init) ?? "" }
+            .filter { Syscalls.number(of: $0) != nil }
+        #expect(names == names.sorted() && names.count > 300)
+    }
+
+    @Test func showRestrictedSaysWhoDecidesExec() throws {
+        let out = try Self.run(["policy", "show", "restricted"])
+        #expect(out.status == 0, "\(out.stderr)")
+        #expect(out.stdout.contains("exec after start: no: the supervisor lets the sandbox's own launch through"))
+        #expect(out.stdout.contains("  execve                   kill          after the launch (the supervisor decides)\n"))
+        #expect(out.stdout.contains("  socket                   errno EPERM\n"))
+    }
+
+    @Test func listShowsTheSearchPathAndEveryLevel() throws {
+        let out = try Self.run(["policy", "list"])
+        #expect(out.status == 0, "\(out.stderr)")
+        let policies = packageRoot.appendingPathComponent("Policies").path
+        #expect(out.stdout.contains("  1. \(policies)  (the install's policies)"))
+        #expect(out.stdout.contains("  2. /etc/extsandbox/policies  (the admin's policies"))
+        for level in shippedLevels {
+            #expect(out.stdout.contains(level.padding(toLength: 12, withPad: " ", startingAt: 0)), "\(level)")
+        }
+    }
+
+    @Test func importDockerWritesALoadablePolicy() throws {
+        let dir = try makeTemporaryDirectory()
+        let json = dir.appendingPathComponent("profile.json").path
+        try dockerProfileJSON.write(toFile: json, atomically: true, encoding: .utf8)
+        let out = try Self.run(["policy", "import-docker", json])
+        #expect(out.status == 0, "\(out.stderr)")
+        #expect(out.stdout.hasPrefix("# Imported from the Docker/OCI seccomp profile \(json)"))
+        #expect(out.stderr.contains("warning: syscalls[10] (sync) skipped: action SCMP_ACT_NOTIFY has no equivalent"))
+        let yaml = dir.appendingPathComponent("imported.yaml").path
+        try out.stdout.write(toFile: yaml, atomically: true, encoding: .utf8)
+        let check = try Self.run(["policy", "check", yaml])
+        #expect(check.status == 0, "\(check.stdout)")
+    }
+
+    @Test func helpTeaches() throws {
+        let out = try Self.run(["policy", "check", "--help"])
+        #expect(out.status == 0)
+        #expect(out.stdout.contains("FILE:LINE:COLUMN: message"))
+        #expect(out.stdout.contains("extsandbox policy check standard"))
+    }
+}
