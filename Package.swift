@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "SandboxRuntime", targets: ["SandboxRuntime"]),
         .library(name: "SandboxPolicy", targets: ["SandboxPolicy"]),
+        .library(name: "ExtSandboxWire", targets: ["ExtSandboxWire"]),
         .executable(name: "extsandbox", targets: ["extsandbox"]),
     ],
     dependencies: [
@@ -26,6 +27,9 @@ let package = Package(
         .target(
             name: "SandboxPolicy",
             dependencies: ["CSeccomp", .product(name: "Yams", package: "Yams")]),
+
+        // The host/extension wire protocol: frames, envelope, handshake (docs/wire-protocol.md).
+        .target(name: "ExtSandboxWire"),
 
         // Spawn and supervise: namespaces, mounts, capabilities, limits, seccomp, pidfds.
         .target(name: "SandboxRuntime", dependencies: ["CSandboxShim", "CSeccomp", "SandboxPolicy"]),
@@ -49,6 +53,7 @@ let package = Package(
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
+        .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire"]),
         .testTarget(
             name: "SandboxRuntimeTests",
             dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox"]),

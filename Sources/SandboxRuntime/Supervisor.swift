@@ -143,7 +143,7 @@ public final class Supervisor: Sendable {
     /// Whether the policy's filter hands execve to the supervisor ("no exec after start"), so
     /// that the launch's own exec must be let through.
     static func filterSupervisesExec(_ policy: Policy) -> Bool {
-        false
+        !policy.seccomp.allowExecAfterStart
     }
 
     private static func fd(_ stream: SandboxConfiguration.StandardStream, _ number: Int32) -> Int32 {

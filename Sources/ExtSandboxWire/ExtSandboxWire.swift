@@ -1,0 +1,2 @@
+/// The host/extension wire protocol (docs/wire-protocol.md).
+public enum ExtSandboxWire {}

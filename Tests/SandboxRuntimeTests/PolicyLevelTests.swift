@@ -1,0 +1,48 @@
+import Foundation
+import Testing
+
+/// The shipped levels, enforced by the real runtime (the policy module tests them as filters).
+@Suite("Shipped policy levels in real sandboxes")
+struct PolicyLevelTests {
+    static func exec(_ level: String, _ argv: [String], options: [String] = [], as caller: Fixtures.Caller = .root) throws -> Fixtures.Output {
+        try Fixtures.run([Fixtures.cli, "exec", "--policy", Fixtures.policiesDirectory + "/\(level).yaml"] + options + ["--"] + argv, as: caller)
+    }
+
+    @Test("restricted: the launch's own exec runs, any later exec kills the sandbox", arguments: Fixtures.Caller.allCases)
+    func restrictedExecOnce(caller: Fixtures.Caller) throws {
+        let builtins = try Self.exec("restricted", ["/bin/sh", "-c", "echo computed $((6 * 7))"], as: caller)
+        #expect(builtins.status == 0, "\(builtins.stderr)")
+        #expect(builtins.stdout == "computed 42\n")
+
+        let exec = try Self.exec("restricted", ["/bin/sh", "-c", "echo before; /bin/true; echo after"], as: caller)
+        #expect(exec.status == 159)
+        #expect(exec.stdout == "before\n")
+        #expect(exec.stderr.contains("killed: seccomp violation: execve"), "\(exec.stderr)")
+    }
+
+    @Test("restricted: no sockets, but the sandbox otherwise works")
+    func restrictedNoSockets() throws {
+        let socket = try Self.exec("restricted", [Fixtures.probe, "net-connect"])
+        #expect(socket.status == 0)
+        #expect(socket.stdout.contains("blocked (EPERM)"), "\(socket.stdout)")
+        let caps = try Self.exec("restricted", [Fixtures.probe, "caps"])
+        #expect(caps.status == 0, "\(caps.stdout)")
+    }
+
+    @Test("hardened: a process that opens a socket is killed", arguments: Fixtures.Caller.allCases)
+    func hardenedKillsSocket(caller: Fixtures.Caller) throws {
+        let result = try Self.exec("hardened", [Fixtures.probe, "net-connect"], as: caller)
+        #expect(result.status == 159)
+        #expect(result.stderr.contains("seccomp violation: socket"), "\(result.stderr)")
+        let exit = try Self.exec("hardened", [Fixtures.probe, "exit", "5"], as: caller)
+        #expect(exit.status == 5, "\(exit.stderr)")
+    }
+
+    @Test("audit mode under restricted lets a later exec run and reports it")
+    func auditRestricted() throws {
+        let result = try Self.exec("restricted", ["/bin/sh", "-c", "/bin/echo via-exec"], options: ["--audit"])
+        #expect(result.status == 0)
+        #expect(result.stdout == "via-exec\n")
+        #expect(result.stderr.contains("would have denied: execve"), "\(result.stderr)")
+    }
+}
