@@ -292,6 +292,17 @@ static int apply_op(int root, const struct xsb_mount_op *op, int control_fd) {
     case XSB_MOUNT_FILE:
         if (file_at(root, op->target, op->source, op->size, op->mode ? op->mode : 0644) == 0) return 0;
         break;
+    case XSB_MOUNT_MASK: {
+        // A directory becomes an empty read-only tmpfs; a file becomes /dev/null on a nodev
+        // mount, which nobody can open (EACCES).
+        int at_target;
+        int rc = (op->flags & XSB_MOUNT_F_DIRECTORY)
+                     ? tmpfs_at(root, op->target, 0555, 4096, XSB_MOUNT_ATTR_RDONLY | XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV | XSB_MOUNT_ATTR_NOEXEC)
+                     : bind_at(root, "/dev/null", op->target, 0, &at_target);
+        if (rc == 0) return 0;
+        xsb_child_report(control_fd, XSB_STEP_BIND_MOUNT, errno, op->target);
+        return -1;
+    }
     default:
         errno = EINVAL;
         break;

@@ -55,6 +55,7 @@ struct PolicyLayer {
     var rules: [RuleEntry] = []
 
     var mounts: [Mount] = []
+    var masked: [String] = []
     var network: (mode: NetworkPolicy, loc: Loc)?
     var pass: [String] = []
     var set: [(name: String, value: String)] = []
@@ -69,10 +70,9 @@ struct PolicyDocument {
     static let topKeys = ["version", "description", "extends", "include", "seccomp", "filesystem", "network", "environment", "limits"]
     static let seccompKeys = ["default", "allow-exec-after-start", "allow", "log", "errno", "kill", "rules"]
     static let ruleKeys = ["syscall", "action", "when", "why"]
-    static let filesystemKeys = ["ro-bind", "ro-bind-optional", "bind", "bind-optional", "tmpfs"]
+    static let filesystemKeys = ["ro-bind", "ro-bind-optional", "bind", "bind-optional", "tmpfs", "mask"]
     static let environmentKeys = ["pass", "set"]
     static let limitKeys = ["memory", "processes", "cpu-seconds", "open-files", "file-size", "wall-clock"]
-    static let reservedLater = "is reserved for a later version of the policy format and not supported yet"
 
     let diag: Diagnostics
     let reader: NodeReader
@@ -147,7 +147,7 @@ struct PolicyDocument {
                 parseSeccomp(value, into: &layer)
                 layer.seccompBroken = diag.errors.count != before
             case "filesystem":
-                layer.mounts = parseFilesystem(value)
+                layer.mounts = parseFilesystem(value, masked: &layer.masked)
             case "network":
                 if let text = reader.string(value, what: "network") {
                     if text == "none" {
@@ -436,11 +436,9 @@ struct PolicyDocument {
         return "/" + parts.joined(separator: "/")
     }
 
-    func parseFilesystem(_ node: Node) -> [PolicyLayer.Mount] {
+    func parseFilesystem(_ node: Node, masked: inout [String]) -> [PolicyLayer.Mount] {
         if node.isNull { return [] }
-        guard let entries = reader.mapping(
-            node, what: "filesystem", keys: Self.filesystemKeys, reserved: ["mask": Self.reservedLater])
-        else { return [] }
+        guard let entries = reader.mapping(node, what: "filesystem", keys: Self.filesystemKeys) else { return [] }
         var mounts: [PolicyLayer.Mount] = []
         var destinations: [String: Loc] = [:]
         func add(_ entry: MountEntry, destination: String, loc: Loc) {
@@ -456,6 +454,17 @@ struct PolicyDocument {
             mounts.append(.init(entry: entry, destination: destination, loc: here(loc)))
         }
         for (key, _, value) in entries {
+            if key == "mask" {
+                for (text, itemNode) in reader.stringList(value, what: "mask") ?? [] {
+                    guard let p = path(text, loc: Loc(itemNode), what: "a masked path") else { continue }
+                    if p == "/" {
+                        diag.error(itemNode, "cannot mask \"/\": list the paths inside that should be hidden")
+                        continue
+                    }
+                    if !masked.contains(p) { masked.append(p) }
+                }
+                continue
+            }
             if key == "tmpfs" {
                 guard let items = reader.dataMapping(value, what: "tmpfs") else { continue }
                 for (dest, destLoc, sizeNode) in items {

@@ -176,7 +176,11 @@ final class PolicyResolver {
                 }
             }
         }
-        policy.filesystem = FilesystemPolicy(mounts: mounts.map(\.entry))
+        var masked: [String] = []
+        for layer in layers {
+            for path in layer.masked where !masked.contains(path) { masked.append(path) }
+        }
+        policy.filesystem = FilesystemPolicy(mounts: mounts.map(\.entry), masked: masked)
 
         var env = EnvironmentPolicy()
         for layer in layers {

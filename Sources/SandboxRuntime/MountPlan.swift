@@ -14,6 +14,8 @@ struct MountPlan {
         case tmpfs(target: String, sizeBytes: UInt64)
         case symlink(target: String, linkText: String)
         case file(target: String, contents: String)
+        /// Hide what a bind exposes at `target`.
+        case mask(target: String, directory: Bool)
     }
 
     static let defaultTmpSize: UInt64 = 64 << 20
@@ -25,6 +27,9 @@ struct MountPlan {
     init(policy: Policy, extraMounts: [MountEntry], hostname: String, uid: UInt32, gid: UInt32) throws {
         for entry in policy.filesystem.mounts + extraMounts {
             try add(entry)
+        }
+        for path in policy.filesystem.masked {
+            try addMask(path)
         }
         // Parents before children, whatever order the policy and the caller gave: a bind at
         // /w/x must land inside the mount at /w, not under it. Stable, so equal depths keep
@@ -103,9 +108,30 @@ struct MountPlan {
     private static func depth(_ operation: Operation) -> Int {
         let target: String
         switch operation {
-        case .bind(_, let t, _, _), .tmpfs(let t, _), .symlink(let t, _), .file(let t, _): target = t
+        case .bind(_, let t, _, _), .tmpfs(let t, _), .symlink(let t, _), .file(let t, _), .mask(let t, _): target = t
         }
         return target.split(separator: "/").count
+    }
+
+    /// A masked path is hidden where a bind would show it; a path no bind shows is not visible
+    /// anyway (and one that does not exist on the host has nothing to hide).
+    private mutating func addMask(_ path: String) throws {
+        let target = try Self.checkedDestination(path)
+        var best: (source: String, target: String)?
+        for case .bind(let source, let bindTarget, _, _) in operations
+        where target == bindTarget || target.hasPrefix(bindTarget + "/") {
+            if best == nil || bindTarget.count > best!.target.count { best = (source, bindTarget) }
+        }
+        guard let best, target != best.target else {
+            if let best, target == best.target {
+                throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "\(path) is both bound and masked; remove one of them")
+            }
+            return
+        }
+        let hostPath = best.source + target.dropFirst(best.target.count)
+        var info = stat()
+        guard lstat(hostPath, &info) == 0 else { return }
+        operations.append(.mask(target: target, directory: (info.st_mode & S_IFMT) == S_IFDIR))
     }
 
     /// Destinations are absolute, normalized, and never replace what the shim itself provides.
@@ -169,6 +195,10 @@ struct MountPlan {
                 op.kind = Int32(XSB_MOUNT_SYMLINK.rawValue)
                 op.source = UnsafePointer(arena.string(text))
                 op.target = UnsafePointer(arena.string(target))
+            case .mask(let target, let directory):
+                op.kind = Int32(XSB_MOUNT_MASK.rawValue)
+                op.target = UnsafePointer(arena.string(target))
+                op.flags = directory ? Int32(XSB_MOUNT_F_DIRECTORY) : 0
             case .file(let target, let contents):
                 op.kind = Int32(XSB_MOUNT_FILE.rawValue)
                 let bytes = Array(contents.utf8)

@@ -46,3 +46,24 @@ struct PolicyLevelTests {
         #expect(result.stderr.contains("would have denied: execve"), "\(result.stderr)")
     }
 }
+
+@Suite("Masked paths")
+struct MaskTests {
+    @Test("a masked directory is empty and read-only, a masked file cannot be opened")
+    func masks() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-mask-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nfilesystem:\n  mask: [/usr/share/doc, /usr/bin/sort, /usr/no-such-path]\n"
+            .write(toFile: dir + "/masked.yaml", atomically: true, encoding: .utf8)
+        let script = """
+            [ -z "$(ls -A /usr/share/doc)" ] && echo doc-empty
+            touch /usr/share/doc/x 2>/dev/null || echo doc-read-only
+            cat /usr/bin/sort >/dev/null 2>&1 || echo sort-hidden
+            [ -d /usr/share/man ] && echo rest-visible
+            """
+        let result = try Fixtures.run([Fixtures.cli, "exec", "--policy", dir + "/masked.yaml", "--", "/bin/sh", "-c", script])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "doc-empty\ndoc-read-only\nsort-hidden\nrest-visible\n", "\(result.stdout)")
+    }
+}
