@@ -1,0 +1,234 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The fixed 16-byte header that follows a frame's 4-byte length prefix.
+///
+/// On the wire (all integers big-endian):
+///
+/// | offset | size | field                                     |
+/// |-------:|-----:|-------------------------------------------|
+/// | 0      | 4    | `length`: bytes that follow (header + payload) |
+/// | 4      | 1    | `kind` (``FrameKind``)                    |
+/// | 5      | 1    | `flags` (0; receivers reject any bit)      |
+/// | 6      | 2    | `fdCount`: fds attached to the first byte  |
+/// | 8      | 4    | reserved (0; receivers reject nonzero)     |
+/// | 12     | 8    | `id`                                      |
+public struct FrameHeader: Sendable, Hashable {
+    /// Bytes of the length prefix plus the header: 20.
+    public static let encodedSize = ExtSandboxWire.lengthPrefixSize + ExtSandboxWire.headerSize
+
+    /// The length field: the header's 16 bytes plus the payload's.
+    public var length: UInt32
+    public var kind: FrameKind
+    public var flags: UInt8
+    public var fdCount: UInt16
+    public var id: UInt64
+
+    /// Number of payload bytes (`length - 16`).
+    public var payloadCount: Int { Int(length) - ExtSandboxWire.headerSize }
+
+    public init(kind: FrameKind, flags: UInt8 = 0, fdCount: UInt16 = 0, id: UInt64 = 0, payloadCount: Int) {
+        self.length = UInt32(truncatingIfNeeded: payloadCount + ExtSandboxWire.headerSize)
+        self.kind = kind
+        self.flags = flags
+        self.fdCount = fdCount
+        self.id = id
+    }
+
+    /// Checks the length field alone against the limits: at least 16, at most `maximumFrameSize`.
+    /// Receivers call this as soon as the first 4 bytes of a frame are known.
+    public static func checkLength(_ length: UInt32, maximumFrameSize: UInt32) throws(WireError) {
+        guard length >= UInt32(ExtSandboxWire.headerSize) else { throw .frameTooShort(length: length) }
+        guard length <= maximumFrameSize else {
+            throw .frameTooLarge(length: UInt64(length), maximum: maximumFrameSize)
+        }
+    }
+
+    /// Decodes and validates the 20 bytes of a length prefix and header (the first 20 bytes of
+    /// `bytes`), in this order: length, kind, flags, reserved, fd count, id (see ``validate()``).
+    public static func decode(_ bytes: UnsafeRawBufferPointer, maximumFrameSize: UInt32) throws(WireError) -> FrameHeader {
+        precondition(bytes.count >= encodedSize, "FrameHeader.decode needs \(encodedSize) bytes")
+        let length = UInt32(bigEndian: bytes.loadUnaligned(fromByteOffset: 0, as: UInt32.self))
+        try checkLength(length, maximumFrameSize: maximumFrameSize)
+        let rawKind = bytes[4]
+        guard let kind = FrameKind(rawValue: rawKind) else { throw .unknownKind(rawKind) }
+        let flags = bytes[5]
+        let fdCount = UInt16(bigEndian: bytes.loadUnaligned(fromByteOffset: 6, as: UInt16.self))
+        let reserved = UInt32(bigEndian: bytes.loadUnaligned(fromByteOffset: 8, as: UInt32.self))
+        let id = UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 12, as: UInt64.self))
+        guard flags == 0 else { throw .unknownFlags(kind: kind, flags: flags) }
+        guard reserved == 0 else { throw .nonzeroReserved(kind: kind, value: reserved) }
+        var header = FrameHeader(kind: kind, fdCount: fdCount, id: id, payloadCount: 0)
+        header.length = length
+        try header.validate()
+        return header
+    }
+
+    /// Checks the kind-specific rules: no flags, at most 16 fds and the count the kind allows
+    /// (``FrameKind/allowedFDCounts``), and the id rule (``FrameKind/requiresZeroID``).
+    public func validate() throws(WireError) {
+        guard flags == 0 else { throw .unknownFlags(kind: kind, flags: flags) }
+        let count = Int(fdCount)
+        guard count <= ExtSandboxWire.maximumFDsPerFrame else {
+            throw .tooManyFDs(kind: kind, count: count, maximum: ExtSandboxWire.maximumFDsPerFrame)
+        }
+        guard kind.allowedFDCounts.contains(count) else {
+            throw .invalidFDCount(kind: kind, count: count, allowed: kind.allowedFDCounts)
+        }
+        if let zero = kind.requiresZeroID, zero != (id == 0) { throw .invalidID(kind: kind, id: id) }
+    }
+
+    /// Writes the 20 bytes of length prefix and header to the start of `buffer`.
+    public func encode(into buffer: UnsafeMutableRawBufferPointer) {
+        precondition(buffer.count >= Self.encodedSize, "FrameHeader.encode needs \(Self.encodedSize) bytes")
+        buffer.storeBytes(of: length.bigEndian, toByteOffset: 0, as: UInt32.self)
+        buffer[4] = kind.rawValue
+        buffer[5] = flags
+        buffer.storeBytes(of: fdCount.bigEndian, toByteOffset: 6, as: UInt16.self)
+        buffer.storeBytes(of: UInt32(0), toByteOffset: 8, as: UInt32.self)
+        buffer.storeBytes(of: id.bigEndian, toByteOffset: 12, as: UInt64.self)
+    }
+}
+
+/// One frame: a kind, an id, a payload and the file descriptors attached to it.
+///
+/// **File descriptor ownership.** A frame's ``fds`` are owned by whoever holds the frame:
+/// - A frame returned by ``FrameDecoder`` or ``FrameSocket/receive()`` hands its fds to the caller,
+///   who must close them (``closeFDs()``) or keep them (e.g. a CONNECT's socket).
+/// - ``FrameSocket/send(_:)`` does *not* close them: the kernel holds its own reference to each
+///   fd in flight, so the caller may close its copies as soon as `send` returns.
+/// - ``FrameSocket/enqueue(_:)`` takes ownership: the socket closes the fds once the frame is
+///   written, or when it is dropped unsent.
+/// A `Frame` is a value: copies share the same descriptor numbers, so close them once.
+public struct Frame: Sendable, Hashable {
+    public var kind: FrameKind
+    /// Always 0 in protocol version 1.
+    public var flags: UInt8
+    /// Request id (REQUEST, REPLY, ERROR, CANCEL), connection id (CONNECT), or 0.
+    public var id: UInt64
+    public var payload: [UInt8]
+    /// File descriptors attached to the frame (at most 16); see the ownership rules above.
+    public var fds: [Int32]
+
+    public init(kind: FrameKind, id: UInt64 = 0, payload: [UInt8] = [], fds: [Int32] = [], flags: UInt8 = 0) {
+        self.kind = kind
+        self.flags = flags
+        self.id = id
+        self.payload = payload
+        self.fds = fds
+    }
+
+    /// The header this frame encodes to.
+    public var header: FrameHeader {
+        FrameHeader(kind: kind, flags: flags, fdCount: UInt16(truncatingIfNeeded: fds.count), id: id,
+                    payloadCount: payload.count)
+    }
+
+    /// Closes every fd of the frame (ignoring errors). Call it once, on one copy.
+    public func closeFDs() { closeDescriptors(fds) }
+
+    // MARK: Constructors for each kind
+
+    /// A HELLO frame carrying `hello`.
+    public static func hello(_ hello: Hello) -> Frame { Frame(kind: .hello, payload: hello.payload) }
+    /// A REQUEST with a nonzero `id`.
+    public static func request(id: UInt64, payload: [UInt8], fds: [Int32] = []) -> Frame {
+        Frame(kind: .request, id: id, payload: payload, fds: fds)
+    }
+    /// The REPLY to request `id`.
+    public static func reply(id: UInt64, payload: [UInt8], fds: [Int32] = []) -> Frame {
+        Frame(kind: .reply, id: id, payload: payload, fds: fds)
+    }
+    /// An ERROR answering request `id` (0: a connection-level error).
+    public static func error(id: UInt64, code: ErrorCode, message: String = "") -> Frame {
+        Frame(kind: .error, id: id, payload: ErrorPayload(code: code, message: message).payload)
+    }
+    /// A ONEWAY message.
+    public static func oneway(payload: [UInt8], fds: [Int32] = []) -> Frame {
+        Frame(kind: .oneway, payload: payload, fds: fds)
+    }
+    /// A CANCEL of request `id`.
+    public static func cancel(id: UInt64) -> Frame { Frame(kind: .cancel, id: id) }
+    /// A GOODBYE.
+    public static var goodbye: Frame { Frame(kind: .goodbye) }
+    /// A CONNECT (control socket) handing over `descriptor` as connection `id`.
+    public static func connect(id: UInt64, descriptor: Int32) -> Frame {
+        Frame(kind: .connect, id: id, fds: [descriptor])
+    }
+    /// A READY (control socket) from the extension named `identifier`.
+    public static func ready(identifier: String) -> Frame {
+        Frame(kind: .ready, payload: Array(identifier.utf8))
+    }
+
+    /// The HELLO payload of this frame. Throws if the frame is not a HELLO or the payload is malformed.
+    public func hello() throws(WireError) -> Hello {
+        guard kind == .hello else { throw .unexpectedFrame(kind: kind, reason: "expected HELLO") }
+        return try Hello(payload: payload)
+    }
+
+    /// The ERROR payload of this frame. Throws if the frame is not an ERROR or the payload is malformed.
+    public func errorPayload() throws(WireError) -> ErrorPayload {
+        guard kind == .error else { throw .unexpectedFrame(kind: kind, reason: "expected ERROR") }
+        return try ErrorPayload(payload: payload)
+    }
+}
+
+/// Turns frames into bytes, enforcing the limits a receiver will enforce.
+public struct FrameEncoder: Sendable, Hashable {
+    /// The largest length field allowed: the *peer's* maximum frame size (from its HELLO).
+    public var maximumFrameSize: UInt32
+
+    public init(maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+        self.maximumFrameSize = maximumFrameSize
+    }
+
+    /// Checks that `frame` may be sent: its length within ``maximumFrameSize``, at most 16 fds, and
+    /// the kind's rules (``FrameHeader/validate()``). Returns its header.
+    @discardableResult
+    public func validate(_ frame: Frame) throws(WireError) -> FrameHeader {
+        let length = UInt64(frame.payload.count) + UInt64(ExtSandboxWire.headerSize)
+        guard length <= UInt64(maximumFrameSize) else {
+            throw .frameTooLarge(length: length, maximum: maximumFrameSize)
+        }
+        guard frame.fds.count <= ExtSandboxWire.maximumFDsPerFrame else {
+            throw .tooManyFDs(kind: frame.kind, count: frame.fds.count, maximum: ExtSandboxWire.maximumFDsPerFrame)
+        }
+        let header = frame.header
+        try header.validate()
+        return header
+    }
+
+    /// The frame's bytes: length prefix, header, payload. (The fds travel separately, as ancillary
+    /// data of the first byte.)
+    public func encode(_ frame: Frame) throws(WireError) -> [UInt8] {
+        let header = try validate(frame)
+        let total = FrameHeader.encodedSize + frame.payload.count
+        return [UInt8](unsafeUninitializedCapacity: total) { buffer, count in
+            let raw = UnsafeMutableRawBufferPointer(buffer)
+            header.encode(into: raw)
+            frame.payload.withUnsafeBytes { payload in
+                if let base = payload.baseAddress, payload.count > 0 {
+                    (raw.baseAddress! + FrameHeader.encodedSize).copyMemory(from: base, byteCount: payload.count)
+                }
+            }
+            count = total
+        }
+    }
+}
+
+/// Closes each descriptor, ignoring errors (retrying is wrong on Linux: the fd is gone after EINTR).
+@inline(__always)
+func closeDescriptors(_ fds: [Int32]) {
+    for fd in fds where fd >= 0 { _ = Glibc.close(fd) }
+}
+
+extension Frame: CustomStringConvertible {
+    /// A short summary: kind, id, payload size, fds (not the payload itself).
+    public var description: String {
+        var text = "\(kind) id \(id), \(payload.count) byte\(payload.count == 1 ? "" : "s")"
+        if !fds.isEmpty { text += ", fds \(fds)" }
+        if flags != 0 { text += ", flags 0x\(String(flags, radix: 16))" }
+        return text
+    }
+}

@@ -1,0 +1,303 @@
+/// An incremental frame decoder: feed it the bytes and fds of each `recvmsg` as they arrive, get
+/// whole frames out.
+///
+/// **Chunks.** The decoder pairs fds with frames the way the kernel delivers them: fds sent with a
+/// frame's first byte arrive in the same `recvmsg` as that byte (a Unix stream socket never reads
+/// past a segment that carries fds). So each `recvmsg` result is one *chunk*: announce it with
+/// ``beginChunk(fds:)``, feed its bytes with ``consume(_:)`` (which stops at the end of each frame),
+/// and call ``endChunk()`` once all of them are consumed. A frame that declares `n > 0` fds must
+/// find exactly `n` in the chunk where its first byte arrived; fds that no frame of their chunk
+/// claims are an error. ``append(_:fds:)`` does all three steps at once.
+///
+/// **Limits.** The length field is checked against ``maximumFrameSize`` as soon as its 4 bytes are
+/// known, before any buffer is allocated for the payload; the payload buffer is then allocated
+/// once, at its declared size, so memory stays bounded by one maximum frame (and, as large
+/// allocations are mmap-backed, resident memory grows only as bytes actually arrive).
+///
+/// **Errors.** Every error is final: the decoder closes every fd it holds (unclaimed, or attached
+/// to the frame in progress), drops its buffers, and rethrows the same error from then on. Frames
+/// already returned are the caller's (see ``Frame`` for fd ownership).
+///
+/// The decoder owns the fds it holds between chunks and frames: keep one copy of it per stream
+/// (copying a decoder mid-frame would copy those descriptor numbers, not the descriptors).
+public struct FrameDecoder: Sendable {
+    /// The largest length field accepted (header plus payload).
+    public let maximumFrameSize: UInt32
+
+    // Length prefix and header of the frame in progress, while incomplete.
+    private var headerBytes: [UInt8]
+    private var headerFill = 0
+    // The frame in progress once its header is complete.
+    private var current: FrameHeader?
+    private var payload: [UInt8] = []
+    private var payloadFill = 0
+    private var frameFDs: [Int32] = []
+    private var frameStartChunk = 0
+    // fds of the chunk `unclaimedChunk`, not yet claimed by a frame.
+    private var unclaimedFDs: [Int32] = []
+    private var unclaimedChunk = 0
+    // fds that arrived with the first byte of the frame in progress, whose header was incomplete
+    // at the end of that chunk.
+    private var carriedFDs: [Int32] = []
+    private var chunk = 0
+    private var failure: WireError?
+
+    public init(maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+        self.maximumFrameSize = maximumFrameSize
+        headerBytes = [UInt8](repeating: 0, count: FrameHeader.encodedSize)
+    }
+
+    /// Bytes of the frame in progress held by the decoder (prefix, header and payload so far).
+    public var bufferedByteCount: Int { headerFill + (current == nil ? 0 : FrameHeader.encodedSize + payloadFill) }
+
+    /// Bytes reserved for the payload of the frame in progress (0 until its header is complete
+    /// and valid).
+    public var reservedByteCount: Int { payload.count }
+
+    /// Payload bytes still missing from the frame in progress whose header is complete (else 0).
+    public var remainingPayloadCount: Int { current == nil ? 0 : payload.count - payloadFill }
+
+    /// Whether the decoder is between frames (nothing buffered, no fds held).
+    public var isAtFrameBoundary: Bool {
+        headerFill == 0 && current == nil && unclaimedFDs.isEmpty && carriedFDs.isEmpty
+    }
+
+    /// The error that stopped the decoder, if any.
+    public var error: WireError? { failure }
+
+    // MARK: Chunks
+
+    /// Starts a new chunk: the result of one `recvmsg`, whose ancillary data carried `fds`. The
+    /// decoder owns `fds` from here on (and closes them if this throws).
+    public mutating func beginChunk(fds: [Int32] = []) throws(WireError) {
+        if let failure {
+            closeDescriptors(fds)
+            throw failure
+        }
+        chunk &+= 1
+        guard !fds.isEmpty else { return }
+        guard fds.count <= ExtSandboxWire.maximumFDsPerFrame else {
+            closeDescriptors(fds)
+            throw fail(.unexpectedFDs(count: fds.count))
+        }
+        // Unclaimed fds of an earlier chunk were moved to carriedFDs by endChunk(); none remain.
+        unclaimedFDs = fds
+        unclaimedChunk = chunk
+    }
+
+    /// Ends the current chunk. Throws ``WireError/unexpectedFDs(count:)`` if fds of this chunk are
+    /// left that no frame claimed (unless the frame that started in this chunk still lacks the
+    /// rest of its header, and so its fd count).
+    public mutating func endChunk() throws(WireError) {
+        if let failure { throw failure }
+        guard !unclaimedFDs.isEmpty else { return }
+        if current == nil, headerFill > 0, frameStartChunk == unclaimedChunk, carriedFDs.isEmpty {
+            carriedFDs = unclaimedFDs
+            unclaimedFDs = []
+            return
+        }
+        throw fail(.unexpectedFDs(count: unclaimedFDs.count))
+    }
+
+    /// Signals the end of the stream. Throws ``WireError/truncatedFrame(received:expected:)`` if a
+    /// frame is incomplete, ``WireError/unexpectedFDs(count:)`` if fds are left.
+    public mutating func finish() throws(WireError) {
+        if let failure { throw failure }
+        if headerFill > 0 || current != nil {
+            let expected = current.map { ExtSandboxWire.lengthPrefixSize + Int($0.length) } ?? FrameHeader.encodedSize
+            throw fail(.truncatedFrame(received: bufferedByteCount, expected: expected))
+        }
+        let left = unclaimedFDs.count + carriedFDs.count
+        if left > 0 { throw fail(.unexpectedFDs(count: left)) }
+    }
+
+    /// Gives up: closes every fd the decoder holds, drops its buffers and makes `error` final.
+    /// Returns the error, for `throw decoder.abort(...)`.
+    @discardableResult
+    public mutating func abort(_ error: WireError) -> WireError { fail(error) }
+
+    // MARK: Bytes
+
+    /// Consumes bytes of the current chunk, up to the end of at most one frame.
+    ///
+    /// - Returns: how many bytes of `bytes` were consumed, and the frame that they completed, if
+    ///   any. Call again with the rest while `consumed < bytes.count`.
+    public mutating func consume(_ bytes: UnsafeRawBufferPointer) throws(WireError) -> (consumed: Int, frame: Frame?) {
+        if let failure { throw failure }
+        var offset = 0
+        let count = bytes.count
+        while offset < count {
+            if current == nil {
+                if headerFill == 0 {
+                    frameStartChunk = chunk
+                    if count - offset >= FrameHeader.encodedSize {
+                        // Fast path: the whole header is in this chunk.
+                        let header = try decodeHeader(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+                        offset += FrameHeader.encodedSize
+                        if let frame = try startPayload(header, from: bytes, offset: &offset) {
+                            return (offset, frame)
+                        }
+                        continue
+                    }
+                }
+                let take = min(FrameHeader.encodedSize - headerFill, count - offset)
+                let fill = headerFill
+                headerBytes.withUnsafeMutableBytes { dst in
+                    (dst.baseAddress! + fill).copyMemory(from: bytes.baseAddress! + offset, byteCount: take)
+                }
+                headerFill += take
+                offset += take
+                if headerFill >= ExtSandboxWire.lengthPrefixSize, fill < ExtSandboxWire.lengthPrefixSize {
+                    // Refuse an oversized or undersized frame as soon as its length is known.
+                    let length = headerBytes.withUnsafeBytes {
+                        UInt32(bigEndian: $0.loadUnaligned(fromByteOffset: 0, as: UInt32.self))
+                    }
+                    do { try FrameHeader.checkLength(length, maximumFrameSize: maximumFrameSize) } catch {
+                        throw fail(error)
+                    }
+                }
+                guard headerFill == FrameHeader.encodedSize else { continue }
+                let header = try headerBytes.withUnsafeBytes { raw in
+                    Result { () throws(WireError) in try decodeHeader(raw) }
+                }.get()
+                headerFill = 0
+                if let frame = try startPayload(header, from: bytes, offset: &offset) { return (offset, frame) }
+            } else {
+                let take = min(payload.count - payloadFill, count - offset)
+                let fill = payloadFill
+                payload.withUnsafeMutableBytes { dst in
+                    (dst.baseAddress! + fill).copyMemory(from: bytes.baseAddress! + offset, byteCount: take)
+                }
+                payloadFill += take
+                offset += take
+                if payloadFill == payload.count { return (offset, completeFrame()) }
+            }
+        }
+        return (offset, nil)
+    }
+
+    /// Lets `read` write payload bytes of the frame in progress directly into its buffer (e.g.
+    /// `recvmsg` of a large payload without an intermediate copy). `read` gets the missing part
+    /// of the payload buffer and returns how many bytes it wrote (≤ 0: none). Must only be called
+    /// when ``remainingPayloadCount`` > 0; fds received by such a read belong to no frame.
+    /// - Returns: `read`'s result and the frame, if the read completed it.
+    public mutating func readPayload(_ read: (UnsafeMutableRawBufferPointer) -> Int) -> (result: Int, frame: Frame?) {
+        precondition(failure == nil && current != nil && payloadFill < payload.count,
+                     "readPayload needs a frame in progress with payload bytes missing")
+        let fill = payloadFill
+        let result = payload.withUnsafeMutableBytes { buffer in
+            read(UnsafeMutableRawBufferPointer(rebasing: buffer[fill...]))
+        }
+        guard result > 0 else { return (result, nil) }
+        precondition(result <= payload.count - fill, "readPayload: read reported more bytes than it was given")
+        payloadFill += result
+        return (result, payloadFill == payload.count ? completeFrame() : nil)
+    }
+
+    /// Convenience: one whole chunk (``beginChunk(fds:)``, ``consume(_:)`` until done,
+    /// ``endChunk()``). Returns the frames it completed.
+    public mutating func append(_ bytes: UnsafeRawBufferPointer, fds: [Int32] = []) throws(WireError) -> [Frame] {
+        try beginChunk(fds: fds)
+        var frames: [Frame] = []
+        var offset = 0
+        while offset < bytes.count {
+            let (consumed, frame) = try consume(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+            offset += consumed
+            if let frame { frames.append(frame) }
+        }
+        do { try endChunk() } catch {
+            for frame in frames { frame.closeFDs() }
+            throw error
+        }
+        return frames
+    }
+
+    /// Convenience: ``append(_:fds:)`` for an array of bytes.
+    public mutating func append(_ bytes: [UInt8], fds: [Int32] = []) throws(WireError) -> [Frame] {
+        try bytes.withUnsafeBytes { raw in Result { () throws(WireError) in try append(raw, fds: fds) } }.get()
+    }
+
+    // MARK: Internals
+
+    private mutating func decodeHeader(_ raw: UnsafeRawBufferPointer) throws(WireError) -> FrameHeader {
+        let header: FrameHeader
+        do { header = try FrameHeader.decode(raw, maximumFrameSize: maximumFrameSize) } catch { throw fail(error) }
+        // Pair the fds: they arrived in the chunk of the frame's first byte.
+        let declared = Int(header.fdCount)
+        let startedNow = frameStartChunk == chunk
+        if declared > 0 {
+            if startedNow, unclaimedChunk == chunk, unclaimedFDs.count == declared {
+                frameFDs = unclaimedFDs
+                unclaimedFDs = []
+            } else if !startedNow, carriedFDs.count == declared {
+                frameFDs = carriedFDs
+                carriedFDs = []
+            } else {
+                let received = startedNow ? (unclaimedChunk == chunk ? unclaimedFDs.count : 0) : carriedFDs.count
+                throw fail(.fdCountMismatch(kind: header.kind, id: header.id, declared: declared, received: received))
+            }
+        } else if !carriedFDs.isEmpty {
+            throw fail(.fdCountMismatch(kind: header.kind, id: header.id, declared: 0, received: carriedFDs.count))
+        }
+        return header
+    }
+
+    /// After a valid header: allocates the payload and takes what the chunk already holds.
+    private mutating func startPayload(_ header: FrameHeader, from bytes: UnsafeRawBufferPointer,
+                                       offset: inout Int) throws(WireError) -> Frame? {
+        let size = header.payloadCount
+        let available = bytes.count - offset
+        if size <= available {
+            // Fast path: the whole payload is here.
+            let start = offset
+            let payload = [UInt8](unsafeUninitializedCapacity: size) { buffer, initialized in
+                if size > 0 {
+                    UnsafeMutableRawPointer(buffer.baseAddress!).copyMemory(from: bytes.baseAddress! + start, byteCount: size)
+                }
+                initialized = size
+            }
+            offset += size
+            let frame = Frame(kind: header.kind, id: header.id, payload: payload, fds: frameFDs, flags: header.flags)
+            frameFDs = []
+            return frame
+        }
+        current = header
+        // UInt8 is trivial: the bytes are overwritten before the frame is handed out.
+        payload = [UInt8](unsafeUninitializedCapacity: size) { _, initialized in initialized = size }
+        payloadFill = 0
+        if available > 0 {
+            let start = offset
+            payload.withUnsafeMutableBytes { dst in
+                dst.baseAddress!.copyMemory(from: bytes.baseAddress! + start, byteCount: available)
+            }
+            payloadFill = available
+            offset += available
+        }
+        return nil
+    }
+
+    private mutating func completeFrame() -> Frame {
+        let header = current!
+        let frame = Frame(kind: header.kind, id: header.id, payload: payload, fds: frameFDs, flags: header.flags)
+        current = nil
+        payload = []
+        payloadFill = 0
+        frameFDs = []
+        return frame
+    }
+
+    private mutating func fail(_ error: WireError) -> WireError {
+        closeDescriptors(unclaimedFDs)
+        closeDescriptors(carriedFDs)
+        closeDescriptors(frameFDs)
+        unclaimedFDs = []
+        carriedFDs = []
+        frameFDs = []
+        payload = []
+        payloadFill = 0
+        current = nil
+        headerFill = 0
+        if failure == nil { failure = error }
+        return failure!
+    }
+}
