@@ -8,6 +8,8 @@ let package = Package(
         .library(name: "SandboxRuntime", targets: ["SandboxRuntime"]),
         .library(name: "SandboxPolicy", targets: ["SandboxPolicy"]),
         .library(name: "ExtSandboxWire", targets: ["ExtSandboxWire"]),
+        .library(name: "ExtSandbox", targets: ["ExtSandbox"]),
+        .library(name: "ExtSandboxExtension", targets: ["ExtSandboxExtension"]),
         .executable(name: "extsandbox", targets: ["extsandbox"]),
     ],
     dependencies: [
@@ -36,6 +38,12 @@ let package = Package(
 
         // Release builds use `swift build --static-swift-stdlib` (scripts/): loading libswiftCore
         // and Foundation dynamically costs more per `extsandbox exec` than the sandbox itself.
+        // The host API: extension points, identities, processes, connections.
+        .target(name: "ExtSandbox", dependencies: ["SandboxRuntime", "SandboxPolicy", "ExtSandboxWire"]),
+
+        // The extension-side SDK: `@main struct X: AppExtension`.
+        .target(name: "ExtSandboxExtension", dependencies: ["ExtSandboxWire"]),
+
         .executableTarget(
             name: "extsandbox",
             dependencies: [
@@ -46,6 +54,12 @@ let package = Package(
         // Launch benchmarks against bubblewrap and a bare spawn (scripts/bench).
         .executableTarget(name: "xsb-bench", dependencies: ["SandboxRuntime", "SandboxPolicy"]),
 
+        // Test fixture: an extension built with the SDK, statically linked so that it runs in
+        // sandboxes that do not expose the Swift runtime (hardened among them).
+        .executableTarget(
+            name: "xsb-echo-extension", dependencies: ["ExtSandboxExtension"], path: "Tests/Fixtures/xsb-echo-extension",
+            linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
+
         // Test fixture: tries forbidden things from inside a sandbox, one per invocation.
         // It runs inside sandboxes that do not expose the Swift runtime: link nothing of it.
         .executableTarget(
@@ -54,6 +68,7 @@ let package = Package(
 
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
         .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire"]),
+        .testTarget(name: "ExtSandboxTests", dependencies: ["ExtSandbox", "ExtSandboxWire", "SandboxRuntime"]),
         .testTarget(
             name: "SandboxRuntimeTests",
             dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox"]),

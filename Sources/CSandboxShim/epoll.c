@@ -15,6 +15,11 @@ int xsb_epoll_add(int epfd, int fd, uint32_t events, uint64_t token) {
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : -errno;
 }
 
+int xsb_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token) {
+    struct epoll_event ev = {.events = events, .data.u64 = token};
+    return epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0 ? 0 : -errno;
+}
+
 int xsb_epoll_remove(int epfd, int fd) {
     return epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL) == 0 ? 0 : -errno;
 }

@@ -3,28 +3,36 @@ import Foundation
 import Glibc
 import Synchronization
 
-/// One thread, one epoll set, for every sandbox: pidfds (exit), control sockets (messages
-/// from each sandbox's init) and seccomp listeners (violations). No thread per process, no
-/// `wait(-1)`, no SIGCHLD handler.
-final class ProcessMonitor: Sendable {
-    typealias Handler = @Sendable (_ events: UInt32) -> Void
+/// One thread, one epoll set, for many file descriptors: every sandbox's pidfd (exit), control
+/// socket (messages from its init) and seccomp listener (violations), and the host API's
+/// connections. No thread per process or per connection, no `wait(-1)`, no SIGCHLD handler.
+///
+/// Handlers run on the monitor thread, one at a time: they must not block.
+public final class EventMonitor: Sendable {
+    public typealias Handler = @Sendable (_ events: UInt32) -> Void
+
+    /// epoll event bits for ``add(fd:events:handler:)`` and ``modify(fd:token:events:)``.
+    public static let readable = UInt32(XSB_EPOLLIN)
+    public static let writable = UInt32(XSB_EPOLLOUT)
+    public static let hangUp = UInt32(XSB_EPOLLHUP)
+    public static let error = UInt32(XSB_EPOLLERR)
 
     private let epollFD: Int32
     private let handlers = Mutex<[UInt64: Handler]>([:])
     private let nextToken = Atomic<UInt64>(1)
 
-    init() throws {
+    public init() throws {
         epollFD = xsb_epoll_create()
         guard epollFD >= 0 else { throw SandboxError(step: .control, errorNumber: -epollFD, detail: "epoll_create1") }
         let thread = Thread { [self] in self.loop() }
-        thread.name = "xsb-monitor"
+        thread.name = "xsb-monitor"  // at most 15 bytes, or Linux ignores it
         thread.start()
     }
 
     /// Watches `fd` (level-triggered) and calls `handler` on the monitor thread. Returns the
     /// token for ``remove(fd:token:)``.
     @discardableResult
-    func add(fd: Int32, events: UInt32 = UInt32(XSB_EPOLLIN), handler: @escaping Handler) throws -> UInt64 {
+    public func add(fd: Int32, events: UInt32 = UInt32(XSB_EPOLLIN), handler: @escaping Handler) throws -> UInt64 {
         let token = nextToken.add(1, ordering: .relaxed).oldValue
         handlers.withLock { $0[token] = handler }
         let rc = xsb_epoll_add(epollFD, fd, events, token)
@@ -35,8 +43,13 @@ final class ProcessMonitor: Sendable {
         return token
     }
 
+    /// Changes the events watched for a registration (for example to wait for writability).
+    public func modify(fd: Int32, token: UInt64, events: UInt32) {
+        _ = xsb_epoll_modify(epollFD, fd, events, token)
+    }
+
     /// Stops watching; call before closing `fd`.
-    func remove(fd: Int32, token: UInt64) {
+    public func remove(fd: Int32, token: UInt64) {
         _ = xsb_epoll_remove(epollFD, fd)
         handlers.withLock { _ = $0.removeValue(forKey: token) }
     }

@@ -31,11 +31,11 @@ public final class SandboxedProcess: Sendable {
     }
 
     private let state: Mutex<State>
-    private let monitor: ProcessMonitor
+    private let monitor: EventMonitor
     private let cgroup: SandboxCgroup?
     private let audit: Bool
 
-    init(result: xsb_spawn_result, monitor: ProcessMonitor, cgroup: SandboxCgroup?, audit: Bool) {
+    init(result: xsb_spawn_result, monitor: EventMonitor, cgroup: SandboxCgroup?, audit: Bool) {
         pid = result.pid
         payloadPIDInside = result.payload_pid
         self.monitor = monitor
@@ -71,7 +71,7 @@ public final class SandboxedProcess: Sendable {
     /// Starts watching; until then nothing is delivered. Called once by the supervisor.
     func startMonitoring() throws {
         let (pidfd, control, notify) = state.withLock { ($0.pidfd, $0.controlFD, $0.notifyFD) }
-        let handlers: [(Int32, ProcessMonitor.Handler)] = [
+        let handlers: [(Int32, EventMonitor.Handler)] = [
             (control, { [self] events in self.controlReadable(events) }),
             (notify, { [self] events in self.notificationArrived(events) }),
             (pidfd, { [self] _ in self.initExited() }),

@@ -17,7 +17,8 @@ public final class Supervisor: Sendable {
     }()
 
     private let spawner = SpawnerThread()
-    private let monitor: ProcessMonitor
+    /// The supervisor's event thread; the host API registers its connections here too.
+    public let monitor: EventMonitor
     private let cgroups: CgroupSupport?
     private let filters = Mutex<[(policy: SeccompPolicy, filter: CompiledSeccompFilter)]>([])
     private let launchCounter = Atomic<Int>(0)
@@ -32,7 +33,7 @@ public final class Supervisor: Sendable {
     }
 
     init(cgroups: CgroupSupport?) throws {
-        monitor = try ProcessMonitor()
+        monitor = try EventMonitor()
         self.cgroups = cgroups
         let text = (try? String(contentsOfFile: "/proc/sys/kernel/cap_last_cap", encoding: .utf8)) ?? "40"
         capLastCap = Int32(text.filter(\.isNumber)) ?? 40

@@ -199,6 +199,7 @@ int xsb_pidfd_reap(int pidfd, int *wait_status);
 /// Constants Swift's Glibc module does not import (epoll, and rlimits glibc defines as macros).
 enum {
     XSB_EPOLLIN = 0x001,
+    XSB_EPOLLOUT = 0x004,
     XSB_EPOLLERR = 0x008,
     XSB_EPOLLHUP = 0x010,
     XSB_RLIMIT_CPU = 0,
@@ -214,6 +215,7 @@ int xsb_epoll_create(void);
 /// epoll with a 64-bit token per registration (struct epoll_event is packed: kept out of Swift).
 int xsb_epoll_add(int epfd, int fd, uint32_t events, uint64_t token);
 int xsb_epoll_remove(int epfd, int fd);
+int xsb_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token);
 /// Returns the number of events, or -errno. At most 64 per call.
 int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms);
 

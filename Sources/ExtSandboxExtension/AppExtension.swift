@@ -1,0 +1,73 @@
+import ExtSandboxWire
+import Glibc
+
+/// Bytes and file descriptors, as an extension receives and answers them.
+public struct Message: Sendable {
+    public var payload: [UInt8]
+    /// Received descriptors belong to the extension (close them); sent ones are closed once sent.
+    public var fileDescriptors: [Int32]
+
+    public init(_ payload: [UInt8] = [], fileDescriptors: [Int32] = []) {
+        self.payload = payload
+        self.fileDescriptors = fileDescriptors
+    }
+}
+
+/// What the extension learns about a connection before it accepts it.
+public struct ConnectionRequest: Sendable {
+    /// The host's name for itself in its HELLO (the host API sends the extension's identifier).
+    public var hostName: String?
+}
+
+/// An extension error answer: a code (100 and above are the extension's own) and a message.
+public struct ExtensionFailure: Error, Sendable {
+    public var code: UInt32
+    public var message: String
+
+    public init(code: UInt32 = 100, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+}
+
+/// An extension's entry point (ExtensionFoundation's `AppExtension`): mark the type `@main`.
+///
+/// ```swift
+/// @main struct Upcase: AppExtension {
+///     func handle(request: Message) async throws -> Message {
+///         Message(request.payload.map { $0 >= 97 && $0 <= 122 ? $0 - 32 : $0 })
+///     }
+/// }
+/// ```
+///
+/// The runtime speaks the wire protocol (docs/wire-protocol.md) on the control socket the
+/// sandbox passes as fd 3: it says READY, takes each new connection, asks ``accept(_:)``,
+/// and runs ``handle(request:)`` for every request, answering with its result or its error. A
+/// cancelled request's task is cancelled. Its start-up makes few system calls, so extensions
+/// run under the `hardened` policy (build them with `--static-swift-stdlib`).
+public protocol AppExtension: Sendable {
+    init()
+    /// Accepts or rejects a connection. Accepts every connection by default.
+    func accept(_ connection: ConnectionRequest) -> Bool
+    /// Answers one request. Throw ``ExtensionFailure`` for an error answer.
+    func handle(request: Message) async throws -> Message
+    /// Receives a message that needs no answer. Ignores it (closing its fds) by default.
+    func handle(oneWay: Message) async
+}
+
+extension AppExtension {
+    public func accept(_ connection: ConnectionRequest) -> Bool { true }
+
+    public func handle(oneWay message: Message) async {
+        closeDescriptors(message.fileDescriptors)
+    }
+
+    /// Runs the extension until the host goes away.
+    public static func main() async {
+        await ExtensionRuntime(extension: Self()).run()
+    }
+}
+
+func closeDescriptors(_ fds: [Int32]) {
+    for fd in fds { _ = Glibc.close(fd) }
+}

@@ -1,0 +1,189 @@
+import ExtSandboxWire
+import Glibc
+import Synchronization
+
+/// The extension side of the wire protocol: the control socket on fd 3, READY, CONNECT, and
+/// one reader thread per connection (blocking reads stay off the concurrency pool), with each
+/// request answered from a task of its own.
+final class ExtensionRuntime<Extension: AppExtension>: Sendable {
+    private let app: Extension
+
+    init(extension app: Extension) {
+        self.app = app
+    }
+
+    func run() async -> Never {
+        let control = UncheckedBox(FrameSocket(descriptor: ExtSandboxWire.controlSocketDescriptor))
+        let identifier = CommandLine.arguments.first.map { String($0.split(separator: "/").last ?? "") } ?? "extension"
+        do {
+            try control.value.send(.ready(identifier: identifier))
+        } catch {
+            report("extension: cannot reach the host on fd 3: \(error)")
+            exit(70)
+        }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            startThread { [self] in
+                // The host hands over each new connection as a CONNECT with its socket.
+                while let frame = try? control.value.receive() {
+                    if frame.kind == .connect, frame.fds.count == 1 {
+                        let fd = frame.fds[0]
+                        startThread { [self] in self.serve(descriptor: fd) }
+                    } else if frame.kind == .goodbye {
+                        // The host asks the extension to end (docs/wire-protocol.md).
+                        try? control.value.send(.goodbye)
+                        exit(0)
+                    } else {
+                        frame.closeFDs()
+                    }
+                }
+                done.resume()  // EOF: the host is gone
+            }
+        }
+        exit(0)
+    }
+
+    /// One connection: handshake, then requests until GOODBYE or EOF.
+    private func serve(descriptor: Int32) {
+        // Reader (this thread) and writer (any task, under the lock) on separate descriptors of
+        // the same socket: FrameSocket is not thread-safe.
+        let socket = FrameSocket(descriptor: descriptor)
+        let connection = ConnectionWriter(FrameSocket(descriptor: fcntl(descriptor, F_DUPFD_CLOEXEC, 0)))
+        let send = connection.send
+        defer {
+            for task in connection.tasks.withLock({ Array($0.values) }) { task.cancel() }
+        }
+
+        guard let first = try? socket.receive(), first.kind == .hello, let hello = try? first.hello() else {
+            socket.close()
+            connection.writer.withLock { $0.value.close() }
+            return
+        }
+        do {
+            try hello.checkVersion()
+        } catch {
+            send(.error(id: 0, code: .protocolError, message: "\(error)"))
+            socket.close()
+            connection.writer.withLock { $0.value.close() }
+            return
+        }
+        guard app.accept(ConnectionRequest(hostName: hello.name)) else {
+            send(.error(id: 0, code: .rejected, message: "the extension rejected the connection"))
+            socket.close()
+            connection.writer.withLock { $0.value.close() }
+            return
+        }
+        connection.writer.withLock { $0.value.encoder.maximumFrameSize = hello.maximumFrameSize }
+        send(.hello(Hello(name: CommandLine.arguments.first)))
+
+        while true {
+            let frame: Frame
+            do {
+                guard let next = try socket.receive() else { break }
+                frame = next
+            } catch {
+                break
+            }
+            switch frame.kind {
+            case .request:
+                let id = frame.id, app = self.app
+                let message = UncheckedBox(Message(frame.payload, fileDescriptors: frame.fds))
+                let task = Task {
+                    let answer: Frame
+                    do {
+                        let reply = try await app.handle(request: message.value)
+                        answer = .reply(id: id, payload: reply.payload, fds: reply.fileDescriptors)
+                    } catch let failure as ExtensionFailure {
+                        answer = .error(id: id, code: ErrorCode(rawValue: failure.code), message: failure.message)
+                    } catch is CancellationError {
+                        answer = .error(id: id, code: .cancelled, message: "cancelled")
+                    } catch {
+                        answer = .error(id: id, code: .internalError, message: "\(error)")
+                    }
+                    if Task.isCancelled && answer.kind == .reply {
+                        send(.error(id: id, code: .cancelled, message: "cancelled"))
+                        answer.closeFDs()
+                    } else {
+                        send(answer)
+                    }
+                    _ = connection.tasks.withLock { $0.removeValue(forKey: id) }
+                }
+                connection.tasks.withLock { $0[id] = task }
+            case .oneway:
+                let app = self.app
+                let message = UncheckedBox(Message(frame.payload, fileDescriptors: frame.fds))
+                Task { await app.handle(oneWay: message.value) }
+            case .cancel:
+                connection.tasks.withLock { $0[frame.id] }?.cancel()
+            case .goodbye:
+                socket.close()
+                connection.writer.withLock { $0.value.close() }
+                return
+            default:
+                frame.closeFDs()
+                send(.error(id: frame.id, code: .protocolError, message: "unexpected \(frame.kind)"))
+            }
+        }
+        socket.close()
+        connection.writer.withLock { $0.value.close() }
+    }
+}
+
+/// The sending half of one connection, shared by the reader thread and the request tasks.
+final class ConnectionWriter: Sendable {
+    let writer: Mutex<UncheckedBox<FrameSocket>>
+    let tasks = Mutex<[UInt64: Task<Void, Never>]>([:])
+
+    init(_ socket: FrameSocket) {
+        writer = Mutex(UncheckedBox(socket))
+    }
+
+    /// Sends whole frames one at a time; a failed send shuts the socket so the reader stops.
+    var send: @Sendable (Frame) -> Void {
+        { [self] frame in
+            writer.withLock { box in
+                do { try box.value.send(frame) } catch { box.value.shutdownReadAndWrite() }
+                frame.closeFDs()
+            }
+        }
+    }
+}
+
+/// Writes a line to stderr (fd 2) with one write(2): no stdio state shared between threads.
+func report(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+}
+
+/// Carries a value the compiler cannot prove Sendable across one hand-off.
+struct UncheckedBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+/// A detached POSIX thread running `body` (no Foundation: extensions stay small).
+func startThread(_ body: @escaping @Sendable () -> Void) {
+    final class Box: @unchecked Sendable {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+    let context = Unmanaged.passRetained(Box(body)).toOpaque()
+    var thread = pthread_t()
+    let rc = pthread_create(&thread, nil, { raw in
+        let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+        box.body()
+        return nil
+    }, context)
+    if rc != 0 {
+        Unmanaged<Box>.fromOpaque(context).release()
+        report("extension: cannot start a thread (\(rc))")
+        exit(71)
+    }
+    pthread_detach(thread)
+}
+
+extension FrameSocket {
+    /// Makes every further read and write fail, so the reader loop ends.
+    func shutdownReadAndWrite() {
+        _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
+    }
+}

@@ -1,0 +1,200 @@
+import ExtSandbox
+import Foundation
+import Glibc
+import SandboxRuntime
+import Testing
+
+@Suite("Host API: launch, connections, lifecycle, interruption")
+struct HostAPITests {
+    @Test("launch, request and reply, one-way, error answer")
+    func requestReply() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let reply = try await connection.send(HostFixtures.message("hello"))
+        #expect(HostFixtures.text(reply) == "hello")
+        try connection.sendOneWay(HostFixtures.message("noted"))
+        await #expect(throws: ExtensionError.self) { _ = try await connection.send(HostFixtures.message("fail")) }
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("still fine"))) == "still fine")
+    }
+}
+
+@Suite("Host API lifecycle")
+struct HostLifecycleTests {
+    @Test("a second handle reuses the running process")
+    func reuse() async throws {
+        let identity = HostFixtures.identity()
+        let recorder = Recorder()
+        let first = try await AppExtensionProcess(configuration: .init(identity: identity, onEvent: recorder.onEvent))
+        let second = try await AppExtensionProcess(configuration: .init(identity: identity, onEvent: recorder.onEvent))
+        #expect(first.sandbox.pid == second.sandbox.pid)
+        #expect(recorder.recordedEvents.filter { if case .launched = $0 { return true } else { return false } }.count == 1)
+        #expect(recorder.recordedEvents.contains(.reused))
+        first.invalidate()
+        second.invalidate()
+    }
+
+    @Test("two connections keep it running; with none it is suspended, and a new connection resumes it")
+    func suspendAndResume() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onEvent: recorder.onEvent, suspendAfter: .milliseconds(100)))
+        defer { process.invalidate() }
+        let a = try await process.makeConnection(), b = try await process.makeConnection()
+        a.invalidate()
+        try await Task.sleep(for: .milliseconds(400))
+        #expect(!recorder.recordedEvents.contains(.suspended), "one connection is still open")
+        #expect(HostFixtures.text(try await b.send(HostFixtures.message("b"))) == "b")
+        b.invalidate()
+        let inside = process.sandbox.processIdentifiers().dropFirst()
+        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.suspended) })
+        #expect(await HostFixtures.eventually { inside.allSatisfy { HostFixtures.processState($0) == "T" } },
+                "\(inside.map { HostFixtures.processState($0) ?? "gone" })")
+        let c = try await process.makeConnection()
+        #expect(recorder.recordedEvents.contains(.resumed))
+        #expect(HostFixtures.text(try await c.send(HostFixtures.message("awake"))) == "awake")
+        c.invalidate()
+    }
+
+    @Test("idle termination is not an interruption")
+    func idleTermination() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
+            suspendAfter: .milliseconds(50), terminateAfter: .milliseconds(200)))
+        let connection = try await process.makeConnection()
+        connection.invalidate()
+        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.terminated) })
+        #expect(recorder.recordedInterruptions.isEmpty)
+        // The next connection launches a fresh process.
+        let again = try await process.makeConnection()
+        #expect(HostFixtures.text(try await again.send(HostFixtures.message("fresh"))) == "fresh")
+        again.invalidate()
+        process.invalidate()
+    }
+
+    @Test("invalidating the handle and its last connection ends the process")
+    func invalidateEnds() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(), onEvent: recorder.onEvent))
+        let pid = process.sandbox.pid
+        let connection = try await process.makeConnection()
+        process.invalidate()
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("still"))) == "still", "open connections keep it alive")
+        connection.invalidate()
+        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.terminated) })
+        #expect(await HostFixtures.eventually { HostFixtures.processState(pid) == nil || HostFixtures.processState(pid) == "Z" })
+        await #expect(throws: ExtensionError.self) { _ = try await process.makeConnection() }
+    }
+
+    @Test("dropping the last references ends the process")
+    func droppedReferences() async throws {
+        let recorder = Recorder()
+        var process: AppExtensionProcess? = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(), onEvent: recorder.onEvent))
+        var connection: ExtensionConnection? = try await process!.makeConnection()
+        #expect(HostFixtures.text(try await connection!.send(HostFixtures.message("x"))) == "x")
+        connection = nil
+        process = nil
+        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.terminated) })
+    }
+}
+
+@Suite("Host API interruption")
+struct HostInterruptionTests {
+    /// Starts a request that does not finish by itself, then ends the process by `cause`;
+    /// the request must fail once and the handler run once with the reason.
+    func interrupt(level: String = "standard", cause: (AppExtensionProcess, ExtensionConnection) async throws -> Void,
+                   expect: (String) -> Bool) async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(level: level), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        let pending = Task { try await connection.send(HostFixtures.message("sleep 60000")) }
+        try await Task.sleep(for: .milliseconds(50))
+        try await cause(process, connection)
+        var failures = 0
+        do { _ = try await pending.value } catch { failures += 1 }
+        #expect(failures == 1)
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == 1 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions.count == 1, "exactly once: \(recorder.recordedInterruptions)")
+        let matches = recorder.recordedInterruptions.allSatisfy(expect)
+        #expect(matches, "\(recorder.recordedInterruptions)")
+        // A later connection launches a fresh process.
+        let again = try await process.makeConnection()
+        #expect(HostFixtures.text(try await again.send(HostFixtures.message("again"))) == "again")
+        again.invalidate()
+    }
+
+    @Test("SIGKILL from outside")
+    func killed() async throws {
+        try await interrupt(cause: { process, _ in kill(process.sandbox.pid, SIGKILL) }, expect: { $0 == "killed" })
+    }
+
+    @Test("a crash")
+    func crash() async throws {
+        try await interrupt(cause: { _, connection in _ = try? await connection.send(HostFixtures.message("crash")) },
+                            expect: { $0.contains("signal 11") })
+    }
+
+    @Test("a seccomp kill names the syscall")
+    func seccompKill() async throws {
+        try await interrupt(level: "hardened", cause: { _, connection in _ = try? await connection.send(HostFixtures.message("socket")) },
+                            expect: { $0 == "seccomp violation: socket" })
+    }
+}
+
+@Suite("Host API connections")
+struct HostConnectionTests {
+    @Test("the extension may reject a connection")
+    func rejected() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(name: "reject-me")))
+        defer { process.invalidate() }
+        await #expect(throws: ExtensionError.self) { _ = try await process.makeConnection() }
+    }
+
+    @Test("a file descriptor travels with a message (a memfd for a large payload)")
+    func fdPassing() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        // An unlinked temporary file stands in for a memfd here: any descriptor travels alike.
+        var template = Array("/tmp/xsb-payload-XXXXXX".utf8CString)
+        let fd = mkstemp(&template)
+        #expect(fd >= 0)
+        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
+        defer { close(fd) }
+        #expect(ftruncate(fd, 3 << 20) == 0)
+        let reply = try await connection.send(HostFixtures.message("memfd", fds: [fd]))
+        #expect(HostFixtures.text(reply) == "\(3 << 20)")
+    }
+
+    @Test("cancelling the task cancels the request; the connection stays usable")
+    func cancellation() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let slow = Task { try await connection.send(HostFixtures.message("sleep 60000")) }
+        try await Task.sleep(for: .milliseconds(50))
+        slow.cancel()
+        let started = Date()
+        await #expect(throws: ExtensionError.self) { _ = try await slow.value }
+        #expect(Date().timeIntervalSince(started) < 5)
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("next"))) == "next")
+    }
+
+    @Test("an extension built with the SDK runs under the hardened policy", arguments: ["standard", "restricted", "hardened"])
+    func underEveryLevel(level: String) async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(level: level)))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        for index in 0..<20 {
+            #expect(HostFixtures.text(try await connection.send(HostFixtures.message("ping \(index)"))) == "ping \(index)")
+        }
+    }
+}

@@ -1,0 +1,58 @@
+import ExtSandbox
+import Foundation
+import Glibc
+import SandboxRuntime
+import Synchronization
+
+enum HostFixtures {
+    static let productsDirectory: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        while url.path != "/" && !FileManager.default.fileExists(atPath: url.appendingPathComponent("xsb-echo-extension").path) {
+            url = url.deletingLastPathComponent()
+        }
+        return url.path
+    }()
+
+    static let policiesDirectory: String = {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Policies").path
+    }()
+
+    /// The echo fixture under a policy level; a fresh identifier per call, so tests do not
+    /// share processes unless they mean to.
+    static func identity(level: String = "standard", name: String = "echo-\(UUID().uuidString)") -> AppExtensionIdentity {
+        AppExtensionIdentity(
+            bundleIdentifier: name, executablePath: productsDirectory + "/xsb-echo-extension",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: policiesDirectory + "/\(level).yaml"))
+    }
+
+    static func text(_ message: ExtensionMessage) -> String { String(decoding: message.payload, as: UTF8.self) }
+    static func message(_ text: String, fds: [Int32] = []) -> ExtensionMessage { ExtensionMessage(Array(text.utf8), fileDescriptors: fds) }
+
+    static func processState(_ pid: pid_t) -> String? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return nil }
+        return stat[stat.index(close, offsetBy: 2)...].split(separator: " ").first.map(String.init)
+    }
+
+    /// Polls without blocking a thread: what it waits for runs on the same small pool.
+    static func eventually(within seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return condition()
+    }
+}
+
+/// Collects lifecycle events and interruptions for assertions.
+final class Recorder: Sendable {
+    private let events = Mutex<[AppExtensionLifecycleEvent]>([])
+    private let interruptions = Mutex<[String]>([])
+
+    var onEvent: @Sendable (AppExtensionLifecycleEvent) -> Void { { [self] event in events.withLock { $0.append(event) } } }
+    var onInterruption: @Sendable (Termination) -> Void { { [self] t in interruptions.withLock { $0.append("\(t)") } } }
+    var recordedEvents: [AppExtensionLifecycleEvent] { events.withLock { $0 } }
+    var recordedInterruptions: [String] { interruptions.withLock { $0 } }
+}
