@@ -263,9 +263,10 @@ public final class ExtensionConnection: Sendable {
             }
             return nil
         case .oneway:
-            // Hosts do not take one-way messages from extensions yet: read and drop.
+            // Hosts take no one-way messages from extensions: a flood of them (or of fds) must
+            // not be absorbed silently.
             frame.closeFDs()
-            return nil
+            return .connectionClosed(detail: "the extension sent a one-way message, which hosts do not accept")
         case .goodbye:
             return .connectionClosed(detail: "the extension said goodbye")
         default:

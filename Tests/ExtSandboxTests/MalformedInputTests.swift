@@ -1,0 +1,70 @@
+import ExtSandbox
+import Foundation
+import Glibc
+import SandboxRuntime
+import Testing
+
+/// A misbehaving extension must never hurt the host: each kind of bad input closes that
+/// connection with a clear error, its pending request fails once, memory and fds stay
+/// bounded, and other connections and extensions carry on.
+@Suite("Malformed input from an extension")
+struct MalformedInputTests {
+    static let script: String = {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/misbehaving_extension.py").path
+        return (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    }()
+
+    static func openFDCount() -> Int {
+        ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).count
+    }
+
+    @Test("bad input closes only that connection, with a clear error", arguments: [
+        ("oversize", "too large"), ("truncated", "closed"), ("garbage", "protocol error"),
+        ("unknown-kind", "protocol error"), ("unknown-id", "never sent"), ("flood", "one-way"), ("fd-flood", "one-way"),
+    ])
+    func misbehaviour(behaviour: String, expected: String) async throws {
+        let identity = AppExtensionIdentity(
+            bundleIdentifier: "\(behaviour)/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
+            arguments: ["-c", Self.script])
+        let bad = try await AppExtensionProcess(configuration: .init(identity: identity))
+        defer { bad.invalidate() }
+        let good = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
+        defer { good.invalidate() }
+        let goodConnection = try await good.makeConnection()
+        defer { goodConnection.invalidate() }
+
+        let connection = try await bad.makeConnection()
+        var failures: [ExtensionError] = []
+        do {
+            _ = try await connection.send(HostFixtures.message("anything"))
+        } catch let error as ExtensionError {
+            failures.append(error)
+        }
+        #expect(failures.count == 1)
+        let text = failures.first.map { "\($0)" } ?? ""
+        #expect(text.contains(expected), "\(text)")
+        #expect(!connection.isOpen)
+        // The other extension is untouched.
+        #expect(HostFixtures.text(try await goodConnection.send(HostFixtures.message("fine"))) == "fine")
+    }
+
+    @Test("an fd flood leaves no descriptor behind in the host")
+    func fdFloodLeavesNothing() async throws {
+        let before = Self.openFDCount()
+        for _ in 0..<3 {
+            let identity = AppExtensionIdentity(
+                bundleIdentifier: "fd-flood/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
+                point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
+                arguments: ["-c", Self.script])
+            let bad = try await AppExtensionProcess(configuration: .init(identity: identity))
+            let connection = try await bad.makeConnection()
+            _ = try? await connection.send(HostFixtures.message("x"))
+            bad.invalidate()
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        // Other suites run meanwhile and hold fds of their own for a moment: allow a little slack.
+        #expect(Self.openFDCount() <= before + 8, "before \(before), after \(Self.openFDCount())")
+    }
+}

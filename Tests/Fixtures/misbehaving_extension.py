@@ -1,0 +1,57 @@
+# A misbehaving extension for the host's robustness tests: it speaks the wire protocol
+# (docs/wire-protocol.md) correctly up to the handshake, then breaks it in the way its
+# connection's host name asks for. Run as `python3 -c "$(cat this file)"` with fd 3.
+import os, socket, struct, sys, threading
+
+def frame(kind, id=0, payload=b"", nfds=0, flags=0):
+    return struct.pack(">IBBHIQ", 16 + len(payload), kind, flags, nfds, 0, id) + payload
+
+def read_exact(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+def read_frame(sock):
+    (length,) = struct.unpack(">I", read_exact(sock, 4))
+    header = read_exact(sock, 16)
+    kind, flags, nfds, _, id = struct.unpack(">BBHIQ", header)
+    return kind, id, read_exact(sock, length - 16)
+
+def serve(sock):
+    kind, _, payload = read_frame(sock)  # HELLO
+    name = payload[6:].decode()
+    sock.sendall(frame(1, 0, struct.pack(">HI", 1, 16 << 20)))
+    behaviour = name.split("/")[0]
+    kind, id, _ = read_frame(sock)       # the host's first REQUEST
+    if behaviour == "oversize":
+        sock.sendall(struct.pack(">I", 0xFFFFFFF0) + b"\x03" * 16)
+    elif behaviour == "truncated":
+        sock.sendall(frame(3, id, b"x" * 100)[:60])
+        sock.shutdown(socket.SHUT_WR)
+    elif behaviour == "garbage":
+        sock.sendall(os.urandom(64))
+    elif behaviour == "unknown-kind":
+        sock.sendall(frame(99, id))
+    elif behaviour == "unknown-id":
+        sock.sendall(frame(3, id + 1000, b"not yours"))
+    elif behaviour == "flood":
+        for _ in range(100000):
+            sock.sendall(frame(5, 0, b"f" * 1024))
+    elif behaviour == "fd-flood":
+        r, w = os.pipe()
+        for _ in range(1000):
+            socket.send_fds(sock, [frame(5, 0, b"", 16)], [r] * 16)
+    threading.Event().wait()  # keep the socket open: the host must act on its own
+
+control = socket.socket(fileno=3)
+control.sendall(frame(9, 0, b"misbehaving"))
+while True:
+    msg, fds, _, _ = socket.recv_fds(control, 20, 1)
+    if not msg:
+        os._exit(0)
+    for fd in fds:
+        threading.Thread(target=serve, args=(socket.socket(fileno=fd),), daemon=True).start()
