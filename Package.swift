@@ -52,7 +52,14 @@ let package = Package(
             ]),
 
         // Launch benchmarks against bubblewrap and a bare spawn (scripts/bench).
-        .executableTarget(name: "xsb-bench", dependencies: ["SandboxRuntime", "SandboxPolicy"]),
+        .executableTarget(name: "xsb-bench", dependencies: ["SandboxRuntime", "SandboxPolicy", "ExtSandbox"]),
+        .executableTarget(name: "xsb-pingpong", path: "Sources/xsb-pingpong"),
+
+        // The README's demo: a host and a sandboxed extension (Examples/).
+        .executableTarget(name: "extsandbox-demo", dependencies: ["ExtSandbox", "SandboxRuntime"], path: "Examples/DemoHost"),
+        .executableTarget(
+            name: "upcase-extension", dependencies: ["ExtSandboxExtension"], path: "Examples/UpcaseExtension",
+            linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
         // Test fixture: an extension built with the SDK, statically linked so that it runs in
         // sandboxes that do not expose the Swift runtime (hardened among them).

@@ -96,8 +96,12 @@ public final class ExtensionConnection: Sendable {
         let fds = try Self.duplicate(message.fileDescriptors)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: Reply) in
+                // `enqueue` owns the copies from here on (it closes them once sent, or on failure).
                 let failure: ExtensionError? = state.withLock { state in
-                    if let closed = state.closedBecause { return closed }
+                    if let closed = state.closedBecause {
+                        Self.close(fds)
+                        return closed
+                    }
                     state.pending[id] = continuation
                     if let error = enqueue(.request(id: id, payload: message.payload, fds: fds), in: &state) {
                         state.pending[id] = nil
@@ -105,10 +109,7 @@ public final class ExtensionConnection: Sendable {
                     }
                     return nil
                 }
-                if let failure {
-                    Self.close(fds)
-                    continuation.resume(throwing: failure)
-                }
+                if let failure { continuation.resume(throwing: failure) }
             }
         } onCancel: {
             let continuation: Reply? = state.withLock { state in
@@ -125,13 +126,13 @@ public final class ExtensionConnection: Sendable {
     public func sendOneWay(_ message: ExtensionMessage) throws {
         let fds = try Self.duplicate(message.fileDescriptors)
         let failure: ExtensionError? = state.withLock { state in
-            if let closed = state.closedBecause { return closed }
+            if let closed = state.closedBecause {
+                Self.close(fds)
+                return closed
+            }
             return enqueue(.oneway(payload: message.payload, fds: fds), in: &state)
         }
-        if let failure {
-            Self.close(fds)
-            throw failure
-        }
+        if let failure { throw failure }
     }
 
     /// Sends `request` as JSON and decodes the reply as `Response`.
@@ -161,9 +162,13 @@ public final class ExtensionConnection: Sendable {
 
     // MARK: - Internals
 
-    /// Queues a frame; arms writability when it could not be written at once.
+    /// Queues a frame, taking its fds (closed once sent, or now on failure); arms writability
+    /// when it could not be written at once.
     private func enqueue(_ frame: Frame, in state: inout State) -> ExtensionError? {
-        guard let socket = state.socket else { return state.closedBecause ?? .invalidated }
+        guard let socket = state.socket else {
+            frame.closeFDs()
+            return state.closedBecause ?? .connectionClosed(detail: "the extension closed the connection")
+        }
         do {
             try socket.enqueue(frame)
         } catch {
@@ -181,6 +186,7 @@ public final class ExtensionConnection: Sendable {
         var replies: [(Reply, Result<ExtensionMessage, any Error>)] = []
         var handshakeDone: (CheckedContinuation<Void, any Error>, Result<Void, any Error>)?
         var closeReason: ExtensionError?
+        var peerClosed = false
         state.withLock { state in
             guard let socket = state.socket else { return }
             if events & EventMonitor.writable != 0 {
@@ -207,6 +213,7 @@ public final class ExtensionConnection: Sendable {
                 case .wouldBlock:
                     return
                 case .closed:
+                    peerClosed = true
                     closeReason = .connectionClosed(detail: "the extension closed the connection")
                 case .frame(let frame):
                     closeReason = handle(frame, state: &state, replies: &replies, handshakeDone: &handshakeDone)
@@ -215,7 +222,29 @@ public final class ExtensionConnection: Sendable {
         }
         for (continuation, result) in replies { continuation.resume(with: result) }
         if let (continuation, result) = handshakeDone { continuation.resume(with: result) }
-        if let closeReason { close(because: closeReason) }
+        guard let closeReason else { return }
+        if peerClosed && state.withLock({ !$0.pending.isEmpty }) {
+            // An extension that dies closes its sockets a moment before its exit is known:
+            // give the process's end a short while to fail the requests with the real reason.
+            releaseSocket()
+            Task { [weak self] in
+                try? await Task.sleep(for: .milliseconds(200))
+                self?.close(because: closeReason)
+            }
+        } else {
+            close(because: closeReason)
+        }
+    }
+
+    /// Stops watching and closes the socket, leaving pending requests for ``close(because:)``.
+    private func releaseSocket() {
+        state.withLock { state in
+            if let socket = state.socket {
+                monitor.remove(fd: socket.descriptor, token: state.token)
+                socket.close()
+            }
+            state.socket = nil
+        }
     }
 
     private func handle(

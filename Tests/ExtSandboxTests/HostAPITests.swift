@@ -198,3 +198,20 @@ struct HostConnectionTests {
         }
     }
 }
+
+@Suite("Host API Codable messages")
+struct HostCodableTests {
+    struct Point: Codable, Equatable { var x: Int; var label: String }
+
+    @Test("typed request and response through JSON")
+    func codable() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        // The echo fixture returns the request's bytes: the reply decodes as what was sent.
+        let reply = try await connection.send(Point(x: 42, label: "sandboxed"), expecting: Point.self)
+        #expect(reply == Point(x: 42, label: "sandboxed"))
+        await #expect(throws: ExtensionError.self) { _ = try await connection.send(Point(x: 1, label: "x"), expecting: [String].self) }
+    }
+}
