@@ -90,10 +90,13 @@ static int open_mount_point(int root, const char *target, int directory) {
     if (parent < 0) return -1;
     if (directory) {
         if (mkdirat(parent, leaf, 0755) != 0 && errno != EEXIST) return close_keeping_errno(parent);
-    } else {
-        int fd = openat(parent, leaf, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 && errno != EISDIR && errno != EROFS && errno != EACCES) return close_keeping_errno(parent);
-        if (fd >= 0) close(fd);
+    } else if (faccessat(parent, leaf, F_OK, AT_SYMLINK_NOFOLLOW) != 0) {
+        // Create only what is missing: opening an existing file for writing could fail for
+        // reasons that do not matter here (ETXTBSY for a program someone runs, EROFS).
+        if (errno != ENOENT) return close_keeping_errno(parent);
+        int fd = openat(parent, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0) return close_keeping_errno(parent);
+        close(fd);
     }
     int point = openat(parent, leaf, O_PATH | O_NOFOLLOW | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
     close_keeping_errno(parent);
