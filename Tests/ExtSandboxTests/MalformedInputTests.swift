@@ -68,3 +68,33 @@ struct MalformedInputTests {
         #expect(Self.openFDCount() <= before + 8, "before \(before), after \(Self.openFDCount())")
     }
 }
+
+/// The Python example (Examples/python-echo), written from docs/wire-protocol.md alone, driven
+/// through the real host API in a real sandbox.
+@Suite("An extension in another language")
+struct PythonExtensionTests {
+    @Test("the Python example answers through the host API")
+    func pythonEcho() async throws {
+        let script = try String(contentsOfFile: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Examples/python-echo/extension.py").path, encoding: .utf8)
+        let identity = AppExtensionIdentity(
+            bundleIdentifier: "com.example.python-echo.\(UUID().uuidString)", executablePath: "/usr/bin/python3",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
+            arguments: ["-c", script])
+        let process = try await AppExtensionProcess(configuration: .init(identity: identity))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("from Swift"))) == "from Swift")
+        try connection.sendOneWay(HostFixtures.message("one"))
+        try connection.sendOneWay(HostFixtures.message("two"))
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("count"))) == "2")
+        var template = Array("/tmp/xsb-py-XXXXXX".utf8CString)
+        let fd = mkstemp(&template)
+        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
+        defer { close(fd) }
+        #expect(ftruncate(fd, 12345) == 0)
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("memfd:size", fds: [fd]))) == "12345")
+        await #expect(throws: ExtensionError.self) { _ = try await connection.send(HostFixtures.message("fail:on purpose")) }
+    }
+}
