@@ -67,3 +67,32 @@ struct MaskTests {
         #expect(result.stdout == "doc-empty\ndoc-read-only\nsort-hidden\nrest-visible\n", "\(result.stdout)")
     }
 }
+
+@Suite("Limits from policies")
+struct LimitTests {
+    @Test("the wall-clock limit ends the sandbox and says so")
+    func wallClock() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-wall-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nlimits:\n  wall-clock: 1\n"
+            .write(toFile: dir + "/short.yaml", atomically: true, encoding: .utf8)
+        let started = Date()
+        let result = try Fixtures.run([Fixtures.cli, "exec", "--policy", dir + "/short.yaml", "--", Fixtures.probe, "sleep", "30"])
+        #expect(result.status == 137)
+        #expect(result.stderr.contains("wall-clock limit exceeded"), "\(result.stderr)")
+        #expect(Date().timeIntervalSince(started) < 10)
+    }
+
+    @Test("the CPU-time limit stops a spinning program")
+    func cpuSeconds() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-cpu-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nlimits:\n  cpu-seconds: 1\n"
+            .write(toFile: dir + "/cpu.yaml", atomically: true, encoding: .utf8)
+        let result = try Fixtures.run([Fixtures.cli, "exec", "--policy", dir + "/cpu.yaml", "--", Fixtures.probe, "cpu-spin", "30"])
+        // RLIMIT_CPU: SIGXCPU at the soft limit (the probe does not catch it).
+        #expect(result.status == 128 + SIGXCPU || result.status == 128 + SIGKILL, "\(result.status) \(result.stderr)")
+    }
+}
