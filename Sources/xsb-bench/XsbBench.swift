@@ -3,10 +3,17 @@ import Glibc
 import SandboxPolicy
 import SandboxRuntime
 
-/// `xsb-bench`: launch benchmarks, each reported as a median and as a ratio against a
-/// reference measured in the same run (absolute times across runs mean little on shared machines).
+/// `xsb-bench`: launch and extension-IPC benchmarks, each reported as a median and as a ratio
+/// against a reference measured in the same run (absolute times across runs mean little on
+/// shared machines).
 ///
-///     xsb-bench [--json] [--iterations N] [--policy PATH] [--cli PATH]
+///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|ipc] [--breakdown]
+///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
+///
+/// `--iterations` counts launch runs (default 200), `--rounds` interleaved IPC rounds (default
+/// 30; see ``IPCBench``). `--breakdown` adds where a round trip's time goes (see
+/// ``Breakdown``). The extension (`xsb-echo-extension`) and the raw C reference
+/// (`xsb-pingpong`) default to the files next to this executable.
 @main
 struct XsbBench {
     static func main() async throws {
@@ -17,17 +24,147 @@ struct XsbBench {
             return arguments[index + 1]
         }
         let json = arguments.contains("--json")
+        let breakdown = arguments.contains("--breakdown")
         let iterations = Int(option("--iterations") ?? "") ?? 200
+        let rounds = Int(option("--rounds") ?? "") ?? 30
+        let only = option("--only")
+        guard only == nil || only == "launch" || only == "ipc" else {
+            FileHandle.standardError.write(Data("xsb-bench: --only takes launch or ipc\n".utf8))
+            exit(2)
+        }
         let ownDirectory = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]).deletingLastPathComponent().path
         let cli = option("--cli") ?? ownDirectory + "/extsandbox"
+        // The sandbox wants absolute executable paths.
+        func absolute(_ path: String) -> String { URL(fileURLWithPath: path).standardizedFileURL.path }
+        let extensionPath = absolute(option("--extension") ?? ownDirectory + "/xsb-echo-extension")
+        let pingpongPath = absolute(option("--pingpong") ?? ownDirectory + "/xsb-pingpong")
         let policyPath = option("--policy")
         let policy = try policyPath.map { try PolicyLoader.load(file: $0) }
             ?? PolicyLoader.load(nameOrPath: "standard", searchPath: .default(executablePath: ownDirectory + "/xsb-bench"))
-        guard let bwrap = ["/usr/bin/bwrap", "/bin/bwrap"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            FileHandle.standardError.write(Data("xsb-bench: bubblewrap is missing (scripts/bench installs it)\n".utf8))
-            exit(2)
+
+        let loadBefore = loadAverage()
+        var report: [String: Any] = ["cgroup_limits": Supervisor.shared.hasCgroupLimits]
+        var targets: [String: String] = [:]
+        var table: [String] = []
+
+        if only != "ipc" {
+            guard let bwrap = ["/usr/bin/bwrap", "/bin/bwrap"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+                FileHandle.standardError.write(Data("xsb-bench: bubblewrap is missing (scripts/bench installs it)\n".utf8))
+                exit(2)
+            }
+            let medians = try await launchBench(policy: policy, cli: cli, bwrap: bwrap, iterations: iterations)
+            let bwrapMedian = medians["bwrap"]!
+            report["iterations"] = iterations
+            report["median_ms"] = medians.mapValues { ($0 * 1000 * 1000).rounded() / 1000 }
+            report["launch_api_vs_bwrap"] = rounded(medians["launch_api"]! / bwrapMedian)
+            report["exec_cli_vs_bwrap"] = rounded(medians["exec_cli"]! / bwrapMedian)
+            report["launch_api_vs_bare_spawn"] = rounded(medians["launch_api"]! / medians["bare_spawn"]!)
+            targets["launch_api_vs_bwrap"] = "<= 1.0"
+            targets["exec_cli_vs_bwrap"] = "<= 2.0"
+            table.append("launch of /bin/true to exit, \(iterations) interleaved runs, median")
+            table.append("variant                          median ms   vs bwrap")
+            for (key, label) in [("launch_api", "runtime launch API (full sandbox)"), ("exec_cli", "extsandbox exec -- /bin/true"),
+                                 ("bwrap", "bwrap --unshare-all (reference)"), ("bare_spawn", "bare spawn of /bin/true")] {
+                let ms = medians[key]! * 1000
+                table.append(label.padding(toLength: 33, withPad: " ", startingAt: 0) + String(format: "%9.3f   %8.2f", ms, medians[key]! / bwrapMedian))
+            }
+            table.append("targets: launch_api_vs_bwrap <= 1.0, exec_cli_vs_bwrap <= 2.0")
         }
 
+        if only != "launch" {
+            for (path, product) in [(extensionPath, "xsb-echo-extension"), (pingpongPath, "xsb-pingpong")]
+            where !FileManager.default.isExecutableFile(atPath: path) {
+                FileHandle.standardError.write(Data("xsb-bench: \(path) is missing (swift build --product \(product))\n".utf8))
+                exit(2)
+            }
+            let bench = IPCBench(extensionPath: extensionPath, pingpongPath: pingpongPath,
+                                 securityLevel: policyPath ?? "standard", rounds: rounds)
+            let results = try await bench.run()
+            let rttAPI = median(results.rttAPI), rttRaw = median(results.rttRaw)
+            let rttRawSame = median(results.rttRawSameCPU), rttRawCross = median(results.rttRawCrossCPU)
+            let throughputAPI = median(results.throughputAPI), throughputRaw = median(results.throughputRaw)
+            let connect = median(results.connect)
+            let suspendResume = median(results.suspendResume), killToInterruption = median(results.killToInterruption)
+            let ratios = (rtt: rttAPI / rttRaw, throughput: throughputAPI / throughputRaw, connect: connect / rttAPI)
+            report["rtt_64b_vs_raw"] = rounded(ratios.rtt)
+            report["throughput_1mib_vs_raw"] = rounded(ratios.throughput)
+            report["connect_vs_rtt"] = rounded(ratios.connect)
+            report["suspend_resume_ms"] = rounded(suspendResume * 1000)
+            report["kill_to_interruption_ms"] = rounded(killToInterruption * 1000)
+            report["ipc"] = [
+                "rounds": rounds,
+                "samples": ["rtt": results.rttAPI.count, "rtt_raw": results.rttRaw.count,
+                            "rtt_raw_same_cpu": results.rttRawSameCPU.count, "rtt_raw_cross_cpu": results.rttRawCrossCPU.count,
+                            "throughput": results.throughputAPI.count, "connect": results.connect.count,
+                            "suspend_resume": results.suspendResume.count, "kill_to_interruption": results.killToInterruption.count],
+                "rtt_64b_us": rounded(rttAPI * 1e6),
+                "rtt_64b_raw_us": rounded(rttRaw * 1e6),
+                "rtt_64b_raw_same_cpu_us": rounded(rttRawSame * 1e6),
+                "rtt_64b_raw_cross_cpu_us": rounded(rttRawCross * 1e6),
+                "rtt_64b_vs_raw_same_cpu": rounded(rttAPI / rttRawSame),
+                "rtt_64b_vs_raw_cross_cpu": rounded(rttAPI / rttRawCross),
+                "throughput_1mib_mib_per_s": rounded(throughputAPI / 1048576),
+                "throughput_1mib_raw_mib_per_s": rounded(throughputRaw / 1048576),
+                "connect_us": rounded(connect * 1e6),
+            ] as [String: Any]
+            targets["rtt_64b_vs_raw"] = "<= 1.5"
+            targets["throughput_1mib_vs_raw"] = ">= 0.8"
+            targets["connect_vs_rtt"] = "<= 3"
+
+            func verdict(_ met: Bool) -> String { met ? "met" : "MISSED" }
+            if !table.isEmpty { table.append("") }
+            table.append("extension IPC through the host API vs a raw C socketpair, \(rounds) interleaved rounds, median")
+            table.append("metric                      host API       reference      ratio  target")
+            table.append(row("rtt_64b_vs_raw", String(format: "%8.1f us", rttAPI * 1e6), String(format: "%8.1f us", rttRaw * 1e6),
+                             ratios.rtt, "<= 1.5 " + verdict(ratios.rtt <= 1.5)))
+            table.append("  64-byte connection.send to the echo extension (standard sandbox) vs 64-byte ping-pong, two C processes")
+            table.append(row("  raw pinned to one CPU", "", String(format: "%8.1f us", rttRawSame * 1e6), rttAPI / rttRawSame, ""))
+            table.append(row("  raw pinned to two CPUs", "", String(format: "%8.1f us", rttRawCross * 1e6), rttAPI / rttRawCross, ""))
+            table.append("  (the unpinned reference is whichever of these the scheduler picked in each run)")
+            table.append(row("throughput_1mib_vs_raw", String(format: "%6.0f MiB/s", throughputAPI / 1048576),
+                             String(format: "%6.0f MiB/s", throughputRaw / 1048576),
+                             ratios.throughput, ">= 0.8 " + verdict(ratios.throughput >= 0.8)))
+            table.append("  \(bench.messagesPerSample) x 1 MiB sendOneWay + a request as barrier vs \(bench.messagesPerSample) x (20 B header + 1 MiB) written, read fully in C")
+            table.append(row("connect_vs_rtt", String(format: "%8.1f us", connect * 1e6), String(format: "%8.1f us", rttAPI * 1e6),
+                             ratios.connect, "<= 3   " + verdict(ratios.connect <= 3)))
+            table.append("  makeConnection() to the running extension + first 64-byte reply, in host-API round trips")
+            table.append(row("suspend_resume_ms", String(format: "%8.3f ms", suspendResume * 1000), "", nil, "-"))
+            table.append("  sandbox.suspend() + resume() of the running extension (SIGSTOP/SIGCONT of its whole sandbox)")
+            table.append(row("kill_to_interruption_ms", String(format: "%8.3f ms", killToInterruption * 1000), "", nil, "-"))
+            table.append("  kill(sandbox.pid, SIGKILL) of a freshly launched extension to its onInterruption callback")
+        }
+        if only != "launch" && breakdown {
+            let bench = IPCBench(extensionPath: extensionPath, pingpongPath: pingpongPath,
+                                 securityLevel: policyPath ?? "standard", rounds: rounds)
+            let (lines, details) = try await Breakdown(bench: bench, policy: policy).run(rounds: max(rounds / 2, 1))
+            report["breakdown"] = details
+            table.append("")
+            table += lines
+        }
+        report["targets"] = targets
+        // The machine may be shared: a busy one moves every number, the references included.
+        let loadAfter = loadAverage()
+        report["load_average_1m"] = ["before": rounded(loadBefore), "after": rounded(loadAfter)]
+        table.append(String(format: "load average (1 min) before %.2f, after %.2f, on %d CPUs", loadBefore, loadAfter,
+                            sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+
+        if json {
+            let data = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
+            print(String(decoding: data, as: UTF8.self))
+        } else {
+            print(table.joined(separator: "\n"))
+        }
+    }
+
+    static func row(_ metric: String, _ ours: String, _ reference: String, _ ratio: Double?, _ target: String) -> String {
+        metric.padding(toLength: 26, withPad: " ", startingAt: 0) + ours.padding(toLength: 15, withPad: " ", startingAt: 0)
+            + reference.padding(toLength: 15, withPad: " ", startingAt: 0)
+            + (ratio.map { String(format: "%5.2f", $0) } ?? "    -") + "  " + target
+    }
+
+    /// Launches of /bin/true through the runtime, the CLI, bubblewrap and a bare spawn,
+    /// interleaved; returns the median seconds of each.
+    static func launchBench(policy: Policy, cli: String, bwrap: String, iterations: Int) async throws -> [String: Double] {
         let truePath = "/bin/true"
         let configuration = SandboxConfiguration(
             executable: truePath, environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
@@ -62,40 +199,16 @@ struct XsbBench {
             _ = spawnAndWait([truePath])
             samples["bare_spawn", default: []].append(now() - start)
         }
+        return samples.mapValues(median)
+    }
 
-        let medians = samples.mapValues(median)
-        let bwrapMedian = medians["bwrap"]!
-        let report: [String: Any] = [
-            "iterations": iterations,
-            "median_ms": medians.mapValues { ($0 * 1000 * 1000).rounded() / 1000 },
-            "launch_api_vs_bwrap": rounded(medians["launch_api"]! / bwrapMedian),
-            "exec_cli_vs_bwrap": rounded(medians["exec_cli"]! / bwrapMedian),
-            "launch_api_vs_bare_spawn": rounded(medians["launch_api"]! / medians["bare_spawn"]!),
-            "targets": ["launch_api_vs_bwrap": "<= 1.0", "exec_cli_vs_bwrap": "<= 2.0"],
-            "cgroup_limits": Supervisor.shared.hasCgroupLimits,
-        ]
-        if json {
-            let data = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
-            print(String(decoding: data, as: UTF8.self))
-        } else {
-            print("launch of /bin/true to exit, \(iterations) interleaved runs, median")
-            print("variant                          median ms   vs bwrap")
-            for (key, label) in [("launch_api", "runtime launch API (full sandbox)"), ("exec_cli", "extsandbox exec -- /bin/true"),
-                                 ("bwrap", "bwrap --unshare-all (reference)"), ("bare_spawn", "bare spawn of /bin/true")] {
-                let ms = medians[key]! * 1000
-                print(label.padding(toLength: 33, withPad: " ", startingAt: 0) + String(format: "%9.3f   %8.2f", ms, medians[key]! / bwrapMedian))
-            }
-            print("targets: launch_api_vs_bwrap <= 1.0, exec_cli_vs_bwrap <= 2.0")
-        }
+    /// The 1-minute load average.
+    static func loadAverage() -> Double {
+        var loads = [Double](repeating: 0, count: 3)
+        return getloadavg(&loads, 3) > 0 ? loads[0] : -1
     }
 
     static func rounded(_ value: Double) -> Double { (value * 1000).rounded() / 1000 }
-
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
 
     static func median(_ values: [Double]) -> Double {
         let sorted = values.sorted()
