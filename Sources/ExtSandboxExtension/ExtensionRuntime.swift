@@ -75,56 +75,101 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         connection.writer.withLock { $0.value.encoder.maximumFrameSize = hello.maximumFrameSize }
         send(.hello(Hello(name: CommandLine.arguments.first)))
 
-        while true {
-            let frame: Frame
-            do {
-                guard let next = try socket.receive() else { break }
-                frame = next
-            } catch {
-                break
-            }
-            switch frame.kind {
-            case .request:
-                let id = frame.id, app = self.app
-                let message = UncheckedBox(Message(frame.payload, fileDescriptors: frame.fds))
-                let task = Task {
-                    let answer: Frame
-                    do {
-                        let reply = try await app.handle(request: message.value)
-                        answer = .reply(id: id, payload: reply.payload, fds: reply.fileDescriptors)
-                    } catch let failure as ExtensionFailure {
-                        answer = .error(id: id, code: ErrorCode(rawValue: failure.code), message: failure.message)
-                    } catch is CancellationError {
-                        answer = .error(id: id, code: .cancelled, message: "cancelled")
-                    } catch {
-                        answer = .error(id: id, code: .internalError, message: "\(error)")
-                    }
-                    if Task.isCancelled && answer.kind == .reply {
-                        send(.error(id: id, code: .cancelled, message: "cancelled"))
-                        answer.closeFDs()
-                    } else {
-                        send(answer)
-                    }
-                    _ = connection.tasks.withLock { $0.removeValue(forKey: id) }
+        // Requests run on this thread: it is their tasks' preferred executor, so a handler that
+        // does not suspend answers without waking any other thread (a thread hop per request
+        // costs more than the whole round trip of the socket). A handler that awaits resumes
+        // here too, woken through the executor's pipe.
+        let executor = ReaderExecutor()
+        guard (try? socket.setNonBlocking(true)) != nil else { return }
+        var open = true
+        while open {
+            var readable = pollfd(fd: socket.descriptor, events: Int16(POLLIN), revents: 0)
+            _ = poll(&readable, 1, -1)
+            while open {
+                let result: FrameSocket.ReceiveResult
+                do { result = try socket.tryReceive() } catch { open = false; break }
+                guard case .frame(let frame) = result else {
+                    if case .closed = result { open = false }
+                    break
                 }
-                connection.tasks.withLock { $0[id] = task }
-            case .oneway:
-                let app = self.app
-                let message = UncheckedBox(Message(frame.payload, fileDescriptors: frame.fds))
-                Task { await app.handle(oneWay: message.value) }
-            case .cancel:
-                connection.tasks.withLock { $0[frame.id] }?.cancel()
-            case .goodbye:
-                socket.close()
-                connection.writer.withLock { $0.value.close() }
-                return
-            default:
-                frame.closeFDs()
-                send(.error(id: frame.id, code: .protocolError, message: "unexpected \(frame.kind)"))
+                open = dispatch(frame, connection: connection, executor: executor)
             }
+            executor.runPending()
         }
+        // What still runs continues on the global executor; cancel it (its answers go nowhere).
+        for task in connection.tasks.withLock({ Array($0.values) }) { task.cancel() }
         socket.close()
         connection.writer.withLock { $0.value.close() }
+    }
+
+    /// Handles one frame of an accepted connection; false ends the connection.
+    private func dispatch(_ frame: Frame, connection: ConnectionWriter, executor: ReaderExecutor) -> Bool {
+        let send = connection.send
+        switch frame.kind {
+        case .request:
+            let id = frame.id, app = self.app
+            let message = UncheckedBox(Message(frame.payload, fileDescriptors: frame.fds))
+            let task = Task(executorPreference: executor) {
+                let answer: Frame
+                do {
+                    let reply = try await app.handle(request: message.value)
+                    answer = .reply(id: id, payload: reply.payload, fds: reply.fileDescriptors)
+                } catch let failure as ExtensionFailure {
+                    answer = .error(id: id, code: ErrorCode(rawValue: failure.code), message: failure.message)
+                } catch is CancellationError {
+                    answer = .error(id: id, code: .cancelled, message: "cancelled")
+                } catch {
+                    answer = .error(id: id, code: .internalError, message: "\(error)")
+                }
+                if Task.isCancelled && answer.kind == .reply {
+                    send(.error(id: id, code: .cancelled, message: "cancelled"))
+                    answer.closeFDs()
+                } else {
+                    send(answer)
+                }
+                _ = connection.tasks.withLock { $0.removeValue(forKey: id) }
+            }
+            connection.tasks.withLock { $0[id] = task }
+        case .oneway:
+            let app = self.app
+            let message = UncheckedBox(Message(frame.payload, fileDescriptors: frame.fds))
+            Task(executorPreference: executor) { await app.handle(oneWay: message.value) }
+        case .cancel:
+            connection.tasks.withLock { $0[frame.id] }?.cancel()
+        case .goodbye:
+            return false
+        default:
+            frame.closeFDs()
+            send(.error(id: frame.id, code: .protocolError, message: "unexpected \(frame.kind)"))
+        }
+        return true
+    }
+}
+
+/// A task executor that is one connection's reader thread: a job enqueued from that thread
+/// (a request just read, a handler continuing without having suspended) runs there at the next
+/// ``runPending()``; a job enqueued from anywhere else (a handler resumed by a timer or another
+/// task) goes to the global executor rather than waiting for the reader to wake. No pipe or
+/// eventfd: the `hardened` policy allows neither.
+final class ReaderExecutor: TaskExecutor, @unchecked Sendable {
+    private let jobs = Mutex<[UnownedJob]>([])
+    private let thread = pthread_self()
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        if pthread_equal(pthread_self(), thread) != 0 {
+            let unowned = UnownedJob(job)
+            jobs.withLock { $0.append(unowned) }
+        } else {
+            globalConcurrentExecutor.enqueue(job)
+        }
+    }
+
+    func runPending() {
+        while true {
+            let next: UnownedJob? = jobs.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+            guard let next else { return }
+            next.runSynchronously(on: asUnownedTaskExecutor())
+        }
     }
 }
 
