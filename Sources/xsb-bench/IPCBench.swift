@@ -150,15 +150,17 @@ struct IPCBench: Sendable {
     /// `kill` to its `onInterruption` (time taken inside the callback).
     private nonisolated func killToInterruption(point: AppExtensionPoint) async throws -> Double {
         let identity = AppExtensionIdentity(bundleIdentifier: "xsb-bench.victim", executablePath: extensionPath, point: point)
-        let interrupted = Once<(Double, Termination)>()
+        // A one-shot signal from the callback: the first element of a stream.
+        let (interrupted, signal) = AsyncStream.makeStream(of: (Double, Termination).self, bufferingPolicy: .bufferingNewest(1))
         let process = try await AppExtensionProcess(configuration: .init(
-            identity: identity, onInterruption: { termination in interrupted.fire((now(), termination)) },
+            identity: identity, onInterruption: { termination in signal.yield((now(), termination)) },
             suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
         defer { process.invalidate() }
         let pid = process.sandbox.pid
         let start = now()
         guard kill(pid, SIGKILL) == 0 else { fatalError("kill(\(pid)): \(String(cString: strerror(errno)))") }
-        let (end, termination) = await interrupted.value
+        var iterator = interrupted.makeAsyncIterator()
+        guard let (end, termination) = await iterator.next() else { fatalError("no interruption") }
         guard case .killed = termination else { fatalError("victim ended: \(termination)") }
         return end - start
     }
@@ -190,33 +192,6 @@ struct BenchError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// A value delivered once, awaited once.
-final class Once<Value: Sendable>: Sendable {
-    private let state = Mutex<(value: Value?, waiter: CheckedContinuation<Value, Never>?)>((nil, nil))
-
-    func fire(_ value: Value) {
-        let waiter = state.withLock { state -> CheckedContinuation<Value, Never>? in
-            guard state.value == nil else { return nil }
-            state.value = value
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume(returning: value)
-    }
-
-    var value: Value {
-        get async {
-            await withCheckedContinuation { continuation in
-                let ready = state.withLock { state -> Value? in
-                    if let value = state.value { return value }
-                    state.waiter = continuation
-                    return nil
-                }
-                if let ready { continuation.resume(returning: ready) }
-            }
-        }
-    }
-}
 
 func now() -> Double {
     var ts = timespec()
