@@ -52,12 +52,11 @@ public final class ExtensionConnection: Sendable {
         let nonBlocking = Result { () throws(WireError) in try socket.setNonBlocking(true) }
         state = Mutex(State(socket: socket))
         // An extension that never answers must not hang the host.
-        let timeout = Task { [weak self] in
-            try? await Task.sleep(for: handshakeTimeout)
-            guard !Task.isCancelled, let self, self.state.withLock({ $0.handshake != nil }) else { return }
+        let deadline = Deadlines.shared.add(after: handshakeTimeout) { [weak self] in
+            guard let self, self.state.withLock({ $0.handshake != nil }) else { return }
             self.close(because: .connectionClosed(detail: "the extension did not answer the handshake in time"))
         }
-        defer { timeout.cancel() }
+        defer { Deadlines.shared.cancel(deadline) }
         do {
             try nonBlocking.get()
             let token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { [weak self] events in

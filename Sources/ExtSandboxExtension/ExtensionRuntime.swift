@@ -1,3 +1,4 @@
+import Dispatch
 import ExtSandboxWire
 import Glibc
 import Synchronization
@@ -7,9 +8,17 @@ import Synchronization
 /// request answered from a task of its own.
 final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     private let app: Extension
+    /// A thread started ahead of time that serves the next connection: creating a thread while
+    /// the host waits for the handshake would be a good part of the connection's cost.
+    private let standby = Mutex<StandbyThread?>(nil)
 
     init(extension app: Extension) {
         self.app = app
+    }
+
+    private func prepareStandby() {
+        let thread = StandbyThread { [self] fd in self.serve(descriptor: fd) }
+        standby.withLock { $0 = thread }
     }
 
     func run() async -> Never {
@@ -21,13 +30,18 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             report("extension: cannot reach the host on fd 3: \(error)")
             exit(70)
         }
+        prepareStandby()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             startThread { [self] in
                 // The host hands over each new connection as a CONNECT with its socket.
                 while let frame = try? control.value.receive() {
                     if frame.kind == .connect, frame.fds.count == 1 {
                         let fd = frame.fds[0]
-                        startThread { [self] in self.serve(descriptor: fd) }
+                        if let ready = standby.withLock({ thread -> StandbyThread? in defer { thread = nil }; return thread }) {
+                            ready.handOff(fd)
+                        } else {
+                            startThread { [self] in self.serve(descriptor: fd) }
+                        }
                     } else if frame.kind == .goodbye {
                         // The host asks the extension to end (docs/wire-protocol.md).
                         try? control.value.send(.goodbye)
@@ -74,6 +88,8 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         }
         connection.writer.withLock { $0.value.encoder.maximumFrameSize = hello.maximumFrameSize }
         send(.hello(Hello(name: CommandLine.arguments.first)))
+        // The host has its answer: now there is time to start the thread for the next one.
+        if standby.withLock({ $0 == nil }) { prepareStandby() }
 
         // Requests run on this thread: it is their tasks' preferred executor, so a handler that
         // does not suspend answers without waking any other thread (a thread hop per request
@@ -197,6 +213,24 @@ final class ConnectionWriter: Sendable {
 func report(_ line: String) {
     let bytes = Array((line + "\n").utf8)
     _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+}
+
+/// A parked thread that serves one connection once it is handed the socket.
+final class StandbyThread: Sendable {
+    private let handed = DispatchSemaphore(value: 0)
+    private let descriptor = Mutex<Int32>(-1)
+
+    init(serve: @escaping @Sendable (Int32) -> Void) {
+        startThread { [self] in
+            handed.wait()
+            serve(descriptor.withLock { $0 })
+        }
+    }
+
+    func handOff(_ fd: Int32) {
+        descriptor.withLock { $0 = fd }
+        handed.signal()
+    }
 }
 
 /// Carries a value the compiler cannot prove Sendable across one hand-off.
