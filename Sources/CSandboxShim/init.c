@@ -170,25 +170,8 @@ static int stop_everything(void) {
     return EAGAIN;
 }
 
-/// Closes every fd but two.
-static void close_all_except(int a, int b) {
-    int low = a < b ? a : b, high = a < b ? b : a;
-    if (low > 0) syscall(SYS_close_range, 0, low - 1, 0);
-    if (high > low + 1) syscall(SYS_close_range, low + 1, high - 1, 0);
-    syscall(SYS_close_range, high + 1, ~0U, 0);
-}
-
-/// Before the payload starts, the init holds every fd the supervisor had open at clone time
-/// (other sandboxes' sockets, the runtime's epoll…). Keep only the control socket and the fds
-/// the payload will receive, so nothing else can reach it and none counts against its limits.
-static void close_all_but_sources(const struct xsb_spawn_config *cfg, int control_fd) {
-    int keep[3 + 32 + 1];
-    size_t count = 0;
-    keep[count++] = control_fd;
-    for (int i = 0; i < 3; i++) {
-        if (cfg->stdio[i] >= 0) keep[count++] = cfg->stdio[i];
-    }
-    for (size_t i = 0; i < cfg->extra_fd_count && i < 32; i++) keep[count++] = cfg->extra_fds[i];
+/// Closes every fd except the `count` in `keep` (unsorted; negative entries are ignored).
+static void close_all_except(int *keep, size_t count) {
     for (size_t i = 1; i < count; i++) {  // insertion sort: a handful of numbers
         int v = keep[i];
         size_t j = i;
@@ -205,6 +188,18 @@ static void close_all_but_sources(const struct xsb_spawn_config *cfg, int contro
         next = (unsigned)keep[i] + 1;
     }
     syscall(SYS_close_range, next, ~0U, 0);
+}
+
+/// Before the payload starts, the init holds every fd the supervisor had open at clone time
+/// (other sandboxes' sockets, the runtime's epoll…). Keep only the control socket and the fds
+/// the payload will receive, so nothing else can reach it and none counts against its limits.
+static void close_all_but_sources(const struct xsb_spawn_config *cfg, int control_fd) {
+    int keep[3 + 32 + 1];
+    size_t count = 0;
+    keep[count++] = control_fd;
+    for (int i = 0; i < 3; i++) keep[count++] = cfg->stdio[i];
+    for (size_t i = 0; i < cfg->extra_fd_count && i < 32; i++) keep[count++] = cfg->extra_fds[i];
+    close_all_except(keep, count);
 }
 
 /// Waits for one message of `type` from the supervisor; EOF (the supervisor died) or anything
@@ -273,7 +268,10 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
             case XSB_MSG_LISTENER_TAKEN:
                 // The init must not hold the caller's stdio, the listener or anything else
                 // open for the lifetime of the sandbox.
-                close_all_except(control_fd, sfd);
+                {
+                    int keep[2] = {control_fd, sfd};
+                    close_all_except(keep, 2);
+                }
                 // Non-dumpable from now on: the program inside cannot read the init's memory
                 // (a copy of the supervisor's) through /proc. Not earlier: pidfd_getfd needs it.
                 (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);

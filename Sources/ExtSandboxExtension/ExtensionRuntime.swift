@@ -112,8 +112,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             }
             executor.runPending()
         }
-        // What still runs continues on the global executor; cancel it (its answers go nowhere).
-        for task in connection.tasks.withLock({ Array($0.values) }) { task.cancel() }
+        // What still runs continues on the global executor; the deferred cancel above ends it.
         socket.close()
         connection.writer.withLock { $0.value.close() }
     }

@@ -117,10 +117,19 @@ struct NodeReader {
     }
 
     /// Mapping entries with string keys, in file order. Reports unknown keys (with suggestions),
-    /// reserved keys, duplicate keys and non-scalar keys.
-    func mapping(
-        _ node: Node, what: String, keys allowed: [String], reserved: [String: String] = [:]
-    ) -> [(key: String, keyLoc: Loc, value: Node)]? {
+    /// duplicate keys and non-scalar keys.
+    func mapping(_ node: Node, what: String, keys allowed: [String]) -> [(key: String, keyLoc: Loc, value: Node)]? {
+        entries(of: node, what: what, allowed: allowed)
+    }
+
+    /// Mapping entries whose keys are data (paths, errno names, variable names), in file order.
+    func dataMapping(_ node: Node, what: String) -> [(key: String, keyLoc: Loc, value: Node)]? {
+        if node.isNull { return [] }
+        return entries(of: node, what: what, allowed: nil)
+    }
+
+    /// The entries of a mapping; keys are checked against `allowed` unless it is nil (data keys).
+    private func entries(of node: Node, what: String, allowed: [String]?) -> [(key: String, keyLoc: Loc, value: Node)]? {
         guard case .mapping(let mapping) = node else {
             diag.error(node, "\(what) must be a mapping (key: value), found \(node.kindName)")
             return nil
@@ -129,16 +138,12 @@ struct NodeReader {
         var seen: Set<String> = []
         for (keyNode, value) in mapping {
             guard case .scalar(let keyScalar) = keyNode else {
-                diag.error(keyNode, "keys of \(what) must be plain words, found \(keyNode.kindName)")
+                diag.error(keyNode, "keys of \(what) must be \(allowed == nil ? "single values" : "plain words"), found \(keyNode.kindName)")
                 continue
             }
             let key = keyScalar.string
             let loc = Loc(keyNode)
-            if let why = reserved[key] {
-                diag.error(loc, "\"\(key)\" \(why)")
-                continue
-            }
-            guard allowed.contains(key) else {
+            if let allowed, !allowed.contains(key) {
                 if let match = Suggest.closest(to: key, in: allowed) { diag.suggestedKeys.insert(match) }
                 diag.error(loc, "unknown key \"\(key)\" in \(what)\(Suggest.hint(for: key, in: allowed))"
                     + " (known keys: \(allowed.joined(separator: ", ")))")
@@ -149,29 +154,6 @@ struct NodeReader {
                 continue
             }
             out.append((key, loc, value))
-        }
-        return out
-    }
-
-    /// Mapping entries whose keys are data (paths, errno names, variable names), in file order.
-    func dataMapping(_ node: Node, what: String) -> [(key: String, keyLoc: Loc, value: Node)]? {
-        if node.isNull { return [] }
-        guard case .mapping(let mapping) = node else {
-            diag.error(node, "\(what) must be a mapping (key: value), found \(node.kindName)")
-            return nil
-        }
-        var out: [(key: String, keyLoc: Loc, value: Node)] = []
-        var seen: Set<String> = []
-        for (keyNode, value) in mapping {
-            guard case .scalar(let keyScalar) = keyNode else {
-                diag.error(keyNode, "keys of \(what) must be single values, found \(keyNode.kindName)")
-                continue
-            }
-            guard seen.insert(keyScalar.string).inserted else {
-                diag.error(keyNode, "duplicate key \"\(keyScalar.string)\" in \(what)")
-                continue
-            }
-            out.append((keyScalar.string, Loc(keyNode), value))
         }
         return out
     }

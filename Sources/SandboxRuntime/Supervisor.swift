@@ -162,11 +162,9 @@ public final class Supervisor: Sendable {
         guard path.hasPrefix("/") else {
             throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(path) is not an absolute path")
         }
-        guard let real = realpath(path, nil) else {
+        guard let resolved = MountPlan.realPath(path) else {
             throw SandboxError(step: .launch(code: Int32(XSB_STEP_EXEC.rawValue)), errorNumber: errno, detail: path)
         }
-        let resolved = String(cString: real)
-        free(real)
         if plan.exposes(hostPath: path) { return path }
         if !plan.exposes(hostPath: resolved) {
             plan.append(.bind(source: resolved, target: try MountPlan.checkedDestination(resolved), writable: false, directory: false))
