@@ -280,7 +280,10 @@ final class ExtensionProcessCore: Sendable {
             }
             let (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
             let sent: ExtensionError? = state.withLock { state in
-                guard let control = state.control, !state.ended else { return .connectionClosed(detail: "the extension has ended") }
+                guard let control = state.control, !state.ended else {
+                    close(extensionFD)
+                    return .connectionClosed(detail: "the extension has ended")
+                }
                 do {
                     // enqueue takes the fd; a control socket that does not drain means an
                     // extension that does not accept: refuse rather than block the host.

@@ -89,7 +89,8 @@ struct CgroupSupport: Sendable {
                 let dir = try group.create("\(parent)/\(name)")
                 if let memoryBytes {
                     try group.write("\(dir)/memory.max", "\(memoryBytes)")
-                    try? group.write("\(dir)/memory.swap.max", "0")
+                    // No such file means no swap accounting (no swap to limit); any other failure counts.
+                    do { try group.write("\(dir)/memory.swap.max", "0") } catch let error as SandboxError where error.errorNumber == ENOENT {}
                 }
                 if let processes {
                     try group.write("\(dir)/pids.max", "\(processes)")

@@ -130,7 +130,11 @@ struct MountPlan {
         }
         let hostPath = best.source + target.dropFirst(best.target.count)
         var info = stat()
-        guard lstat(hostPath, &info) == 0 else { return }
+        guard lstat(hostPath, &info) == 0 else {
+            // Nothing to hide where nothing is; any other failure must not skip the mask.
+            if errno == ENOENT { return }
+            throw SandboxError(step: .configuration, errorNumber: errno, detail: "masked path \(path) (host \(hostPath))")
+        }
         operations.append(.mask(target: target, directory: (info.st_mode & S_IFMT) == S_IFDIR))
     }
 
