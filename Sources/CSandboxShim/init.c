@@ -297,14 +297,18 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd) {
     (void)prctl(PR_SET_NAME, "xsb-init", 0, 0, 0);  // what ps shows; the spawner thread's name otherwise
 
     if (wait_for(control_fd, XSB_MSG_GO) != 0) _exit(127);
+    // Nothing of the program runs before the init is in the sandbox's cgroups (children
+    // inherit them). "0" moves the writing task itself; the init has a single thread.
+    for (int i = 0; i < 4; i++) {
+        int fd = cfg->cgroup_tasks_fds[i];
+        if (fd >= 0 && write(fd, "0", 1) != 1) die(control_fd, XSB_STEP_CGROUP_ATTACH, errno, "tasks");
+    }
     if (sethostname(cfg->hostname, xsb_string_length(cfg->hostname)) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, cfg->hostname);
     if (setdomainname("none", 4) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, "domainname");
     if (bring_up_loopback() != 0) die(control_fd, XSB_STEP_LOOPBACK, errno, "lo");
     if (xsb_setup_mounts(cfg, control_fd) != 0) _exit(127);
 
-    // Nothing of the program runs before the init is in the sandbox's cgroups (children
-    // inherit them); the cgroup namespace is rooted there.
-    if (wait_for(control_fd, XSB_MSG_CGROUPS_JOINED) != 0) _exit(127);
+    // The cgroup namespace is rooted in the sandbox's cgroup, which the init joined above.
     // Kernels without cgroup namespaces say EINVAL: that one step is optional by design.
     if (unshare(CLONE_NEWCGROUP) != 0 && errno != EINVAL) die(control_fd, XSB_STEP_CGROUP_NAMESPACE, errno, "unshare");
 

@@ -16,6 +16,10 @@
 
 #include "child.h"
 
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
 #endif
@@ -95,18 +99,6 @@ static int map_ids(pid_t pid, const struct xsb_spawn_config *cfg, char *detail, 
     snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
     snprintf(line, sizeof line, "%u %u 1\n", cfg->gid_inside, cfg->gid_outside);
     return write_file(path, line, detail, size);
-}
-
-static int join_cgroups(pid_t pid, const struct xsb_spawn_config *cfg) {
-    char text[32];
-    int len = snprintf(text, sizeof text, "%d\n", (int)pid);
-    for (int i = 0; i < 4; i++) {
-        int fd = cfg->cgroup_procs_fds[i];
-        if (fd < 0) continue;
-        ssize_t n = pwrite(fd, text, (size_t)len, 0);
-        if (n != len) return n < 0 ? -errno : -EIO;
-    }
-    return 0;
 }
 
 static int64_t now_ms(void) {
@@ -191,6 +183,10 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
     args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                  CLONE_NEWUTS | CLONE_PIDFD;
     args.pidfd = (uint64_t)(uintptr_t)&pidfd;
+    if (cfg->cgroup_directory_fd >= 0) {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = (uint64_t)cfg->cgroup_directory_fd;
+    }
     args.exit_signal = SIGCHLD;
     long pid = syscall(SYS_clone3, &args, sizeof args);
     if (pid == 0) {
@@ -220,16 +216,6 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
         step = XSB_STEP_HANDSHAKE;
         err = -rc;
         xsb_copy_string(detail, sizeof detail, "release message");
-    } else if ((rc = join_cgroups((pid_t)pid, cfg)) != 0) {
-        // Joined while the child builds its file system: on cgroup v1 the first migration
-        // after a quiet spell waits for an RCU grace period (milliseconds).
-        step = XSB_STEP_CGROUP_ATTACH;
-        err = -rc;
-        xsb_copy_string(detail, sizeof detail, "cgroup.procs");
-    } else if ((rc = xsb_send_msg(sv[0], XSB_MSG_CGROUPS_JOINED, 0)) != 0) {
-        step = XSB_STEP_HANDSHAKE;
-        err = -rc;
-        xsb_copy_string(detail, sizeof detail, "cgroup message");
     } else {
         int64_t deadline = now_ms() + (cfg->setup_timeout_ms > 0 ? cfg->setup_timeout_ms : 10000);
         int listener = -1, announced = -1, first_exec_done = 0;
@@ -314,7 +300,7 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
     }
 
     // The child may have failed first (and its failure made ours): its report names the cause.
-    if (step == XSB_STEP_HANDSHAKE || step == XSB_STEP_CGROUP_ATTACH) {
+    if (step == XSB_STEP_HANDSHAKE) {
         struct xsb_msg msg;
         if (xsb_recv_msg(sv[0], &msg) == 1 && msg.type == XSB_MSG_ERROR) {
             step = msg.step;

@@ -96,19 +96,19 @@ struct CgroupSupport: Sendable {
                     try group.write("\(dir)/pids.max", "\(processes)")
                     group.limitsProcesses = true
                 }
-                try group.openProcs(dir)
+                try group.openDirectory(dir)
             case .v1(let memoryParent, let pidsParent):
                 if let memoryParent, let memoryBytes {
                     let dir = try group.create("\(memoryParent)/\(name)")
                     try group.write("\(dir)/memory.limit_in_bytes", "\(memoryBytes)")
                     group.oomControl = "\(dir)/memory.oom_control"
-                    try group.openProcs(dir)
+                    try group.openTasks(dir)
                 }
                 if let pidsParent, let processes {
                     let dir = try group.create("\(pidsParent)/\(name)")
                     try group.write("\(dir)/pids.max", "\(processes)")
                     group.limitsProcesses = true
-                    try group.openProcs(dir)
+                    try group.openTasks(dir)
                 }
             }
             if case .v2 = layout, let dir = group.directories.first { group.oomControl = "\(dir)/memory.events" }
@@ -123,7 +123,10 @@ struct CgroupSupport: Sendable {
 /// The cgroup directories of one sandbox. Removed when the sandbox has ended.
 final class SandboxCgroup: @unchecked Sendable {
     private(set) var directories: [String] = []
-    private(set) var procsFileDescriptors: [Int32] = []
+    /// v1: the `tasks` files the sandbox's init writes "0" to, moving itself (see xsb_shim.h).
+    private(set) var tasksFileDescriptors: [Int32] = []
+    /// v2: the directory the init is cloned into (CLONE_INTO_CGROUP), or -1.
+    private(set) var directoryDescriptor: Int32 = -1
     /// The file whose `oom_kill` counter tells that the memory limit killed something.
     var oomControl: String?
 
@@ -143,10 +146,24 @@ final class SandboxCgroup: @unchecked Sendable {
         }
     }
 
-    func openProcs(_ dir: String) throws {
-        let fd = open("\(dir)/cgroup.procs", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(dir)/cgroup.procs") }
-        procsFileDescriptors.append(fd)
+    func openTasks(_ dir: String) throws {
+        let fd = open("\(dir)/tasks", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(dir)/tasks") }
+        tasksFileDescriptors.append(fd)
+    }
+
+    func openDirectory(_ dir: String) throws {
+        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: dir) }
+        directoryDescriptor = fd
+    }
+
+    /// Closes what the launch needed; the directories stay until ``remove()``.
+    func closeDescriptors() {
+        for fd in tasksFileDescriptors { close(fd) }
+        tasksFileDescriptors.removeAll()
+        if directoryDescriptor >= 0 { close(directoryDescriptor) }
+        directoryDescriptor = -1
     }
 
     /// Whether a pids controller limits this sandbox's processes.
@@ -161,11 +178,10 @@ final class SandboxCgroup: @unchecked Sendable {
         return false
     }
 
-    /// Closes the procs files and removes the directories; the processes are gone by then
-    /// (the init's exit takes its whole PID namespace with it), but the kernel may need a moment.
+    /// Closes the files and removes the directories; the processes are gone by then (the
+    /// init's exit takes its whole PID namespace with it), but the kernel may need a moment.
     func remove() {
-        for fd in procsFileDescriptors { close(fd) }
-        procsFileDescriptors.removeAll()
+        closeDescriptors()
         for dir in directories.reversed() {
             var attempts = 0
             while rmdir(dir) != 0 && errno == EBUSY && attempts < 200 {

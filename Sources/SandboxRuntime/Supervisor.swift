@@ -104,8 +104,9 @@ public final class Supervisor: Sendable {
         for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd }
         config.extra_fds = UnsafePointer(extra)
         config.extra_fd_count = configuration.extraFileDescriptors.count
-        let procs = cgroup?.procsFileDescriptors ?? []
-        config.cgroup_procs_fds = (procs.count > 0 ? procs[0] : -1, procs.count > 1 ? procs[1] : -1, procs.count > 2 ? procs[2] : -1, -1)
+        let tasks = cgroup?.tasksFileDescriptors ?? []
+        config.cgroup_tasks_fds = (tasks.count > 0 ? tasks[0] : -1, tasks.count > 1 ? tasks[1] : -1, tasks.count > 2 ? tasks[2] : -1, -1)
+        config.cgroup_directory_fd = cgroup?.directoryDescriptor ?? -1
         config.audit = configuration.auditSeccomp ? 1 : 0
         config.supervise_first_exec = Self.filterSupervisesExec(configuration.policy) ? 1 : 0
         config.cap_last_cap = capLastCap
@@ -119,6 +120,7 @@ public final class Supervisor: Sendable {
             return UncheckedBox(out)
         }.value
         withExtendedLifetime(arena) {}
+        cgroup?.closeDescriptors()
 
         guard result.failed_step == Int32(XSB_STEP_NONE.rawValue) else {
             cgroup?.remove()

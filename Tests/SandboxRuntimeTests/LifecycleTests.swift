@@ -39,6 +39,33 @@ struct LifecycleTests {
         #expect(inside.allSatisfy { Fixtures.processState($0) == nil })
     }
 
+    @Test("every process of the sandbox, the init first, is in the sandbox's own cgroups")
+    func cgroupMembership() async throws {
+        guard let support = CgroupSupport.detect() else {
+            print("skipped: no writable cgroup for this user here, so launches rely on rlimits alone")
+            return
+        }
+        let output = OutputPipe()
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "60"], stdout: output.writeFD))
+        defer { process.kill() }
+        _ = output.waitFor("tick")
+        let everyone = process.processIdentifiers()
+        #expect(everyone.count >= 3, "the init, the probe and its forked child")
+        // /proc/PID/cgroup from the host: "ID:CONTROLLERS:PATH" per hierarchy.
+        let expected: [String]
+        switch support.layout {
+        case .v2: expected = [""]
+        case .v1(let memory, let pids): expected = (memory != nil ? ["memory"] : []) + (pids != nil ? ["pids"] : [])
+        }
+        for pid in everyone {
+            let text = try String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)
+            for controller in expected {
+                let line = text.split(separator: "\n").first { $0.split(separator: ":")[1].split(separator: ",").map(String.init) == (controller.isEmpty ? [] : [controller]) || (controller.isEmpty && $0.hasPrefix("0::")) }
+                #expect(line?.contains("/extsandbox-\(getpid())-") == true, "pid \(pid), \(controller.isEmpty ? "v2" : controller): \(line ?? "no line")")
+            }
+        }
+    }
+
     @Test("control operations on an ended sandbox fail cleanly")
     func controlAfterExit() async throws {
         let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "0"]))

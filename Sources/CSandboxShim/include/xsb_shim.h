@@ -117,8 +117,14 @@ struct xsb_spawn_config {
     const int *extra_fds;
     size_t extra_fd_count;
 
-    /// Open, writable cgroup.procs files the init process is moved into (-1 = unused).
-    int cgroup_procs_fds[4];
+    /// cgroup v1: open, writable `tasks` files of the sandbox's cgroups (-1 = unused). The init
+    /// moves itself by writing "0" to each before it does anything else: a task moving itself
+    /// skips the global threadgroup lock whose RCU grace period makes a write of another pid to
+    /// `cgroup.procs` or `tasks` take 5–13 ms.
+    int cgroup_tasks_fds[4];
+    /// cgroup v2: the sandbox's cgroup directory (-1 = none). clone3 starts the init in it
+    /// (CLONE_INTO_CGROUP), so nothing is ever migrated.
+    int cgroup_directory_fd;
 
     /// The filter notifies execve/execveat ("no exec after start"): the supervisor lets exactly
     /// the launch's own first execve continue.
@@ -157,7 +163,6 @@ enum xsb_msg_type {
     XSB_MSG_RESUME,      ///< supervisor → init: SIGCONT them
     XSB_MSG_SIGNAL,      ///< supervisor → init: send signal `value` to the payload's process group
     XSB_MSG_ACK,         ///< init → supervisor: value = request type acknowledged, value2 = errno
-    XSB_MSG_CGROUPS_JOINED, ///< supervisor → init: the init is in its cgroups: start the payload
     XSB_MSG_LISTENER,    ///< payload → supervisor: its seccomp listener will be fd `value` (in the init's table)
     XSB_MSG_LISTENER_TAKEN, ///< supervisor → init: it holds the listener; the init may close its fds
 };
