@@ -66,15 +66,24 @@ struct ExecCommand: AsyncParsableCommand {
     func validate() throws {
         // Passthrough parsing captures a leading --help too; answer it as the user meant.
         if let first = command.first, first == "--help" || first == "-h" { throw CleanExit.helpRequest(self) }
-        let words = command.first == "--" ? Array(command.dropFirst()) : command
-        guard !words.isEmpty else { throw ValidationError("Missing the program to run.") }
-        for item in environment where !item.contains("=") || item.hasPrefix("=") {
-            throw ValidationError("--env expects key=value, got '\(item)'.")
-        }
+        if let problem = request.validationError { throw ValidationError(problem) }
+    }
+
+    /// The parsed options, as ``ExecRequest/quickParse(_:)`` would give them.
+    var request: ExecRequest {
+        ExecRequest(
+            policy: policy, readOnlyBinds: readOnlyBinds, writableBinds: writableBinds, environment: environment,
+            workingDirectory: workingDirectory, audit: audit,
+            words: command.first == "--" ? Array(command.dropFirst()) : command)
     }
 
     func run() async throws {
-        let words = command.first == "--" ? Array(command.dropFirst()) : command
+        try await Self.run(request)
+    }
+
+    /// Runs the request; ends by throwing `ExitCode` with the program's status.
+    static func run(_ request: ExecRequest) async throws {
+        let words = request.words
         let program = words[0]
         guard let executable = Self.resolve(program) else {
             Self.complain("\(program): command not found")
@@ -84,7 +93,7 @@ struct ExecCommand: AsyncParsableCommand {
         let loadedPolicy: Policy
         let filter: CompiledSeccompFilter
         do {
-            (loadedPolicy, filter) = try Self.loadPolicy(policy)
+            (loadedPolicy, filter) = try Self.loadPolicy(request.policy)
         } catch {
             Self.complain("policy: \(error)")
             throw ExitCode(125)
@@ -92,14 +101,14 @@ struct ExecCommand: AsyncParsableCommand {
 
         var mounts: [MountEntry] = []
         do {
-            mounts += try readOnlyBinds.map { try Self.bind($0, writable: false) }
-            mounts += try writableBinds.map { try Self.bind($0, writable: true) }
+            mounts += try request.readOnlyBinds.map { try Self.bind($0, writable: false) }
+            mounts += try request.writableBinds.map { try Self.bind($0, writable: true) }
         } catch let error as ValidationError {
             Self.complain(error.message)
             throw ExitCode(125)
         }
         var overrides: [String: String] = [:]
-        for item in environment {
+        for item in request.environment {
             let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             overrides[String(parts[0])] = String(parts[1])
         }
@@ -107,9 +116,9 @@ struct ExecCommand: AsyncParsableCommand {
         var configuration = SandboxConfiguration(
             executable: executable, arguments: words,
             environment: SandboxEnvironment.compose(policy: loadedPolicy, caller: ProcessInfo.processInfo.environment, overrides: overrides),
-            policy: loadedPolicy, extraMounts: mounts, workingDirectory: workingDirectory)
+            policy: loadedPolicy, extraMounts: mounts, workingDirectory: request.workingDirectory)
         configuration.compiledFilter = filter
-        configuration.auditSeccomp = audit
+        configuration.auditSeccomp = request.audit
 
         let process: SandboxedProcess
         do {
@@ -128,7 +137,7 @@ struct ExecCommand: AsyncParsableCommand {
         default:
             Self.complain("\(executable) killed: \(termination)")
         }
-        if audit {
+        if request.audit {
             let denied = process.auditedSyscalls
             Self.complain(denied.isEmpty
                 ? "audit: the policy '\(loadedPolicy.name)' would have denied nothing"

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Glibc
 
 /// The `extsandbox` command: run programs in the sandbox an extension would get.
 @main
@@ -12,4 +13,24 @@ struct ExtSandboxCommand: AsyncParsableCommand {
             filter, as described by a policy file (see `Policies/` and docs/policy-format.md).
             """,
         subcommands: [ExecCommand.self, PolicyCommand.self])
+
+    /// `exec` in its common shapes skips ArgumentParser (see ``ExecRequest/quickParse(_:)``);
+    /// everything else, help and usage errors included, goes through it.
+    static func main() async {
+        let arguments = CommandLine.arguments.dropFirst()
+        guard arguments.first == "exec", let request = ExecRequest.quickParse(arguments.dropFirst()) else {
+            await main(nil)
+            return
+        }
+        do {
+            try await ExecCommand.run(request)
+        } catch let code as ExitCode {
+            // Nothing is left to clean up (the sandbox, its cgroups and fds are gone once
+            // `run` returns), so skip the exit-time teardown of a large static binary.
+            fflush(nil)
+            _exit(code.rawValue)
+        } catch {
+            exit(withError: error)
+        }
+    }
 }

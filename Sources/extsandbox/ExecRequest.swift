@@ -1,0 +1,76 @@
+/// What `extsandbox exec` was asked to do, however its arguments were parsed.
+struct ExecRequest: Equatable {
+    var policy = "standard"
+    var readOnlyBinds: [String] = []
+    var writableBinds: [String] = []
+    var environment: [String] = []
+    var workingDirectory = "/"
+    var audit = false
+    /// The program and its arguments (never empty).
+    var words: [String] = []
+
+    /// The common shapes of `exec` (long options, `--opt value` or `--opt=value`, then the
+    /// program), parsed without ArgumentParser, whose reflection costs a cold process about
+    /// 1.5 ms of a command that should take a few. Anything else returns `nil` and goes to
+    /// ArgumentParser, which owns help, usage errors and their messages; a test checks that both
+    /// parse every accepted shape the same way.
+    static func quickParse(_ arguments: ArraySlice<String>) -> ExecRequest? {
+        var request = ExecRequest()
+        var seen: Set<String> = []
+        var index = arguments.startIndex
+        while index < arguments.endIndex {
+            let token = arguments[index]
+            if token == "--" {
+                index += 1
+                break
+            }
+            guard token.hasPrefix("-") else { break }  // the program: the rest is its own
+            guard token.hasPrefix("--") else { return nil }
+            let name: Substring, inlineValue: Substring?
+            if let equals = token.firstIndex(of: "=") {
+                name = token[token.index(token.startIndex, offsetBy: 2)..<equals]
+                inlineValue = token[token.index(after: equals)...]
+            } else {
+                name = token.dropFirst(2)
+                inlineValue = nil
+            }
+            index += 1
+            if name == "audit" {
+                guard inlineValue == nil, seen.insert("audit").inserted else { return nil }
+                request.audit = true
+                continue
+            }
+            let value: String
+            if let inlineValue {
+                value = String(inlineValue)
+            } else {
+                guard index < arguments.endIndex else { return nil }
+                value = arguments[index]
+                index += 1
+            }
+            // ArgumentParser would read a dash as the next option (or complain): let it.
+            guard !value.isEmpty, !value.hasPrefix("-") else { return nil }
+            switch name {
+            case "policy", "chdir":
+                guard seen.insert(String(name)).inserted else { return nil }
+                if name == "policy" { request.policy = value } else { request.workingDirectory = value }
+            case "ro-bind": request.readOnlyBinds.append(value)
+            case "bind": request.writableBinds.append(value)
+            case "env": request.environment.append(value)
+            default: return nil
+            }
+        }
+        request.words = Array(arguments[index...])
+        guard let program = request.words.first, program != "--help", program != "-h", request.validationError == nil else { return nil }
+        return request
+    }
+
+    /// Why the request cannot run, in the words of a usage error.
+    var validationError: String? {
+        if words.isEmpty { return "Missing the program to run." }
+        for item in environment where !item.contains("=") || item.hasPrefix("=") {
+            return "--env expects key=value, got '\(item)'."
+        }
+        return nil
+    }
+}
