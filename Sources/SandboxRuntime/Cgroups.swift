@@ -1,4 +1,3 @@
-import Foundation
 import Glibc
 
 /// Memory and process-count limits for a whole sandbox through cgroups, nested only under the
@@ -17,8 +16,7 @@ struct CgroupSupport: Sendable {
 
     /// Finds writable parents, proving writability with a probe directory.
     static func detect() -> CgroupSupport? {
-        guard let mountinfo = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8),
-              let membership = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)
+        guard let mountinfo = SystemFiles.text("/proc/self/mountinfo"), let membership = SystemFiles.text("/proc/self/cgroup")
         else { return nil }
         var ownPaths: [String: String] = [:]  // controller (or "" for v2) -> path
         for line in membership.split(separator: "\n") {
@@ -49,7 +47,7 @@ struct CgroupSupport: Sendable {
             return mount.point.hasSuffix("/") ? mount.point + relative.dropFirst() : mount.point + relative
         }
         if let mount = v2Mount, let own = ownPaths[""], let dir = directory(mount, own),
-           let delegated = try? String(contentsOfFile: dir + "/cgroup.subtree_control", encoding: .utf8),
+           let delegated = SystemFiles.text(dir + "/cgroup.subtree_control"),
            delegated.contains("memory"), delegated.contains("pids"), probe(dir) {
             return CgroupSupport(layout: .v2(parent: dir))
         }
@@ -63,7 +61,7 @@ struct CgroupSupport: Sendable {
     /// Removes cgroups that supervisors which died (SIGKILL leaves no chance to clean up) left in
     /// `parent`: `extsandbox-PID-N` whose PID no longer runs. Only empty ones go (rmdir).
     private static func sweep(_ parent: String) {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: parent) else { return }
+        guard let names = SystemFiles.entries(parent) else { return }
         for name in names where name.hasPrefix("extsandbox-") {
             let fields = name.split(separator: "-")
             guard fields.count == 3, let owner = pid_t(fields[1]) else { continue }
@@ -171,7 +169,7 @@ final class SandboxCgroup: @unchecked Sendable {
 
     /// Whether the kernel's OOM killer acted inside this cgroup.
     var memoryLimitHit: Bool {
-        guard let oomControl, let text = try? String(contentsOfFile: oomControl, encoding: .utf8) else { return false }
+        guard let oomControl, let text = SystemFiles.text(oomControl) else { return false }
         for line in text.split(separator: "\n") where line.hasPrefix("oom_kill ") {
             return (Int(line.split(separator: " ").last ?? "0") ?? 0) > 0
         }

@@ -1,5 +1,4 @@
 import CSandboxShim
-import Foundation
 import Glibc
 import SandboxPolicy
 import Synchronization
@@ -155,9 +154,9 @@ public final class SandboxedProcess: Sendable {
         while let next = queue.first {
             queue.removeFirst()
             result.append(next)
-            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(next)/task")) ?? []
+            let tasks = SystemFiles.entries("/proc/\(next)/task") ?? []
             for task in tasks {
-                guard let text = try? String(contentsOfFile: "/proc/\(next)/task/\(task)/children", encoding: .utf8) else { continue }
+                guard let text = SystemFiles.text("/proc/\(next)/task/\(task)/children") else { continue }
                 queue += text.split(whereSeparator: \.isWhitespace).compactMap { pid_t($0) }
             }
         }

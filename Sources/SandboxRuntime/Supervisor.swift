@@ -1,5 +1,4 @@
 import CSandboxShim
-import Foundation
 import Glibc
 import SandboxPolicy
 import Synchronization
@@ -35,7 +34,7 @@ public final class Supervisor: Sendable {
     init(cgroups: CgroupSupport?) throws {
         monitor = try EventMonitor()
         self.cgroups = cgroups
-        let text = (try? String(contentsOfFile: "/proc/sys/kernel/cap_last_cap", encoding: .utf8)) ?? "40"
+        let text = SystemFiles.text("/proc/sys/kernel/cap_last_cap") ?? "40"
         capLastCap = Int32(text.filter(\.isNumber)) ?? 40
     }
 

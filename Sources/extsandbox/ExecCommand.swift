@@ -184,7 +184,9 @@ struct ExecCommand: AsyncParsableCommand {
 
     static func absolute(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
-        return FileManager.default.currentDirectoryPath + "/" + path
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buffer, buffer.count) != nil else { return FileManager.default.currentDirectoryPath + "/" + path }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) + "/" + path
     }
 
     /// Like a shell: a name with a slash is a path, anything else is looked up in $PATH.
@@ -193,7 +195,7 @@ struct ExecCommand: AsyncParsableCommand {
             let path = absolute(program)
             return access(path, X_OK) == 0 ? path : nil
         }
-        let search = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        let search = getenv("PATH").map { String(cString: $0) } ?? "/usr/local/bin:/usr/bin:/bin"
         for directory in search.split(separator: ":") where !directory.isEmpty {
             let candidate = "\(directory)/\(program)"
             var info = stat()
@@ -205,7 +207,9 @@ struct ExecCommand: AsyncParsableCommand {
     }
 
     static func ownExecutable() -> String {
-        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
+        let length = buffer.withUnsafeMutableBufferPointer { readlink("/proc/self/exe", UnsafeMutableRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), $0.count) }
+        return length > 0 ? String(decoding: buffer.prefix(length), as: UTF8.self) : CommandLine.arguments[0]
     }
 
     static func complain(_ message: String) {
