@@ -7,12 +7,17 @@ import Glibc
 /// Works on blocking and non-blocking sockets alike:
 /// - ``send(_:)`` and ``receive()`` block until done (on a non-blocking socket they `poll` when the
 ///   kernel says `EAGAIN`);
-/// - ``enqueue(_:)``, ``flush()`` and ``tryReceive()`` never block (for an event loop on a
-///   non-blocking socket: call ``flush()`` when the socket is writable, ``tryReceive()`` until it
-///   reports ``ReceiveResult/wouldBlock`` when it is readable).
+/// - ``enqueue(_:)`` and ``flush()`` never block; nor does ``tryReceive()`` on a non-blocking
+///   socket (for an event loop: call ``flush()`` when the socket is writable, ``tryReceive()``
+///   until it reports ``ReceiveResult/wouldBlock`` when it is readable);
+/// - ``receiveNext(wait:)`` serves loops that alternate between reading and other work, and
+///   saves them the `recvmsg` that would only say `EAGAIN`.
 ///
 /// A `FrameSocket` owns its descriptor and closes it in ``close()`` or when it is released. It is
-/// not thread-safe: use it from one thread (or task) at a time. After any error other than
+/// not thread-safe, except that its two directions keep separate state: one thread (or task) at
+/// a time may send (``send(_:)``, ``enqueue(_:)``, ``flush()``, ``encoder``) while one other
+/// receives (``receive()``, ``tryReceive()``, ``receiveNext(wait:)``). Everything else, ``close()``
+/// above all, wants the socket to itself. After any error other than
 /// ``WireError/systemCall(_:errno:)`` from a send, the connection is unusable: close it.
 public final class FrameSocket {
     /// What ``tryReceive()`` found.
@@ -46,7 +51,13 @@ public final class FrameSocket {
     private let readBuffer: UnsafeMutableRawBufferPointer
     private var readStart = 0
     private var readEnd = 0
+    /// Whether the last `recvmsg` returned fewer bytes than it had room for, and no fds: the
+    /// socket held nothing more at that moment (see ``receiveNext(wait:)``).
+    private var lastReadWasShort = false
+    /// Ancillary data of `recvmsg` (receiving side only).
     private let controlBuffer: UnsafeMutableRawBufferPointer
+    /// Ancillary data of `sendmsg` (sending side only): the two directions share no buffer.
+    private let sendControlBuffer: UnsafeMutableRawBufferPointer
 
     private struct Outgoing {
         var header: [UInt8]
@@ -69,13 +80,15 @@ public final class FrameSocket {
         encoder = FrameEncoder(maximumFrameSize: peerMaximumFrameSize)
         decoder = FrameDecoder(maximumFrameSize: maximumFrameSize)
         readBuffer = .allocate(byteCount: Self.receiveBufferSize, alignment: 16)
-        controlBuffer = .allocate(byteCount: Self.controlBufferSize, alignment: 16)
+        let control = UnsafeMutableRawBufferPointer.allocate(byteCount: 2 * Self.controlBufferSize, alignment: 16)
+        controlBuffer = UnsafeMutableRawBufferPointer(rebasing: control[..<Self.controlBufferSize])
+        sendControlBuffer = UnsafeMutableRawBufferPointer(rebasing: control[Self.controlBufferSize...])
     }
 
     deinit {
         close()
         readBuffer.deallocate()
-        controlBuffer.deallocate()
+        controlBuffer.deallocate()  // both halves: one allocation
     }
 
     /// Closes the socket (once) and every fd the decoder or the send queue still holds.
@@ -139,7 +152,7 @@ public final class FrameSocket {
                     var sent = 0
                     let total = FrameHeader.encodedSize + payload.count
                     while sent < total {
-                        let n = try write(header: headerBytes, payload: payload, fds: sent == 0 ? frame.fds : [], from: sent)
+                        let n = try write(header: headerBytes, payload: payload, fds: sent == 0 ? frame.fds : [], from: sent, flags: 0)
                         if n < 0 { try wait(for: Int16(POLLOUT)) } else { sent += n }
                     }
                 }
@@ -147,8 +160,9 @@ public final class FrameSocket {
         }.get()
     }
 
-    /// Queues `frame` for ``flush()`` and tries to write it now, without blocking. Takes ownership
-    /// of its fds: they are closed once written, or when the socket closes.
+    /// Queues `frame` for ``flush()`` and tries to write it now, without blocking (`MSG_DONTWAIT`,
+    /// whatever the socket's mode). Takes ownership of its fds: they are closed once written, or
+    /// when the socket closes.
     public func enqueue(_ frame: Frame) throws(WireError) {
         let header: FrameHeader
         do { header = try encoder.validate(frame) } catch {
@@ -159,17 +173,44 @@ public final class FrameSocket {
             frame.closeFDs()
             throw .connectionClosed
         }
+        var sent = 0
+        let writeNow = queueHead == queue.count
+        if writeNow {
+            // Nothing queued before it: one `sendmsg` from a header on the stack, and nothing is
+            // queued (or allocated) when it goes out whole, which is the usual case.
+            var headerStorage: (UInt64, UInt64, UInt32) = (0, 0, 0)
+            let attempt = withUnsafeMutableBytes(of: &headerStorage) { raw in
+                header.encode(into: raw)
+                let headerBytes = UnsafeRawBufferPointer(rebasing: raw[..<FrameHeader.encodedSize])
+                return frame.payload.withUnsafeBytes { payload in
+                    Result { () throws(WireError) in
+                        try write(header: headerBytes, payload: payload, fds: frame.fds, from: 0, flags: Int32(MSG_DONTWAIT))
+                    }
+                }
+            }
+            let written: Int
+            do { written = try attempt.get() } catch {
+                frame.closeFDs()
+                throw error
+            }
+            if written == FrameHeader.encodedSize + frame.payload.count {
+                frame.closeFDs()
+                return
+            }
+            sent = max(written, 0)
+        }
         var bytes = [UInt8](repeating: 0, count: FrameHeader.encodedSize)
         bytes.withUnsafeMutableBytes { header.encode(into: $0) }
-        queue.append(Outgoing(header: bytes, frame: frame, sent: 0))
-        _ = try flush()
+        queue.append(Outgoing(header: bytes, frame: frame, sent: sent))
+        // (When it was just tried, the socket is full: wait for writability.)
+        if !writeNow { _ = try flush() }
     }
 
     /// Whether frames queued by ``enqueue(_:)`` are still (partly) unwritten.
     public var hasPendingOutput: Bool { queueHead < queue.count }
 
     /// Writes queued frames until done or the socket would block. Returns `true` when the queue is
-    /// empty. Never blocks.
+    /// empty. Never blocks (`MSG_DONTWAIT`).
     @discardableResult
     public func flush() throws(WireError) -> Bool {
         while queueHead < queue.count {
@@ -178,7 +219,8 @@ public final class FrameSocket {
             let n = try item.header.withUnsafeBytes { header in
                 item.frame.payload.withUnsafeBytes { payload in
                     Result { () throws(WireError) in
-                        try write(header: header, payload: payload, fds: item.sent == 0 ? item.frame.fds : [], from: item.sent)
+                        try write(header: header, payload: payload, fds: item.sent == 0 ? item.frame.fds : [], from: item.sent,
+                                  flags: Int32(MSG_DONTWAIT))
                     }
                 }
             }.get()
@@ -197,7 +239,7 @@ public final class FrameSocket {
     /// One `sendmsg` of the frame's bytes from offset `sent` (fds attached when given). Returns the
     /// bytes written, or -1 for `EAGAIN`.
     private func write(header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, fds: [Int32],
-                       from sent: Int) throws(WireError) -> Int {
+                       from sent: Int, flags: Int32) throws(WireError) -> Int {
         var iov = (iovec(), iovec())
         var iovCount = 0
         if sent < header.count {
@@ -212,7 +254,7 @@ public final class FrameSocket {
             iov.0 = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress! + offset), iov_len: payload.count - offset)
             iovCount = 1
         }
-        let control = controlBuffer
+        let control = sendControlBuffer
         let result: Int = withUnsafeMutablePointer(to: &iov) { iovPointer in
             iovPointer.withMemoryRebound(to: iovec.self, capacity: 2) { iovs in
                 var message = msghdr()
@@ -232,7 +274,7 @@ public final class FrameSocket {
                     message.msg_controllen = space
                 }
                 while true {
-                    let n = sendmsg(descriptor, &message, Int32(MSG_NOSIGNAL))
+                    let n = sendmsg(descriptor, &message, Int32(MSG_NOSIGNAL) | flags)
                     if n >= 0 || errno != EINTR { return n }
                 }
             }
@@ -264,6 +306,23 @@ public final class FrameSocket {
     /// Receives the next frame if the bytes for it are available, without blocking on a
     /// non-blocking socket (on a blocking one it blocks like ``receive()``).
     public func tryReceive() throws(WireError) -> ReceiveResult {
+        try receive(flags: 0, trustShortReads: false)
+    }
+
+    /// The next frame, for loops that read until the socket is empty and then do something else
+    /// (wait in `epoll`, run queued work):
+    /// - `wait: false` never blocks, whatever the socket's mode (`MSG_DONTWAIT`), and saves the
+    ///   `recvmsg` that would only say `EAGAIN`: when the last read came back short (fewer bytes
+    ///   than it had room for, no fds), the socket held nothing more at that moment, so it reports
+    ///   ``ReceiveResult/wouldBlock`` at once (once; the next call reads again). Bytes that arrived
+    ///   since are still in the socket: a level-triggered `epoll` reports them, a blocking read
+    ///   returns them at once.
+    /// - `wait: true` is ``tryReceive()``: on a blocking socket it waits for bytes.
+    public func receiveNext(wait: Bool) throws(WireError) -> ReceiveResult {
+        wait ? try receive(flags: 0, trustShortReads: false) : try receive(flags: Int32(MSG_DONTWAIT), trustShortReads: true)
+    }
+
+    private func receive(flags: Int32, trustShortReads: Bool) throws(WireError) -> ReceiveResult {
         while true {
             if readStart < readEnd {
                 let (consumed, frame) = try decoder.consume(
@@ -281,6 +340,10 @@ public final class FrameSocket {
                 continue
             }
             guard descriptor >= 0 else { throw .connectionClosed }
+            if lastReadWasShort {
+                lastReadWasShort = false
+                if trustShortReads { return .wouldBlock }
+            }
             if decoder.remainingPayloadCount >= Self.directReadThreshold {
                 // Large payload: read straight into the frame, no more than it still needs (so no
                 // fds can legitimately arrive with these bytes).
@@ -288,8 +351,9 @@ public final class FrameSocket {
                 var failure: WireError?
                 let (n, frame) = decoder.readPayload { buffer in
                     do throws(WireError) {
-                        let (n, received) = try receiveMessage(into: buffer)
+                        let (n, received) = try receiveMessage(into: buffer, flags: flags)
                         fds = received
+                        lastReadWasShort = n > 0 && n < buffer.count && received.isEmpty
                         return n
                     } catch {
                         failure = error
@@ -312,8 +376,9 @@ public final class FrameSocket {
             }
             let n: Int
             let fds: [Int32]
-            do { (n, fds) = try receiveMessage(into: readBuffer) } catch { throw decoder.abort(error) }
+            do { (n, fds) = try receiveMessage(into: readBuffer, flags: flags) } catch { throw decoder.abort(error) }
             if n < 0 { return .wouldBlock }
+            lastReadWasShort = n > 0 && n < readBuffer.count && fds.isEmpty
             if n == 0 {
                 if !fds.isEmpty {
                     closeDescriptors(fds)
@@ -330,7 +395,7 @@ public final class FrameSocket {
     /// One `recvmsg` with `MSG_CMSG_CLOEXEC`. Returns the byte count (-1 for `EAGAIN`, 0 at end of
     /// stream) and the fds received. Throws ``WireError/controlDataTruncated`` for `MSG_CTRUNC`
     /// (after closing the fds that did arrive).
-    private func receiveMessage(into buffer: UnsafeMutableRawBufferPointer) throws(WireError) -> (Int, [Int32]) {
+    private func receiveMessage(into buffer: UnsafeMutableRawBufferPointer, flags: Int32) throws(WireError) -> (Int, [Int32]) {
         var iov = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
         var message = msghdr()
         let n: Int = withUnsafeMutablePointer(to: &iov) { iovPointer in
@@ -339,7 +404,7 @@ public final class FrameSocket {
             message.msg_control = controlBuffer.baseAddress
             message.msg_controllen = controlBuffer.count
             while true {
-                let n = recvmsg(descriptor, &message, Int32(MSG_CMSG_CLOEXEC))
+                let n = recvmsg(descriptor, &message, Int32(MSG_CMSG_CLOEXEC) | flags)
                 if n >= 0 || errno != EINTR { return n }
             }
         }

@@ -103,6 +103,110 @@ struct SocketTests {
         guard case .closed = try b.tryReceive() else { Issue.record("expected closed"); return }
     }
 
+    @Test("receiveNext(wait: false) never blocks, and reads again after a short read it trusted")
+    func receiveNextWithoutWaiting() throws {
+        let (a, b) = try FrameSocket.makePair()  // both blocking
+        guard case .wouldBlock = try b.receiveNext(wait: false) else { Issue.record("expected wouldBlock"); return }
+        // Two frames in one write, the second incomplete: one short read takes them all.
+        let first = try FrameEncoder().encode(.request(id: 1, payload: [1]))
+        let second = try FrameEncoder().encode(.request(id: 2, payload: [UInt8](repeating: 2, count: 1000)))
+        rawSend(a.descriptor, first + Array(second[..<500]))
+        guard case .frame(let one) = try b.receiveNext(wait: false), one.id == 1 else { Issue.record("expected frame 1"); return }
+        guard case .wouldBlock = try b.receiveNext(wait: false) else { Issue.record("expected wouldBlock"); return }
+        // The rest arrives after the trusted short read: the next call reads it.
+        rawSend(a.descriptor, Array(second[500...]))
+        guard case .frame(let two) = try b.receiveNext(wait: false), two.id == 2, two.payload.count == 1000 else {
+            Issue.record("expected frame 2"); return
+        }
+        guard case .wouldBlock = try b.receiveNext(wait: false) else { Issue.record("expected wouldBlock"); return }
+        guard case .wouldBlock = try b.receiveNext(wait: false) else { Issue.record("expected wouldBlock"); return }
+        // A frame with an fd, then end of stream; wait: true blocks like tryReceive.
+        let memfd = makeMemfd(size: 77)
+        try a.send(.reply(id: 3, payload: [], fds: [memfd]))
+        close(memfd)
+        a.close()
+        guard case .frame(let three) = try b.receiveNext(wait: true), three.fds.count == 1 else { Issue.record("expected frame 3"); return }
+        #expect(fileSize(three.fds[0]) == 77)
+        three.closeFDs()
+        guard case .closed = try b.receiveNext(wait: true) else { Issue.record("expected closed"); return }
+    }
+
+    @Test("one thread sends while another receives on the same FrameSocket")
+    func sendWhileReceiving() throws {
+        let (x, y) = try FrameSocket.makeSocketPair()
+        let rounds = 2000
+        let echo = TestThread {
+            let socket = FrameSocket(descriptor: x)
+            while let frame = try! socket.receive() {
+                try! socket.send(.reply(id: frame.id, payload: frame.payload, fds: frame.fds))
+                frame.closeFDs()
+            }
+        }
+        let client = FrameSocket(descriptor: y)
+        let shared = UncheckedSendableBox(client)
+        let probe = Probe()
+        defer { probe.dispose() }
+        let writeEnd = probe.writeEnd
+        let sender = TestThread {
+            for id in 1...rounds {
+                // Every tenth with an fd; alternately blocking and queued.
+                let fds = id % 10 == 0 ? [fcntl(writeEnd, F_DUPFD_CLOEXEC, 0)] : []
+                let frame = Frame.request(id: UInt64(id), payload: [UInt8(id % 256)], fds: fds)
+                if id % 2 == 0 {
+                    try! shared.value.send(frame)
+                    frame.closeFDs()
+                } else {
+                    try! shared.value.enqueue(frame)
+                    while !(try! shared.value.flush()) {
+                        var entry = pollfd(fd: shared.value.descriptor, events: Int16(POLLOUT), revents: 0)
+                        _ = poll(&entry, 1, -1)
+                    }
+                }
+            }
+        }
+        for id in 1...rounds {
+            let reply = try #require(try client.receive())
+            #expect(reply.id == UInt64(id) && reply.payload == [UInt8(id % 256)])
+            #expect(reply.fds.count == (id % 10 == 0 ? 1 : 0))
+            reply.closeFDs()
+        }
+        sender.join()
+        close(probe.writeEnd)
+        #expect(probe.isClosed, "every copy of the fd was closed")
+        client.close()
+        echo.join()
+    }
+
+    @Test("enqueue writes a lone frame at once and closes its fds; a full socket queues")
+    func enqueueDirectly() throws {
+        let (a, b) = try FrameSocket.makePair()
+        let probe = Probe()
+        defer { probe.dispose() }
+        try a.enqueue(.request(id: 1, payload: [1, 2, 3], fds: [probe.writeEnd]))
+        #expect(!a.hasPendingOutput)
+        let frame = try #require(try b.receive())
+        #expect(frame.id == 1 && frame.fds.count == 1)
+        frame.closeFDs()
+        #expect(probe.isClosed, "enqueue closed its copy once the frame was written")
+        // Fill the socket: the rest waits in the queue, in order, until flushed.
+        let big = [UInt8](repeating: 9, count: 4 << 20)
+        try a.enqueue(.oneway(payload: big))
+        #expect(a.hasPendingOutput)
+        try a.enqueue(.request(id: 2, payload: [2]))
+        let receiver = UncheckedSendableBox(b)
+        let reader = TestThread {
+            let first = try! receiver.value.receive()!
+            precondition(first.kind == .oneway && first.payload.count == big.count)
+            let second = try! receiver.value.receive()!
+            precondition(second.id == 2)
+        }
+        while !(try a.flush()) {
+            var entry = pollfd(fd: a.descriptor, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&entry, 1, -1)
+        }
+        reader.join()
+    }
+
     @Test("the sender refuses frames over the peer's maximum")
     func peerMaximum() throws {
         let (a, _) = try FrameSocket.makePair()

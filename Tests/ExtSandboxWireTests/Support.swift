@@ -140,3 +140,9 @@ final class TestThread: Sendable {
     }
     func join() { done.wait() }
 }
+
+/// For a value two threads use in ways the compiler cannot check (a FrameSocket's two sides).
+struct UncheckedSendableBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
