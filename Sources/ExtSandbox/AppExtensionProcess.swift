@@ -279,11 +279,20 @@ final class ExtensionProcessCore: Sendable {
                 settings.onEvent?(.resumed)
             }
             let (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
+            // The host's HELLO goes into the socket before the extension has its end: it finds
+            // the HELLO there as soon as it takes the connection.
+            let connection = ExtensionConnection(
+                descriptor: hostFD, monitor: Supervisor.shared.monitor, name: identity.bundleIdentifier
+            ) { [weak self] in self?.connectionClosed(connectionID) }
+            // From here on the connection's own close reports it (once).
+            handedOver = true
             let sent: ExtensionError? = state.withLock { state in
                 guard let control = state.control, !state.ended else {
                     close(extensionFD)
                     return .connectionClosed(detail: "the extension has ended")
                 }
+                // An interruption from now on fails the handshake with its reason.
+                state.live[connectionID] = WeakConnection(connection: connection)
                 do {
                     // enqueue takes the fd; a control socket that does not drain means an
                     // extension that does not accept: refuse rather than block the host.
@@ -295,15 +304,10 @@ final class ExtensionProcessCore: Sendable {
                 }
             }
             if let sent {
-                close(hostFD)
+                connection.close(because: sent)
                 throw sent
             }
-            handedOver = true
-            let connection = try await ExtensionConnection(
-                descriptor: hostFD, monitor: Supervisor.shared.monitor, name: identity.bundleIdentifier,
-                handshakeTimeout: timeout
-            ) { [weak self] in self?.connectionClosed(connectionID) }
-            state.withLock { $0.live[connectionID] = WeakConnection(connection: connection) }
+            try await connection.handshake(timeout: timeout)
             return connection
         } catch {
             // The connection's own close reports itself once it existed.

@@ -24,58 +24,90 @@ public struct ExtensionMessage: Sendable, Hashable {
 /// released). Like ExtensionFoundation's `NSXPCConnection`, but with messages in bytes (and
 /// Codable conveniences) instead of proxies.
 public final class ExtensionConnection: Sendable {
-    private typealias Reply = CheckedContinuation<ExtensionMessage, any Error>
+    private typealias Reply = UnsafeContinuation<ExtensionMessage, any Error>
+    private typealias Handshake = CheckedContinuation<UInt32, any Error>
 
+    /// Everything but sending. The monitor thread reads the socket under this lock.
     private struct State {
-        var socket: FrameSocket?
-        var token: UInt64 = 0
+        /// Whether the socket is still open (it closes before `closedBecause` is set when the
+        /// extension hung up with requests pending: see `eventsArrived`).
+        var open = true
         var pending: [UInt64: Reply] = [:]
         /// Requests we cancelled: a late reply to one of them is not a protocol error.
         var cancelled: Set<UInt64> = []
-        var handshake: CheckedContinuation<Void, any Error>?
+        /// The task waiting for the extension's HELLO (it returns the peer's maximum frame size).
+        var handshake: Handshake?
         var closedBecause: ExtensionError?
+    }
+
+    /// Sending. Held while a frame is written, so that frames go out whole and in order, and
+    /// never while reading: a sender that the scheduler preempts in `sendmsg` (the extension it
+    /// just woke takes its CPU) must not keep the monitor thread from reading the reply.
+    private struct Output {
+        var open = true
         var watchingWritability = false
     }
 
-    private let state: Mutex<State>
+    /// The socket. Its receiving side is used under `state`, its sending side under `output`;
+    /// closing it takes both (`output` first, the lock order everywhere).
+    private let socket: UncheckedSendable<FrameSocket>
+    private let state = Mutex(State())
+    private let output = Mutex(Output())
+    private let token = Atomic<UInt64>(0)
     private let nextRequestID = Atomic<UInt64>(1)
     private let monitor: EventMonitor
     private let onClose: @Sendable () -> Void
     private let closeNotified = Atomic<Bool>(false)
 
-    /// Wraps the host end of a new connection and performs the handshake.
-    init(descriptor: Int32, monitor: EventMonitor, name: String, handshakeTimeout: Duration,
-         onClose: @escaping @Sendable () -> Void) async throws {
+    /// Wraps the host end of a new connection and writes the host's HELLO into it at once, so
+    /// that the extension finds it waiting when it gets its end (``handshake(timeout:)`` then
+    /// waits for the answer). Every later write, reply and close is on `monitor`.
+    init(descriptor: Int32, monitor: EventMonitor, name: String, onClose: @escaping @Sendable () -> Void) {
         self.monitor = monitor
         self.onClose = onClose
-        let socket = FrameSocket(descriptor: descriptor)
-        let nonBlocking = Result { () throws(WireError) in try socket.setNonBlocking(true) }
-        state = Mutex(State(socket: socket))
+        socket = UncheckedSendable(FrameSocket(descriptor: descriptor))
+        // A fresh socket's buffer takes a HELLO whole; `enqueue` never blocks (MSG_DONTWAIT).
+        let failure: ExtensionError? = output.withLock { output in
+            do {
+                try socket.value.enqueue(.hello(Hello(name: name)))
+                return socket.value.hasPendingOutput ? .connectionClosed(detail: "the HELLO could not be written") : nil
+            } catch {
+                return .connectionClosed(detail: "\(error)")
+            }
+        }
+        if let failure { close(because: failure) }
+    }
+
+    /// Waits for the extension's answer to the HELLO: its own HELLO (accepted), or an ERROR
+    /// (rejected), or nothing in `timeout`. Closes the connection when it fails.
+    func handshake(timeout: Duration) async throws {
         // An extension that never answers must not hang the host.
-        let deadline = Deadlines.shared.add(after: handshakeTimeout) { [weak self] in
+        let deadline = Deadlines.shared.add(after: timeout) { [weak self] in
             guard let self, self.state.withLock({ $0.handshake != nil }) else { return }
             self.close(because: .connectionClosed(detail: "the extension did not answer the handshake in time"))
         }
         defer { Deadlines.shared.cancel(deadline) }
         do {
-            try nonBlocking.get()
-            let token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { [weak self] events in
-                self?.eventsArrived(events)
-            }
-            state.withLock { $0.token = token }
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let peerMaximum = try await withCheckedThrowingContinuation { (continuation: Handshake) in
+                // Waiting first, watching second: the answer may come at once.
                 let failure: (any Error)? = state.withLock { state in
+                    if let closed = state.closedBecause { return closed }
                     state.handshake = continuation
                     do {
-                        try state.socket?.enqueue(.hello(Hello(name: name)))
+                        let token = try monitor.add(fd: socket.value.descriptor, events: EventMonitor.readable) { [weak self] events in
+                            self?.eventsArrived(events)
+                        }
+                        self.token.store(token, ordering: .relaxed)
                         return nil
                     } catch {
                         state.handshake = nil
                         return error
                     }
                 }
-                if let failure { continuation.resume(throwing: ExtensionError.connectionClosed(detail: "\(failure)")) }
+                if let failure { continuation.resume(throwing: failure) }
             }
+            // No request is sent before the handshake is done: nothing else uses the encoder yet.
+            output.withLock { _ in socket.value.encoder.maximumFrameSize = peerMaximum }
         } catch {
             close(because: error as? ExtensionError ?? .connectionClosed(detail: "\(error)"))
             throw error
@@ -94,27 +126,41 @@ public final class ExtensionConnection: Sendable {
         let id = nextRequestID.add(1, ordering: .relaxed).oldValue
         let fds = try Self.duplicate(message.fileDescriptors)
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: Reply) in
-                // `enqueue` owns the copies from here on (it closes them once sent, or on failure).
-                let failure: ExtensionError? = state.withLock { state in
-                    if let closed = state.closedBecause {
+            try await withUnsafeThrowingContinuation { (continuation: Reply) in
+                // Registered and written under `output`: a CANCEL never overtakes its REQUEST.
+                let failed: (Reply, ExtensionError)? = output.withLock { output in
+                    let refused: ExtensionError? = state.withLock { state in
+                        if let closed = state.closedBecause { return closed }
+                        state.pending[id] = continuation
+                        return nil
+                    }
+                    if let refused {
                         Self.close(fds)
-                        return closed
+                        return (continuation, refused)
                     }
-                    state.pending[id] = continuation
-                    if let error = enqueue(.request(id: id, payload: message.payload, fds: fds), in: &state) {
-                        state.pending[id] = nil
-                        return error
+                    let failure: ExtensionError?
+                    if Task.isCancelled {
+                        // Cancelled before the handler below was installed: it found nothing to cancel.
+                        Self.close(fds)
+                        failure = .cancelled
+                    } else {
+                        // `write` owns the copies from here on (it closes them once sent, or on failure).
+                        failure = write(.request(id: id, payload: message.payload, fds: fds), &output)
                     }
-                    return nil
+                    // Unless something else (a close) failed it already.
+                    guard let failure, let waiting = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return nil }
+                    return (waiting, failure)
                 }
-                if let failure { continuation.resume(throwing: failure) }
+                if let (waiting, failure) = failed { waiting.resume(throwing: failure) }
             }
         } onCancel: {
-            let continuation: Reply? = state.withLock { state in
-                guard let continuation = state.pending.removeValue(forKey: id) else { return nil }
-                state.cancelled.insert(id)
-                _ = enqueue(.cancel(id: id), in: &state)
+            let continuation: Reply? = output.withLock { output in
+                let continuation: Reply? = state.withLock { state in
+                    guard let continuation = state.pending.removeValue(forKey: id) else { return nil }
+                    state.cancelled.insert(id)
+                    return continuation
+                }
+                if continuation != nil { _ = write(.cancel(id: id), &output) }
                 return continuation
             }
             continuation?.resume(throwing: ExtensionError.cancelled)
@@ -124,12 +170,8 @@ public final class ExtensionConnection: Sendable {
     /// Sends a message that gets no reply.
     public func sendOneWay(_ message: ExtensionMessage) throws {
         let fds = try Self.duplicate(message.fileDescriptors)
-        let failure: ExtensionError? = state.withLock { state in
-            if let closed = state.closedBecause {
-                Self.close(fds)
-                return closed
-            }
-            return enqueue(.oneway(payload: message.payload, fds: fds), in: &state)
+        let failure: ExtensionError? = output.withLock { output in
+            write(.oneway(payload: message.payload, fds: fds), &output)
         }
         if let failure { throw failure }
     }
@@ -146,10 +188,8 @@ public final class ExtensionConnection: Sendable {
     /// Closes the connection: pending requests fail with ``ExtensionError/invalidated``. The
     /// extension process ends when its last connection is gone (and no host holds it).
     public func invalidate() {
-        state.withLock { state in
-            if state.closedBecause == nil, let socket = state.socket {
-                _ = try? socket.enqueue(.goodbye)
-            }
+        output.withLock { output in
+            if output.open { _ = try? socket.value.enqueue(.goodbye) }
         }
         close(because: .invalidated)
     }
@@ -161,95 +201,114 @@ public final class ExtensionConnection: Sendable {
 
     // MARK: - Internals
 
-    /// Queues a frame, taking its fds (closed once sent, or now on failure); arms writability
-    /// when it could not be written at once.
-    private func enqueue(_ frame: Frame, in state: inout State) -> ExtensionError? {
-        guard let socket = state.socket else {
+    /// Writes a frame (under `output`), taking its fds (closed once sent, or now on failure);
+    /// watches writability when it could not be written at once.
+    private func write(_ frame: Frame, _ output: inout Output) -> ExtensionError? {
+        guard output.open else {
             frame.closeFDs()
-            return state.closedBecause ?? .connectionClosed(detail: "the extension closed the connection")
+            return state.withLock { $0.closedBecause } ?? .connectionClosed(detail: "the extension closed the connection")
         }
+        let socket = socket.value
         do {
             try socket.enqueue(frame)
         } catch {
             return .connectionClosed(detail: "\(error)")
         }
-        if socket.hasPendingOutput && !state.watchingWritability {
-            state.watchingWritability = true
-            monitor.modify(fd: socket.descriptor, token: state.token, events: EventMonitor.readable | EventMonitor.writable)
+        if socket.hasPendingOutput && !output.watchingWritability {
+            output.watchingWritability = true
+            monitor.modify(fd: socket.descriptor, token: token.load(ordering: .relaxed),
+                           events: EventMonitor.readable | EventMonitor.writable)
         }
         return nil
     }
 
-    /// On the monitor thread: write what is queued, read what arrived, never block.
+    /// On the monitor thread: write what is queued, read what arrived, never block. Each frame
+    /// is handled under the lock and its waiter resumed right after it, outside the lock.
     private func eventsArrived(_ events: UInt32) {
-        var replies: [(Reply, Result<ExtensionMessage, any Error>)] = []
-        var handshakeDone: (CheckedContinuation<Void, any Error>, Result<Void, any Error>)?
-        var closeReason: ExtensionError?
-        var peerClosed = false
-        state.withLock { state in
-            guard let socket = state.socket else { return }
-            if events & EventMonitor.writable != 0 {
+        if events & EventMonitor.writable != 0 {
+            let failure: ExtensionError? = output.withLock { output in
+                guard output.open else { return nil }
                 do {
-                    if try socket.flush(), state.watchingWritability {
-                        state.watchingWritability = false
-                        monitor.modify(fd: socket.descriptor, token: state.token, events: EventMonitor.readable)
+                    if try socket.value.flush(), output.watchingWritability {
+                        output.watchingWritability = false
+                        monitor.modify(fd: socket.value.descriptor, token: token.load(ordering: .relaxed), events: EventMonitor.readable)
+                    }
+                    return nil
+                } catch {
+                    return .connectionClosed(detail: "\(error)")
+                }
+            }
+            if let failure {
+                close(because: failure)
+                return
+            }
+        }
+        guard events & (EventMonitor.readable | EventMonitor.hangUp | EventMonitor.error) != 0 else { return }
+        while true {
+            var answer: Answer?
+            var closeReason: ExtensionError?
+            var peerClosed = false
+            let more = state.withLock { state -> Bool in
+                guard state.open else { return false }
+                do {
+                    switch try socket.value.receiveNext(wait: false) {
+                    case .wouldBlock:
+                        return false
+                    case .closed:
+                        peerClosed = true
+                        closeReason = .connectionClosed(detail: "the extension closed the connection")
+                    case .frame(let frame):
+                        closeReason = handle(frame, state: &state, answer: &answer)
                     }
                 } catch {
-                    closeReason = .connectionClosed(detail: "\(error)")
-                    return
-                }
-            }
-            guard events & (EventMonitor.readable | EventMonitor.hangUp | EventMonitor.error) != 0 else { return }
-            while closeReason == nil {
-                let result: FrameSocket.ReceiveResult
-                do {
-                    result = try socket.tryReceive()
-                } catch {
                     closeReason = .connectionClosed(detail: "protocol error from the extension: \(error)")
-                    break
                 }
-                switch result {
-                case .wouldBlock:
-                    return
-                case .closed:
-                    peerClosed = true
-                    closeReason = .connectionClosed(detail: "the extension closed the connection")
-                case .frame(let frame):
-                    closeReason = handle(frame, state: &state, replies: &replies, handshakeDone: &handshakeDone)
+                return closeReason == nil
+            }
+            switch answer {
+            case .reply(let continuation, let result): continuation.resume(with: result)
+            case .handshake(let continuation, let result): continuation.resume(with: result)
+            case nil: break
+            }
+            if let closeReason {
+                if peerClosed && state.withLock({ !$0.pending.isEmpty }) {
+                    // An extension that dies closes its sockets a moment before its exit is known:
+                    // give the process's end a short while to fail the requests with the real reason.
+                    releaseSocket()
+                    Task { [weak self] in
+                        try? await Task.sleep(for: .milliseconds(200))
+                        self?.close(because: closeReason)
+                    }
+                } else {
+                    close(because: closeReason)
                 }
+                return
             }
+            if !more { return }
         }
-        for (continuation, result) in replies { continuation.resume(with: result) }
-        if let (continuation, result) = handshakeDone { continuation.resume(with: result) }
-        guard let closeReason else { return }
-        if peerClosed && state.withLock({ !$0.pending.isEmpty }) {
-            // An extension that dies closes its sockets a moment before its exit is known:
-            // give the process's end a short while to fail the requests with the real reason.
-            releaseSocket()
-            Task { [weak self] in
-                try? await Task.sleep(for: .milliseconds(200))
-                self?.close(because: closeReason)
-            }
-        } else {
-            close(because: closeReason)
-        }
+    }
+
+    /// What a frame from the extension answered.
+    private enum Answer {
+        case reply(Reply, Result<ExtensionMessage, any Error>)
+        case handshake(Handshake, Result<UInt32, any Error>)
     }
 
     /// Stops watching and closes the socket, leaving pending requests for ``close(because:)``.
     private func releaseSocket() {
-        state.withLock { state in
-            if let socket = state.socket {
-                monitor.remove(fd: socket.descriptor, token: state.token)
-                socket.close()
+        output.withLock { output in
+            output.open = false
+            state.withLock { state in
+                if state.open {
+                    monitor.remove(fd: socket.value.descriptor, token: token.load(ordering: .relaxed))
+                    socket.value.close()
+                    state.open = false
+                }
             }
-            state.socket = nil
         }
     }
 
-    private func handle(
-        _ frame: Frame, state: inout State, replies: inout [(Reply, Result<ExtensionMessage, any Error>)],
-        handshakeDone: inout (CheckedContinuation<Void, any Error>, Result<Void, any Error>)?
-    ) -> ExtensionError? {
+    private func handle(_ frame: Frame, state: inout State, answer: inout Answer?) -> ExtensionError? {
         if let handshake = state.handshake {
             state.handshake = nil
             switch frame.kind {
@@ -257,21 +316,20 @@ public final class ExtensionConnection: Sendable {
                 do {
                     let hello = try frame.hello()
                     try hello.checkVersion()
-                    state.socket?.encoder.maximumFrameSize = hello.maximumFrameSize
-                    handshakeDone = (handshake, .success(()))
+                    answer = .handshake(handshake, .success(hello.maximumFrameSize))
                     return nil
                 } catch {
-                    handshakeDone = (handshake, .failure(ExtensionError.connectionClosed(detail: "bad HELLO: \(error)")))
+                    answer = .handshake(handshake, .failure(ExtensionError.connectionClosed(detail: "bad HELLO: \(error)")))
                     return .connectionClosed(detail: "bad HELLO: \(error)")
                 }
             case .error:
                 let message = (try? frame.errorPayload().message) ?? ""
-                handshakeDone = (handshake, .failure(ExtensionError.rejected(message)))
+                answer = .handshake(handshake, .failure(ExtensionError.rejected(message)))
                 return .rejected(message)
             default:
                 frame.closeFDs()
                 let reason = ExtensionError.connectionClosed(detail: "expected HELLO, got \(frame.kind)")
-                handshakeDone = (handshake, .failure(reason))
+                answer = .handshake(handshake, .failure(reason))
                 return reason
             }
         }
@@ -284,10 +342,10 @@ public final class ExtensionConnection: Sendable {
                 return .connectionClosed(detail: "the extension answered request \(frame.id), which was never sent")
             }
             if frame.kind == .reply {
-                replies.append((continuation, .success(ExtensionMessage(frame.payload, fileDescriptors: frame.fds))))
+                answer = .reply(continuation, .success(ExtensionMessage(frame.payload, fileDescriptors: frame.fds)))
             } else {
                 let payload = try? frame.errorPayload()
-                replies.append((continuation, .failure(ExtensionError.remote(code: payload?.code.rawValue ?? 0, message: payload?.message ?? ""))))
+                answer = .reply(continuation, .failure(ExtensionError.remote(code: payload?.code.rawValue ?? 0, message: payload?.message ?? "")))
             }
             return nil
         case .oneway:
@@ -304,20 +362,23 @@ public final class ExtensionConnection: Sendable {
     }
 
     /// Closes once: stops watching, closes the socket, fails what waits, tells the process.
-    private func close(because reason: ExtensionError) {
-        let (pending, handshake, wasOpen) = state.withLock { state -> ([Reply], CheckedContinuation<Void, any Error>?, Bool) in
-            guard state.closedBecause == nil else { return ([], nil, false) }
-            state.closedBecause = reason
-            if let socket = state.socket {
-                monitor.remove(fd: socket.descriptor, token: state.token)
-                socket.close()
+    func close(because reason: ExtensionError) {
+        let (pending, handshake, wasOpen) = output.withLock { output in
+            output.open = false
+            return state.withLock { state -> ([Reply], Handshake?, Bool) in
+                guard state.closedBecause == nil else { return ([], nil, false) }
+                state.closedBecause = reason
+                if state.open {
+                    monitor.remove(fd: socket.value.descriptor, token: token.load(ordering: .relaxed))
+                    socket.value.close()
+                    state.open = false
+                }
+                let pending = Array(state.pending.values)
+                state.pending.removeAll()
+                let handshake = state.handshake
+                state.handshake = nil
+                return (pending, handshake, true)
             }
-            state.socket = nil
-            let pending = Array(state.pending.values)
-            state.pending.removeAll()
-            let handshake = state.handshake
-            state.handshake = nil
-            return (pending, handshake, true)
         }
         for continuation in pending { continuation.resume(throwing: reason) }
         handshake?.resume(throwing: reason)
