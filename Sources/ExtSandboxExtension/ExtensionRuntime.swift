@@ -8,17 +8,13 @@ import Synchronization
 /// request answered from a task of its own.
 final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     private let app: Extension
-    /// A thread started ahead of time that serves the next connection: creating a thread while
-    /// the host waits for the handshake would be a good part of the connection's cost.
-    private let standby = Mutex<StandbyThread?>(nil)
+    /// Threads that serve connections, one started ahead of time and each kept for the next
+    /// connection when its own ends: creating a thread while the host waits would be a good part
+    /// of a connection's cost.
+    private let threads = ConnectionThreads()
 
     init(extension app: Extension) {
         self.app = app
-    }
-
-    private func prepareStandby() {
-        let thread = StandbyThread { [self] fd in self.serve(descriptor: fd) }
-        standby.withLock { $0 = thread }
     }
 
     func run() async -> Never {
@@ -30,18 +26,13 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             report("extension: cannot reach the host on fd 3: \(error)")
             exit(70)
         }
-        prepareStandby()
+        threads.prestart()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             startThread { [self] in
                 // The host hands over each new connection as a CONNECT with its socket.
                 while let frame = try? control.value.receive() {
                     if frame.kind == .connect, frame.fds.count == 1 {
-                        let fd = frame.fds[0]
-                        if let ready = standby.withLock({ thread -> StandbyThread? in defer { thread = nil }; return thread }) {
-                            ready.handOff(fd)
-                        } else {
-                            startThread { [self] in self.serve(descriptor: fd) }
-                        }
+                        take(descriptor: frame.fds[0])
                     } else if frame.kind == .goodbye {
                         // The host asks the extension to end (docs/wire-protocol.md).
                         try? control.value.send(.goodbye)
@@ -56,65 +47,75 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         exit(0)
     }
 
-    /// One connection: handshake, then requests until GOODBYE or EOF.
-    private func serve(descriptor: Int32) {
-        // Reader (this thread) and writer (any task, under the lock) on separate descriptors of
-        // the same socket: FrameSocket is not thread-safe.
+    /// A new connection, on the control thread. The host writes its HELLO before it hands the
+    /// socket over, so the answer usually goes out from here at once, and the connection's thread
+    /// wakes while the host reads it; a HELLO still to come is waited for on that thread.
+    private func take(descriptor: Int32) {
         let socket = FrameSocket(descriptor: descriptor)
-        let connection = ConnectionWriter(FrameSocket(descriptor: fcntl(descriptor, F_DUPFD_CLOEXEC, 0)))
-        let send = connection.send
-        defer {
-            for task in connection.tasks.withLock({ Array($0.values) }) { task.cancel() }
+        let connection = ConnectionWriter(socket)
+        var greeted = false
+        if case .frame(let first)? = try? socket.receiveNext(wait: false) {
+            guard answer(hello: first, connection: connection) else {
+                connection.close()
+                return
+            }
+            greeted = true
         }
+        threads.run { [self, greeted] in self.serve(connection, greeted: greeted) }
+    }
 
-        guard let first = try? socket.receive(), first.kind == .hello, let hello = try? first.hello() else {
-            socket.close()
-            connection.writer.withLock { $0.value.close() }
-            return
+    /// Answers the host's HELLO (`first`): HELLO if the extension accepts the connection, else
+    /// ERROR (the caller closes).
+    private func answer(hello first: Frame, connection: ConnectionWriter) -> Bool {
+        guard first.kind == .hello, let hello = try? first.hello() else {
+            first.closeFDs()
+            return false
         }
         do {
             try hello.checkVersion()
         } catch {
-            send(.error(id: 0, code: .protocolError, message: "\(error)"))
-            socket.close()
-            connection.writer.withLock { $0.value.close() }
-            return
+            connection.send(.error(id: 0, code: .protocolError, message: "\(error)"))
+            return false
         }
         guard app.accept(ConnectionRequest(hostName: hello.name)) else {
-            send(.error(id: 0, code: .rejected, message: "the extension rejected the connection"))
-            socket.close()
-            connection.writer.withLock { $0.value.close() }
-            return
+            connection.send(.error(id: 0, code: .rejected, message: "the extension rejected the connection"))
+            return false
         }
-        connection.writer.withLock { $0.value.encoder.maximumFrameSize = hello.maximumFrameSize }
-        send(.hello(Hello(name: CommandLine.arguments.first)))
-        // The host has its answer: now there is time to start the thread for the next one.
-        if standby.withLock({ $0 == nil }) { prepareStandby() }
+        connection.setPeerMaximumFrameSize(hello.maximumFrameSize)
+        connection.send(.hello(Hello(name: CommandLine.arguments.first)))
+        return true
+    }
+
+    /// One connection, on a thread of its own: the handshake unless done, then requests until
+    /// GOODBYE or EOF.
+    private func serve(_ connection: ConnectionWriter, greeted: Bool) {
+        let socket = connection.socket.value
+        defer {
+            // What still runs continues on the global executor: cancelled, its answer dropped.
+            for task in connection.tasks.withLock({ Array($0.values) }) { task.cancel() }
+            connection.close()
+        }
+        if !greeted {
+            guard let first = try? socket.receive(), answer(hello: first, connection: connection) else { return }
+        }
 
         // Requests run on this thread: it is their tasks' preferred executor, so a handler that
         // does not suspend answers without waking any other thread (a thread hop per request
-        // costs more than the whole round trip of the socket). A handler that awaits resumes
-        // here too, woken through the executor's pipe.
+        // costs more than the whole round trip of the socket). A handler resumed from another
+        // thread (after a sleep, say) continues on the global executor.
+        // The socket stays blocking: with nothing to run, the thread waits in `recvmsg` itself
+        // (one system call per request, no poll); with jobs queued it only takes what is there.
         let executor = ReaderExecutor()
-        guard (try? socket.setNonBlocking(true)) != nil else { return }
         var open = true
         while open {
-            var readable = pollfd(fd: socket.descriptor, events: Int16(POLLIN), revents: 0)
-            _ = poll(&readable, 1, -1)
-            while open {
-                let result: FrameSocket.ReceiveResult
-                do { result = try socket.tryReceive() } catch { open = false; break }
-                guard case .frame(let frame) = result else {
-                    if case .closed = result { open = false }
-                    break
-                }
-                open = dispatch(frame, connection: connection, executor: executor)
+            let result: FrameSocket.ReceiveResult
+            do { result = try socket.receiveNext(wait: !executor.hasPendingJobs) } catch { break }
+            switch result {
+            case .frame(let frame): open = dispatch(frame, connection: connection, executor: executor)
+            case .wouldBlock: executor.runPending()
+            case .closed: open = false
             }
-            executor.runPending()
         }
-        // What still runs continues on the global executor; the deferred cancel above ends it.
-        socket.close()
-        connection.writer.withLock { $0.value.close() }
     }
 
     /// Handles one frame of an accepted connection; false ends the connection.
@@ -179,6 +180,9 @@ final class ReaderExecutor: TaskExecutor, @unchecked Sendable {
         }
     }
 
+    /// Whether jobs wait for ``runPending()`` (only the reader thread adds them).
+    var hasPendingJobs: Bool { jobs.withLock { !$0.isEmpty } }
+
     func runPending() {
         while true {
             let next: UnownedJob? = jobs.withLock { $0.isEmpty ? nil : $0.removeFirst() }
@@ -188,22 +192,40 @@ final class ReaderExecutor: TaskExecutor, @unchecked Sendable {
     }
 }
 
-/// The sending half of one connection, shared by the reader thread and the request tasks.
+/// One connection's socket, shared by its reader thread (which alone receives, and closes it at
+/// the end) and the request tasks (which send under the lock).
 final class ConnectionWriter: Sendable {
-    let writer: Mutex<UncheckedBox<FrameSocket>>
+    let socket: UncheckedBox<FrameSocket>
+    /// Whether the socket is still open; held while a frame is written.
+    private let writer = Mutex(true)
     let tasks = Mutex<[UInt64: Task<Void, Never>]>([:])
 
     init(_ socket: FrameSocket) {
-        writer = Mutex(UncheckedBox(socket))
+        self.socket = UncheckedBox(socket)
     }
 
-    /// Sends whole frames one at a time; a failed send shuts the socket so the reader stops.
+    /// Sends whole frames one at a time, then closes their fds; a failed send shuts the socket
+    /// so the reader stops.
     var send: @Sendable (Frame) -> Void {
         { [self] frame in
-            writer.withLock { box in
-                do { try box.value.send(frame) } catch { box.value.shutdownReadAndWrite() }
+            writer.withLock { open in
+                if open {
+                    do { try socket.value.send(frame) } catch { socket.value.shutdownReadAndWrite() }
+                }
                 frame.closeFDs()
             }
+        }
+    }
+
+    func setPeerMaximumFrameSize(_ size: UInt32) {
+        writer.withLock { _ in socket.value.encoder.maximumFrameSize = size }
+    }
+
+    /// Closes the socket; later sends are dropped. Only once nothing receives any more.
+    func close() {
+        writer.withLock { open in
+            open = false
+            socket.value.close()
         }
     }
 }
@@ -214,21 +236,60 @@ func report(_ line: String) {
     _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
 }
 
-/// A parked thread that serves one connection once it is handed the socket.
-final class StandbyThread: Sendable {
-    private let handed = DispatchSemaphore(value: 0)
-    private let descriptor = Mutex<Int32>(-1)
+/// Threads for connections. A thread whose connection ended waits for the next one (up to
+/// ``maximumIdle`` wait), so that in the steady state a connection costs no thread creation.
+final class ConnectionThreads: Sendable {
+    private struct State {
+        var work: [@Sendable () -> Void] = []
+        /// Threads waiting (or about to wait) on `available`.
+        var idle = 0
+    }
 
-    init(serve: @escaping @Sendable (Int32) -> Void) {
+    private let state = Mutex(State())
+    private let available = DispatchSemaphore(value: 0)
+    let maximumIdle = 4
+
+    /// Starts a thread that waits for work.
+    func prestart() {
+        state.withLock { $0.idle += 1 }
         startThread { [self] in
-            handed.wait()
-            serve(descriptor.withLock { $0 })
+            if let first = self.waitForWork() { self.loop(first) }
         }
     }
 
-    func handOff(_ fd: Int32) {
-        descriptor.withLock { $0 = fd }
-        handed.signal()
+    /// Runs `body` on a waiting thread, or on a new one if none waits.
+    func run(_ body: @escaping @Sendable () -> Void) {
+        let handedOver = state.withLock { state -> Bool in
+            guard state.idle > 0 else { return false }
+            state.idle -= 1
+            state.work.append(body)
+            return true
+        }
+        if handedOver {
+            available.signal()
+        } else {
+            startThread { [self] in self.loop(body) }
+        }
+    }
+
+    private func loop(_ first: @escaping @Sendable () -> Void) {
+        var body = first
+        while true {
+            body()
+            let stay = state.withLock { state -> Bool in
+                guard state.idle < maximumIdle else { return false }
+                state.idle += 1
+                return true
+            }
+            guard stay, let next = waitForWork() else { return }
+            body = next
+        }
+    }
+
+    /// For a thread counted in `idle`: the next piece of work.
+    private func waitForWork() -> (@Sendable () -> Void)? {
+        available.wait()
+        return state.withLock { $0.work.isEmpty ? nil : $0.work.removeFirst() }
     }
 }
 
