@@ -10,8 +10,19 @@ public enum PolicyLoader {
     /// for the running executable). Throws a ``PolicyError`` (the first problem, with the others in
     /// ``PolicyError/additional``); a problem inside an included file names that file.
     public static func load(file: String, searchPath: PolicySearchPath? = nil) throws(PolicyError) -> Policy {
-        let text = try read(file: file)
-        return try load(yaml: text, name: policyName(forFile: file), sourcePath: file, searchPath: searchPath)
+        try loadRecordingResolution(file: file, searchPath: searchPath).policy
+    }
+
+    /// ``load(file:searchPath:)``, and what outside the file's text decided the result: the files
+    /// read with their bytes, how names resolved, canonical paths (see ``PolicyResolution``).
+    public static func loadRecordingResolution(
+        file: String, searchPath: PolicySearchPath? = nil
+    ) throws(PolicyError) -> (policy: Policy, resolution: PolicyResolution) {
+        let (text, bytes) = try readFile(file)
+        let resolver = PolicyResolver(searchPath: searchPath)
+        resolver.resolution.recordFile(file, bytes)
+        let policy = try resolve(resolver, yaml: text, name: policyName(forFile: file), sourcePath: file)
+        return (policy, resolver.resolution)
     }
 
     /// Every problem of a policy file and of the files it extends or includes, sorted by file
@@ -39,7 +50,12 @@ public enum PolicyLoader {
     public static func load(
         yaml: String, name: String, sourcePath: String? = nil, searchPath: PolicySearchPath? = nil
     ) throws(PolicyError) -> Policy {
-        let resolver = PolicyResolver(searchPath: searchPath)
+        try resolve(PolicyResolver(searchPath: searchPath), yaml: yaml, name: name, sourcePath: sourcePath)
+    }
+
+    private static func resolve(
+        _ resolver: PolicyResolver, yaml: String, name: String, sourcePath: String?
+    ) throws(PolicyError) -> Policy {
         let policy = resolver.resolve(text: yaml, name: name, sourcePath: sourcePath)
         let errors = resolver.sink.sorted
         if var first = errors.first {
@@ -70,6 +86,11 @@ public enum PolicyLoader {
     }
 
     static func read(file: String) throws(PolicyError) -> String {
+        try readFile(file).text
+    }
+
+    /// The file's text, and its bytes as read (for ``PolicyResolution``).
+    static func readFile(_ file: String) throws(PolicyError) -> (text: String, bytes: [UInt8]) {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory) else {
             throw PolicyError(file: file, message: "no such policy file")
@@ -81,7 +102,7 @@ public enum PolicyLoader {
         guard let text = String(data: data, encoding: .utf8) else {
             throw PolicyError(file: file, message: "the policy file is not UTF-8 text")
         }
-        return text
+        return (text, [UInt8](data))
     }
 }
 

@@ -18,6 +18,8 @@ final class PolicyResolver {
         "allow-exec-after-start is false: the supervisor lets exactly one execve through (the sandbox's own launch of its program) and kills the sandbox on any later execve or execveat"
 
     let sink = DiagnosticSink()
+    /// What outside the text decided the result (files read, names looked up, canonical paths).
+    var resolution = PolicyResolution()
     private let explicitSearchPath: PolicySearchPath?
     private var cachedSearchPath: PolicySearchPath?
     /// Canonical path → the parsed file (`.some(nil)` when it could not be read or parsed).
@@ -75,6 +77,7 @@ final class PolicyResolver {
         let diag = Diagnostics(file: file, sink: sink)
         guard let top = PolicyDocument(diag: diag).parse(yaml: text) else { return nil }
         let key = sourcePath.map(Self.canonical) ?? "<\(name)>"
+        if let sourcePath { resolution.recordCanonical(sourcePath, key) }
         cache[key] = .some(top)
         var seen: Set<String> = []
         var layers: [PolicyLayer] = []
@@ -132,19 +135,24 @@ final class PolicyResolver {
         } else {
             do {
                 path = try searchPath.locate(name: target, excluding: key)
+                resolution.recordLookup(name: target, excluding: key, file: path, directories: searchPath.directories)
             } catch {
                 self.error(ref.loc, "cannot \(kind == "extends" ? "extend" : kind) \"\(target)\": \(error.message)")
                 return nil
             }
         }
-        return (path, Self.canonical(path))
+        let canonical = Self.canonical(path)
+        resolution.recordCanonical(path, canonical)
+        return (path, canonical)
     }
 
     private func parsed(path: String, key: String, ref: PolicyLayer.Reference, kind: String) -> PolicyLayer? {
         if let cached = cache[key] { return cached }
         let text: String
         do {
-            text = try PolicyLoader.read(file: path)
+            let read = try PolicyLoader.readFile(path)
+            text = read.text
+            resolution.recordFile(path, read.bytes)
         } catch {
             self.error(ref.loc, "cannot \(kind == "extends" ? "extend" : kind) \"\(ref.target)\": \(path): \(error.message)")
             cache[key] = .some(nil)
