@@ -458,8 +458,17 @@ struct ByteReader {
         guard !failed else { return "" }
         let start = offset
         offset += length
-        let value = input.withUnsafeBufferPointer {
-            String(validating: UnsafeBufferPointer(rebasing: $0[start..<start + length]), as: UTF8.self)
+        let value = input.withUnsafeBufferPointer { buffer -> String? in
+            let utf8 = UnsafeBufferPointer(rebasing: buffer[start..<start + length])
+            var ascii = true
+            for byte in utf8 where byte >= 0x80 {
+                ascii = false
+                break
+            }
+            // ASCII (nearly every string of a policy) is valid UTF-8 as it is, and this
+            // initializer is specialized; the generic validating one costs ~1000 instructions.
+            if ascii { return String(decoding: utf8, as: UTF8.self) }
+            return String(validating: utf8, as: UTF8.self)
         }
         guard let value else {
             failed = true

@@ -167,7 +167,7 @@ struct PolicyCacheEntryTests {
         #expect(PolicyCacheEntry.decode(resealed { $0.removeLast() }, buildStamp: Self.stamp) == nil, "short filter")
         #expect(PolicyCacheEntry.decode(resealed { $0[7] = 2 }, buildStamp: Self.stamp) == nil, "format version")
         // Any resealed change decodes to nil or to some entry; it never crashes or reads out of bounds.
-        for position in stride(from: 24, to: bytes.count, by: 7) {
+        for position in stride(from: 24, to: bytes.count, by: 29) {
             for value: UInt8 in [0, 1, 2, 7, 0x80, 0xff] {
                 _ = PolicyCacheEntry.decode(resealed { $0[position] = value }, buildStamp: Self.stamp)
             }
