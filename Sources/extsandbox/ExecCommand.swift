@@ -25,9 +25,10 @@ struct ExecCommand: AsyncParsableCommand {
             seccomp violation, 137 = SIGKILL for a limit); 125 when the sandbox could not be \
             set up (nothing ran); 127 when PROGRAM was not found; 64 for a usage error.
 
-            Compiled seccomp filters are cached per user in $XDG_CACHE_HOME/extsandbox (or \
-            ~/.cache/extsandbox) and reused only while the policy file is byte-for-byte \
-            unchanged; EXTSANDBOX_NO_CACHE=1 turns the cache off.
+            Loaded policies and their compiled seccomp filters are cached per user in \
+            $XDG_CACHE_HOME/extsandbox (or ~/.cache/extsandbox) and reused only while every \
+            policy file they were made from is byte-for-byte unchanged and every extends/include \
+            name still finds the same file; EXTSANDBOX_NO_CACHE=1 turns the cache off.
 
             Examples:
               extsandbox exec -- sh -c 'echo hello from $(hostname)'
@@ -146,17 +147,17 @@ struct ExecCommand: AsyncParsableCommand {
         throw ExitCode(termination.shellExitCode)
     }
 
-    /// The policy, and its filter from the user's cache when the file is unchanged, else
-    /// compiled (and cached for next time).
+    /// The policy and its filter: from the user's cache when nothing they were made from
+    /// changed, else loaded and compiled (and cached for next time).
     static func loadPolicy(_ nameOrPath: String) throws -> (Policy, CompiledSeccompFilter) {
         let searchPath = PolicySearchPath.default(executablePath: ownExecutable())
         let isPath = nameOrPath.contains("/") || nameOrPath.hasSuffix(".yaml")
         let file = isPath ? absolute(nameOrPath) : try searchPath.locate(name: nameOrPath)
-        let policy = try PolicyLoader.load(file: file, searchPath: searchPath)
-        let cache = FilterCache.forCurrentUser()
-        if let hit = cache?.filter(for: policy) { return (policy, hit) }
+        let cache = PolicyCache.forCurrentUser()
+        if let hit = cache?.lookup(file: file, searchPath: searchPath) { return hit }
+        let (policy, resolution) = try PolicyLoader.loadRecordingResolution(file: file, searchPath: searchPath)
         let filter = try policy.compileSeccompFilter(mode: .supervised)
-        cache?.store(filter, for: policy)
+        cache?.store(policy, resolution: resolution, filter: filter, searchPath: searchPath)
         return (policy, filter)
     }
 

@@ -1,0 +1,117 @@
+import Foundation
+import Glibc
+import SandboxPolicy
+
+/// Policies resolved and filters compiled by earlier runs, so that `extsandbox exec` need neither
+/// load the policy (YAML, validation, `extends:`/`include:`, merging: ~1.5 ms of a cold run) nor
+/// build its BPF (libseccomp plus the compiler's self-check: ~1.5 ms).
+///
+/// An entry is only as trustworthy as the place it sits in, so:
+/// - the cache is the user's own (`$XDG_CACHE_HOME/extsandbox` or `~/.cache/extsandbox`): a
+///   directory owned by the user with no group or other access; entries are opened without
+///   following symlinks and must be owned by the user and writable by no one else;
+/// - an entry (`PolicyCacheEntry`, Sources/SandboxPolicy/PolicyBinaryFormat.swift) holds the
+///   resolved policy, its filter, and everything outside the policy's text that decided them
+///   (`PolicyResolution`): the bytes of every file the policy was composed from (its own, and what
+///   it extends or includes), each name lookup of `extends:`/`include:` with its result, the
+///   search-path directories, and the canonical path of each file. It is used only while each file
+///   still has exactly those bytes (compared in full, not by hash), each lookup along the current
+///   search path still finds the same file, and each path still has the same canonical path;
+/// - and only by the very build of extsandbox that wrote it, with the same libseccomp version
+///   (the build stamp): another build may parse, validate or compile differently;
+/// - it is decoded strictly (versioned magic, exact length, checksum, every tag and length
+///   checked), so a torn or garbled entry is a miss, not a different policy.
+/// Anything else (missing, foreign, stale, unreadable, damaged) is ignored and the policy is
+/// loaded and compiled as usual, then stored again. `EXTSANDBOX_NO_CACHE=1` never reads or writes
+/// the cache.
+struct PolicyCache {
+    let directory: String
+    let buildStamp: [UInt8]
+
+    static func forCurrentUser(environment: [String: String] = ProcessInfo.processInfo.environment) -> PolicyCache? {
+        if environment["EXTSANDBOX_NO_CACHE"] == "1" { return nil }
+        let base: String
+        if let xdg = environment["XDG_CACHE_HOME"], xdg.hasPrefix("/") {
+            base = xdg
+        } else if let home = environment["HOME"], home.hasPrefix("/"), isOwnedDirectory(home, private: false) {
+            base = home + "/.cache"
+        } else {
+            return nil
+        }
+        let directory = base + "/extsandbox"
+        mkdir(base, 0o700)
+        mkdir(directory, 0o700)
+        guard isOwnedDirectory(directory, private: true), let stamp = buildStamp() else { return nil }
+        return PolicyCache(directory: directory, buildStamp: Array(stamp.utf8))
+    }
+
+    /// What loading `file` along `searchPath` gives, and its filter, if an entry recorded it and
+    /// nothing that decided it has changed since.
+    func lookup(file: String, searchPath: PolicySearchPath) -> (Policy, CompiledSeccompFilter)? {
+        guard let bytes = readOwnedFile(entryPath(file: file, searchPath: searchPath)),
+              let entry = PolicyCacheEntry.decode(bytes, buildStamp: buildStamp),
+              entry.policy.sourcePath == file,
+              entry.resolution.isCurrent(searchPath: searchPath)
+        else { return nil }
+        return (entry.policy, entry.filter)
+    }
+
+    /// Records a loaded policy and its filter (best effort: a failure only means no cache next
+    /// time). The resolution holds the bytes the loader parsed, so a file edited since cannot
+    /// make the entry valid for the new bytes.
+    func store(_ policy: Policy, resolution: PolicyResolution, filter: CompiledSeccompFilter, searchPath: PolicySearchPath) {
+        guard let file = policy.sourcePath else { return }
+        let bytes = PolicyCacheEntry.encode(policy: policy, resolution: resolution, filter: filter, buildStamp: buildStamp)
+        let final = entryPath(file: file, searchPath: searchPath)
+        let temporary = final + ".\(getpid()).tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        if written == bytes.count { rename(temporary, final) } else { unlink(temporary) }
+    }
+
+    private func entryPath(file: String, searchPath: PolicySearchPath) -> String {
+        // FNV-1a of the file and the search path only names the entry; validity comes from the entry.
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in file.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        for directory in searchPath.directories {
+            hash = (hash ^ 0x0a) &* 0x0000_0100_0000_01b3
+            for byte in directory.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        }
+        return directory + "/" + String(hash, radix: 16) + ".policy"
+    }
+
+    private func readOwnedFile(_ path: String) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_uid == geteuid(),
+              info.st_mode & 0o022 == 0, info.st_size < 4 << 20 else { return nil }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
+        var total = 0
+        while total < bytes.count {
+            let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress! + total, $0.count - total) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { return nil }
+            total += count
+        }
+        return bytes
+    }
+
+    private static func isOwnedDirectory(_ path: String, private: Bool) -> Bool {
+        var info = stat()
+        guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == geteuid() else { return false }
+        return !`private` || info.st_mode & 0o077 == 0
+    }
+
+    /// Identifies this build of extsandbox and the libseccomp it runs with: another build may
+    /// parse, validate or compile differently, and libseccomp decides which syscalls exist.
+    private static func buildStamp() -> String? {
+        var info = stat()
+        guard stat("/proc/self/exe", &info) == 0 else { return nil }
+        return "\(info.st_dev):\(info.st_ino):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec) "
+            + SeccompLibrary.identity()
+    }
+}
