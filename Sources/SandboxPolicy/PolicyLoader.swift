@@ -137,26 +137,42 @@ public struct PolicySearchPath: Sendable, Equatable {
 
     static func installDirectory(executablePath: String, environment: [String: String]) -> String? {
         if let env = environment["EXTSANDBOX_POLICIES_DIR"], !env.isEmpty { return env }
-        let exe = URL(fileURLWithPath: executablePath).resolvingSymlinksInPath()
-        let exeDir = exe.deletingLastPathComponent().standardizedFileURL
-        let fm = FileManager.default
-        func isDirectory(_ url: URL) -> Bool {
-            var isDir: ObjCBool = false
-            return fm.fileExists(atPath: url.path, isDirectory: &isDir) && isDir.boolValue
-        }
-        let candidates = [
-            exeDir.appendingPathComponent("Policies"),
-            exeDir.appendingPathComponent("../share/extsandbox/policies").standardizedFileURL,
-        ]
-        if let found = candidates.first(where: isDirectory) { return found.path }
+        // Plain realpath/stat: Foundation's URL path APIs cost a one-shot `extsandbox exec`
+        // a noticeable share of its start-up.
+        let exe = realPath(executablePath) ?? executablePath
+        let exeDir = parent(of: exe)
+        let candidates = [join(exeDir, "Policies"), join(parent(of: exeDir), "share/extsandbox/policies")]
+        if let found = candidates.first(where: { kind(of: $0) == S_IFDIR }) { return found }
         var dir = exeDir
         while true {
-            let policies = dir.appendingPathComponent("Policies")
-            if fm.fileExists(atPath: policies.appendingPathComponent("standard.yaml").path) { return policies.path }
-            let parent = dir.deletingLastPathComponent().standardizedFileURL
-            if parent.path == dir.path { return nil }
-            dir = parent
+            let policies = join(dir, "Policies")
+            if kind(of: join(policies, "standard.yaml")) != nil { return policies }
+            if dir == "/" { return nil }
+            dir = parent(of: dir)
         }
+    }
+
+    /// The canonical absolute path, symbolic links resolved.
+    private static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// The directory holding `path` (an absolute, canonical path); `/` for `/`.
+    private static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "/" }
+        return String(path[..<slash])
+    }
+
+    private static func join(_ directory: String, _ name: String) -> String {
+        directory.hasSuffix("/") ? directory + name : directory + "/" + name
+    }
+
+    /// The file type bits (`S_IFDIR`, `S_IFREG`, …) of what `path` names, following links.
+    private static func kind(of path: String) -> mode_t? {
+        var info = stat()
+        return stat(path, &info) == 0 ? info.st_mode & S_IFMT : nil
     }
 
     /// Every policy along the path: name → file (later directories override earlier ones).
