@@ -92,6 +92,7 @@ public final class ExtensionConnection: Sendable {
                 // Waiting first, watching second: the answer may come at once.
                 let failure: (any Error)? = state.withLock { state in
                     if let closed = state.closedBecause { return closed }
+                    guard state.open else { return ExtensionError.connectionClosed(detail: "the extension closed the connection") }
                     state.handshake = continuation
                     do {
                         let token = try monitor.add(fd: socket.value.descriptor, events: EventMonitor.readable) { [weak self] events in
@@ -296,16 +297,22 @@ public final class ExtensionConnection: Sendable {
 
     /// Stops watching and closes the socket, leaving pending requests for ``close(because:)``.
     private func releaseSocket() {
-        output.withLock { output in
+        let release = output.withLock { output in
             output.open = false
-            state.withLock { state in
-                if state.open {
-                    monitor.remove(fd: socket.value.descriptor, token: token.load(ordering: .relaxed))
-                    socket.value.close()
-                    state.open = false
-                }
+            return state.withLock { state in
+                defer { state.open = false }
+                return state.open
             }
         }
+        if release { closeSocket() }
+    }
+
+    /// The system calls of closing, outside the locks (the monitor thread may want `state` for
+    /// the last bytes meanwhile): once `open` is false under both locks, nothing else touches
+    /// the socket.
+    private func closeSocket() {
+        monitor.remove(fd: socket.value.descriptor, token: token.load(ordering: .relaxed))
+        socket.value.close()
     }
 
     private func handle(_ frame: Frame, state: inout State, answer: inout Answer?) -> ExtensionError? {
@@ -363,23 +370,21 @@ public final class ExtensionConnection: Sendable {
 
     /// Closes once: stops watching, closes the socket, fails what waits, tells the process.
     func close(because reason: ExtensionError) {
-        let (pending, handshake, wasOpen) = output.withLock { output in
+        let (pending, handshake, wasOpen, release) = output.withLock { output in
             output.open = false
-            return state.withLock { state -> ([Reply], Handshake?, Bool) in
-                guard state.closedBecause == nil else { return ([], nil, false) }
+            return state.withLock { state -> ([Reply], Handshake?, Bool, Bool) in
+                guard state.closedBecause == nil else { return ([], nil, false, false) }
                 state.closedBecause = reason
-                if state.open {
-                    monitor.remove(fd: socket.value.descriptor, token: token.load(ordering: .relaxed))
-                    socket.value.close()
-                    state.open = false
-                }
+                let release = state.open
+                state.open = false
                 let pending = Array(state.pending.values)
                 state.pending.removeAll()
                 let handshake = state.handshake
                 state.handshake = nil
-                return (pending, handshake, true)
+                return (pending, handshake, true, release)
             }
         }
+        if release { closeSocket() }
         for continuation in pending { continuation.resume(throwing: reason) }
         handshake?.resume(throwing: reason)
         if wasOpen && !closeNotified.exchange(true, ordering: .relaxed) { onClose() }
