@@ -6,11 +6,15 @@ import Synchronization
 /// The extension side of the wire protocol: the control socket on fd 3, READY, CONNECT, and
 /// one reader thread per connection (blocking reads stay off the concurrency pool), with each
 /// request answered from a task of its own.
+///
+/// Threads take turns at the control socket (leader and followers): the one that reads a CONNECT
+/// answers the HELLO, hands the control socket to a waiting thread, and serves that connection
+/// itself, so no thread has to be woken before the connection's first request can be read.
 final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     private let app: Extension
-    /// Threads that serve connections, one started ahead of time and each kept for the next
-    /// connection when its own ends: creating a thread while the host waits would be a good part
-    /// of a connection's cost.
+    /// Threads for the control socket and the connections, started ahead of time and each kept
+    /// for the next turn when its connection ends: creating a thread while the host waits would
+    /// be a good part of a connection's cost.
     private let threads = ConnectionThreads()
 
     init(extension app: Extension) {
@@ -26,42 +30,43 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             report("extension: cannot reach the host on fd 3: \(error)")
             exit(70)
         }
-        threads.prestart()
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            startThread { [self] in
-                // The host hands over each new connection as a CONNECT with its socket.
-                while let frame = try? control.value.receive() {
-                    if frame.kind == .connect, frame.fds.count == 1 {
-                        take(descriptor: frame.fds[0])
-                    } else if frame.kind == .goodbye {
-                        // The host asks the extension to end (docs/wire-protocol.md).
-                        try? control.value.send(.goodbye)
-                        exit(0)
-                    } else {
-                        frame.closeFDs()
-                    }
-                }
-                done.resume()  // EOF: the host is gone
-            }
-        }
+        // One thread to read the control socket, one waiting to take over from it.
+        threads.prestart(2)
+        threads.run { [self] in self.lead(control) }
+        // The threads end the process (end of stream or GOODBYE on the control socket).
+        await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
         exit(0)
     }
 
-    /// A new connection, on the control thread. The host writes its HELLO before it hands the
-    /// socket over, so the answer usually goes out from here at once, and the connection's thread
-    /// wakes while the host reads it; a HELLO still to come is waited for on that thread.
-    private func take(descriptor: Int32) {
-        let socket = FrameSocket(descriptor: descriptor)
-        let connection = ConnectionWriter(socket)
-        var greeted = false
-        if case .frame(let first)? = try? socket.receiveNext(wait: false) {
-            guard answer(hello: first, connection: connection) else {
-                connection.close()
+    /// Reads the control socket until a CONNECT, which this thread then serves. The control socket
+    /// is used by one thread at a time: handed over through `threads`.
+    private func lead(_ control: UncheckedBox<FrameSocket>) {
+        // The host hands over each new connection as a CONNECT with its socket.
+        while let frame = try? control.value.receive() {
+            if frame.kind == .connect, frame.fds.count == 1 {
+                // The host writes its HELLO before it hands the socket over, so the answer usually
+                // goes out from here at once; a HELLO still to come is waited for in `serve`.
+                let connection = ConnectionWriter(FrameSocket(descriptor: frame.fds[0]))
+                var greeted = false
+                if case .frame(let first)? = try? connection.socket.value.receiveNext(wait: false) {
+                    guard answer(hello: first, connection: connection) else {
+                        connection.close()
+                        continue
+                    }
+                    greeted = true
+                }
+                // Another thread takes the control socket, before this one waits for anything.
+                serve(connection, greeted: greeted) { [self] in threads.run { [self] in self.lead(control) } }
                 return
+            } else if frame.kind == .goodbye {
+                // The host asks the extension to end (docs/wire-protocol.md).
+                try? control.value.send(.goodbye)
+                exit(0)
+            } else {
+                frame.closeFDs()
             }
-            greeted = true
         }
-        threads.run { [self, greeted] in self.serve(connection, greeted: greeted) }
+        exit(0)  // end of stream: the host is gone
     }
 
     /// Answers the host's HELLO (`first`): HELLO if the extension accepts the connection, else
@@ -87,15 +92,21 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     }
 
     /// One connection, on a thread of its own: the handshake unless done, then requests until
-    /// GOODBYE or EOF.
-    private func serve(_ connection: ConnectionWriter, greeted: Bool) {
+    /// GOODBYE or EOF. `handOver` (the control socket, when this thread had it) runs once, before
+    /// the thread first waits for the socket, or once the first requests that were already there
+    /// are answered: so the host's first request usually finds this thread still running.
+    private func serve(_ connection: ConnectionWriter, greeted: Bool, handOver: @escaping @Sendable () -> Void) {
         let socket = connection.socket.value
+        var handOver: (@Sendable () -> Void)? = handOver
         defer {
+            handOver?()
             // What still runs continues on the global executor: cancelled, its answer dropped.
             for task in connection.tasks.withLock({ Array($0.values) }) { task.cancel() }
             connection.close()
         }
         if !greeted {
+            handOver?()
+            handOver = nil
             guard let first = try? socket.receive(), answer(hello: first, connection: connection) else { return }
         }
 
@@ -106,14 +117,28 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         // The socket stays blocking: with nothing to run, the thread waits in `recvmsg` itself
         // (one system call per request, no poll); with jobs queued it only takes what is there.
         let executor = ReaderExecutor()
+        var looked = false
         var open = true
         while open {
             let result: FrameSocket.ReceiveResult
-            do { result = try socket.receiveNext(wait: !executor.hasPendingJobs) } catch { break }
+            do { result = try socket.receiveNext(wait: !executor.hasPendingJobs && handOver == nil) } catch { break }
             switch result {
-            case .frame(let frame): open = dispatch(frame, connection: connection, executor: executor)
-            case .wouldBlock: executor.runPending()
-            case .closed: open = false
+            case .frame(let frame):
+                open = dispatch(frame, connection: connection, executor: executor)
+            case .wouldBlock:
+                if executor.hasPendingJobs {
+                    executor.runPending()
+                } else if let next = handOver {
+                    // The first "would block" may only trust the short read of the HELLO: look
+                    // once for real, then let go of the control socket.
+                    if looked {
+                        handOver = nil
+                        next()
+                    }
+                    looked = true
+                }
+            case .closed:
+                open = false
             }
         }
     }
@@ -236,8 +261,9 @@ func report(_ line: String) {
     _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
 }
 
-/// Threads for connections. A thread whose connection ended waits for the next one (up to
-/// ``maximumIdle`` wait), so that in the steady state a connection costs no thread creation.
+/// Threads for the control socket and connections. A thread whose connection ended waits for the
+/// next turn (up to ``maximumIdle`` wait), so that in the steady state a connection costs no
+/// thread creation.
 final class ConnectionThreads: Sendable {
     private struct State {
         var work: [@Sendable () -> Void] = []
@@ -249,11 +275,13 @@ final class ConnectionThreads: Sendable {
     private let available = DispatchSemaphore(value: 0)
     let maximumIdle = 4
 
-    /// Starts a thread that waits for work.
-    func prestart() {
-        state.withLock { $0.idle += 1 }
-        startThread { [self] in
-            if let first = self.waitForWork() { self.loop(first) }
+    /// Starts `count` threads that wait for work.
+    func prestart(_ count: Int) {
+        for _ in 0..<count {
+            state.withLock { $0.idle += 1 }
+            startThread { [self] in
+                if let first = self.waitForWork() { self.loop(first) }
+            }
         }
     }
 

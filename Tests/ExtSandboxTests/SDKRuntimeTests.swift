@@ -1,0 +1,98 @@
+import ExtSandboxWire
+import Foundation
+import Glibc
+import SandboxPolicy
+import SandboxRuntime
+import Testing
+
+/// The SDK's runtime (`ExtensionRuntime`) driven over the wire by a host written here, in ways the
+/// host API never does: a HELLO sent only after the CONNECT, many CONNECTs back to back, and
+/// connections opened and closed one after another (its threads take turns at the control
+/// socket and are kept for later connections).
+@Suite("SDK runtime over the wire")
+struct SDKRuntimeTests {
+    /// The echo fixture in a standard sandbox, with its control socket.
+    final class Echo: @unchecked Sendable {
+        let control: FrameSocket
+        let sandbox: SandboxedProcess
+        private var nextConnection: UInt64 = 1
+
+        init() async throws {
+            let policy = try PolicyLoader.load(file: HostFixtures.policiesDirectory + "/standard.yaml")
+            let (host, ext) = try FrameSocket.makeSocketPair()
+            let executable = HostFixtures.productsDirectory + "/xsb-echo-extension"
+            let sandbox = try await Supervisor.shared.launch(SandboxConfiguration(
+                executable: executable, environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
+                policy: policy, standardInput: .null, extraFileDescriptors: [ext]))
+            close(ext)
+            self.sandbox = sandbox
+            control = FrameSocket(descriptor: host)
+            let ready = try #require(try control.receive())
+            #expect(ready.kind == .ready)
+        }
+
+        deinit {
+            sandbox.kill()
+        }
+
+        /// Hands the extension a new connection; `helloFirst` writes the HELLO before the CONNECT
+        /// (as the host API does), else after it.
+        func connect(helloFirst: Bool, delay: Duration = .zero) throws -> FrameSocket {
+            let (host, ext) = try FrameSocket.makeSocketPair()
+            let socket = FrameSocket(descriptor: host)
+            if helloFirst { try socket.send(.hello(Hello(name: "test"))) }
+            try control.send(.connect(id: nextConnection, descriptor: ext))
+            close(ext)
+            nextConnection += 1
+            if !helloFirst {
+                if delay > .zero { usleep(UInt32(delay.components.attoseconds / 1_000_000_000_000)) }
+                try socket.send(.hello(Hello(name: "test")))
+            }
+            return socket
+        }
+
+        static func handshakeAndEcho(_ socket: FrameSocket, _ text: String) throws -> Bool {
+            guard let hello = try socket.receive(), hello.kind == .hello else { return false }
+            try socket.send(.request(id: 1, payload: Array(text.utf8)))
+            guard let reply = try socket.receive(), reply.kind == .reply, reply.id == 1 else { return false }
+            return String(decoding: reply.payload, as: UTF8.self) == text
+        }
+    }
+
+    @Test("a HELLO that comes after the CONNECT is still answered")
+    func lateHello() async throws {
+        let echo = try await Echo()
+        let socket = try echo.connect(helloFirst: false, delay: .milliseconds(50))
+        #expect(try Echo.handshakeAndEcho(socket, "late"))
+        // The control socket still takes connections afterwards.
+        let next = try echo.connect(helloFirst: true)
+        #expect(try Echo.handshakeAndEcho(next, "next"))
+    }
+
+    @Test("many CONNECTs back to back, then one after another")
+    func manyConnections() async throws {
+        let echo = try await Echo()
+        // Sixteen at once, half of them with a late HELLO: every one is answered.
+        let sockets = try (0..<16).map { try echo.connect(helloFirst: $0 % 2 == 0) }
+        for (index, socket) in sockets.enumerated() {
+            #expect(try Echo.handshakeAndEcho(socket, "at once \(index)"))
+        }
+        for socket in sockets {
+            try socket.send(.goodbye)
+            socket.close()
+        }
+        // One after another, each closed before the next: threads are reused, none piles up.
+        for index in 0..<50 {
+            let socket = try echo.connect(helloFirst: true)
+            #expect(try Echo.handshakeAndEcho(socket, "in turn \(index)"))
+            try socket.send(.goodbye)
+            #expect(try socket.receive() == nil, "the extension closes its end after GOODBYE")
+            socket.close()
+        }
+        let threads = echo.sandbox.processIdentifiers().dropFirst().map { pid in
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []).count
+        }.reduce(0, +)
+        // The SDK's threads (control turns, at most four idle ones) plus the Swift runtime's.
+        #expect(threads < 16, "\(threads) threads")
+    }
+}
