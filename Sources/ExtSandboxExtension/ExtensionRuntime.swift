@@ -128,6 +128,10 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             case .wouldBlock:
                 if executor.hasPendingJobs {
                     executor.runPending()
+                    // The first requests are answered: a busy connection must not keep the
+                    // control socket from other connections.
+                    handOver?()
+                    handOver = nil
                 } else if let next = handOver {
                     // The first "would block" may only trust the short read of the HELLO: look
                     // once for real, then let go of the control socket.

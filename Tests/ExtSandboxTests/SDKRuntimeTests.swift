@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
+import Synchronization
 import Testing
 
 /// The SDK's runtime (`ExtensionRuntime`) driven over the wire by a host written here, in ways the
@@ -69,6 +70,50 @@ struct SDKRuntimeTests {
         #expect(try Echo.handshakeAndEcho(next, "next"))
     }
 
+    @Test("a connection that stays busy from its first request does not hold up the next CONNECT")
+    func busyConnection() async throws {
+        let echo = try await Echo()
+        let busy = try echo.connect(helloFirst: true)
+        // Requests back to back from one thread from the start (not waiting for the extension's
+        // HELLO, so that they are there when it first looks), replies drained by another, until
+        // told to stop.
+        final class Progress: Sendable {
+            let stop = Atomic<Bool>(false)
+            let drained = Atomic<Int>(0)
+        }
+        let progress = Progress()
+        let socket = UncheckedSendableBox(busy)
+        let writer = Thread {
+            var id: UInt64 = 1
+            while !progress.stop.load(ordering: .relaxed) {
+                guard (try? socket.value.send(.request(id: id, payload: [UInt8](repeating: 1, count: 512)))) != nil else { return }
+                id += 1
+            }
+        }
+        let reader = Thread {
+            while case .frame(let frame)? = try? socket.value.receiveNext(wait: true) {
+                if frame.kind == .reply { progress.drained.add(1, ordering: .relaxed) }
+            }
+        }
+        writer.start()
+        reader.start()
+        defer {
+            progress.stop.store(true, ordering: .relaxed)
+            shutdown(busy.descriptor, Int32(SHUT_RDWR))
+        }
+        while progress.drained.load(ordering: .relaxed) < 100 { try await Task.sleep(for: .milliseconds(1)) }
+        // The next connection is answered while the first one is still busy.
+        let next = try echo.connect(helloFirst: true)
+        var readable = pollfd(fd: next.descriptor, events: Int16(POLLIN), revents: 0)
+        let answered = poll(&readable, 1, 5000) == 1
+        #expect(answered, "the extension answers the next HELLO while the busy connection runs")
+        guard answered else { return }
+        #expect(try Echo.handshakeAndEcho(next, "next"))
+        let drainedBefore = progress.drained.load(ordering: .relaxed)
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(progress.drained.load(ordering: .relaxed) > drainedBefore, "the busy connection is still served")
+    }
+
     @Test("many CONNECTs back to back, then one after another")
     func manyConnections() async throws {
         let echo = try await Echo()
@@ -95,4 +140,10 @@ struct SDKRuntimeTests {
         // The SDK's threads (control turns, at most four idle ones) plus the Swift runtime's.
         #expect(threads < 16, "\(threads) threads")
     }
+}
+
+/// For a value two threads use in ways the compiler cannot check (a FrameSocket's two sides).
+struct UncheckedSendableBox<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
 }
