@@ -14,7 +14,7 @@ struct CgroupSupport: Sendable {
 
     let layout: Layout
 
-    /// Finds writable parents, proving writability with a probe directory.
+    /// Finds the parents we may create cgroups under.
     static func detect() -> CgroupSupport? {
         guard let mountinfo = SystemFiles.text("/proc/self/mountinfo"), let membership = SystemFiles.text("/proc/self/cgroup")
         else { return nil }
@@ -69,12 +69,13 @@ struct CgroupSupport: Sendable {
         }
     }
 
+    /// Whether we may create cgroups under `parent`. The kernel checks the same permission for
+    /// access(2) as for mkdir(2) there (mode bits, capabilities, a read-only mount); a probe
+    /// directory would prove it too but costs a one-shot `extsandbox exec` a memory cgroup
+    /// creation and removal. Should mkdir still refuse later, that launch fails (closed).
     private static func probe(_ parent: String) -> Bool {
         sweep(parent)
-        let path = "\(parent)/extsandbox-probe-\(getpid())"
-        guard mkdir(path, 0o755) == 0 else { return false }
-        rmdir(path)
-        return true
+        return access(parent, W_OK) == 0
     }
 
     /// Creates the cgroups of one sandbox with its limits. Any failure after creation fails

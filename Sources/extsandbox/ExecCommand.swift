@@ -91,10 +91,12 @@ struct ExecCommand: AsyncParsableCommand {
             throw ExitCode(127)
         }
 
+        // Built once: each ProcessInfo.environment builds a new dictionary of the whole environment.
+        let callerEnvironment = ProcessInfo.processInfo.environment
         let loadedPolicy: Policy
         let filter: CompiledSeccompFilter
         do {
-            (loadedPolicy, filter) = try Self.loadPolicy(request.policy)
+            (loadedPolicy, filter) = try Self.loadPolicy(request.policy, environment: callerEnvironment)
         } catch {
             Self.complain("policy: \(error)")
             throw ExitCode(125)
@@ -116,7 +118,7 @@ struct ExecCommand: AsyncParsableCommand {
 
         var configuration = SandboxConfiguration(
             executable: executable, arguments: words,
-            environment: SandboxEnvironment.compose(policy: loadedPolicy, caller: ProcessInfo.processInfo.environment, overrides: overrides),
+            environment: SandboxEnvironment.compose(policy: loadedPolicy, caller: callerEnvironment, overrides: overrides),
             policy: loadedPolicy, extraMounts: mounts, workingDirectory: request.workingDirectory)
         configuration.compiledFilter = filter
         configuration.auditSeccomp = request.audit
@@ -149,11 +151,11 @@ struct ExecCommand: AsyncParsableCommand {
 
     /// The policy and its filter: from the user's cache when nothing they were made from
     /// changed, else loaded and compiled (and cached for next time).
-    static func loadPolicy(_ nameOrPath: String) throws -> (Policy, CompiledSeccompFilter) {
-        let searchPath = PolicySearchPath.default(executablePath: ownExecutable())
+    static func loadPolicy(_ nameOrPath: String, environment: [String: String]) throws -> (Policy, CompiledSeccompFilter) {
+        let searchPath = PolicySearchPath.default(executablePath: ownExecutable(), environment: environment)
         let isPath = nameOrPath.contains("/") || nameOrPath.hasSuffix(".yaml")
         let file = isPath ? absolute(nameOrPath) : try searchPath.locate(name: nameOrPath)
-        let cache = PolicyCache.forCurrentUser()
+        let cache = PolicyCache.forCurrentUser(environment: environment)
         if let hit = cache?.lookup(file: file, searchPath: searchPath) { return hit }
         let (policy, resolution) = try PolicyLoader.loadRecordingResolution(file: file, searchPath: searchPath)
         let filter = try policy.compileSeccompFilter(mode: .supervised)
