@@ -171,10 +171,12 @@ struct SocketTests {
             reply.closeFDs()
         }
         sender.join()
-        close(probe.writeEnd)
-        #expect(probe.isClosed, "every copy of the fd was closed")
         client.close()
+        // The echo thread closes each frame's fds after replying: only once it has ended may
+        // every copy be expected gone.
         echo.join()
+        close(probe.writeEnd)
+        #expect(probe.becomesClosed, "every copy of the fd was closed")
     }
 
     @Test("enqueue writes a lone frame at once and closes its fds; a full socket queues")

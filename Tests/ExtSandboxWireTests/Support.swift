@@ -32,6 +32,16 @@ struct Probe {
         return read(readEnd, &byte, 1) == 0
     }
 
+    /// Whether every copy is closed within a few seconds: tests in this process run in parallel,
+    /// and a process forked meanwhile holds copies of every descriptor until it closes or execs.
+    var becomesClosed: Bool {
+        for _ in 0..<300 {
+            if isClosed { return true }
+            usleep(10_000)
+        }
+        return false
+    }
+
     func dispose() {
         close(readEnd)
     }
