@@ -30,6 +30,10 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             report("extension: cannot reach the host on fd 3: \(error)")
             exit(70)
         }
+        // Sandboxes bound address space (RLIMIT_AS), and glibc reserves 64 MiB of it for each
+        // malloc arena it adds for a busy thread: a few connections at once used to exhaust the
+        // limit until a thread could not start. Two arenas serve the connections' threads.
+        limitMallocArenas(2)
         // One thread to read the control socket, one waiting to take over from it.
         threads.prestart(2)
         threads.run { [self] in self.lead(control) }
@@ -331,6 +335,13 @@ struct UncheckedBox<Value>: @unchecked Sendable {
     init(_ value: Value) { self.value = value }
 }
 
+/// mallopt(M_ARENA_MAX, count), through dlsym: Glibc's module does not export malloc.h.
+func limitMallocArenas(_ count: Int32) {
+    typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
+    _ = unsafeBitCast(symbol, to: Mallopt.self)(-8 /* M_ARENA_MAX */, count)
+}
+
 /// A detached POSIX thread running `body` (no Foundation: extensions stay small).
 func startThread(_ body: @escaping @Sendable () -> Void) {
     final class Box: @unchecked Sendable {
@@ -339,7 +350,12 @@ func startThread(_ body: @escaping @Sendable () -> Void) {
     }
     let context = Unmanaged.passRetained(Box(body)).toOpaque()
     var thread = pthread_t()
-    let rc = pthread_create(&thread, nil, { raw in
+    // 2 MiB of stack, not the 8 MiB default: address space is bounded inside a sandbox.
+    var attributes = pthread_attr_t()
+    pthread_attr_init(&attributes)
+    defer { pthread_attr_destroy(&attributes) }
+    pthread_attr_setstacksize(&attributes, 2 << 20)
+    let rc = pthread_create(&thread, &attributes, { raw in
         let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
         box.body()
         return nil
