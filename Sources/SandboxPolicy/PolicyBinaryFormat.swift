@@ -336,12 +336,12 @@ struct ByteWriter {
     mutating func u8(_ value: UInt8) { output.append(value) }
     mutating func bool(_ value: Bool) { output.append(value ? 1 : 0) }
 
-    mutating func u32(_ value: UInt32) {
-        for i in 0..<4 { output.append(UInt8(truncatingIfNeeded: value >> (8 * UInt32(i)))) }
-    }
+    mutating func u32(_ value: UInt32) { littleEndian(UInt64(value), byteCount: 4) }
 
-    mutating func u64(_ value: UInt64) {
-        for i in 0..<8 { output.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(i)))) }
+    mutating func u64(_ value: UInt64) { littleEndian(value, byteCount: 8) }
+
+    private mutating func littleEndian(_ value: UInt64, byteCount: Int) {
+        for i in 0..<byteCount { output.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(i)))) }
     }
 
     mutating func count(_ value: Int) { u32(UInt32(value)) }
@@ -413,25 +413,19 @@ struct ByteReader {
         }
     }
 
-    mutating func u32() -> UInt32 {
-        guard !failed, remaining >= 4 else {
-            failed = true
-            return 0
-        }
-        var value: UInt32 = 0
-        for i in 0..<4 { value |= UInt32(input[offset + i]) << (8 * UInt32(i)) }
-        offset += 4
-        return value
-    }
+    mutating func u32() -> UInt32 { UInt32(truncatingIfNeeded: littleEndian(byteCount: 4)) }
 
-    mutating func u64() -> UInt64 {
-        guard !failed, remaining >= 8 else {
+    mutating func u64() -> UInt64 { littleEndian(byteCount: 8) }
+
+    /// The next `byteCount` (at most 8) bytes as a little-endian integer.
+    private mutating func littleEndian(byteCount: Int) -> UInt64 {
+        guard !failed, remaining >= byteCount else {
             failed = true
             return 0
         }
         var value: UInt64 = 0
-        for i in 0..<8 { value |= UInt64(input[offset + i]) << (8 * UInt64(i)) }
-        offset += 8
+        for i in 0..<byteCount { value |= UInt64(input[offset + i]) << (8 * UInt64(i)) }
+        offset += byteCount
         return value
     }
 

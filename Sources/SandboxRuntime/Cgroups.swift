@@ -48,12 +48,12 @@ struct CgroupSupport: Sendable {
         }
         if let mount = v2Mount, let own = ownPaths[""], let dir = directory(mount, own),
            let delegated = SystemFiles.text(dir + "/cgroup.subtree_control"),
-           delegated.contains("memory"), delegated.contains("pids"), probe(dir) {
+           delegated.contains("memory"), delegated.contains("pids"), mayCreate(under: dir) {
             return CgroupSupport(layout: .v2(parent: dir))
         }
         var memory: String?, pids: String?
-        if let mount = v1Mounts["memory"], let own = ownPaths["memory"], let dir = directory(mount, own), probe(dir) { memory = dir }
-        if let mount = v1Mounts["pids"], let own = ownPaths["pids"], let dir = directory(mount, own), probe(dir) { pids = dir }
+        if let mount = v1Mounts["memory"], let own = ownPaths["memory"], let dir = directory(mount, own), mayCreate(under: dir) { memory = dir }
+        if let mount = v1Mounts["pids"], let own = ownPaths["pids"], let dir = directory(mount, own), mayCreate(under: dir) { pids = dir }
         if memory == nil && pids == nil { return nil }
         return CgroupSupport(layout: .v1(memoryParent: memory, pidsParent: pids))
     }
@@ -69,11 +69,11 @@ struct CgroupSupport: Sendable {
         }
     }
 
-    /// Whether we may create cgroups under `parent`. The kernel checks the same permission for
-    /// access(2) as for mkdir(2) there (mode bits, capabilities, a read-only mount); a probe
-    /// directory would prove it too but costs a one-shot `extsandbox exec` a memory cgroup
-    /// creation and removal. Should mkdir still refuse later, that launch fails (closed).
-    private static func probe(_ parent: String) -> Bool {
+    /// Whether we may create cgroups under `parent` (swept first). The kernel checks the same
+    /// permission for access(2) as for mkdir(2) there (mode bits, capabilities, a read-only
+    /// mount); a probe directory would prove it too but costs a one-shot `extsandbox exec` a
+    /// memory cgroup creation and removal. Should mkdir still refuse later, that launch fails.
+    private static func mayCreate(under parent: String) -> Bool {
         sweep(parent)
         return access(parent, W_OK) == 0
     }
