@@ -291,6 +291,12 @@ final class ExtensionProcessCore: Sendable {
                     close(extensionFD)
                     return .connectionClosed(detail: "the extension has ended")
                 }
+                // Its HELLO could not be written: it has closed (and reported it) already.
+                // (The connection never takes this lock while holding its own.)
+                guard connection.isOpen else {
+                    close(extensionFD)
+                    return .connectionClosed(detail: "the HELLO could not be written")
+                }
                 // An interruption from now on fails the handshake with its reason.
                 state.live[connectionID] = WeakConnection(connection: connection)
                 do {

@@ -108,7 +108,7 @@ public final class ExtensionConnection: Sendable {
                 if let failure { continuation.resume(throwing: failure) }
             }
             // No request is sent before the handshake is done: nothing else uses the encoder yet.
-            output.withLock { _ in socket.value.encoder.maximumFrameSize = peerMaximum }
+            output.withLock { output in if output.open { socket.value.encoder.maximumFrameSize = peerMaximum } }
         } catch {
             close(because: error as? ExtensionError ?? .connectionClosed(detail: "\(error)"))
             throw error
