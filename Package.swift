@@ -14,13 +14,15 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
-        .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
     ],
     targets: [
         // System libraries, found through pkg-config (scripts/setup installs the -dev packages).
         .systemLibrary(
             name: "CSeccomp", pkgConfig: "libseccomp",
             providers: [.apt(["libseccomp-dev"])]),
+        .systemLibrary(
+            name: "CYAML", pkgConfig: "yaml-0.1",
+            providers: [.apt(["libyaml-dev"])]),
 
         // The C that must run between clone and exec: async-signal-safe raw syscalls only.
         .target(name: "CSandboxShim"),
@@ -28,7 +30,7 @@ let package = Package(
         // Policy files: parse (YAML), validate, resolve syscall groups, compile to BPF.
         .target(
             name: "SandboxPolicy",
-            dependencies: ["CSeccomp", .product(name: "Yams", package: "Yams")]),
+            dependencies: ["CSeccomp", "CYAML"]),
 
         // The host/extension wire protocol: frames, envelope, handshake (docs/wire-protocol.md).
         .target(name: "ExtSandboxWire"),

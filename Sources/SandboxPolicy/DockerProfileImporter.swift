@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Converts a Docker/OCI seccomp profile (the JSON that `docker run --security-opt seccomp=FILE`
 /// and containerd take) into an extsandbox policy file, for `extsandbox policy import-docker`.
@@ -27,13 +28,13 @@ public enum DockerProfileImporter {
 
     /// Converts `json` (the profile's bytes); `source` names it in the header comment.
     public static func convert(json: Data, source: String) throws(Failure) -> Output {
-        let object: Any
+        let object: JSONValue
         do {
-            object = try JSONSerialization.jsonObject(with: json)
+            object = try JSONDecoder().decode(JSONValue.self, from: json)
         } catch {
-            throw Failure(message: "\(source): not valid JSON: \(error.localizedDescription)")
+            throw Failure(message: "\(source): not valid JSON: \(JSONValue.describe(error))")
         }
-        guard let profile = object as? [String: Any] else {
+        guard let profile = object.object else {
             throw Failure(message: "\(source): a seccomp profile is a JSON object with \"defaultAction\" and \"syscalls\"")
         }
         var converter = Converter(source: source)
@@ -60,7 +61,7 @@ public enum DockerProfileImporter {
 
         static let nativeArches: Set<String> = ["SCMP_ARCH_X86_64", "amd64", "x86_64"]
 
-        func action(_ text: String?, errnoRet: Any?, fallbackErrno: Int32 = 1) -> (SyscallAction?, String?) {
+        func action(_ text: String?, errnoRet: JSONValue?, fallbackErrno: Int32 = 1) -> (SyscallAction?, String?) {
             switch text {
             case "SCMP_ACT_ALLOW": return (.allow, nil)
             case "SCMP_ACT_LOG": return (.log, nil)
@@ -69,75 +70,80 @@ public enum DockerProfileImporter {
             case "SCMP_ACT_TRAP": return (.killProcess, "SCMP_ACT_TRAP (SIGSYS to the caller) becomes kill")
             case "SCMP_ACT_TRACE": return (.errno(38), "SCMP_ACT_TRACE becomes errno ENOSYS (what the kernel answers when no tracer is attached)")
             case "SCMP_ACT_ERRNO":
-                let value = (errnoRet as? NSNumber)?.int32Value ?? fallbackErrno
+                let value = Self.number(errnoRet).flatMap { Int32(exactly: Int64(bitPattern: $0)) } ?? fallbackErrno
                 return ((1...4095).contains(value) ? .errno(value) : .errno(1), nil)
             case let other?: return (nil, "action \(other) has no equivalent in extsandbox")
             case nil: return (nil, "an entry without \"action\"")
             }
         }
 
-        static func number(_ any: Any?) -> UInt64? {
-            guard let n = any as? NSNumber else { return nil }
-            if n.doubleValue.rounded() != n.doubleValue { return nil }
-            let signed = n.int64Value
-            return signed < 0 ? UInt64(bitPattern: signed) : n.uint64Value
+        /// A whole number; negative ones as their 64-bit two's complement (as libseccomp reads them).
+        static func number(_ value: JSONValue?) -> UInt64? {
+            switch value {
+            case .unsigned(let v)?: return v
+            case .signed(let v)?: return UInt64(bitPattern: v)
+            case .double(let v)? where v.rounded() == v:
+                if let u = UInt64(exactly: v) { return u }
+                return Int64(exactly: v).map { UInt64(bitPattern: $0) }
+            default: return nil
+            }
         }
 
         static func hex(_ v: UInt64) -> String { v < 10 ? "\(v)" : "0x" + String(v, radix: 16) }
 
-        mutating func run(_ profile: [String: Any]) throws(Failure) {
-            let (defaultAct, defaultNote) = action(profile["defaultAction"] as? String, errnoRet: profile["defaultErrnoRet"])
+        mutating func run(_ profile: [String: JSONValue]) throws(Failure) {
+            let (defaultAct, defaultNote) = action(profile["defaultAction"]?.string, errnoRet: profile["defaultErrnoRet"])
             guard let defaultAct else {
                 throw Failure(message: "\(source): \(defaultNote ?? "no defaultAction"); a profile needs \"defaultAction\"")
             }
             if let defaultNote { warn("defaultAction: \(defaultNote)") }
             defaultAction = defaultAct
 
-            var arches = (profile["architectures"] as? [String]) ?? []
-            for entry in (profile["archMap"] as? [[String: Any]]) ?? [] {
-                if let a = entry["architecture"] as? String { arches.append(a) }
-                arches += (entry["subArchitectures"] as? [String]) ?? []
+            var arches = profile["architectures"]?.strings ?? []
+            for entry in profile["archMap"]?.objects ?? [] {
+                if let a = entry["architecture"]?.string { arches.append(a) }
+                arches += entry["subArchitectures"]?.strings ?? []
             }
             let foreign = arches.filter { !Self.nativeArches.contains($0) }
             if !foreign.isEmpty {
                 notes.append("architectures \(foreign.joined(separator: ", ")) are not imported: extsandbox filters x86_64 and kills every other architecture's system calls")
             }
-            if let flags = profile["flags"] as? [String], !flags.isEmpty {
+            if let flags = profile["flags"]?.strings, !flags.isEmpty {
                 warn("flags \(flags.joined(separator: ", ")) are not imported: extsandbox chooses the filter flags itself")
             }
             if profile["listenerPath"] != nil {
                 warn("listenerPath is not imported: the extsandbox supervisor is the only listener")
             }
 
-            let entries = (profile["syscalls"] as? [[String: Any]]) ?? []
+            let entries = profile["syscalls"]?.objects ?? []
             for (index, entry) in entries.enumerated() {
                 let label = "syscalls[\(index)]"
-                var names = (entry["names"] as? [String]) ?? []
-                if let single = entry["name"] as? String { names.append(single) }
+                var names = entry["names"]?.strings ?? []
+                if let single = entry["name"]?.string { names.append(single) }
                 if names.isEmpty { continue }
                 let shown = names.count > 4 ? names.prefix(3).joined(separator: ", ") + ", …" : names.joined(separator: ", ")
 
-                if let includes = entry["includes"] as? [String: Any] {
-                    if let caps = includes["caps"] as? [String], !caps.isEmpty {
+                if let includes = entry["includes"]?.object {
+                    if let caps = includes["caps"]?.strings, !caps.isEmpty {
                         notes.append("\(label) (\(shown)) skipped: only for containers with \(caps.joined(separator: ", ")); the sandbox has no capabilities")
                         continue
                     }
-                    if let a = includes["arches"] as? [String], !a.isEmpty, !a.contains(where: Self.nativeArches.contains) {
+                    if let a = includes["arches"]?.strings, !a.isEmpty, !a.contains(where: Self.nativeArches.contains) {
                         notes.append("\(label) (\(shown)) skipped: only for \(a.joined(separator: ", "))")
                         continue
                     }
-                    if let k = includes["minKernel"] as? String {
+                    if let k = includes["minKernel"]?.string {
                         notes.append("\(label) (\(shown)) applies to kernels \(k) and later in Docker; imported unconditionally")
                     }
                 }
-                if let excludes = entry["excludes"] as? [String: Any],
-                    let a = excludes["arches"] as? [String], a.contains(where: Self.nativeArches.contains)
+                if let excludes = entry["excludes"]?.object,
+                    let a = excludes["arches"]?.strings, a.contains(where: Self.nativeArches.contains)
                 {
                     notes.append("\(label) (\(shown)) skipped: excluded on x86_64")
                     continue
                 }
 
-                let (act, note) = action(entry["action"] as? String, errnoRet: entry["errnoRet"])
+                let (act, note) = action(entry["action"]?.string, errnoRet: entry["errnoRet"])
                 guard let act else {
                     warn("\(label) (\(shown)) skipped: \(note ?? "")")
                     continue
@@ -164,9 +170,9 @@ public enum DockerProfileImporter {
                 var when: [String] = []
                 var usable = true
                 var seenArgs: Set<Int> = []
-                for arg in (entry["args"] as? [[String: Any]]) ?? [] {
+                for arg in entry["args"]?.objects ?? [] {
                     guard let argIndex = Self.number(arg["index"]).map(Int.init), (0...5).contains(argIndex),
-                        let value = Self.number(arg["value"]), let op = arg["op"] as? String
+                        let value = Self.number(arg["value"]), let op = arg["op"]?.string
                     else {
                         warn("\(label) (\(shown)) skipped: an argument condition without a valid index, value or op")
                         usable = false
@@ -195,7 +201,7 @@ public enum DockerProfileImporter {
                 }
                 if !usable { continue }
 
-                let comment = (entry["comment"] as? String).flatMap { $0.isEmpty ? nil : $0 }
+                let comment = entry["comment"]?.string.flatMap { $0.isEmpty ? nil : $0 }
                 for name in kept where DangerousSyscalls.contains(name) && (act == .allow || act == .log) {
                     dangerous.append((name, act, when))
                 }
@@ -247,7 +253,7 @@ public enum DockerProfileImporter {
             }
             y.append("")
             y.append("version: 1")
-            y.append("description: \(quoted("Imported from the Docker seccomp profile " + (source as NSString).lastPathComponent))")
+            y.append("description: \(quoted("Imported from the Docker seccomp profile " + FilePaths.lastComponent(source)))")
             y.append("")
             y.append("seccomp:")
             y.append("  default: \(defaultAction)")
@@ -315,7 +321,59 @@ public enum DockerProfileImporter {
         }
 
         func quoted(_ text: String) -> String {
-            "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+            var out = "\""
+            for c in text {
+                if c == "\\" || c == "\"" { out.append("\\") }
+                out.append(c)
+            }
+            return out + "\""
         }
+    }
+}
+
+/// A JSON value, read with FoundationEssentials' JSONDecoder (numbers keep all 64 bits).
+enum JSONValue: Decodable, Equatable {
+    case null
+    case bool(Bool)
+    case unsigned(UInt64)
+    case signed(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() { self = .null }
+        else if let v = try? container.decode(Bool.self) { self = .bool(v) }
+        else if let v = try? container.decode(UInt64.self) { self = .unsigned(v) }
+        else if let v = try? container.decode(Int64.self) { self = .signed(v) }
+        else if let v = try? container.decode(Double.self) { self = .double(v) }
+        else if let v = try? container.decode(String.self) { self = .string(v) }
+        else if let v = try? container.decode([JSONValue].self) { self = .array(v) }
+        else { self = .object(try container.decode([String: JSONValue].self)) }
+    }
+
+    var string: String? { if case .string(let s) = self { s } else { nil } }
+    var object: [String: JSONValue]? { if case .object(let o) = self { o } else { nil } }
+    /// An array whose every element is a string (nil otherwise).
+    var strings: [String]? {
+        guard case .array(let items) = self else { return nil }
+        let strings = items.compactMap(\.string)
+        return strings.count == items.count ? strings : nil
+    }
+    /// An array whose every element is an object (nil otherwise).
+    var objects: [[String: JSONValue]]? {
+        guard case .array(let items) = self else { return nil }
+        let objects = items.compactMap(\.object)
+        return objects.count == items.count ? objects : nil
+    }
+
+    /// The parser's own words for why the text is not JSON.
+    static func describe(_ error: any Error) -> String {
+        if case DecodingError.dataCorrupted(let context) = error {
+            return context.underlyingError.map { "\($0)" } ?? context.debugDescription
+        }
+        return "\(error)"
     }
 }

@@ -1,5 +1,4 @@
 import CSeccomp
-import Yams
 
 // The filesystem, environment and limits sections of a policy file (PolicyDocument.swift has
 // the document, seccomp and names).
@@ -24,7 +23,7 @@ extension PolicyDocument {
         return "/" + parts.joined(separator: "/")
     }
 
-    func parseFilesystem(_ node: Node, masked: inout [String]) -> [PolicyLayer.Mount] {
+    func parseFilesystem(_ node: YAMLNode, masked: inout [String]) -> [PolicyLayer.Mount] {
         if node.isNull { return [] }
         guard let entries = reader.mapping(node, what: "filesystem", keys: Self.filesystemKeys) else { return [] }
         var mounts: [PolicyLayer.Mount] = []
@@ -99,7 +98,7 @@ extension PolicyDocument {
 
     // MARK: environment and limits
 
-    func parseEnvironment(_ node: Node, into layer: inout PolicyLayer) {
+    func parseEnvironment(_ node: YAMLNode, into layer: inout PolicyLayer) {
         if node.isNull { return }
         guard let entries = reader.mapping(node, what: "environment", keys: Self.environmentKeys) else { return }
         for (key, _, value) in entries {
@@ -123,7 +122,7 @@ extension PolicyDocument {
         }
     }
 
-    func parseLimits(_ node: Node) -> [(key: String, value: UInt64?)] {
+    func parseLimits(_ node: YAMLNode) -> [(key: String, value: UInt64?)] {
         if node.isNull { return [] }
         guard let entries = reader.mapping(node, what: "limits", keys: Self.limitKeys) else { return [] }
         var limits: [(key: String, value: UInt64?)] = []

@@ -1,5 +1,4 @@
 import CSeccomp
-import Yams
 
 /// One policy file, parsed and checked on its own: what it says, before `extends:` and `include:`
 /// are followed and the files are merged (``PolicyResolver``). Every position it keeps names
@@ -84,26 +83,21 @@ struct PolicyDocument {
     }
 
     /// A position in this file, marked with the file's name.
-    func here(_ node: Node) -> Loc { Loc(node).in(file) }
+    func here(_ node: YAMLNode) -> Loc { Loc(node).in(file) }
     func here(_ loc: Loc) -> Loc { loc.in(file) }
 
     // MARK: Document
 
     func parse(yaml: String) -> PolicyLayer? {
-        let root: Node
+        let root: YAMLNode
         do {
-            // `.basic` resolves nothing: every scalar stays a string that we interpret ourselves,
-            // and Yams need not build its default resolver (a set of regular expressions).
-            guard let node = try Yams.compose(yaml: yaml, .basic) else {
+            guard let node = try YAMLReader.compose(yaml) else {
                 diag.error(Loc(line: 1, column: 1), "the policy file is empty; it needs at least \"version: 1\" and a \"seccomp\" section")
                 return nil
             }
             root = node
-        } catch let error as YamlError {
-            reportYAML(error, yaml: yaml)
-            return nil
         } catch {
-            diag.error(Loc(line: 1, column: 1), "cannot parse YAML: \(error)")
+            diag.error(Loc(error.mark), Self.describe(error))
             return nil
         }
         if containsAlias(root) {
@@ -172,7 +166,7 @@ struct PolicyDocument {
         return layer
     }
 
-    private func containsAlias(_ node: Node) -> Bool {
+    private func containsAlias(_ node: YAMLNode) -> Bool {
         switch node {
         case .alias: return true
         case .scalar: return false
@@ -181,49 +175,17 @@ struct PolicyDocument {
         }
     }
 
-    /// Yams reports a duplicate key at its mapping; find the second occurrence of the key among the
-    /// lines indented like the mapping's keys (best effort: falls back to the mapping).
-    private func duplicateLocation(of key: String, in yaml: String, mappingAt mark: Mark) -> Loc {
-        let lines = yaml.split(separator: "\n", omittingEmptySubsequences: false)
-        var seen = 0
-        for index in max(0, mark.line - 1)..<lines.count {
-            let line = lines[index]
-            let indent = line.prefix(while: { $0 == " " }).count
-            guard indent == mark.column - 1 else { continue }
-            let rest = line.dropFirst(indent)
-            if rest.hasPrefix(key + ":") || rest.hasPrefix("\"\(key)\":") || rest.hasPrefix("'\(key)':") {
-                seen += 1
-                if seen == 2 { return Loc(line: index + 1, column: indent + 1) }
-            }
+    /// "YAML syntax error: did not find expected ',' or ']' (while parsing a flow sequence at line 2)".
+    static func describe(_ error: YAMLError) -> String {
+        guard let context = error.context, !context.isEmpty, let mark = error.contextMark else {
+            return "YAML syntax error: \(error.problem)"
         }
-        return Loc(mark)
-    }
-
-    private func reportYAML(_ error: YamlError, yaml: String) {
-        func describe(_ problem: String, _ context: YamlError.Context?) -> String {
-            if let context, !context.text.isEmpty {
-                return "YAML syntax error: \(problem) (\(context.text) at line \(context.mark.line))"
-            }
-            return "YAML syntax error: \(problem)"
-        }
-        switch error {
-        case let .scanner(context, problem, mark, _), let .parser(context, problem, mark, _),
-            let .composer(context, problem, mark, _):
-            diag.error(Loc(mark), describe(problem, context))
-        case let .duplicatedKeysInMapping(duplicates, context):
-            for key in duplicates.sorted() {
-                diag.error(duplicateLocation(of: key, in: yaml, mappingAt: context.mark), "duplicate key \"\(key)\"")
-            }
-        case let .reader(problem, _, _, _):
-            diag.error(Loc(line: 1, column: 1), "cannot read the policy file: \(problem)")
-        default:
-            diag.error(Loc(line: 1, column: 1), "YAML error: \(error)")
-        }
+        return "YAML syntax error: \(error.problem) (\(context) at line \(mark.line))"
     }
 
     // MARK: Actions and names
 
-    func parseAction(_ node: Node, what: String) -> SyscallAction? {
+    func parseAction(_ node: YAMLNode, what: String) -> SyscallAction? {
         guard let text = reader.string(node, what: what) else { return nil }
         let words = text.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         let known = ["allow", "kill", "log", "errno"]
@@ -236,7 +198,7 @@ struct PolicyDocument {
                 diag.error(node, "\"errno\" takes one errno name, for example \"errno EPERM\"")
                 return nil
             }
-            let offset = text.range(of: words[1]).map { text.distance(from: text.startIndex, to: $0.lowerBound) } ?? 0
+            let offset = text.firstRange(of: words[1]).map { text.distance(from: text.startIndex, to: $0.lowerBound) } ?? 0
             return parseErrno(words[1], loc: reader.loc(in: node, offset: offset)).map { .errno($0) }
         case let word?:
             if known.contains(word) {
@@ -276,7 +238,7 @@ struct PolicyDocument {
         "clone3 always fails with ENOSYS so that the C library falls back to clone, whose flags the filter can check (clone3 passes its flags in memory, which seccomp cannot read)"
 
     /// Checks and expands one list (`allow`, `kill`, …); `~` entries are kept for the merge.
-    func parseList(_ node: Node, section: String, errnoValue: Int32? = nil) -> [PolicyLayer.ListItem] {
+    func parseList(_ node: YAMLNode, section: String, errnoValue: Int32? = nil) -> [PolicyLayer.ListItem] {
         var out: [PolicyLayer.ListItem] = []
         guard let items = reader.stringList(node, what: section) else { return out }
         for (raw, itemNode) in items {
@@ -308,7 +270,7 @@ struct PolicyDocument {
         return out
     }
 
-    func parseSeccomp(_ node: Node, into layer: inout PolicyLayer) {
+    func parseSeccomp(_ node: YAMLNode, into layer: inout PolicyLayer) {
         guard let entries = reader.mapping(node, what: "seccomp", keys: Self.seccompKeys) else { return }
         for (key, _, value) in entries {
             switch key {
@@ -342,7 +304,7 @@ struct PolicyDocument {
         }
     }
 
-    func parseRules(_ node: Node) -> [PolicyLayer.RuleEntry] {
+    func parseRules(_ node: YAMLNode) -> [PolicyLayer.RuleEntry] {
         guard let items = reader.list(node, what: "rules") else { return [] }
         var out: [PolicyLayer.RuleEntry] = []
         var unconditional: [String: Loc] = [:]

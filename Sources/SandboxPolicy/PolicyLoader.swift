@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 
 /// Reads policy files into ``Policy`` values.
 ///
@@ -80,10 +80,13 @@ public enum PolicyLoader {
     static func isPath(_ value: String) -> Bool { value.contains("/") || value.hasSuffix(".yaml") }
 
     static func policyName(forFile file: String) -> String {
-        var base = (file as NSString).lastPathComponent
+        var base = FilePaths.lastComponent(file)
         if base.hasSuffix(".yaml") { base.removeLast(5) }
         return base
     }
+
+    /// Policy files are small; a larger "policy" is a mistake (or /dev/zero), not something to parse.
+    static let maximumFileSize = 4 << 20
 
     static func read(file: String) throws(PolicyError) -> String {
         try readFile(file).text
@@ -91,18 +94,22 @@ public enum PolicyLoader {
 
     /// The file's text, and its bytes as read (for ``PolicyResolution``).
     static func readFile(_ file: String) throws(PolicyError) -> (text: String, bytes: [UInt8]) {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory) else {
+        guard let kind = SystemFiles.kind(of: file) else {
             throw PolicyError(file: file, message: "no such policy file")
         }
-        guard !isDirectory.boolValue else { throw PolicyError(file: file, message: "is a directory, not a policy file") }
-        guard let data = FileManager.default.contents(atPath: file) else {
-            throw PolicyError(file: file, message: "cannot read the policy file (permissions?)")
+        guard kind != S_IFDIR else { throw PolicyError(file: file, message: "is a directory, not a policy file") }
+        let bytes: [UInt8]
+        switch SystemFiles.bytes(file, limit: maximumFileSize) {
+        case .success(let read): bytes = read
+        case .failure(let error) where error.code == EFBIG:
+            throw PolicyError(file: file, message: "the policy file is larger than \(maximumFileSize >> 20) MiB")
+        case .failure(let error):
+            throw PolicyError(file: file, message: "cannot read the policy file: \(error)")
         }
-        guard let text = String(data: data, encoding: .utf8) else {
+        guard let text = String(validating: bytes, as: UTF8.self) else {
             throw PolicyError(file: file, message: "the policy file is not UTF-8 text")
         }
-        return (text, [UInt8](data))
+        return (text, bytes)
     }
 }
 
@@ -125,8 +132,9 @@ public struct PolicySearchPath: Sendable, Equatable {
     /// the executable's directory that has `Policies/standard.yaml` (a checkout, when running from
     /// `.build/debug`). Symbolic links in `executablePath` are resolved first.
     public static func `default`(
-        executablePath: String, environment: [String: String] = ProcessInfo.processInfo.environment
+        executablePath: String, environment: [String: String]? = nil
     ) -> PolicySearchPath {
+        let environment = environment ?? SystemFiles.environment()
         var dirs: [String] = []
         if let install = installDirectory(executablePath: executablePath, environment: environment) {
             dirs.append(install)
@@ -139,24 +147,17 @@ public struct PolicySearchPath: Sendable, Equatable {
         if let env = environment["EXTSANDBOX_POLICIES_DIR"], !env.isEmpty { return env }
         // Plain realpath/stat: Foundation's URL path APIs cost a one-shot `extsandbox exec`
         // a noticeable share of its start-up.
-        let exe = realPath(executablePath) ?? executablePath
+        let exe = SystemFiles.realPath(executablePath) ?? executablePath
         let exeDir = parent(of: exe)
         let candidates = [join(exeDir, "Policies"), join(parent(of: exeDir), "share/extsandbox/policies")]
-        if let found = candidates.first(where: { kind(of: $0) == S_IFDIR }) { return found }
+        if let found = candidates.first(where: { SystemFiles.kind(of: $0) == S_IFDIR }) { return found }
         var dir = exeDir
         while true {
             let policies = join(dir, "Policies")
-            if kind(of: join(policies, "standard.yaml")) != nil { return policies }
+            if SystemFiles.kind(of: join(policies, "standard.yaml")) != nil { return policies }
             if dir == "/" { return nil }
             dir = parent(of: dir)
         }
-    }
-
-    /// The canonical absolute path, symbolic links resolved.
-    private static func realPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        defer { free(resolved) }
-        return String(cString: resolved)
     }
 
     /// The directory holding `path` (an absolute, canonical path); `/` for `/`.
@@ -165,23 +166,15 @@ public struct PolicySearchPath: Sendable, Equatable {
         return String(path[..<slash])
     }
 
-    private static func join(_ directory: String, _ name: String) -> String {
-        directory.hasSuffix("/") ? directory + name : directory + "/" + name
-    }
-
-    /// The file type bits (`S_IFDIR`, `S_IFREG`, …) of what `path` names, following links.
-    private static func kind(of path: String) -> mode_t? {
-        var info = stat()
-        return stat(path, &info) == 0 ? info.st_mode & S_IFMT : nil
-    }
+    private static func join(_ directory: String, _ name: String) -> String { FilePaths.join(directory, name) }
 
     /// Every policy along the path: name → file (later directories override earlier ones).
     public func availablePolicies() -> [String: String] {
         var out: [String: String] = [:]
         for dir in directories {
-            let files = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+            let files = SystemFiles.entries(dir) ?? []
             for file in files.sorted() where file.hasSuffix(".yaml") && !file.hasPrefix(".") {
-                out[String(file.dropLast(5))] = (dir as NSString).appendingPathComponent(file)
+                out[String(file.dropLast(5))] = FilePaths.join(dir, file)
             }
         }
         return out
@@ -189,7 +182,7 @@ public struct PolicySearchPath: Sendable, Equatable {
 
     /// The path of the running executable (`/proc/self/exe`), for ``default(executablePath:environment:)``.
     public static func currentExecutable() -> String {
-        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        SystemFiles.linkTarget("/proc/self/exe") ?? CommandLine.arguments[0]
     }
 
     /// One policy file found along the path.
@@ -209,11 +202,10 @@ public struct PolicySearchPath: Sendable, Equatable {
     public func entries() -> [Entry] {
         var out: [Entry] = []
         for dir in directories {
-            let files = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+            let files = SystemFiles.entries(dir) ?? []
             for file in files.sorted() where file.hasSuffix(".yaml") && !file.hasPrefix(".") {
-                let path = (dir as NSString).appendingPathComponent(file)
-                var isDir: ObjCBool = false
-                guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), !isDir.boolValue else { continue }
+                let path = FilePaths.join(dir, file)
+                guard let kind = SystemFiles.kind(of: path), kind != S_IFDIR else { continue }
                 out.append(Entry(name: String(file.dropLast(5)), file: path, directory: dir, isEffective: true))
             }
         }
@@ -237,9 +229,8 @@ public struct PolicySearchPath: Sendable, Equatable {
         }
         var found: String?
         for dir in directories {
-            let candidate = (dir as NSString).appendingPathComponent(name + ".yaml")
-            var isDir: ObjCBool = false
-            if FileManager.default.fileExists(atPath: candidate, isDirectory: &isDir), !isDir.boolValue,
+            let candidate = FilePaths.join(dir, name + ".yaml")
+            if let kind = SystemFiles.kind(of: candidate), kind != S_IFDIR,
                 excluded == nil || PolicyResolver.canonical(candidate) != excluded
             {
                 found = candidate

@@ -1,4 +1,3 @@
-import Yams
 
 /// A position in a policy file. `file` is set once a position leaves the file's own parser
 /// (list entries, rules, mounts), so that problems found after merging several files
@@ -15,11 +14,11 @@ struct Loc: Sendable, Equatable {
         self.file = file
     }
 
-    init(_ mark: Mark?) {
+    init(_ mark: YAMLMark?) {
         self.init(line: mark?.line ?? 0, column: mark?.column ?? 0)
     }
 
-    init(_ node: Node) { self.init(node.mark) }
+    init(_ node: YAMLNode) { self.init(node.mark) }
 
     func advanced(by columns: Int) -> Loc { Loc(line: line, column: column + columns, file: file) }
 
@@ -76,7 +75,7 @@ final class Diagnostics {
         sink.append(PolicyError(file: loc.file ?? file, line: loc.line, column: loc.column, message: message))
     }
 
-    func error(_ node: Node, _ message: String) { error(Loc(node), message) }
+    func error(_ node: YAMLNode, _ message: String) { error(Loc(node), message) }
 
     /// Problems of every file, sorted.
     var sorted: [PolicyError] { sink.sorted }
@@ -84,7 +83,7 @@ final class Diagnostics {
 
 // MARK: - Reading YAML nodes as strings
 
-extension Node {
+extension YAMLNode {
     var kindName: String {
         switch self {
         case .scalar: return "a single value"
@@ -96,7 +95,7 @@ extension Node {
 
     /// A plain `~`, `null` or empty scalar: "nothing here".
     var isNull: Bool {
-        guard case .scalar(let s) = self, s.style == .plain || s.style == .any else { return false }
+        guard case .scalar(let s) = self, s.style == .plain else { return false }
         return s.string.isEmpty || s.string == "~" || s.string == "null" || s.string == "Null" || s.string == "NULL"
     }
 }
@@ -106,7 +105,7 @@ extension Node {
 struct NodeReader {
     let diag: Diagnostics
 
-    func string(_ node: Node, what: String) -> String? {
+    func string(_ node: YAMLNode, what: String) -> String? {
         switch node {
         case .scalar(let s):
             return s.string
@@ -118,23 +117,23 @@ struct NodeReader {
 
     /// Mapping entries with string keys, in file order. Reports unknown keys (with suggestions),
     /// duplicate keys and non-scalar keys.
-    func mapping(_ node: Node, what: String, keys allowed: [String]) -> [(key: String, keyLoc: Loc, value: Node)]? {
+    func mapping(_ node: YAMLNode, what: String, keys allowed: [String]) -> [(key: String, keyLoc: Loc, value: YAMLNode)]? {
         entries(of: node, what: what, allowed: allowed)
     }
 
     /// Mapping entries whose keys are data (paths, errno names, variable names), in file order.
-    func dataMapping(_ node: Node, what: String) -> [(key: String, keyLoc: Loc, value: Node)]? {
+    func dataMapping(_ node: YAMLNode, what: String) -> [(key: String, keyLoc: Loc, value: YAMLNode)]? {
         if node.isNull { return [] }
         return entries(of: node, what: what, allowed: nil)
     }
 
     /// The entries of a mapping; keys are checked against `allowed` unless it is nil (data keys).
-    private func entries(of node: Node, what: String, allowed: [String]?) -> [(key: String, keyLoc: Loc, value: Node)]? {
+    private func entries(of node: YAMLNode, what: String, allowed: [String]?) -> [(key: String, keyLoc: Loc, value: YAMLNode)]? {
         guard case .mapping(let mapping) = node else {
             diag.error(node, "\(what) must be a mapping (key: value), found \(node.kindName)")
             return nil
         }
-        var out: [(key: String, keyLoc: Loc, value: Node)] = []
+        var out: [(key: String, keyLoc: Loc, value: YAMLNode)] = []
         var seen: Set<String> = []
         for (keyNode, value) in mapping {
             guard case .scalar(let keyScalar) = keyNode else {
@@ -159,7 +158,7 @@ struct NodeReader {
     }
 
     /// A list of nodes; a single scalar counts as a list of one; null as an empty list.
-    func list(_ node: Node, what: String) -> [Node]? {
+    func list(_ node: YAMLNode, what: String) -> [YAMLNode]? {
         if node.isNull { return [] }
         switch node {
         case .sequence(let seq): return Array(seq)
@@ -171,9 +170,9 @@ struct NodeReader {
     }
 
     /// A list of strings with their positions.
-    func stringList(_ node: Node, what: String) -> [(String, Node)]? {
+    func stringList(_ node: YAMLNode, what: String) -> [(String, YAMLNode)]? {
         guard let items = list(node, what: what) else { return nil }
-        var out: [(String, Node)] = []
+        var out: [(String, YAMLNode)] = []
         for item in items {
             if let s = string(item, what: "an entry of \(what)") { out.append((s, item)) }
         }
@@ -181,7 +180,7 @@ struct NodeReader {
     }
 
     /// The position of character `offset` inside a scalar (best effort: exact for one-line scalars).
-    func loc(in node: Node, offset: Int) -> Loc {
+    func loc(in node: YAMLNode, offset: Int) -> Loc {
         guard case .scalar(let s) = node else { return Loc(node) }
         if s.string.contains("\n") || s.style == .literal || s.style == .folded { return Loc(node) }
         let quote = (s.style == .singleQuoted || s.style == .doubleQuoted) ? 1 : 0

@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 #if canImport(Glibc)
 import Glibc
 #endif

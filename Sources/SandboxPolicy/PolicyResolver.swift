@@ -1,4 +1,4 @@
-import Foundation
+import Glibc
 
 /// Follows `extends:` and `include:`, merges the files into one policy, and checks what can only
 /// be checked on the whole (the default action, execve, dangerous system calls, rules against
@@ -45,7 +45,9 @@ final class PolicyResolver {
             defer { free(resolved) }
             return String(cString: resolved)
         }
-        return URL(fileURLWithPath: path).standardizedFileURL.path
+        // Not there (yet): absolute and tidied, as realpath would give it.
+        if path.hasPrefix("/") { return normalize(path) }
+        return normalize(FilePaths.join(SystemFiles.currentDirectory() ?? "/", path))
     }
 
     /// Removes `.` components and folds `dir/..` (textually, as a shell would show the path).
@@ -129,7 +131,7 @@ final class PolicyResolver {
             if target.hasPrefix("/") {
                 path = Self.normalize(target)
             } else {
-                let dir = (layer.file as NSString).deletingLastPathComponent
+                let dir = FilePaths.directory(of: layer.file)
                 path = Self.normalize(dir.isEmpty ? target : dir + "/" + target)
             }
         } else {

@@ -1,4 +1,5 @@
 import Glibc
+import SandboxPolicy
 
 /// Memory and process-count limits for a whole sandbox through cgroups, nested only under the
 /// supervisor's own cgroup (delegation rules: we never move a process anywhere else).

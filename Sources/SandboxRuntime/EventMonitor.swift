@@ -1,5 +1,4 @@
 import CSandboxShim
-import Foundation
 import Glibc
 import Synchronization
 
@@ -24,9 +23,12 @@ public final class EventMonitor: Sendable {
     public init() throws {
         epollFD = xsb_epoll_create()
         guard epollFD >= 0 else { throw SandboxError(step: .control, errorNumber: -epollFD, detail: "epoll_create1") }
-        let thread = Thread { [self] in self.loop() }
-        thread.name = "xsb-monitor"  // at most 15 bytes, or Linux ignores it
-        thread.start()
+        do {
+            try DetachedThread.start(name: "xsb-monitor") { [self] in self.loop() }
+        } catch {
+            close(epollFD)
+            throw error
+        }
     }
 
     /// Watches `fd` (level-triggered) and calls `handler` on the monitor thread. Returns the

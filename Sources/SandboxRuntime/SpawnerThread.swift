@@ -1,4 +1,5 @@
-import Foundation
+import Glibc
+import Synchronization
 
 /// The one long-lived thread that clones every sandbox.
 ///
@@ -6,33 +7,30 @@ import Foundation
 /// concurrency and Dispatch threads come and go, so a sandbox cloned from one of them could be
 /// killed at a random moment. Cloning from a thread that never exits ties each sandbox's
 /// lifetime to the supervisor process instead.
+/// `@unchecked`: the semaphore is thread-safe by design and lives as long as the thread.
 final class SpawnerThread: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var jobs: [@Sendable () -> Void] = []
+    private let jobs = Mutex<[@Sendable () -> Void]>([])
+    /// Counts queued jobs; the thread sleeps on it (a semaphore needs a stable address).
+    private let pending: UnsafeMutablePointer<sem_t>
 
-    init() {
-        let thread = Thread { [self] in self.loop() }
-        thread.name = "xsb-spawner"  // at most 15 bytes, or Linux ignores it
-        thread.stackSize = 1 << 20
-        thread.start()
+    init() throws(SandboxError) {
+        pending = .allocate(capacity: 1)
+        sem_init(pending, 0, 0)
+        try DetachedThread.start(name: "xsb-spawner") { [self] in self.loop() }
     }
 
     /// Runs `body` on the spawner thread and returns its result.
     func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         await withCheckedContinuation { continuation in
-            condition.lock()
-            jobs.append { continuation.resume(returning: body()) }
-            condition.signal()
-            condition.unlock()
+            jobs.withLock { $0.append { continuation.resume(returning: body()) } }
+            sem_post(pending)
         }
     }
 
     private func loop() -> Never {
         while true {
-            condition.lock()
-            while jobs.isEmpty { condition.wait() }
-            let job = jobs.removeFirst()
-            condition.unlock()
+            while sem_wait(pending) != 0 {}  // EINTR
+            let job = jobs.withLock { $0.removeFirst() }
             job()
         }
     }

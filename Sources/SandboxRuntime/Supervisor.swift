@@ -15,7 +15,7 @@ public final class Supervisor: Sendable {
         do { return try Supervisor() } catch { fatalError("extsandbox: cannot start the supervisor: \(error)") }
     }()
 
-    private let spawner = SpawnerThread()
+    private let spawner: SpawnerThread
     /// The supervisor's event thread; the host API registers its connections here too.
     public let monitor: EventMonitor
     private let cgroups: CgroupSupport?
@@ -32,6 +32,7 @@ public final class Supervisor: Sendable {
     }
 
     init(cgroups: CgroupSupport?) throws {
+        spawner = try SpawnerThread()
         monitor = try EventMonitor()
         self.cgroups = cgroups
         let text = SystemFiles.text("/proc/sys/kernel/cap_last_cap") ?? "40"

@@ -1,6 +1,5 @@
 import ArgumentParser
 import Dispatch
-import Foundation
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
@@ -91,8 +90,8 @@ struct ExecCommand: AsyncParsableCommand {
             throw ExitCode(127)
         }
 
-        // Built once: each ProcessInfo.environment builds a new dictionary of the whole environment.
-        let callerEnvironment = ProcessInfo.processInfo.environment
+        // Built once and passed on: the policy search path and the cache read it too.
+        let callerEnvironment = SystemFiles.environment()
         let loadedPolicy: Policy
         let filter: CompiledSeccompFilter
         do {
@@ -187,9 +186,7 @@ struct ExecCommand: AsyncParsableCommand {
 
     static func absolute(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        guard getcwd(&buffer, buffer.count) != nil else { return FileManager.default.currentDirectoryPath + "/" + path }
-        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) + "/" + path
+        return FilePaths.join(SystemFiles.currentDirectory() ?? "/", path)
     }
 
     /// Like a shell: a name with a slash is a path, anything else is looked up in $PATH.
@@ -210,12 +207,8 @@ struct ExecCommand: AsyncParsableCommand {
     }
 
     static func ownExecutable() -> String {
-        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
-        let length = buffer.withUnsafeMutableBufferPointer { readlink("/proc/self/exe", UnsafeMutableRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), $0.count) }
-        return length > 0 ? String(decoding: buffer.prefix(length), as: UTF8.self) : CommandLine.arguments[0]
+        SystemFiles.linkTarget("/proc/self/exe") ?? CommandLine.arguments[0]
     }
 
-    static func complain(_ message: String) {
-        FileHandle.standardError.write(Data("extsandbox: \(message)\n".utf8))
-    }
+    static func complain(_ message: String) { printError(message) }
 }

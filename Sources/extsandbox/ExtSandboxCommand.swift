@@ -1,6 +1,18 @@
 import ArgumentParser
 import Glibc
 
+/// Writes "extsandbox: MESSAGE" and a newline to stderr, in one write where it fits.
+func printError(_ message: String) {
+    var bytes = Array("extsandbox: \(message)\n".utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let written = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress! + offset, $0.count - offset) }
+        if written < 0 && errno == EINTR { continue }
+        guard written > 0 else { return }
+        offset += written
+    }
+}
+
 /// The `extsandbox` command: run programs in the sandbox an extension would get.
 @main
 struct ExtSandboxCommand: AsyncParsableCommand {

@@ -1,4 +1,3 @@
-import Foundation
 import Glibc
 import SandboxPolicy
 
@@ -28,7 +27,7 @@ struct PolicyCache {
     let directory: String
     let buildStamp: [UInt8]
 
-    static func forCurrentUser(environment: [String: String] = ProcessInfo.processInfo.environment) -> PolicyCache? {
+    static func forCurrentUser(environment: [String: String]) -> PolicyCache? {
         if environment["EXTSANDBOX_NO_CACHE"] == "1" { return nil }
         let base: String
         if let xdg = environment["XDG_CACHE_HOME"], xdg.hasPrefix("/") {

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import SandboxPolicy
 
 /// `extsandbox policy …`: the admin's tools for policy files.
@@ -29,9 +30,7 @@ struct PolicyCommand: ParsableCommand {
         .default(executablePath: PolicySearchPath.currentExecutable())
     }
 
-    static func complain(_ message: String) {
-        FileHandle.standardError.write(Data("extsandbox: \(message)\n".utf8))
-    }
+    static func complain(_ message: String) { printError(message) }
 
     /// The file for a name or a path.
     static func file(for nameOrPath: String) throws(PolicyError) -> String {
@@ -64,8 +63,7 @@ struct PolicyCommand: ParsableCommand {
             let path = PolicyCommand.searchPath
             print("Search path (a later directory wins):")
             for (i, dir) in path.directories.enumerated() {
-                var isDir: ObjCBool = false
-                let exists = FileManager.default.fileExists(atPath: dir, isDirectory: &isDir) && isDir.boolValue
+                let exists = SystemFiles.kind(of: dir) == S_IFDIR
                 let role = dir == PolicySearchPath.systemDirectory ? "the admin's policies" : "the install's policies"
                 print("  \(i + 1). \(dir)  (\(role)\(exists ? "" : "; does not exist"))")
             }
@@ -89,7 +87,7 @@ struct PolicyCommand: ParsableCommand {
                 } catch {
                     summary = "BROKEN: \(error.additional.count + 1) problem(s); run `extsandbox policy check \(name)`"
                 }
-                print(name.padding(toLength: nameWidth, withPad: " ", startingAt: 0) + winner)
+                print(name + String(repeating: " ", count: max(1, nameWidth - name.count)) + winner)
                 if !summary.isEmpty { print(String(repeating: " ", count: nameWidth) + summary) }
                 for shadowed in entries where shadowed.name == name && !shadowed.isEffective {
                     print(String(repeating: " ", count: nameWidth) + "shadowed: \(shadowed.file)")
@@ -224,8 +222,11 @@ struct PolicyCommand: ParsableCommand {
         var profile: String
 
         func run() throws {
-            guard let data = FileManager.default.contents(atPath: profile) else {
-                PolicyCommand.complain("\(profile): cannot read the file")
+            let data: Data
+            switch SystemFiles.bytes(profile, limit: 16 << 20) {
+            case .success(let bytes): data = Data(bytes)
+            case .failure(let error):
+                PolicyCommand.complain("\(profile): cannot read the file: \(error)")
                 throw ExitCode(1)
             }
             do {

@@ -26,6 +26,14 @@ struct BrokenPolicyTests {
               default: kill
               allow: [read, write
             """, line: 5, message: "YAML syntax error: did not find expected ',' or ']'"),
+        Broken(label: "YAML alias", yaml: header + "\n  allow: &io [read]\n  log: *io\n", line: 1, column: 1,
+               message: "YAML aliases (*name) are not supported in policy files; write the values out"),
+        Broken(label: "two YAML documents", yaml: header + "\n---\nversion: 1\n", line: 4, column: 1,
+               message: "YAML syntax error: a policy file holds one YAML document, found a second one (---)"),
+        Broken(label: "nesting too deep", yaml: header + "\n  allow: " + String(repeating: "[", count: 200) + "\n", line: 4,
+               message: "YAML syntax error: nested more than 64 levels deep"),
+        Broken(label: "NUL byte", yaml: header + "\n  allow: [read\u{0}]\n", line: 1, column: 1,
+               message: "YAML syntax error: control characters are not allowed"),
         Broken(label: "tab indentation", yaml: "version: 1\nseccomp:\n\tdefault: kill\n", line: 3,
                message: "YAML syntax error"),
         Broken(label: "unknown top-level key", yaml: """

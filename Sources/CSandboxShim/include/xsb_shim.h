@@ -224,6 +224,9 @@ int xsb_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token);
 /// Returns the number of events, or -errno. At most 64 per call.
 int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms);
 
+/// Names the calling thread (at most 15 bytes). Returns 0 or an errno.
+int xsb_set_thread_name(const char *name);
+
 /// Human-readable name of a step, e.g. "bind mount".
 const char *xsb_step_name(int step);
 

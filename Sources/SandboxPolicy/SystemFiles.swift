@@ -1,0 +1,117 @@
+import Glibc
+
+/// Files, directories and paths through plain system calls, for the policy loader and the
+/// supervisor (/proc, cgroupfs).
+///
+/// Not Foundation: linking swift-corelibs-foundation (CoreFoundation) costs every one-shot
+/// `extsandbox exec` about a millisecond of start-up, and none of its generality is needed here.
+package enum SystemFiles {
+    /// The whole file, or the errno of what failed (`EFBIG` past `limit` bytes).
+    package static func bytes(_ path: String, limit: Int = 1 << 20) -> Result<[UInt8], Errno> {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return .failure(Errno(errno)) }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16384)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { return .failure(Errno(errno)) }
+            if count == 0 { break }
+            bytes += chunk[..<count]
+            guard bytes.count <= limit else { return .failure(Errno(EFBIG)) }
+        }
+        return .success(bytes)
+    }
+
+    /// The whole file as UTF-8 text, or `nil` if it cannot be read (or exceeds `limit` bytes).
+    package static func text(_ path: String, limit: Int = 1 << 20) -> String? {
+        guard case .success(let bytes) = self.bytes(path, limit: limit) else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The names in a directory (without `.` and `..`), or `nil` if it cannot be listed.
+    package static func entries(_ path: String) -> [String]? {
+        guard let directory = opendir(path) else { return nil }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// The file type bits (`S_IFDIR`, `S_IFREG`, …) of what `path` names, following links;
+    /// `nil` when nothing is there.
+    package static func kind(of path: String) -> mode_t? {
+        var info = stat()
+        return stat(path, &info) == 0 ? info.st_mode & S_IFMT : nil
+    }
+
+    /// The canonical absolute path, symbolic links resolved; `nil` if it does not exist.
+    package static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// What a symbolic link points to.
+    package static func linkTarget(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink(path, &buffer, buffer.count - 1)
+        guard count >= 0 else { return nil }
+        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The working directory, or `nil` if it is gone.
+    package static func currentDirectory() -> String? {
+        guard let cwd = getcwd(nil, 0) else { return nil }
+        defer { free(cwd) }
+        return String(cString: cwd)
+    }
+
+    /// The process's environment (the first of duplicate names wins, as `getenv` finds it).
+    package static func environment() -> [String: String] {
+        var out: [String: String] = [:]
+        var entry = environ
+        while let pointer = entry.pointee {
+            let item = String(cString: pointer)
+            if let equals = item.firstIndex(of: "=") {
+                let name = String(item[..<equals])
+                if out[name] == nil { out[name] = String(item[item.index(after: equals)...]) }
+            }
+            entry += 1
+        }
+        return out
+    }
+}
+
+/// Path text operations (no file-system access).
+package enum FilePaths {
+    /// The last component: "standard.yaml" for "/etc/x/standard.yaml".
+    package static func lastComponent(_ path: String) -> String {
+        let trimmed = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+        guard let slash = trimmed.lastIndex(of: "/"), trimmed != "/" else { return trimmed }
+        return String(trimmed[trimmed.index(after: slash)...])
+    }
+
+    /// The directory part: "/etc/x" for "/etc/x/a.yaml", "/" for "/a", "" for "a.yaml".
+    package static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "" }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    package static func join(_ directory: String, _ name: String) -> String {
+        directory.isEmpty ? name : directory.hasSuffix("/") ? directory + name : directory + "/" + name
+    }
+}
+
+/// An errno value with its message.
+package struct Errno: Error, Equatable, CustomStringConvertible {
+    package var code: Int32
+    package init(_ code: Int32) { self.code = code }
+    package var description: String { String(cString: strerror(code)) }
+}

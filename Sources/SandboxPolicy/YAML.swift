@@ -1,0 +1,186 @@
+import CYAML
+
+/// A node of a YAML document, with its position, as policy files need it: every scalar stays
+/// the text that was written (no tag resolution: `no` and `0x10` are strings until a policy
+/// section interprets them), and mappings keep their entries in file order.
+///
+/// Built on libyaml's event parser rather than a Swift YAML package: those resolve tags with
+/// Foundation's regular expressions, and linking Foundation's CoreFoundation layer costs every
+/// `extsandbox exec` about a millisecond of start-up (docs/architecture.md).
+enum YAMLNode {
+    case scalar(Scalar)
+    case mapping(Mapping)
+    case sequence(List)
+    /// `*name`: policy files reject aliases, so only the position is kept.
+    case alias(YAMLMark)
+
+    struct Scalar {
+        var string: String
+        var style: Style
+        var mark: YAMLMark
+
+        enum Style { case plain, singleQuoted, doubleQuoted, literal, folded }
+    }
+
+    struct Mapping: Sequence {
+        var entries: [(key: YAMLNode, value: YAMLNode)]
+        var mark: YAMLMark
+        func makeIterator() -> IndexingIterator<[(key: YAMLNode, value: YAMLNode)]> { entries.makeIterator() }
+    }
+
+    struct List: Sequence {
+        var items: [YAMLNode]
+        var mark: YAMLMark
+        func makeIterator() -> IndexingIterator<[YAMLNode]> { items.makeIterator() }
+    }
+
+    var mark: YAMLMark {
+        switch self {
+        case .scalar(let s): return s.mark
+        case .mapping(let m): return m.mark
+        case .sequence(let l): return l.mark
+        case .alias(let mark): return mark
+        }
+    }
+}
+
+/// A 1-based line and column in a YAML text.
+struct YAMLMark: Equatable {
+    var line: Int
+    var column: Int
+
+    init(line: Int, column: Int) {
+        self.line = line
+        self.column = column
+    }
+
+    init(_ mark: yaml_mark_t) {
+        self.init(line: Int(mark.line) + 1, column: Int(mark.column) + 1)
+    }
+}
+
+/// Why a text is not one YAML document.
+struct YAMLError: Error, Equatable {
+    /// What went wrong, in libyaml's words, e.g. "did not find expected ',' or ']'".
+    var problem: String
+    var mark: YAMLMark
+    /// What was being read when it went wrong, e.g. "while parsing a flow sequence", and where
+    /// that started.
+    var context: String?
+    var contextMark: YAMLMark?
+}
+
+enum YAMLReader {
+    /// Deeper nesting is refused: the tree is walked recursively later, and a hostile file of a
+    /// million `[` must get an error, not overflow the stack.
+    static let maximumDepth = 64
+
+    /// The single document in `text`, or nil when the text holds no document at all.
+    static func compose(_ text: String) throws(YAMLError) -> YAMLNode? {
+        var bytes = Array(text.utf8)
+        if bytes.isEmpty { bytes = [0x0a] }  // libyaml wants a non-empty buffer
+        return try bytes.withUnsafeBufferPointer { (buffer) throws(YAMLError) -> YAMLNode? in
+            var parser = yaml_parser_t()
+            guard yaml_parser_initialize(&parser) == 1 else {
+                throw YAMLError(problem: "out of memory", mark: YAMLMark(line: 1, column: 1))
+            }
+            defer { yaml_parser_delete(&parser) }
+            yaml_parser_set_input_string(&parser, buffer.baseAddress, buffer.count)
+            var composer = Composer()
+            while true {
+                var event = yaml_event_t()
+                guard yaml_parser_parse(&parser, &event) == 1 else { throw error(of: parser) }
+                defer { yaml_event_delete(&event) }
+                if event.type == YAML_STREAM_END_EVENT { return composer.root }
+                try composer.consume(event)
+            }
+        }
+    }
+
+    private static func error(of parser: yaml_parser_t) -> YAMLError {
+        let problem = parser.problem.map { String(cString: $0) } ?? "not valid YAML"
+        let context = parser.context.map { String(cString: $0) }
+        // Reader errors (bad UTF-8, a NUL byte) have an offset, not a line.
+        let mark = parser.error == YAML_READER_ERROR
+            ? YAMLMark(line: 1, column: 1) : YAMLMark(parser.problem_mark)
+        return YAMLError(problem: problem, mark: mark, context: context,
+                         contextMark: context == nil ? nil : YAMLMark(parser.context_mark))
+    }
+
+    /// Turns libyaml's events into a tree, keeping open collections on a stack.
+    private struct Composer {
+        enum Open {
+            case mapping(YAMLNode.Mapping, pendingKey: YAMLNode?)
+            case sequence(YAMLNode.List)
+        }
+
+        var stack: [Open] = []
+        var root: YAMLNode?
+        var documents = 0
+
+        mutating func consume(_ event: yaml_event_t) throws(YAMLError) {
+            let mark = YAMLMark(event.start_mark)
+            switch event.type {
+            case YAML_DOCUMENT_START_EVENT:
+                documents += 1
+                if documents > 1 {
+                    throw YAMLError(problem: "a policy file holds one YAML document, found a second one (---)", mark: mark)
+                }
+            case YAML_SCALAR_EVENT:
+                let scalar = event.data.scalar
+                let text = scalar.value.map {
+                    String(decoding: UnsafeBufferPointer(start: $0, count: scalar.length), as: UTF8.self)
+                } ?? ""
+                try add(.scalar(.init(string: text, style: style(scalar.style), mark: mark)))
+            case YAML_ALIAS_EVENT:
+                try add(.alias(mark))
+            case YAML_SEQUENCE_START_EVENT:
+                try open(.sequence(.init(items: [], mark: mark)), at: mark)
+            case YAML_MAPPING_START_EVENT:
+                try open(.mapping(.init(entries: [], mark: mark), pendingKey: nil), at: mark)
+            case YAML_SEQUENCE_END_EVENT, YAML_MAPPING_END_EVENT:
+                guard let top = stack.popLast() else { return }
+                switch top {
+                case .sequence(let list): try add(.sequence(list))
+                case .mapping(let mapping, _): try add(.mapping(mapping))
+                }
+            default:
+                break  // stream start/end, document end
+            }
+        }
+
+        private mutating func open(_ collection: Open, at mark: YAMLMark) throws(YAMLError) {
+            guard stack.count < YAMLReader.maximumDepth else {
+                throw YAMLError(problem: "nested more than \(YAMLReader.maximumDepth) levels deep", mark: mark)
+            }
+            stack.append(collection)
+        }
+
+        private mutating func add(_ node: YAMLNode) throws(YAMLError) {
+            guard let top = stack.popLast() else {
+                root = node
+                return
+            }
+            switch top {
+            case .sequence(var list):
+                list.items.append(node)
+                stack.append(.sequence(list))
+            case .mapping(var mapping, let key?):
+                mapping.entries.append((key, node))
+                stack.append(.mapping(mapping, pendingKey: nil))
+            case .mapping(let mapping, nil):
+                stack.append(.mapping(mapping, pendingKey: node))
+            }
+        }
+
+        private func style(_ style: yaml_scalar_style_t) -> YAMLNode.Scalar.Style {
+            switch style {
+            case YAML_SINGLE_QUOTED_SCALAR_STYLE: return .singleQuoted
+            case YAML_DOUBLE_QUOTED_SCALAR_STYLE: return .doubleQuoted
+            case YAML_LITERAL_SCALAR_STYLE: return .literal
+            case YAML_FOLDED_SCALAR_STYLE: return .folded
+            default: return .plain
+            }
+        }
+    }
+}
