@@ -16,7 +16,7 @@ final class SpawnerThread: @unchecked Sendable {
     init() throws(SandboxError) {
         pending = .allocate(capacity: 1)
         sem_init(pending, 0, 0)
-        try DetachedThread.start(name: "xsb-spawner") { [self] in self.loop() }
+        try DetachedThread.start(name: "xsb-spawner", stackSize: 1 << 20) { [self] in self.loop() }
     }
 
     /// Runs `body` on the spawner thread and returns its result.
