@@ -1,6 +1,7 @@
 // Thin epoll wrappers: struct epoll_event is packed on x86_64, which Swift imports awkwardly.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <sys/epoll.h>
 
 #include "xsb_shim.h"
@@ -34,4 +35,12 @@ int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int ti
         events[i] = evs[i].events;
     }
     return n;
+}
+
+int xsb_wait_readable(int fd, long timeout_ns) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    struct timespec timeout = {.tv_sec = timeout_ns / 1000000000L, .tv_nsec = timeout_ns % 1000000000L};
+    int n = ppoll(&p, 1, &timeout, NULL);
+    if (n < 0) return -errno;
+    return n > 0 && (p.revents & POLLIN) ? 1 : 0;
 }

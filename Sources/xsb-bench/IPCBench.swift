@@ -118,6 +118,45 @@ struct IPCBench: Sendable {
         return results
     }
 
+    /// Only connects (each with its first reply), for profiling.
+    nonisolated func connectsOnly(count: Int) async throws -> [Double] {
+        let point = AppExtensionPoint(name: "xsb-bench.ipc", securityLevel: securityLevel)
+        let echo = AppExtensionIdentity(bundleIdentifier: "xsb-bench.echo", executablePath: extensionPath, point: point)
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: echo, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let small = ExtensionMessage([UInt8](repeating: UInt8(ascii: "x"), count: Self.messageSize))
+        for _ in 0..<200 { try await roundTrip(connection, small) }
+        var samples: [Double] = []
+        for _ in 0..<count {
+            samples.append(try await connectOnce(process, small))
+            for _ in 0..<5 { try await roundTrip(connection, small) }
+        }
+        return samples
+    }
+
+    /// Only round trips, for profiling: the launch and the connection happen before the timed part.
+    nonisolated func roundTripsOnly(count: Int) async throws -> [Double] {
+        let point = AppExtensionPoint(name: "xsb-bench.ipc", securityLevel: securityLevel)
+        let echo = AppExtensionIdentity(bundleIdentifier: "xsb-bench.echo", executablePath: extensionPath, point: point)
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: echo, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let small = ExtensionMessage([UInt8](repeating: UInt8(ascii: "x"), count: Self.messageSize))
+        var samples: [Double] = []
+        samples.reserveCapacity(count)
+        for _ in 0..<count {
+            let start = now()
+            try await roundTrip(connection, small)
+            samples.append(now() - start)
+        }
+        return samples
+    }
+
     // MARK: Host API
 
     private nonisolated func roundTrip(_ connection: ExtensionConnection, _ message: ExtensionMessage) async throws {

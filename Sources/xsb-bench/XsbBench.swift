@@ -9,11 +9,14 @@ import SandboxRuntime
 ///
 ///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|ipc] [--breakdown]
 ///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
+///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N) [--policy PATH] [--extension PATH]
 ///
 /// `--iterations` counts launch runs (default 200), `--rounds` interleaved IPC rounds (default
 /// 30; see ``IPCBench``). `--breakdown` adds where a round trip's time goes (see
 /// ``Breakdown``). The extension (`xsb-echo-extension`) and the raw C reference
-/// (`xsb-pingpong`) default to the files next to this executable.
+/// (`xsb-pingpong`) default to the files next to this executable. `--profile-rtt N` only runs N
+/// host-API round trips, `--profile-connect N` only N connects (each followed by its first reply),
+/// and prints their median: for `perf record` sessions and A/B runs.
 @main
 struct XsbBench {
     static func main() async throws {
@@ -79,6 +82,16 @@ struct XsbBench {
             }
             let bench = IPCBench(extensionPath: extensionPath, pingpongPath: pingpongPath,
                                  securityLevel: policyPath ?? "standard", rounds: rounds)
+            if let count = Int(option("--profile-connect") ?? "") {
+                let samples = try await bench.connectsOnly(count: count)
+                print(String(format: "%d connects, median %.1f us", count, median(samples) * 1e6))
+                return
+            }
+            if let count = Int(option("--profile-rtt") ?? "") {
+                let samples = try await bench.roundTripsOnly(count: count)
+                print(String(format: "%d host-API round trips, median %.1f us", count, median(samples) * 1e6))
+                return
+            }
             let results = try await bench.run()
             let rttAPI = median(results.rttAPI), rttRaw = median(results.rttRaw)
             let rttRawSame = median(results.rttRawSameCPU), rttRawCross = median(results.rttRawCrossCPU)

@@ -18,6 +18,31 @@ struct HostAPITests {
         await #expect(throws: ExtensionError.self) { _ = try await connection.send(HostFixtures.message("fail")) }
         #expect(HostFixtures.text(try await connection.send(HostFixtures.message("still fine"))) == "still fine")
     }
+
+    /// A sole outstanding request waits for its reply on the caller's thread for a moment, while
+    /// the monitor thread watches the same socket: quick and slow replies, one at a time and many
+    /// at once, each reach their own request exactly once.
+    @Test("quick and slow replies, alone and concurrent, each reach their own request")
+    func repliesReachTheirRequests() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        for round in 0..<40 {
+            // "sleep 2" answers after 2 ms, beyond the caller's wait; "sleep 0" at once.
+            let command = round % 3 == 0 ? "sleep 2" : round % 3 == 1 ? "sleep 0" : "quick \(round)"
+            #expect(HostFixtures.text(try await connection.send(HostFixtures.message(command))) == command)
+        }
+        let replies = try await withThrowingTaskGroup(of: (String, String).self) { group in
+            for index in 0..<32 {
+                let command = index % 4 == 0 ? "sleep 1" : "concurrent \(index)"
+                group.addTask { (command, HostFixtures.text(try await connection.send(HostFixtures.message(command)))) }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(replies.count == 32)
+        for (sent, received) in replies { #expect(sent == received) }
+    }
 }
 
 @Suite("Host API lifecycle")

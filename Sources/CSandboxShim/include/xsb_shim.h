@@ -223,6 +223,9 @@ int xsb_epoll_remove(int epfd, int fd);
 int xsb_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token);
 /// Returns the number of events, or -errno. At most 64 per call.
 int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms);
+/// Waits up to `timeout_ns` for `fd` to become readable (ppoll). Returns 1 when it is, 0 on
+/// timeout, -errno on error.
+int xsb_wait_readable(int fd, long timeout_ns);
 
 /// Names the calling thread (at most 15 bytes). Returns 0 or an errno.
 int xsb_set_thread_name(const char *name);
