@@ -171,7 +171,7 @@ public enum DockerProfileImporter {
                 var usable = true
                 var seenArgs: Set<Int> = []
                 for arg in entry["args"]?.objects ?? [] {
-                    guard let argIndex = Self.number(arg["index"]).map(Int.init), (0...5).contains(argIndex),
+                    guard let argIndex = Self.number(arg["index"]).flatMap({ Int(exactly: $0) }), (0...5).contains(argIndex),
                         let value = Self.number(arg["value"]), let op = arg["op"]?.string
                     else {
                         warn("\(label) (\(shown)) skipped: an argument condition without a valid index, value or op")
@@ -241,7 +241,7 @@ public enum DockerProfileImporter {
 
         func output() -> Output {
             var y: [String] = []
-            y.append("# Imported from the Docker/OCI seccomp profile \(source)")
+            y.append("# Imported from the Docker/OCI seccomp profile \(oneLine(source))")
             y.append("# by `extsandbox policy import-docker`. Review it, then check it with `extsandbox policy check`.")
             y.append("#")
             y.append("# A Docker profile describes only the system-call filter: the filesystem, network, environment")
@@ -249,7 +249,9 @@ public enum DockerProfileImporter {
             if !notes.isEmpty {
                 y.append("#")
                 y.append("# What did not map one to one:")
-                for note in notes { y.append("#   - " + note) }
+                // Names in notes come from the profile: one line each, or a newline in one would
+                // start a key of its own in the policy.
+                for note in notes { y.append("#   - " + oneLine(note)) }
             }
             y.append("")
             y.append("version: 1")
@@ -321,10 +323,18 @@ public enum DockerProfileImporter {
         }
 
         func quoted(_ text: String) -> String {
+            // YAML double-quoted style: escape backslash, quote and every control character.
             var out = "\""
-            for c in text {
-                if c == "\\" || c == "\"" { out.append("\\") }
-                out.append(c)
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\\": out += "\\\\"
+                case "\"": out += "\\\""
+                case "\n": out += "\\n"
+                case "\t": out += "\\t"
+                case _ where scalar.value < 0x20 || scalar.value == 0x7f:
+                    out += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+                default: out.unicodeScalars.append(scalar)
+                }
             }
             return out + "\""
         }

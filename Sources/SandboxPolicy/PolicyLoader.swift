@@ -98,6 +98,8 @@ public enum PolicyLoader {
             throw PolicyError(file: file, message: "no such policy file")
         }
         guard kind != S_IFDIR else { throw PolicyError(file: file, message: "is a directory, not a policy file") }
+        // A FIFO or a device would block the read, or never end.
+        guard kind == S_IFREG else { throw PolicyError(file: file, message: "is not a regular file, not a policy file") }
         let bytes: [UInt8]
         switch SystemFiles.bytes(file, limit: maximumFileSize) {
         case .success(let read): bytes = read

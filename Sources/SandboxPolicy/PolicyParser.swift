@@ -108,6 +108,12 @@ struct NodeReader {
     func string(_ node: YAMLNode, what: String) -> String? {
         switch node {
         case .scalar(let s):
+            // "\0" in a double-quoted scalar: every value ends up in a C string (a path, an
+            // environment variable), which would silently end there.
+            guard !s.string.utf8.contains(0) else {
+                diag.error(node, "\(what) contains a NUL character (\\0)")
+                return nil
+            }
             return s.string
         default:
             diag.error(node, "\(what) must be a single value, found \(node.kindName)")

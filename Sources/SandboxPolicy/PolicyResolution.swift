@@ -1,7 +1,4 @@
 import Glibc
-#if canImport(Glibc)
-import Glibc
-#endif
 import CSeccomp
 
 /// Everything outside a policy's text that decided what ``PolicyLoader`` made of it: which files

@@ -74,16 +74,21 @@ package enum SystemFiles {
     }
 
     /// The process's environment (the first of duplicate names wins, as `getenv` finds it).
+    /// Must not run while another thread changes the environment (setenv is not thread-safe).
     package static func environment() -> [String: String] {
         var out: [String: String] = [:]
-        var entry = environ
+        // NULL after clearenv().
+        guard let start = environ as UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? else { return out }
+        var entry = start
         while let pointer = entry.pointee {
-            let item = String(cString: pointer)
+            entry += 1
+            // Entries that are not UTF-8 are left out (as Foundation's ProcessInfo does): a
+            // String would replace their bytes, and pass on a different value.
+            guard let item = String(validatingCString: pointer) else { continue }
             if let equals = item.firstIndex(of: "=") {
                 let name = String(item[..<equals])
                 if out[name] == nil { out[name] = String(item[item.index(after: equals)...]) }
             }
-            entry += 1
         }
         return out
     }

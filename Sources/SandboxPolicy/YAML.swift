@@ -80,16 +80,19 @@ enum YAMLReader {
         var bytes = Array(text.utf8)
         if bytes.isEmpty { bytes = [0x0a] }  // libyaml wants a non-empty buffer
         return try bytes.withUnsafeBufferPointer { (buffer) throws(YAMLError) -> YAMLNode? in
-            var parser = yaml_parser_t()
-            guard yaml_parser_initialize(&parser) == 1 else {
+            // On the heap: libyaml keeps a pointer to the parser itself (its read handler's data),
+            // so it must stay at one address for the whole parse.
+            let parser = UnsafeMutablePointer<yaml_parser_t>.allocate(capacity: 1)
+            defer { parser.deallocate() }
+            guard yaml_parser_initialize(parser) == 1 else {
                 throw YAMLError(problem: "out of memory", mark: YAMLMark(line: 1, column: 1))
             }
-            defer { yaml_parser_delete(&parser) }
-            yaml_parser_set_input_string(&parser, buffer.baseAddress, buffer.count)
+            defer { yaml_parser_delete(parser) }
+            yaml_parser_set_input_string(parser, buffer.baseAddress, buffer.count)
             var composer = Composer()
             while true {
                 var event = yaml_event_t()
-                guard yaml_parser_parse(&parser, &event) == 1 else { throw error(of: parser) }
+                guard yaml_parser_parse(parser, &event) == 1 else { throw error(of: parser.pointee, in: buffer) }
                 defer { yaml_event_delete(&event) }
                 if event.type == YAML_STREAM_END_EVENT { return composer.root }
                 try composer.consume(event)
@@ -97,21 +100,44 @@ enum YAMLReader {
         }
     }
 
-    private static func error(of parser: yaml_parser_t) -> YAMLError {
-        let problem = parser.problem.map { String(cString: $0) } ?? "not valid YAML"
+    private static func error(of parser: yaml_parser_t, in text: UnsafeBufferPointer<UInt8>) -> YAMLError {
+        let problem = parser.problem.map { String(cString: $0) }
+            ?? (parser.error == YAML_MEMORY_ERROR ? "out of memory" : "not valid YAML")
         let context = parser.context.map { String(cString: $0) }
-        // Reader errors (bad UTF-8, a NUL byte) have an offset, not a line.
+        // Reader errors (bad UTF-8, a control character) have a byte offset, not a line.
         let mark = parser.error == YAML_READER_ERROR
-            ? YAMLMark(line: 1, column: 1) : YAMLMark(parser.problem_mark)
+            ? position(ofByte: Int(parser.problem_offset), in: text) : YAMLMark(parser.problem_mark)
         return YAMLError(problem: problem, mark: mark, context: context,
                          contextMark: context == nil ? nil : YAMLMark(parser.context_mark))
     }
 
-    /// Turns libyaml's events into a tree, keeping open collections on a stack.
+    /// Line and column (in characters) of byte `offset`.
+    private static func position(ofByte offset: Int, in text: UnsafeBufferPointer<UInt8>) -> YAMLMark {
+        var line = 1, column = 1
+        for byte in text.prefix(max(0, min(offset, text.count))) {
+            if byte == 0x0a {
+                line += 1
+                column = 1
+            } else if byte & 0xc0 != 0x80 {  // not a UTF-8 continuation byte
+                column += 1
+            }
+        }
+        return YAMLMark(line: line, column: column)
+    }
+
+    /// Turns libyaml's events into a tree, keeping open collections on a stack (mutated in
+    /// place: an append never copies a collection's elements).
     private struct Composer {
-        enum Open {
-            case mapping(YAMLNode.Mapping, pendingKey: YAMLNode?)
-            case sequence(YAMLNode.List)
+        struct Open {
+            var mark: YAMLMark
+            var isMapping: Bool
+            var items: [YAMLNode] = []
+            var entries: [(key: YAMLNode, value: YAMLNode)] = []
+            var pendingKey: YAMLNode?
+
+            var node: YAMLNode {
+                isMapping ? .mapping(.init(entries: entries, mark: mark)) : .sequence(.init(items: items, mark: mark))
+            }
         }
 
         var stack: [Open] = []
@@ -131,45 +157,35 @@ enum YAMLReader {
                 let text = scalar.value.map {
                     String(decoding: UnsafeBufferPointer(start: $0, count: scalar.length), as: UTF8.self)
                 } ?? ""
-                try add(.scalar(.init(string: text, style: style(scalar.style), mark: mark)))
+                add(.scalar(.init(string: text, style: style(scalar.style), mark: mark)))
             case YAML_ALIAS_EVENT:
-                try add(.alias(mark))
-            case YAML_SEQUENCE_START_EVENT:
-                try open(.sequence(.init(items: [], mark: mark)), at: mark)
-            case YAML_MAPPING_START_EVENT:
-                try open(.mapping(.init(entries: [], mark: mark), pendingKey: nil), at: mark)
-            case YAML_SEQUENCE_END_EVENT, YAML_MAPPING_END_EVENT:
-                guard let top = stack.popLast() else { return }
-                switch top {
-                case .sequence(let list): try add(.sequence(list))
-                case .mapping(let mapping, _): try add(.mapping(mapping))
+                add(.alias(mark))
+            case YAML_SEQUENCE_START_EVENT, YAML_MAPPING_START_EVENT:
+                guard stack.count < YAMLReader.maximumDepth else {
+                    throw YAMLError(problem: "nested more than \(YAMLReader.maximumDepth) levels deep", mark: mark)
                 }
+                stack.append(Open(mark: mark, isMapping: event.type == YAML_MAPPING_START_EVENT))
+            case YAML_SEQUENCE_END_EVENT, YAML_MAPPING_END_EVENT:
+                guard let closed = stack.popLast() else { return }
+                add(closed.node)
             default:
                 break  // stream start/end, document end
             }
         }
 
-        private mutating func open(_ collection: Open, at mark: YAMLMark) throws(YAMLError) {
-            guard stack.count < YAMLReader.maximumDepth else {
-                throw YAMLError(problem: "nested more than \(YAMLReader.maximumDepth) levels deep", mark: mark)
-            }
-            stack.append(collection)
-        }
-
-        private mutating func add(_ node: YAMLNode) throws(YAMLError) {
-            guard let top = stack.popLast() else {
+        private mutating func add(_ node: YAMLNode) {
+            guard !stack.isEmpty else {
                 root = node
                 return
             }
-            switch top {
-            case .sequence(var list):
-                list.items.append(node)
-                stack.append(.sequence(list))
-            case .mapping(var mapping, let key?):
-                mapping.entries.append((key, node))
-                stack.append(.mapping(mapping, pendingKey: nil))
-            case .mapping(let mapping, nil):
-                stack.append(.mapping(mapping, pendingKey: node))
+            let top = stack.count - 1
+            if !stack[top].isMapping {
+                stack[top].items.append(node)
+            } else if let key = stack[top].pendingKey {
+                stack[top].entries.append((key, node))
+                stack[top].pendingKey = nil
+            } else {
+                stack[top].pendingKey = node
             }
         }
 

@@ -16,7 +16,13 @@ final class SpawnerThread: @unchecked Sendable {
     init() throws(SandboxError) {
         pending = .allocate(capacity: 1)
         sem_init(pending, 0, 0)
-        try DetachedThread.start(name: "xsb-spawner", stackSize: 1 << 20) { [self] in self.loop() }
+        do {
+            try DetachedThread.start(name: "xsb-spawner", stackSize: 1 << 20) { [self] in self.loop() }
+        } catch {
+            sem_destroy(pending)
+            pending.deallocate()
+            throw error
+        }
     }
 
     /// Runs `body` on the spawner thread and returns its result.

@@ -1,3 +1,4 @@
+import Glibc
 import Testing
 @testable import SandboxPolicy
 
@@ -32,8 +33,10 @@ struct BrokenPolicyTests {
                message: "YAML syntax error: a policy file holds one YAML document, found a second one (---)"),
         Broken(label: "nesting too deep", yaml: header + "\n  allow: " + String(repeating: "[", count: 200) + "\n", line: 4,
                message: "YAML syntax error: nested more than 64 levels deep"),
-        Broken(label: "NUL byte", yaml: header + "\n  allow: [read\u{0}]\n", line: 1, column: 1,
+        Broken(label: "NUL byte", yaml: header + "\n  allow: [read\u{0}]\n", line: 4, column: 15,
                message: "YAML syntax error: control characters are not allowed"),
+        Broken(label: "escaped NUL in a value", yaml: minimalPolicy + "\nenvironment: { set: { A: \"x\\0y\" } }\n", line: 5,
+               message: "contains a NUL character"),
         Broken(label: "tab indentation", yaml: "version: 1\nseccomp:\n\tdefault: kill\n", line: 3,
                message: "YAML syntax error"),
         Broken(label: "unknown top-level key", yaml: """
@@ -194,6 +197,15 @@ struct BrokenPolicyTests {
         #expect(first.description.hasPrefix("t.yaml:\(c.line):"))
         // load throws the same problem.
         #expect(throws: first) { try PolicyLoader.load(yaml: c.yaml, name: "t", sourcePath: "t.yaml") }
+    }
+
+    @Test func aFifoIsRefusedNotRead() throws {
+        let path = "/tmp/xsb-policy-fifo-\(getpid()).yaml"
+        unlink(path)
+        #expect(mkfifo(path, 0o600) == 0)
+        defer { unlink(path) }
+        // Reading a FIFO nobody writes would block forever.
+        #expect { try PolicyLoader.load(file: path) } throws: { "\($0)".contains("is not a regular file") }
     }
 
     @Test func collectsEveryProblemOfAFile() throws {

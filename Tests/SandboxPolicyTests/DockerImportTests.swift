@@ -108,4 +108,19 @@ struct DockerImportTests {
             "\($0)".contains("a profile needs \"defaultAction\"")
         }
     }
+
+    @Test func hostileValuesNeitherCrashNorInjectKeys() throws {
+        // An argument index of -1 (UInt64.max as a 64-bit pattern), and a name with a newline
+        // that would start a key of its own if it reached the output unchanged.
+        let json = """
+            { "defaultAction": "SCMP_ACT_ERRNO",
+              "syscalls": [
+                { "names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [ { "index": -1, "value": 1, "op": "SCMP_CMP_EQ" } ] },
+                { "names": ["nosuch\\nnetwork: host"], "action": "SCMP_ACT_ALLOW" } ] }
+            """
+        let output = try DockerProfileImporter.convert(json: Data(json.utf8), source: "evil\nname.json")
+        #expect(output.warnings.contains { $0.contains("without a valid index") })
+        #expect(!output.yaml.split(separator: "\n").contains { $0.hasPrefix("network: host") })
+        #expect(!output.yaml.split(separator: "\n").contains { $0 == "name.json" })
+    }
 }
