@@ -28,7 +28,8 @@ public final class ExtensionConnection: Sendable {
     private typealias Reply = UnsafeContinuation<ExtensionMessage, any Error>
     private typealias Handshake = CheckedContinuation<UInt32, any Error>
 
-    /// Everything but sending. The monitor thread reads the socket under this lock.
+    /// Everything but sending. The socket is read under this lock: by the monitor thread, and
+    /// by a caller waiting briefly for its reply (``waitForReadableBriefly(_:)``).
     private struct State {
         /// Whether the socket is still open (it closes before `closedBecause` is set when the
         /// extension hung up with requests pending: see `eventsArrived`).
@@ -64,7 +65,8 @@ public final class ExtensionConnection: Sendable {
 
     /// Wraps the host end of a new connection and writes the host's HELLO into it at once, so
     /// that the extension finds it waiting when it gets its end (``handshake(timeout:)`` then
-    /// waits for the answer). Every later write, reply and close is on `monitor`.
+    /// waits for the answer). Later, requests are written by their callers, and replies read
+    /// on `monitor` (or by a caller waiting briefly for its own).
     init(descriptor: Int32, monitor: EventMonitor, name: String, onClose: @escaping @Sendable () -> Void) {
         self.monitor = monitor
         self.onClose = onClose
@@ -214,11 +216,16 @@ public final class ExtensionConnection: Sendable {
     /// through the monitor thread and a wake-up of the caller's executor thread (`xsb-bench
     /// --profile-rtt`: 10-15 µs less of a 50-70 µs round trip, in every one of 8 paired runs).
     /// The wait sleeps in the kernel (ppoll) and is bounded; only a connection's sole outstanding
-    /// request waits; after a wait that timed out the connection skips the next few, so a slow
-    /// extension costs its callers' threads at most this long every few requests.
+    /// request waits, and only one caller in the process at a time; after a wait that timed out
+    /// the connection skips the next few, so a slow extension costs its callers' threads at most
+    /// this long every few requests.
     static let callerWait: Duration = .microseconds(100)
     /// Waits skipped after one that timed out.
     static let waitsSkippedAfterTimeout = 8
+    /// Callers waiting at once, in the whole process: one, so that many connections with one
+    /// request each never hold several executor threads in `ppoll` together.
+    private static let maximumWaiters = 1
+    private static let waiters = Atomic<Int>(0)
 
     /// After a request went out: if `alone(state)` holds, waits up to
     /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
@@ -235,6 +242,11 @@ public final class ExtensionConnection: Sendable {
             return socket.value.descriptor
         }
         guard let descriptor else { return }
+        guard Self.waiters.add(1, ordering: .relaxed).newValue <= Self.maximumWaiters else {
+            Self.waiters.subtract(1, ordering: .relaxed)
+            return
+        }
+        defer { Self.waiters.subtract(1, ordering: .relaxed) }
         let (seconds, attoseconds) = Self.callerWait.components
         let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
         if xsb_wait_readable(descriptor, nanoseconds) == 1 {
@@ -265,8 +277,9 @@ public final class ExtensionConnection: Sendable {
         return nil
     }
 
-    /// On the monitor thread: write what is queued, read what arrived, never block. Each frame
-    /// is handled under the lock and its waiter resumed right after it, outside the lock.
+    /// On the monitor thread (or a caller's, readable only): write what is queued, read what
+    /// arrived, never block. Each frame is handled under the lock and its waiter resumed right
+    /// after it, outside the lock.
     private func eventsArrived(_ events: UInt32) {
         if events & EventMonitor.writable != 0 {
             let failure: ExtensionError? = output.withLock { output in
