@@ -94,11 +94,22 @@ public final class ExtensionConnection: Sendable {
         defer { Deadlines.shared.cancel(deadline) }
         do {
             let peerMaximum = try await withCheckedThrowingContinuation { (continuation: Handshake) in
-                // Waiting first, watching second: the answer may come at once.
                 let failure: (any Error)? = state.withLock { state in
                     if let closed = state.closedBecause { return closed }
                     guard state.open else { return ExtensionError.connectionClosed(detail: "the extension closed the connection") }
                     state.handshake = continuation
+                    return nil
+                }
+                if let failure {
+                    continuation.resume(throwing: failure)
+                    return
+                }
+                // The answer usually comes within a round trip or two: take it on this thread
+                // when it does, and only then hand the socket to the monitor thread (which then
+                // never wakes for the answer too, nor contends for the lock).
+                if waitBriefly(for: socket.value.descriptor) == true { eventsArrived(EventMonitor.readable) }
+                let watchFailure: (any Error)? = state.withLock { state in
+                    guard state.open else { return nil }  // closed meanwhile: that failed the handshake
                     do {
                         let token = try monitor.add(fd: socket.value.descriptor, events: EventMonitor.readable) { [weak self] events in
                             self?.eventsArrived(events)
@@ -106,11 +117,11 @@ public final class ExtensionConnection: Sendable {
                         self.token.store(token, ordering: .relaxed)
                         return nil
                     } catch {
-                        state.handshake = nil
                         return error
                     }
                 }
-                if let failure { continuation.resume(throwing: failure) }
+                // Unwatched, nothing more would be read: close (which fails a pending handshake).
+                if let watchFailure { close(because: .connectionClosed(detail: "cannot watch the socket: \(watchFailure)")) }
             }
             // No request is sent before the handshake is done: nothing else uses the encoder yet.
             output.withLock { output in if output.open { socket.value.encoder.maximumFrameSize = peerMaximum } }
@@ -242,18 +253,23 @@ public final class ExtensionConnection: Sendable {
             return socket.value.descriptor
         }
         guard let descriptor else { return }
+        switch waitBriefly(for: descriptor) {
+        case true?: eventsArrived(EventMonitor.readable)
+        case false?: state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
+        case nil: break  // another caller is waiting
+        }
+    }
+
+    /// Waits up to ``callerWait`` for `descriptor` to become readable: true when it is, false
+    /// after the wait timed out, nil (at once) when another caller in the process is waiting.
+    private func waitBriefly(for descriptor: Int32) -> Bool? {
         guard Self.waiters.add(1, ordering: .relaxed).newValue <= Self.maximumWaiters else {
             Self.waiters.subtract(1, ordering: .relaxed)
-            return
+            return nil
         }
         defer { Self.waiters.subtract(1, ordering: .relaxed) }
         let (seconds, attoseconds) = Self.callerWait.components
-        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
-        if xsb_wait_readable(descriptor, nanoseconds) == 1 {
-            eventsArrived(EventMonitor.readable)
-        } else {
-            state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
-        }
+        return xsb_wait_readable(descriptor, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)) == 1
     }
 
     /// Writes a frame (under `output`), taking its fds (closed once sent, or now on failure);

@@ -120,41 +120,44 @@ struct IPCBench: Sendable {
 
     /// Only connects (each with its first reply), for profiling.
     nonisolated func connectsOnly(count: Int) async throws -> [Double] {
-        let point = AppExtensionPoint(name: "xsb-bench.ipc", securityLevel: securityLevel)
-        let echo = AppExtensionIdentity(bundleIdentifier: "xsb-bench.echo", executablePath: extensionPath, point: point)
-        let process = try await AppExtensionProcess(configuration: .init(
-            identity: echo, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
-        defer { process.invalidate() }
-        let connection = try await process.makeConnection()
-        defer { connection.invalidate() }
-        let small = ExtensionMessage([UInt8](repeating: UInt8(ascii: "x"), count: Self.messageSize))
-        for _ in 0..<200 { try await roundTrip(connection, small) }
-        var samples: [Double] = []
-        for _ in 0..<count {
-            samples.append(try await connectOnce(process, small))
-            for _ in 0..<5 { try await roundTrip(connection, small) }
+        try await withEchoConnection { process, connection, small in
+            for _ in 0..<200 { try await roundTrip(connection, small) }
+            var samples: [Double] = []
+            for _ in 0..<count {
+                samples.append(try await connectOnce(process, small))
+                for _ in 0..<5 { try await roundTrip(connection, small) }
+            }
+            return samples
         }
-        return samples
     }
 
     /// Only round trips, for profiling: the launch and the connection happen before the timed part.
     nonisolated func roundTripsOnly(count: Int) async throws -> [Double] {
+        try await withEchoConnection { _, connection, small in
+            var samples: [Double] = []
+            samples.reserveCapacity(count)
+            for _ in 0..<count {
+                let start = now()
+                try await roundTrip(connection, small)
+                samples.append(now() - start)
+            }
+            return samples
+        }
+    }
+
+    /// The echo extension, one connection to it and a 64-byte message, for `body`.
+    private nonisolated func withEchoConnection<T>(
+        _ body: (AppExtensionProcess, ExtensionConnection, ExtensionMessage) async throws -> T
+    ) async throws -> T {
         let point = AppExtensionPoint(name: "xsb-bench.ipc", securityLevel: securityLevel)
         let echo = AppExtensionIdentity(bundleIdentifier: "xsb-bench.echo", executablePath: extensionPath, point: point)
+        // Long enough that the process is neither suspended nor terminated between iterations.
         let process = try await AppExtensionProcess(configuration: .init(
             identity: echo, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
         defer { process.invalidate() }
         let connection = try await process.makeConnection()
         defer { connection.invalidate() }
-        let small = ExtensionMessage([UInt8](repeating: UInt8(ascii: "x"), count: Self.messageSize))
-        var samples: [Double] = []
-        samples.reserveCapacity(count)
-        for _ in 0..<count {
-            let start = now()
-            try await roundTrip(connection, small)
-            samples.append(now() - start)
-        }
-        return samples
+        return try await body(process, connection, ExtensionMessage([UInt8](repeating: UInt8(ascii: "x"), count: Self.messageSize)))
     }
 
     // MARK: Host API
