@@ -60,62 +60,55 @@ struct IPCBench: Sendable {
     }
 
     nonisolated func run() async throws -> Results {
-        let point = AppExtensionPoint(name: "xsb-bench.ipc", securityLevel: securityLevel)
-        let echo = AppExtensionIdentity(bundleIdentifier: "xsb-bench.echo", executablePath: extensionPath, point: point)
-        // Long enough that the process is neither suspended nor terminated between iterations.
-        let process = try await AppExtensionProcess(configuration: .init(
-            identity: echo, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
-        defer { process.invalidate() }
-        let connection = try await process.makeConnection()
-        defer { connection.invalidate() }
+        try await withEchoConnection { process, connection, small in
+            let point = AppExtensionPoint(name: "xsb-bench.ipc", securityLevel: securityLevel)
+            let bulk = ExtensionMessage([UInt8](repeating: UInt8(ascii: "y"), count: Self.bulkSize))
+            let barrier = ExtensionMessage(Array("barrier".utf8))
 
-        let small = ExtensionMessage([UInt8](repeating: UInt8(ascii: "x"), count: Self.messageSize))
-        let bulk = ExtensionMessage([UInt8](repeating: UInt8(ascii: "y"), count: Self.bulkSize))
-        let barrier = ExtensionMessage(Array("barrier".utf8))
+            // Warm up every path once (page cache, lazy initialisation, the extension's threads).
+            for _ in 0..<200 { try await roundTrip(connection, small) }
+            _ = try await throughputAPI(connection, bulk: bulk, barrier: barrier)
+            _ = try rawRoundTrips(count: 50)
+            _ = try rawThroughput()
+            for _ in 0..<3 { _ = try await connectOnce(process, small) }
+            try await process.sandbox.suspend()
+            try await process.sandbox.resume()
+            _ = try await killToInterruption(point: point)
 
-        // Warm up every path once (page cache, lazy initialisation, the extension's threads).
-        for _ in 0..<200 { try await roundTrip(connection, small) }
-        _ = try await throughputAPI(connection, bulk: bulk, barrier: barrier)
-        _ = try rawRoundTrips(count: 50)
-        _ = try rawThroughput()
-        for _ in 0..<3 { _ = try await connectOnce(process, small) }
-        try await process.sandbox.suspend()
-        try await process.sandbox.resume()
-        _ = try await killToInterruption(point: point)
+            var results = Results()
+            for _ in 0..<rounds {
+                results.rttRaw += try rawRoundTrips(count: roundTripsPerRound)
+                for _ in 0..<roundTripsPerRound {
+                    let start = now()
+                    try await roundTrip(connection, small)
+                    results.rttAPI.append(now() - start)
+                }
+                results.rttRawSameCPU += try rawRoundTrips(count: roundTripsPerRound / 2, placement: "same")
+                results.rttRawCrossCPU += try rawRoundTrips(count: roundTripsPerRound / 2, placement: "cross")
 
-        var results = Results()
-        for _ in 0..<rounds {
-            results.rttRaw += try rawRoundTrips(count: roundTripsPerRound)
-            for _ in 0..<roundTripsPerRound {
-                let start = now()
+                results.throughputRaw.append(try rawThroughput())
+                results.throughputAPI.append(try await throughputAPI(connection, bulk: bulk, barrier: barrier))
+
+                for _ in 0..<connectsPerRound {
+                    results.connect.append(try await connectOnce(process, small))
+                    // A few round trips on the first connection: the extension finishes with the
+                    // connection just closed, and the CPUs stay as warm as for the round trips.
+                    for _ in 0..<5 { try await roundTrip(connection, small) }
+                }
+
+                for _ in 0..<suspendsPerRound {
+                    let start = now()
+                    try await process.sandbox.suspend()
+                    try await process.sandbox.resume()
+                    results.suspendResume.append(now() - start)
+                }
+                // The extension still answers after its cycles.
                 try await roundTrip(connection, small)
-                results.rttAPI.append(now() - start)
+
+                results.killToInterruption.append(try await killToInterruption(point: point))
             }
-            results.rttRawSameCPU += try rawRoundTrips(count: roundTripsPerRound / 2, placement: "same")
-            results.rttRawCrossCPU += try rawRoundTrips(count: roundTripsPerRound / 2, placement: "cross")
-
-            results.throughputRaw.append(try rawThroughput())
-            results.throughputAPI.append(try await throughputAPI(connection, bulk: bulk, barrier: barrier))
-
-            for _ in 0..<connectsPerRound {
-                results.connect.append(try await connectOnce(process, small))
-                // A few round trips on the first connection: the extension finishes with the
-                // connection just closed, and the CPUs stay as warm as for the round trips.
-                for _ in 0..<5 { try await roundTrip(connection, small) }
-            }
-
-            for _ in 0..<suspendsPerRound {
-                let start = now()
-                try await process.sandbox.suspend()
-                try await process.sandbox.resume()
-                results.suspendResume.append(now() - start)
-            }
-            // The extension still answers after its cycles.
-            try await roundTrip(connection, small)
-
-            results.killToInterruption.append(try await killToInterruption(point: point))
+            return results
         }
-        return results
     }
 
     /// Only connects (each with its first reply), for profiling.
