@@ -94,20 +94,20 @@ public final class ExtensionConnection: Sendable {
         defer { Deadlines.shared.cancel(deadline) }
         do {
             let peerMaximum = try await withCheckedThrowingContinuation { (continuation: Handshake) in
-                let failure: (any Error)? = state.withLock { state in
-                    if let closed = state.closedBecause { return closed }
-                    guard state.open else { return ExtensionError.connectionClosed(detail: "the extension closed the connection") }
+                let opened: Result<Int32, any Error> = state.withLock { state in
+                    if let closed = state.closedBecause { return .failure(closed) }
+                    guard state.open else { return .failure(ExtensionError.connectionClosed(detail: "the extension closed the connection")) }
                     state.handshake = continuation
-                    return nil
+                    return .success(socket.value.descriptor)
                 }
-                if let failure {
-                    continuation.resume(throwing: failure)
+                guard case .success(let descriptor) = opened else {
+                    if case .failure(let failure) = opened { continuation.resume(throwing: failure) }
                     return
                 }
                 // The answer usually comes within a round trip or two: take it on this thread
                 // when it does, and only then hand the socket to the monitor thread (which then
                 // never wakes for the answer too, nor contends for the lock).
-                if waitBriefly(for: socket.value.descriptor) == true { eventsArrived(EventMonitor.readable) }
+                if waitBriefly(for: descriptor) == true { eventsArrived(EventMonitor.readable) }
                 let watchFailure: (any Error)? = state.withLock { state in
                     guard state.open else { return nil }  // closed meanwhile: that failed the handshake
                     do {
