@@ -124,6 +124,21 @@ struct IPCBench: Sendable {
         }
     }
 
+    /// Only 1 MiB throughput samples (bytes per second), each after a few round trips as in the
+    /// full run, for profiling.
+    nonisolated func throughputsOnly(count: Int) async throws -> [Double] {
+        try await withEchoConnection { _, connection, small in
+            let bulk = ExtensionMessage([UInt8](repeating: UInt8(ascii: "y"), count: Self.bulkSize))
+            let barrier = ExtensionMessage(Array("barrier".utf8))
+            var samples: [Double] = []
+            for _ in 0..<count {
+                for _ in 0..<30 { try await roundTrip(connection, small) }
+                samples.append(try await throughputAPI(connection, bulk: bulk, barrier: barrier))
+            }
+            return samples
+        }
+    }
+
     /// Only round trips, for profiling: the launch and the connection happen before the timed part.
     nonisolated func roundTripsOnly(count: Int) async throws -> [Double] {
         try await withEchoConnection { _, connection, small in

@@ -9,14 +9,15 @@ import SandboxRuntime
 ///
 ///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|ipc] [--breakdown]
 ///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
-///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N) [--policy PATH] [--extension PATH]
+///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N) [--policy PATH] [--extension PATH]
 ///
 /// `--iterations` counts launch runs (default 200), `--rounds` interleaved IPC rounds (default
 /// 30; see ``IPCBench``). `--breakdown` adds where a round trip's time goes (see
 /// ``Breakdown``). The extension (`xsb-echo-extension`) and the raw C reference
 /// (`xsb-pingpong`) default to the files next to this executable. `--profile-rtt N` only runs N
 /// host-API round trips, `--profile-connect N` only N connects (each followed by its first reply),
-/// and prints their median: for `perf record` sessions and A/B runs.
+/// `--profile-tp N` only N throughput samples, and prints their median: for `perf record`
+/// sessions and A/B runs.
 @main
 struct XsbBench {
     static func main() async throws {
@@ -85,6 +86,11 @@ struct XsbBench {
             if let count = Int(option("--profile-connect") ?? "") {
                 let samples = try await bench.connectsOnly(count: count)
                 print(String(format: "%d connects, median %.1f us", count, median(samples) * 1e6))
+                return
+            }
+            if let count = Int(option("--profile-tp") ?? "") {
+                let samples = try await bench.throughputsOnly(count: count).map { $0 / 1048576 }
+                print(String(format: "tp median %.0f MiB/s, below 3000: %d of %d", median(samples), samples.filter { $0 < 3000 }.count, count))
                 return
             }
             if let count = Int(option("--profile-rtt") ?? "") {
