@@ -8,8 +8,12 @@ import Synchronization
 /// request answered from a task of its own.
 ///
 /// Threads take turns at the control socket (leader and followers): the one that reads a CONNECT
-/// answers the HELLO, hands the control socket to a waiting thread, and serves that connection
-/// itself, so no thread has to be woken before the connection's first request can be read.
+/// answers the HELLO and serves that connection itself, so no thread has to be woken before the
+/// connection's first request can be read. It keeps the control socket while its connection is
+/// idle, and hands it to a waiting thread only when the next CONNECT arrives (or its connection
+/// turns busy); when its connection ends first it simply goes on leading. A short connection
+/// thus wakes no second thread at all: each wake-up on the host's critical path costs a round
+/// trip's worth on a small VM.
 final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     private let app: Extension
     /// Threads for the control socket and the connections, started ahead of time and each kept
@@ -59,9 +63,11 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
                     }
                     greeted = true
                 }
-                // Another thread takes the control socket, before this one waits for anything.
-                serve(connection, greeted: greeted) { [self] in threads.run { [self] in self.lead(control) } }
-                return
+                let stillLeading = serve(connection, greeted: greeted, control: control.value.descriptor) { [self] in
+                    threads.run { [self] in self.lead(control) }
+                }
+                if !stillLeading { return }  // another thread has the control socket
+                continue
             } else if frame.kind == .goodbye {
                 // The host asks the extension to end (docs/wire-protocol.md).
                 try? control.value.send(.goodbye)
@@ -96,22 +102,24 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     }
 
     /// One connection, on a thread of its own: the handshake unless done, then requests until
-    /// GOODBYE or EOF. `handOver` (the control socket, when this thread had it) runs once, before
-    /// the thread first waits for the socket, or once the first requests that were already there
-    /// are answered: so the host's first request usually finds this thread still running.
-    private func serve(_ connection: ConnectionWriter, greeted: Bool, handOver: @escaping @Sendable () -> Void) {
+    /// GOODBYE or EOF. While this thread holds the control socket (`control`), it waits for
+    /// either socket and runs `handOver` (another thread takes the control socket) once a CONNECT
+    /// waits there or its own connection is busy with work in flight. Returns whether it still
+    /// holds the control socket when the connection has ended.
+    private func serve(_ connection: ConnectionWriter, greeted: Bool, control: Int32,
+                       handOver: @escaping @Sendable () -> Void) -> Bool {
         let socket = connection.socket.value
         var handOver: (@Sendable () -> Void)? = handOver
         defer {
-            handOver?()
             // What still runs continues on the global executor: cancelled, its answer dropped.
             for task in connection.tasks.withLock({ Array($0.values) }) { task.cancel() }
             connection.close()
         }
         if !greeted {
+            // The HELLO may take a while: no CONNECT waits for this one meanwhile.
             handOver?()
             handOver = nil
-            guard let first = try? socket.receive(), answer(hello: first, connection: connection) else { return }
+            guard let first = try? socket.receive(), answer(hello: first, connection: connection) else { return false }
         }
 
         // Requests run on this thread: it is their tasks' preferred executor, so a handler that
@@ -121,7 +129,6 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         // The socket stays blocking: with nothing to run, the thread waits in `recvmsg` itself
         // (one system call per request, no poll); with jobs queued it only takes what is there.
         let executor = ReaderExecutor()
-        var looked = false
         var open = true
         while open {
             let result: FrameSocket.ReceiveResult
@@ -132,24 +139,39 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             case .wouldBlock:
                 if executor.hasPendingJobs {
                     executor.runPending()
-                    // The first requests are answered: a busy connection must not keep the
-                    // control socket from other connections.
-                    handOver?()
-                    handOver = nil
-                } else if let next = handOver {
-                    // The first "would block" may only trust the short read of the HELLO: look
-                    // once for real, then let go of the control socket.
-                    if looked {
+                    // Answered what was there. Work still in flight (a handler that awaits
+                    // something) makes a busy connection, and a waiting CONNECT must not wait for
+                    // a stream of requests: either way the control socket goes to another thread.
+                    if let next = handOver, !connection.tasks.withLock(\.isEmpty) || Self.isReadable(control, waitMilliseconds: 0) {
                         handOver = nil
                         next()
                     }
-                    looked = true
+                } else if let next = handOver {
+                    // Idle, holding the control socket: wait for whichever speaks first.
+                    if Self.waitForEither(socket.descriptor, or: control) {
+                        handOver = nil
+                        next()
+                    }
                 }
             case .closed:
                 open = false
             }
         }
         executor.retire()
+        return handOver != nil
+    }
+
+    /// Waits until `connection` or `control` is readable (or closed); true when `control` is.
+    private static func waitForEither(_ connection: Int32, or control: Int32) -> Bool {
+        var fds = [pollfd(fd: connection, events: Int16(POLLIN), revents: 0),
+                   pollfd(fd: control, events: Int16(POLLIN), revents: 0)]
+        while poll(&fds, 2, -1) < 0 && errno == EINTR {}
+        return fds[1].revents != 0
+    }
+
+    private static func isReadable(_ fd: Int32, waitMilliseconds: Int32) -> Bool {
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&entry, 1, waitMilliseconds) == 1
     }
 
     /// Handles one frame of an accepted connection; false ends the connection.
