@@ -63,7 +63,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
                     }
                     greeted = true
                 }
-                let stillLeading = serve(connection, greeted: greeted, control: control.value.descriptor) { [self] in
+                let stillLeading = serve(connection, greeted: greeted, control: control) { [self] in
                     threads.run { [self] in self.lead(control) }
                 }
                 if !stillLeading { return }  // another thread has the control socket
@@ -106,7 +106,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     /// either socket and runs `handOver` (another thread takes the control socket) once a CONNECT
     /// waits there or its own connection is busy with work in flight. Returns whether it still
     /// holds the control socket when the connection has ended.
-    private func serve(_ connection: ConnectionWriter, greeted: Bool, control: Int32,
+    private func serve(_ connection: ConnectionWriter, greeted: Bool, control: UncheckedBox<FrameSocket>,
                        handOver: @escaping @Sendable () -> Void) -> Bool {
         let socket = connection.socket.value
         var handOver: (@Sendable () -> Void)? = handOver
@@ -127,9 +127,24 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         // costs more than the whole round trip of the socket). A handler resumed from another
         // thread (after a sleep, say) continues on the global executor.
         // The socket stays blocking: with nothing to run, the thread waits in `recvmsg` itself
-        // (one system call per request, no poll); with jobs queued it only takes what is there.
+        // (one system call per request), or in `poll` on both sockets while it holds the control
+        // socket; with jobs queued it only takes what is there.
         let executor = ReaderExecutor()
         var open = true
+        /// A CONNECT (or GOODBYE, or EOF) waits on the control socket, or `poll` failed.
+        func controlNeedsLeader(waitingForConnection: Bool) -> Bool {
+            if control.value.hasBufferedInput { return true }
+            var fds = [pollfd(fd: socket.descriptor, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: control.value.descriptor, events: Int16(POLLIN), revents: 0)]
+            while true {
+                let n = fds.withUnsafeMutableBufferPointer { both in
+                    waitingForConnection ? poll(both.baseAddress, 2, -1) : poll(both.baseAddress! + 1, 1, 0)
+                }
+                if n >= 0 { break }
+                if errno != EINTR { return true }  // let another thread deal with it; never spin here
+            }
+            return fds[1].revents != 0
+        }
         while open {
             let result: FrameSocket.ReceiveResult
             do { result = try socket.receiveNext(wait: !executor.hasPendingJobs && handOver == nil) } catch { break }
@@ -138,17 +153,22 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
                 open = dispatch(frame, connection: connection, executor: executor)
             case .wouldBlock:
                 if executor.hasPendingJobs {
+                    let started = monotonicNanoseconds()
                     executor.runPending()
-                    // Answered what was there. Work still in flight (a handler that awaits
-                    // something) makes a busy connection, and a waiting CONNECT must not wait for
-                    // a stream of requests: either way the control socket goes to another thread.
-                    if let next = handOver, !connection.tasks.withLock(\.isEmpty) || Self.isReadable(control, waitMilliseconds: 0) {
-                        handOver = nil
-                        next()
+                    // Answered what was there. A busy connection (work still in flight, or
+                    // handlers that took a while) lets another thread take the control socket:
+                    // a CONNECT then waits for no handler of ours.
+                    if let next = handOver {
+                        let busy = !connection.tasks.withLock(\.isEmpty) || monotonicNanoseconds() - started > busyBatchNanoseconds
+                        // Not busy: wait for the next request or a CONNECT in one `poll`.
+                        if busy || controlNeedsLeader(waitingForConnection: !executor.hasPendingJobs) {
+                            handOver = nil
+                            next()
+                        }
                     }
                 } else if let next = handOver {
                     // Idle, holding the control socket: wait for whichever speaks first.
-                    if Self.waitForEither(socket.descriptor, or: control) {
+                    if controlNeedsLeader(waitingForConnection: true) {
                         handOver = nil
                         next()
                     }
@@ -159,19 +179,6 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         }
         executor.retire()
         return handOver != nil
-    }
-
-    /// Waits until `connection` or `control` is readable (or closed); true when `control` is.
-    private static func waitForEither(_ connection: Int32, or control: Int32) -> Bool {
-        var fds = [pollfd(fd: connection, events: Int16(POLLIN), revents: 0),
-                   pollfd(fd: control, events: Int16(POLLIN), revents: 0)]
-        while poll(&fds, 2, -1) < 0 && errno == EINTR {}
-        return fds[1].revents != 0
-    }
-
-    private static func isReadable(_ fd: Int32, waitMilliseconds: Int32) -> Bool {
-        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        return poll(&entry, 1, waitMilliseconds) == 1
     }
 
     /// Handles one frame of an accepted connection; false ends the connection.
@@ -379,6 +386,16 @@ final class ConnectionThreads: Sendable {
 struct UncheckedBox<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }
+}
+
+/// A batch of requests that ran longer than this makes a busy connection: its thread lets go of
+/// the control socket (see `serve`), so a CONNECT waits for at most one such batch.
+let busyBatchNanoseconds: UInt64 = 1_000_000
+
+func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
 }
 
 /// mallopt(M_ARENA_MAX, count), through dlsym: Glibc's module does not export malloc.h.

@@ -303,6 +303,10 @@ public final class FrameSocket {
         }
     }
 
+    /// Whether bytes already read from the socket wait in this object's buffer (a poll of the
+    /// descriptor does not see them).
+    public var hasBufferedInput: Bool { readStart < readEnd }
+
     /// Receives the next frame if the bytes for it are available, without blocking on a
     /// non-blocking socket (on a blocking one it blocks like ``receive()``).
     public func tryReceive() throws(WireError) -> ReceiveResult {
