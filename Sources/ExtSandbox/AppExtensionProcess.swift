@@ -218,7 +218,7 @@ final class ExtensionProcessCore: Sendable {
         let once = OnceContinuation<Outcome>()
         let monitor = Supervisor.shared.monitor
         try control.setNonBlocking(true)
-        let reader = UncheckedSendable(control)
+        let reader = UncheckedBox(control)
         let token = try monitor.add(fd: control.descriptor, events: EventMonitor.readable) { _ in
             while true {
                 do {
@@ -440,10 +440,4 @@ final class OnceContinuation<Value: Sendable>: Sendable {
             }
         }
     }
-}
-
-/// For a value used by one party at a time that the compiler cannot prove so.
-struct UncheckedSendable<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }

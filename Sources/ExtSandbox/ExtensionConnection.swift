@@ -54,7 +54,7 @@ public final class ExtensionConnection: Sendable {
 
     /// The socket. Its receiving side is used under `state`, its sending side under `output`;
     /// closing it takes both (`output` first, the lock order everywhere).
-    private let socket: UncheckedSendable<FrameSocket>
+    private let socket: UncheckedBox<FrameSocket>
     private let state = Mutex(State())
     private let output = Mutex(Output())
     private let token = Atomic<UInt64>(0)
@@ -70,7 +70,7 @@ public final class ExtensionConnection: Sendable {
     init(descriptor: Int32, monitor: EventMonitor, name: String, onClose: @escaping @Sendable () -> Void) {
         self.monitor = monitor
         self.onClose = onClose
-        socket = UncheckedSendable(FrameSocket(descriptor: descriptor))
+        socket = UncheckedBox(FrameSocket(descriptor: descriptor))
         // A fresh socket's buffer takes a HELLO whole; `enqueue` never blocks (MSG_DONTWAIT).
         let failure: ExtensionError? = output.withLock { output in
             do {

@@ -188,9 +188,9 @@ public final class Supervisor: Sendable {
     }
 }
 
-/// Carries values that are not Sendable across the hop to the spawner thread; the launch
-/// waits for the hop, so the value is never used from two threads at once.
-struct UncheckedBox<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
+/// Carries a value that is not Sendable to where one party at a time uses it (the hop to the
+/// spawner thread, which the launch waits for; the host API's sockets, used under their locks).
+package struct UncheckedBox<Value>: @unchecked Sendable {
+    package let value: Value
+    package init(_ value: Value) { self.value = value }
 }
