@@ -361,22 +361,15 @@ struct ByteWriter {
         for value in values { string(value) }
     }
 
+    /// A presence flag, then the value if present (the reader's `bool() ? value : nil`).
     mutating func optionalString(_ value: String?) {
-        if let value {
-            u8(1)
-            string(value)
-        } else {
-            u8(0)
-        }
+        bool(value != nil)
+        if let value { string(value) }
     }
 
     mutating func optionalU64(_ value: UInt64?) {
-        if let value {
-            u8(1)
-            u64(value)
-        } else {
-            u8(0)
-        }
+        bool(value != nil)
+        if let value { u64(value) }
     }
 }
 

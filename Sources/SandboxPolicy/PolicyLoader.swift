@@ -77,7 +77,8 @@ public enum PolicyLoader {
         return resolver.sink.sorted
     }
 
-    static func isPath(_ value: String) -> Bool { value.contains("/") || value.hasSuffix(".yaml") }
+    /// Whether a `--policy` value or an `extends:`/`include:` target is a path (else a name).
+    package static func isPath(_ value: String) -> Bool { value.contains("/") || value.hasSuffix(".yaml") }
 
     static func policyName(forFile file: String) -> String {
         var base = FilePaths.lastComponent(file)
@@ -150,36 +151,21 @@ public struct PolicySearchPath: Sendable, Equatable {
         // Plain realpath/stat: Foundation's URL path APIs cost a one-shot `extsandbox exec`
         // a noticeable share of its start-up.
         let exe = SystemFiles.realPath(executablePath) ?? executablePath
-        let exeDir = parent(of: exe)
-        let candidates = [join(exeDir, "Policies"), join(parent(of: exeDir), "share/extsandbox/policies")]
+        let exeDir = FilePaths.directory(of: exe)
+        let candidates = [FilePaths.join(exeDir, "Policies"), FilePaths.join(FilePaths.directory(of: exeDir), "share/extsandbox/policies")]
         if let found = candidates.first(where: { SystemFiles.kind(of: $0) == S_IFDIR }) { return found }
         var dir = exeDir
         while true {
-            let policies = join(dir, "Policies")
-            if SystemFiles.kind(of: join(policies, "standard.yaml")) != nil { return policies }
+            let policies = FilePaths.join(dir, "Policies")
+            if SystemFiles.kind(of: FilePaths.join(policies, "standard.yaml")) != nil { return policies }
             if dir == "/" { return nil }
-            dir = parent(of: dir)
+            dir = FilePaths.directory(of: dir)
         }
     }
-
-    /// The directory holding `path` (an absolute, canonical path); `/` for `/`.
-    private static func parent(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "/" }
-        return String(path[..<slash])
-    }
-
-    private static func join(_ directory: String, _ name: String) -> String { FilePaths.join(directory, name) }
 
     /// Every policy along the path: name → file (later directories override earlier ones).
     public func availablePolicies() -> [String: String] {
-        var out: [String: String] = [:]
-        for dir in directories {
-            let files = SystemFiles.entries(dir) ?? []
-            for file in files.sorted() where file.hasSuffix(".yaml") && !file.hasPrefix(".") {
-                out[String(file.dropLast(5))] = FilePaths.join(dir, file)
-            }
-        }
-        return out
+        Dictionary(entries().filter(\.isEffective).map { ($0.name, $0.file) }, uniquingKeysWith: { _, last in last })
     }
 
     /// The path of the running executable (`/proc/self/exe`), for ``default(executablePath:environment:)``.

@@ -41,10 +41,7 @@ final class PolicyResolver {
     }
 
     static func canonical(_ path: String) -> String {
-        if let resolved = realpath(path, nil) {
-            defer { free(resolved) }
-            return String(cString: resolved)
-        }
+        if let resolved = SystemFiles.realPath(path) { return resolved }
         // Not there (yet): absolute and tidied, as realpath would give it.
         if path.hasPrefix("/") { return normalize(path) }
         return normalize(FilePaths.join(SystemFiles.currentDirectory() ?? "/", path))

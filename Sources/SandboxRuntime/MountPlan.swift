@@ -80,7 +80,7 @@ struct MountPlan {
             // A top-level symlink such as /bin -> usr/bin on merged-/usr systems is reproduced,
             // so that paths through it resolve inside the sandbox as they do outside.
             if (link.st_mode & S_IFMT) == S_IFLNK && !writable && source == target {
-                if let text = Self.readLink(source) {
+                if let text = SystemFiles.linkTarget(source) {
                     operations.append(.symlink(target: target, linkText: text))
                     return
                 }
@@ -98,7 +98,7 @@ struct MountPlan {
                 throw SandboxError(step: .configuration, errorNumber: EPERM, detail: "refusing to bind device node \(source)")
             }
             // The shim follows no symlink (a sandbox could have planted one): hand it the real path.
-            guard let real = Self.realPath(source) else {
+            guard let real = SystemFiles.realPath(source) else {
                 throw SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: errno, detail: "bind source \(source)")
             }
             operations.append(.bind(source: real, target: target, writable: writable, directory: kind == S_IFDIR))
@@ -164,19 +164,6 @@ struct MountPlan {
 
     mutating func append(_ operation: Operation) {
         operations.append(operation)
-    }
-
-    static func realPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        defer { free(resolved) }
-        return String(cString: resolved)
-    }
-
-    static func readLink(_ path: String) -> String? {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlink(path, &buffer, buffer.count - 1)
-        guard count > 0 else { return nil }
-        return String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Lays the plan out as C structs in `arena`.

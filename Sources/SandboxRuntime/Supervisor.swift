@@ -164,7 +164,7 @@ public final class Supervisor: Sendable {
         guard path.hasPrefix("/") else {
             throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(path) is not an absolute path")
         }
-        guard let resolved = MountPlan.realPath(path) else {
+        guard let resolved = SystemFiles.realPath(path) else {
             throw SandboxError(step: .launch(code: Int32(XSB_STEP_EXEC.rawValue)), errorNumber: errno, detail: path)
         }
         if plan.exposes(hostPath: path) { return path }

@@ -85,13 +85,13 @@ struct ExecCommand: AsyncParsableCommand {
     static func run(_ request: ExecRequest) async throws {
         let words = request.words
         let program = words[0]
-        guard let executable = Self.resolve(program) else {
+        // Read once: the program lookup, the policy search path and the cache use it too.
+        let callerEnvironment = SystemFiles.environment()
+        guard let executable = Self.resolve(program, searchPath: callerEnvironment["PATH"]) else {
             Self.complain("\(program): command not found")
             throw ExitCode(127)
         }
 
-        // Built once and passed on: the policy search path and the cache read it too.
-        let callerEnvironment = SystemFiles.environment()
         let loadedPolicy: Policy
         let filter: CompiledSeccompFilter
         do {
@@ -151,9 +151,8 @@ struct ExecCommand: AsyncParsableCommand {
     /// The policy and its filter: from the user's cache when nothing they were made from
     /// changed, else loaded and compiled (and cached for next time).
     static func loadPolicy(_ nameOrPath: String, environment: [String: String]) throws -> (Policy, CompiledSeccompFilter) {
-        let searchPath = PolicySearchPath.default(executablePath: ownExecutable(), environment: environment)
-        let isPath = nameOrPath.contains("/") || nameOrPath.hasSuffix(".yaml")
-        let file = isPath ? absolute(nameOrPath) : try searchPath.locate(name: nameOrPath)
+        let searchPath = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable(), environment: environment)
+        let file = PolicyLoader.isPath(nameOrPath) ? absolute(nameOrPath) : try searchPath.locate(name: nameOrPath)
         let cache = PolicyCache.forCurrentUser(environment: environment)
         if let hit = cache?.lookup(file: file, searchPath: searchPath) { return hit }
         let (policy, resolution) = try PolicyLoader.loadRecordingResolution(file: file, searchPath: searchPath)
@@ -189,25 +188,18 @@ struct ExecCommand: AsyncParsableCommand {
         return FilePaths.join(SystemFiles.currentDirectory() ?? "/", path)
     }
 
-    /// Like a shell: a name with a slash is a path, anything else is looked up in $PATH.
-    static func resolve(_ program: String) -> String? {
+    /// Like a shell: a name with a slash is a path, anything else is looked up in `searchPath`
+    /// (the caller's PATH).
+    static func resolve(_ program: String, searchPath: String?) -> String? {
         if program.contains("/") {
             let path = absolute(program)
             return access(path, X_OK) == 0 ? path : nil
         }
-        let search = getenv("PATH").map { String(cString: $0) } ?? "/usr/local/bin:/usr/bin:/bin"
-        for directory in search.split(separator: ":") where !directory.isEmpty {
-            let candidate = "\(directory)/\(program)"
-            var info = stat()
-            if stat(candidate, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, access(candidate, X_OK) == 0 {
-                return candidate
-            }
+        for directory in (searchPath ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":") where !directory.isEmpty {
+            let candidate = FilePaths.join(String(directory), program)
+            if SystemFiles.kind(of: candidate) == S_IFREG, access(candidate, X_OK) == 0 { return candidate }
         }
         return nil
-    }
-
-    static func ownExecutable() -> String {
-        SystemFiles.linkTarget("/proc/self/exe") ?? CommandLine.arguments[0]
     }
 
     static func complain(_ message: String) { printError(message) }

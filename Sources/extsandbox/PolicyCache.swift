@@ -26,6 +26,9 @@ import SandboxPolicy
 struct PolicyCache {
     let directory: String
     let buildStamp: [UInt8]
+    /// Larger entries are neither written nor read: an entry holds the bytes of every file the
+    /// policy was composed from, each at most `PolicyLoader`'s 4 MiB.
+    static let maximumEntrySize = 16 << 20
 
     static func forCurrentUser(environment: [String: String]) -> PolicyCache? {
         if environment["EXTSANDBOX_NO_CACHE"] == "1" { return nil }
@@ -61,6 +64,8 @@ struct PolicyCache {
     func store(_ policy: Policy, resolution: PolicyResolution, filter: CompiledSeccompFilter, searchPath: PolicySearchPath) {
         guard let file = policy.sourcePath else { return }
         let bytes = PolicyCacheEntry.encode(policy: policy, resolution: resolution, filter: filter, buildStamp: buildStamp)
+        // An entry `lookup` would refuse to read is not worth writing (on every run).
+        guard bytes.count < Self.maximumEntrySize else { return }
         let final = entryPath(file: file, searchPath: searchPath)
         let temporary = final + ".\(getpid()).tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -87,7 +92,7 @@ struct PolicyCache {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_uid == geteuid(),
-              info.st_mode & 0o022 == 0, info.st_size < 4 << 20 else { return nil }
+              info.st_mode & 0o022 == 0, info.st_size < Self.maximumEntrySize else { return nil }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
         var total = 0
         while total < bytes.count {

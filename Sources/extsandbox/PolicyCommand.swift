@@ -26,15 +26,13 @@ struct PolicyCommand: ParsableCommand {
             """,
         subcommands: [List.self, Check.self, Show.self, ImportDocker.self])
 
-    static var searchPath: PolicySearchPath {
-        .default(executablePath: PolicySearchPath.currentExecutable())
-    }
+    static let searchPath = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable())
 
     static func complain(_ message: String) { printError(message) }
 
     /// The file for a name or a path.
     static func file(for nameOrPath: String) throws(PolicyError) -> String {
-        if nameOrPath.contains("/") || nameOrPath.hasSuffix(".yaml") { return nameOrPath }
+        if PolicyLoader.isPath(nameOrPath) { return nameOrPath }
         return try searchPath.locate(name: nameOrPath)
     }
 
