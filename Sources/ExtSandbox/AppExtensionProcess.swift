@@ -166,7 +166,8 @@ final class ExtensionProcessCore: Sendable {
         state = Mutex(State(control: control))
     }
 
-    var hasEnded: Bool { state.withLock { $0.ended } }
+    /// Ended, or being ended on purpose (killed, not yet reaped): not to be handed out again.
+    var hasEnded: Bool { state.withLock { $0.ended || $0.endExpected } }
 
     /// Launches the extension in the sandbox of its point's security level and waits for READY.
     static func launch(_ configuration: AppExtensionProcess.Configuration) async throws -> ExtensionProcessCore {
@@ -196,7 +197,6 @@ final class ExtensionProcessCore: Sendable {
         let control = FrameSocket(descriptor: hostFD)
         do {
             try await waitForReady(control: control, sandbox: sandbox, timeout: configuration.readyTimeout)
-            try control.setNonBlocking(true)
         } catch {
             control.close()
             sandbox.kill()
@@ -277,7 +277,13 @@ final class ExtensionProcessCore: Sendable {
         var handedOver = false
         do {
             if wasSuspended {
-                try await sandbox.resume()
+                do {
+                    try await sandbox.resume()
+                } catch {
+                    // Still stopped: the next connection must try the resume again.
+                    state.withLock { $0.suspended = true }
+                    throw error
+                }
                 settings.onEvent?(.resumed)
             }
             let (hostFD, extensionFD) = try state.withLock { $0.spare.take() } ?? FrameSocket.makeSocketPair()

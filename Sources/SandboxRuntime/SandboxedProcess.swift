@@ -233,7 +233,10 @@ public final class SandboxedProcess: Sendable {
     private func initExited() {
         var status: Int32 = 0
         let reaped = state.withLock { xsb_pidfd_reap($0.pidfd, &status) }
-        guard reaped == 1 else { return }
+        // 0: a spurious wake-up, it still runs. An error (ECHILD: the host reaped it itself,
+        // SIGCHLD ignored or waitpid(-1)) means it is gone too: finish, or the level-triggered
+        // pidfd would spin the monitor thread and nobody would learn of the end.
+        guard reaped != 0 else { return }
         drainControl()
         let memoryHit = cgroup?.memoryLimitHit ?? false
         let (termination, waiters, acks) = state.withLock { state -> (Termination, [CheckedContinuation<Termination, Never>], [CheckedContinuation<Int32, any Error>]) in
