@@ -171,7 +171,8 @@ static int stop_everything(void) {
 }
 
 /// Closes every fd except the `count` in `keep` (unsorted; negative entries are ignored).
-static void close_all_except(int *keep, size_t count) {
+/// Returns 0, or the errno of a close_range that failed.
+static int close_all_except(int *keep, size_t count) {
     for (size_t i = 1; i < count; i++) {  // insertion sort: a handful of numbers
         int v = keep[i];
         size_t j = i;
@@ -184,10 +185,10 @@ static void close_all_except(int *keep, size_t count) {
     unsigned next = 0;
     for (size_t i = 0; i < count; i++) {
         if (keep[i] < 0 || (unsigned)keep[i] < next) continue;
-        if ((unsigned)keep[i] > next) syscall(SYS_close_range, next, (unsigned)keep[i] - 1, 0);
+        if ((unsigned)keep[i] > next && syscall(SYS_close_range, next, (unsigned)keep[i] - 1, 0) != 0) return errno;
         next = (unsigned)keep[i] + 1;
     }
-    syscall(SYS_close_range, next, ~0U, 0);
+    return syscall(SYS_close_range, next, ~0U, 0) == 0 ? 0 : errno;
 }
 
 /// Before the payload starts, the init holds every fd the supervisor had open at clone time
@@ -199,7 +200,8 @@ static void close_all_but_sources(const struct xsb_spawn_config *cfg, int contro
     keep[count++] = control_fd;
     for (int i = 0; i < 3; i++) keep[count++] = cfg->stdio[i];
     for (size_t i = 0; i < cfg->extra_fd_count && i < 32; i++) keep[count++] = cfg->extra_fds[i];
-    close_all_except(keep, count);
+    int err = close_all_except(keep, count);
+    if (err != 0) die(control_fd, XSB_STEP_FILE_DESCRIPTORS, err, "close_range");
 }
 
 /// Waits for one message of `type` from the supervisor; EOF (the supervisor died) or anything
@@ -270,11 +272,12 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
                 // open for the lifetime of the sandbox.
                 {
                     int keep[2] = {control_fd, sfd};
-                    close_all_except(keep, 2);
+                    // Nothing may stay open here: fail closed, taking the sandbox down.
+                    if (close_all_except(keep, 2) != 0) _exit(127);
                 }
                 // Non-dumpable from now on: the program inside cannot read the init's memory
                 // (a copy of the supervisor's) through /proc. Not earlier: pidfd_getfd needs it.
-                (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+                if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) _exit(127);
                 listener_taken = 1;
                 break;
             case XSB_MSG_SIGNAL:

@@ -88,11 +88,7 @@ static void drop_capabilities(const struct xsb_spawn_config *cfg, int status_fd)
 }
 
 void xsb_payload_main(const struct xsb_spawn_config *cfg, int control_fd, int status_fd) {
-    // The status pipe may sit where a target fd goes; move our copy out of the way.
-    int moved_status = fcntl(status_fd, F_DUPFD_CLOEXEC, XSB_FD_FLOOR + (int)cfg->extra_fd_count);
-    if (moved_status < 0) fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "status pipe");
-    status_fd = moved_status;
-
+    // The init put the status pipe above every target fd (XSB_FD_FLOOR + extra fds).
     // A new session: no controlling terminal, so nothing inside can push keystrokes (TIOCSTI)
     // into the caller's terminal or receive its job-control signals.
     if (setsid() < 0) fail(status_fd, XSB_STEP_SESSION, "setsid");

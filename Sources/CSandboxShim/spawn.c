@@ -267,7 +267,9 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
             if (msg.type == XSB_MSG_READY && listener < 0 && announced >= 0) {
                 // READY came while we were between two attempts; the fd exists since before
                 // the exec and the init keeps it until LISTENER_TAKEN.
-                int fd = take_listener(pidfd, announced, -1, deadline);
+                // One attempt: after READY the fd exists or never will (a signal ended the
+                // payload before seccomp), and polling to the deadline would hold up every launch.
+                int fd = take_listener(pidfd, announced, -1, now_ms());
                 if (fd >= 0) listener = fd;
             }
             if (msg.type == XSB_MSG_READY || msg.type == XSB_MSG_ERROR) break;
@@ -311,8 +313,7 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
 
     // Fail closed: nothing of a half-built sandbox survives.
     xsb_pidfd_send_signal(pidfd, SIGKILL);
-    siginfo_t info;
-    while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &info, WEXITED) != 0 && errno == EINTR) {}
+    (void)xsb_pidfd_wait(pidfd);
     close(pidfd);
     close(sv[0]);
     out->pidfd = out->control_fd = -1;
