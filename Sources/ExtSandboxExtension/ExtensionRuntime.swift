@@ -291,14 +291,23 @@ final class ConnectionWriter: Sendable {
     }
 
     /// Sends whole frames one at a time, then closes their fds; a failed send shuts the socket
-    /// so the reader stops.
+    /// so the reader stops. A reply the host could not take (over its maximum frame size, too
+    /// many fds) becomes an error for that request instead: the connection carries on.
     var send: @Sendable (Frame) -> Void {
         { [self] frame in
             writer.withLock { open in
-                if open {
-                    do { try socket.value.send(frame) } catch { socket.value.shutdownReadAndWrite() }
+                defer { frame.closeFDs() }
+                guard open else { return }
+                do throws(WireError) {
+                    try socket.value.send(frame)
+                } catch .frameTooLarge where frame.kind == .reply, .tooManyFDs where frame.kind == .reply {
+                    // `send` checks a frame against the host's limits before writing a byte: the
+                    // request gets an error instead, and the connection carries on.
+                    let refusal = Frame.error(id: frame.id, code: .tooLarge, message: "the reply cannot be sent: over the host's limits")
+                    do { try socket.value.send(refusal) } catch { socket.value.shutdownReadAndWrite() }
+                } catch {
+                    socket.value.shutdownReadAndWrite()
                 }
-                frame.closeFDs()
             }
         }
     }

@@ -70,6 +70,27 @@ struct SDKRuntimeTests {
         #expect(try Echo.handshakeAndEcho(next, "next"))
     }
 
+    @Test("a reply over the host's maximum frame size is an error for that request, not the connection's end")
+    func replyOverTheHostsLimit() async throws {
+        let echo = try await Echo()
+        let (host, ext) = try FrameSocket.makeSocketPair()
+        let socket = FrameSocket(descriptor: host)
+        // This host takes frames of at most the protocol's minimum; the echo of a larger request
+        // would exceed it.
+        let limit = ExtSandboxWire.minimumMaximumFrameSize
+        try socket.send(.hello(Hello(maximumFrameSize: limit, name: "small")))
+        try echo.control.send(.connect(id: 99, descriptor: ext))
+        close(ext)
+        #expect(try socket.receive()?.kind == .hello)
+        try socket.send(.request(id: 1, payload: [UInt8](repeating: 7, count: Int(limit) * 2)))
+        let refused = try #require(try socket.receive())
+        #expect(refused.kind == .error && refused.id == 1)
+        // The connection carries on.
+        try socket.send(.request(id: 2, payload: Array("small".utf8)))
+        let reply = try #require(try socket.receive())
+        #expect(reply.kind == .reply && reply.id == 2 && reply.payload == Array("small".utf8))
+    }
+
     @Test("a connection that stays busy from its first request does not hold up the next CONNECT")
     func busyConnection() async throws {
         let echo = try await Echo()
