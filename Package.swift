@@ -77,9 +77,11 @@ let package = Package(
 
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
         .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire"]),
-        .testTarget(name: "ExtSandboxTests", dependencies: ["ExtSandbox", "ExtSandboxWire", "SandboxRuntime"]),
+        // Paths shared by the test targets that run the package's executables.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "ExtSandboxTests", dependencies: ["ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport"]),
         .testTarget(
             name: "SandboxRuntimeTests",
-            dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox"]),
+            dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport"]),
     ]
 )

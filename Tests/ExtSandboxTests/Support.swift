@@ -3,21 +3,11 @@ import Foundation
 import Glibc
 import SandboxRuntime
 import Synchronization
+import TestSupport
 
 enum HostFixtures {
-    static let productsDirectory: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
-        while url.path != "/" && !FileManager.default.fileExists(atPath: url.appendingPathComponent("xsb-echo-extension").path) {
-            url = url.deletingLastPathComponent()
-        }
-        return url.path
-    }()
-
-    static let policiesDirectory: String = {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Policies").path
-    }()
+    static let productsDirectory = TestPaths.productsDirectory(containing: "xsb-echo-extension")
+    static let policiesDirectory = TestPaths.policiesDirectory
 
     /// The echo fixture under a policy level; a fresh identifier per call, so tests do not
     /// share processes unless they mean to.

@@ -2,29 +2,19 @@ import Foundation
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
+import TestSupport
 import Testing
 
 /// Locates the package's fixture executables next to the test runner, and runs them.
 enum Fixtures {
     /// The directory holding the test runner, where SwiftPM also puts the package's executables.
-    static let productsDirectory: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
-        // On some layouts the runner sits inside a .xctest bundle.
-        while url.path != "/" && !FileManager.default.fileExists(atPath: url.appendingPathComponent("xsb-probe").path) {
-            url = url.deletingLastPathComponent()
-        }
-        return url.path
-    }()
+    static let productsDirectory = TestPaths.productsDirectory(containing: "xsb-probe")
 
     static var probe: String { productsDirectory + "/xsb-probe" }
     static var cli: String { productsDirectory + "/extsandbox" }
 
     /// The checkout's Policies directory.
-    static let policiesDirectory: String = {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Policies").path
-    }()
+    static let policiesDirectory = TestPaths.policiesDirectory
 
     static var standardPolicyPath: String { policiesDirectory + "/standard.yaml" }
 
