@@ -142,9 +142,7 @@ public struct FrameDecoder: Sendable {
                 }
                 let take = min(FrameHeader.encodedSize - headerFill, count - offset)
                 let fill = headerFill
-                headerBytes.withUnsafeMutableBytes { dst in
-                    (dst.baseAddress! + fill).copyMemory(from: bytes.baseAddress! + offset, byteCount: take)
-                }
+                Self.copy(bytes, from: offset, count: take, into: &headerBytes, at: fill)
                 headerFill += take
                 offset += take
                 if headerFill >= ExtSandboxWire.lengthPrefixSize, fill < ExtSandboxWire.lengthPrefixSize {
@@ -164,10 +162,7 @@ public struct FrameDecoder: Sendable {
                 if let frame = try startPayload(header, from: bytes, offset: &offset) { return (offset, frame) }
             } else {
                 let take = min(payload.count - payloadFill, count - offset)
-                let fill = payloadFill
-                payload.withUnsafeMutableBytes { dst in
-                    (dst.baseAddress! + fill).copyMemory(from: bytes.baseAddress! + offset, byteCount: take)
-                }
+                Self.copy(bytes, from: offset, count: take, into: &payload, at: payloadFill)
                 payloadFill += take
                 offset += take
                 if payloadFill == payload.count { return (offset, completeFrame()) }
@@ -243,6 +238,13 @@ public struct FrameDecoder: Sendable {
     }
 
     /// After a valid header: allocates the payload and takes what the chunk already holds.
+    /// Copies `count` bytes of `bytes` from `offset` into `array` at `index`.
+    private static func copy(_ bytes: UnsafeRawBufferPointer, from offset: Int, count: Int, into array: inout [UInt8], at index: Int) {
+        array.withUnsafeMutableBytes { dst in
+            (dst.baseAddress! + index).copyMemory(from: bytes.baseAddress! + offset, byteCount: count)
+        }
+    }
+
     private mutating func startPayload(_ header: FrameHeader, from bytes: UnsafeRawBufferPointer,
                                        offset: inout Int) throws(WireError) -> Frame? {
         let size = header.payloadCount
@@ -266,10 +268,7 @@ public struct FrameDecoder: Sendable {
         payload = [UInt8](unsafeUninitializedCapacity: size) { _, initialized in initialized = size }
         payloadFill = 0
         if available > 0 {
-            let start = offset
-            payload.withUnsafeMutableBytes { dst in
-                dst.baseAddress!.copyMemory(from: bytes.baseAddress! + start, byteCount: available)
-            }
+            Self.copy(bytes, from: offset, count: available, into: &payload, at: 0)
             payloadFill = available
             offset += available
         }
