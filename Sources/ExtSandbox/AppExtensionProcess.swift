@@ -67,11 +67,18 @@ public final class AppExtensionProcess: Sendable {
     private let handleID = UUID()
     private let core: Mutex<ExtensionProcessCore>
     private let invalidated = Atomic<Bool>(false)
+    /// What a process must match to be shared with this handle (resolved once, at creation).
+    private let key: ProcessReuseKey
 
     /// Reuses the extension's running process or launches it; returns once it is ready.
+    ///
+    /// A running process is reused only when its identity, its executable file and its resolved
+    /// policy are all this handle's (see `ProcessReuseKey`); otherwise this handle gets a new
+    /// process under its own policy, which coexists with the other.
     public init(configuration: Configuration) async throws {
         self.configuration = configuration
-        let core = try await ExtensionRegistry.shared.core(for: configuration)
+        key = try ProcessReuseKey(identity: configuration.identity)
+        let core = try await ExtensionRegistry.shared.core(for: configuration, key: key)
         self.core = Mutex(core)
         core.attach(handle: handleID, configuration: configuration)
     }
@@ -90,7 +97,7 @@ public final class AppExtensionProcess: Sendable {
         var current = core.withLock { $0 }
         if current.hasEnded {
             current.detach(handle: handleID)
-            current = try await ExtensionRegistry.shared.core(for: configuration)
+            current = try await ExtensionRegistry.shared.core(for: configuration, key: key)
             current.attach(handle: handleID, configuration: configuration)
             core.withLock { $0 = current }
         }
@@ -105,37 +112,43 @@ public final class AppExtensionProcess: Sendable {
     }
 }
 
-/// Running extension processes of this host, one per extension identifier.
+/// Running extension processes of this host: one per reuse key (identity, executable file,
+/// resolved policy), so several may run under one identifier.
 actor ExtensionRegistry {
     static let shared = ExtensionRegistry()
 
-    private var running: [String: ExtensionProcessCore] = [:]
-    private var launching: [String: Task<ExtensionProcessCore, any Error>] = [:]
+    private var running: [String: [ExtensionProcessCore]] = [:]
+    private var launching: [String: [(key: ProcessReuseKey, task: Task<ExtensionProcessCore, any Error>)]] = [:]
 
-    func core(for configuration: AppExtensionProcess.Configuration) async throws -> ExtensionProcessCore {
-        let key = configuration.identity.bundleIdentifier
-        if let core = running[key], !core.hasEnded {
+    func core(for configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey) async throws -> ExtensionProcessCore {
+        let identifier = key.identity.bundleIdentifier
+        if let core = running[identifier]?.first(where: { $0.key == key && !$0.hasEnded }) {
             configuration.onEvent?(.reused)
             return core
         }
-        if let task = launching[key] { return try await task.value }
-        let task = Task { try await ExtensionProcessCore.launch(configuration) }
-        launching[key] = task
-        defer { launching[key] = nil }
+        if let task = launching[identifier]?.first(where: { $0.key == key })?.task { return try await task.value }
+        let task = Task { try await ExtensionProcessCore.launch(configuration, key: key) }
+        launching[identifier, default: []].append((key, task))
+        defer {
+            launching[identifier]?.removeAll { $0.key == key }
+            if launching[identifier]?.isEmpty == true { launching[identifier] = nil }
+        }
         let core = try await task.value
-        running[key] = core
+        running[identifier, default: []].append(core)
         return core
     }
 
     func ended(_ core: ExtensionProcessCore) {
-        let key = core.identity.bundleIdentifier
-        if running[key] === core { running[key] = nil }
+        let identifier = core.key.identity.bundleIdentifier
+        running[identifier]?.removeAll { $0 === core }
+        if running[identifier]?.isEmpty == true { running[identifier] = nil }
     }
 }
 
 /// The process behind every handle of one extension: lifecycle and connections.
 final class ExtensionProcessCore: Sendable {
-    let identity: AppExtensionIdentity
+    let key: ProcessReuseKey
+    var identity: AppExtensionIdentity { key.identity }
     let sandbox: SandboxedProcess
 
     private struct State {
@@ -159,8 +172,8 @@ final class ExtensionProcessCore: Sendable {
     private let state: Mutex<State>
     private let settings: AppExtensionProcess.Configuration
 
-    private init(identity: AppExtensionIdentity, sandbox: SandboxedProcess, control: sending FrameSocket, settings: AppExtensionProcess.Configuration) {
-        self.identity = identity
+    private init(key: ProcessReuseKey, sandbox: SandboxedProcess, control: sending FrameSocket, settings: AppExtensionProcess.Configuration) {
+        self.key = key
         self.sandbox = sandbox
         self.settings = settings
         state = Mutex(State(control: control))
@@ -170,15 +183,10 @@ final class ExtensionProcessCore: Sendable {
     var hasEnded: Bool { state.withLock { $0.ended || $0.endExpected } }
 
     /// Launches the extension in the sandbox of its point's security level and waits for READY.
-    static func launch(_ configuration: AppExtensionProcess.Configuration) async throws -> ExtensionProcessCore {
-        let identity = configuration.identity
-        let policy: Policy
-        do {
-            let searchPath = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable())
-            policy = try PolicyLoader.load(nameOrPath: identity.point.securityLevel, searchPath: searchPath)
-        } catch {
-            throw ExtensionError.launchFailed("policy \(identity.point.securityLevel): \(error)")
-        }
+    /// The sandbox gets exactly `key.policy`, the policy the reuse key was made with.
+    static func launch(_ configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey) async throws -> ExtensionProcessCore {
+        let identity = key.identity
+        let policy = key.policy
         let (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
         let sandboxConfiguration = SandboxConfiguration(
             executable: identity.executablePath, arguments: [identity.executablePath] + identity.arguments,
@@ -203,7 +211,7 @@ final class ExtensionProcessCore: Sendable {
             _ = await sandbox.waitForExit()
             throw error
         }
-        let core = ExtensionProcessCore(identity: identity, sandbox: sandbox, control: control, settings: configuration)
+        let core = ExtensionProcessCore(key: key, sandbox: sandbox, control: control, settings: configuration)
         configuration.onEvent?(.launched(pid: sandbox.pid))
         Task.detached { [core] in
             let termination = await sandbox.waitForExit()

@@ -1,0 +1,86 @@
+import ExtSandbox
+import Foundation
+import Glibc
+import SandboxRuntime
+import Testing
+
+/// A running process is shared only with handles that would have launched exactly the same
+/// sandbox: same identity, same executable file, same resolved policy. Reuse must never weaken
+/// a sandbox.
+@Suite("Process reuse never weakens a sandbox")
+struct ProcessReuseTests {
+    /// `socket()` is allowed under standard and a seccomp kill under hardened: asked from inside,
+    /// each process shows the policy it really runs under.
+    @Test("same identifier, stricter level: a separate process under the stricter policy")
+    func stricterLevel() async throws {
+        let name = "reuse-\(UUID().uuidString)"
+        let recorder = Recorder()
+        let standard = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(level: "standard", name: name)))
+        defer { standard.invalidate() }
+        let hardened = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(level: "hardened", name: name), onInterruption: recorder.onInterruption,
+            onEvent: recorder.onEvent))
+        defer { hardened.invalidate() }
+        #expect(standard.sandbox.pid != hardened.sandbox.pid, "a hardened point must not get the standard process")
+        #expect(!recorder.recordedEvents.contains(.reused))
+        // A second standard handle does share the standard process.
+        let again = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(level: "standard", name: name)))
+        defer { again.invalidate() }
+        #expect(again.sandbox.pid == standard.sandbox.pid)
+
+        let standardConnection = try await standard.makeConnection()
+        defer { standardConnection.invalidate() }
+        #expect(HostFixtures.text(try await standardConnection.send(HostFixtures.message("socket"))) == "socket")
+        let hardenedConnection = try await hardened.makeConnection()
+        await #expect(throws: ExtensionError.self) { _ = try await hardenedConnection.send(HostFixtures.message("socket")) }
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions == ["seccomp violation: socket"] },
+                "\(recorder.recordedInterruptions)")
+        // The standard process is untouched by the hardened one's end.
+        #expect(HostFixtures.text(try await standardConnection.send(HostFixtures.message("still"))) == "still")
+    }
+
+    @Test("same identifier, another executable or the executable replaced on disk: a separate process")
+    func otherExecutable() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-reuse-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        chmod(directory, 0o755)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let original = HostFixtures.productsDirectory + "/xsb-echo-extension"
+        let copy = directory + "/echo"
+        func install(at path: String) throws {
+            let staging = path + ".new"
+            try? FileManager.default.removeItem(atPath: staging)
+            try FileManager.default.copyItem(atPath: original, toPath: staging)
+            chmod(staging, 0o755)
+            #expect(rename(staging, path) == 0)
+        }
+        try install(at: copy)
+
+        let name = "reuse-exe-\(UUID().uuidString)"
+        let point = AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml")
+        let fromBuild = try await AppExtensionProcess(configuration: .init(
+            identity: AppExtensionIdentity(bundleIdentifier: name, executablePath: original, point: point)))
+        defer { fromBuild.invalidate() }
+        let fromCopy = try await AppExtensionProcess(configuration: .init(
+            identity: AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point)))
+        defer { fromCopy.invalidate() }
+        #expect(fromBuild.sandbox.pid != fromCopy.sandbox.pid, "another executable path")
+
+        // The same path, but a new file there: not the process running the old one.
+        try install(at: copy)
+        let replaced = try await AppExtensionProcess(configuration: .init(
+            identity: AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point)))
+        defer { replaced.invalidate() }
+        #expect(replaced.sandbox.pid != fromCopy.sandbox.pid, "the executable was replaced")
+        // Unchanged since: shared.
+        let same = try await AppExtensionProcess(configuration: .init(
+            identity: AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point)))
+        defer { same.invalidate() }
+        #expect(same.sandbox.pid == replaced.sandbox.pid)
+        for process in [fromBuild, fromCopy, replaced] {
+            let connection = try await process.makeConnection()
+            #expect(HostFixtures.text(try await connection.send(HostFixtures.message("hi"))) == "hi")
+            connection.invalidate()
+        }
+    }
+}
