@@ -306,6 +306,12 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd) {
         int fd = cfg->cgroup_tasks_fds[i];
         if (fd >= 0 && write(fd, "0", 1) != 1) die(control_fd, XSB_STEP_CGROUP_ATTACH, errno, "tasks");
     }
+    // Become the one id the user namespace maps (a no-op for an unprivileged caller): a root
+    // caller's init is still host uid 0, which maps to nothing here and must never create a
+    // file. Raw calls: glibc's would signal the supervisor's threads, which are not here.
+    // Capabilities stay (uid 0 of this namespace is unmapped, so no root-to-user transition).
+    if (syscall(SYS_setresgid, cfg->gid_inside, cfg->gid_inside, cfg->gid_inside) != 0) die(control_fd, XSB_STEP_USERNS_MAP, errno, "setresgid");
+    if (syscall(SYS_setresuid, cfg->uid_inside, cfg->uid_inside, cfg->uid_inside) != 0) die(control_fd, XSB_STEP_USERNS_MAP, errno, "setresuid");
     if (sethostname(cfg->hostname, xsb_string_length(cfg->hostname)) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, cfg->hostname);
     if (setdomainname("none", 4) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, "domainname");
     if (bring_up_loopback() != 0) die(control_fd, XSB_STEP_LOOPBACK, errno, "lo");

@@ -62,15 +62,17 @@ public final class Supervisor: Sendable {
                 throw SandboxError(step: .configuration, errorNumber: EBADF, detail: "file descriptor \(fd) for the sandbox is not open")
             }
         }
+        let identity = try HostIdentity.forCaller()
         let limits = configuration.policy.limits
         var cgroup: SandboxCgroup?
         if let cgroups, limits.memoryBytes != nil || limits.processes != nil {
             let name = "extsandbox-\(getpid())-\(launchCounter.add(1, ordering: .relaxed).newValue)"
             cgroup = try cgroups.makeSandboxCgroup(name: name, memoryBytes: limits.memoryBytes, processes: limits.processes)
         }
-        // The kernel never applies RLIMIT_NPROC to uid 0 (whatever the namespace), so a root
-        // supervisor can enforce a process limit only through a pids cgroup: fail closed.
-        if limits.processes != nil && getuid() == 0 && !(cgroup?.limitsProcesses ?? false) {
+        // The kernel never applies RLIMIT_NPROC to host uid 0 (whatever the namespace), so a
+        // sandbox that were host root could have its process limit only from a pids cgroup.
+        // HostIdentity never maps to 0; should that change, fail closed.
+        if limits.processes != nil && identity.uid == 0 && !(cgroup?.limitsProcesses ?? false) {
             cgroup?.remove()
             throw SandboxError(step: .cgroup, errorNumber: ENOTSUP, detail: "the policy limits processes, but RLIMIT_NPROC does not apply to uid 0 and no pids cgroup is writable here")
         }
@@ -82,8 +84,8 @@ public final class Supervisor: Sendable {
         config.envp = UnsafePointer(arena.stringArray(configuration.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }))
         config.cwd = UnsafePointer(arena.string(configuration.workingDirectory))
         config.hostname = UnsafePointer(arena.string(configuration.hostname))
-        config.uid_outside = getuid()
-        config.gid_outside = getgid()
+        config.uid_outside = identity.uid
+        config.gid_outside = identity.gid
         config.uid_inside = configuration.sandboxUID
         config.gid_inside = configuration.sandboxGID
         let (ops, opCount) = plan.cOperations(in: arena)
@@ -116,6 +118,16 @@ public final class Supervisor: Sendable {
         let result = await spawner.run {
             var out = xsb_spawn_result()
             var config = request.value.0
+            // Root's supplementary groups would follow the sandbox (it cannot drop them). EPERM:
+            // setgroups is denied to this supervisor itself (it runs in a user namespace that
+            // denies it), so its groups are as fixed as an unprivileged caller's, which the
+            // sandbox keeps too.
+            let groupsError = identity.remapsRoot ? xsb_clear_thread_groups() : 0
+            guard groupsError == 0 || groupsError == EPERM else {
+                out.failed_step = Int32(XSB_STEP_USERNS_MAP.rawValue)
+                out.error_number = groupsError
+                return UncheckedBox(out)
+            }
             _ = xsb_spawn(&config, &out)
             return UncheckedBox(out)
         }.value

@@ -11,7 +11,9 @@ struct ExecCommand: AsyncParsableCommand {
         abstract: "Run a program inside a sandbox and exit with its status.",
         discussion: """
             The program runs in new user, mount, network (loopback only), PID, IPC, UTS and \
-            cgroup namespaces, as uid/gid 1000, in a new session, with every capability \
+            cgroup namespaces, as uid/gid 1000 (on the host: the caller, or nobody/nogroup \
+            65534 when the caller is root, so the program, its libraries and every bind source \
+            must be readable by 65534 then), in a new session, with every capability \
             dropped, no_new_privs, the policy's rlimits (and cgroup limits where the caller \
             has a cgroup to nest under), and the policy's seccomp filter loaded last.
 
@@ -45,7 +47,7 @@ struct ExecCommand: AsyncParsableCommand {
     var readOnlyBinds: [String] = []
 
     @Option(name: .customLong("bind"), help: ArgumentHelp(
-        "Make host path SRC visible read-write at DST (default: the same path). Repeatable.", valueName: "src[:dst]"))
+        "Make host path SRC visible read-write at DST (default: the same path). Repeatable. What the program creates there is owned by the caller, or by nobody (65534) when the caller is root, which must then be able to write there.", valueName: "src[:dst]"))
     var writableBinds: [String] = []
 
     @Option(name: .customLong("env"), help: ArgumentHelp(

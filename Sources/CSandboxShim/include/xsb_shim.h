@@ -97,7 +97,7 @@ struct xsb_spawn_config {
     const char *cwd;         ///< working directory inside
     const char *hostname;
 
-    uint32_t uid_outside, gid_outside;  ///< the caller's ids
+    uint32_t uid_outside, gid_outside;  ///< the host ids the sandbox is (never 0: see HostIdentity.swift)
     uint32_t uid_inside, gid_inside;    ///< the one id they map to inside
 
     const struct xsb_mount_op *mounts;
@@ -229,6 +229,12 @@ int xsb_wait_readable(int fd, long timeout_ns);
 
 /// Names the calling thread (at most 15 bytes). Returns 0 or an errno.
 int xsb_set_thread_name(const char *name);
+
+/// Drops the calling thread's supplementary groups (only that thread's: a raw setgroups).
+/// The spawner thread of a root supervisor does this so that sandboxes, which cannot drop
+/// groups themselves (setgroups is denied in them), do not carry root's groups. Returns 0 or
+/// an errno.
+int xsb_clear_thread_groups(void);
 
 /// Human-readable name of a step, e.g. "bind mount".
 const char *xsb_step_name(int step);
