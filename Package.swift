@@ -75,7 +75,7 @@ let package = Package(
             name: "xsb-probe", path: "Tests/Fixtures/xsb-probe",
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
-        .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
+        .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
         .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire"]),
         // Paths shared by the test targets that run the package's executables.
         .target(name: "TestSupport", path: "Tests/TestSupport"),

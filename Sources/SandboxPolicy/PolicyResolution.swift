@@ -64,7 +64,8 @@ public struct PolicyResolution: Sendable, Equatable {
 
     /// Whether loading the same file along `searchPath` would read exactly these files and
     /// resolve every name and path the same way (so, with the same build, give the same policy).
-    /// Costs a `stat` per search directory per name, a `realpath` per path, and a read of each file.
+    /// Costs a checked walk (TrustedPath) of each search directory per name, a `realpath` per
+    /// path, and a checked read of each file.
     public func isCurrent(searchPath: PolicySearchPath) -> Bool {
         guard !files.isEmpty else { return false }
         if !nameLookups.isEmpty && searchPath.directories != searchDirectories { return false }
@@ -78,29 +79,11 @@ public struct PolicyResolution: Sendable, Equatable {
         return true
     }
 
-    /// Whether the file at `path` (symlinks followed, as the loader does) holds exactly `bytes`.
+    /// Whether the file at `path` holds exactly `bytes`, read as the loader reads it (through
+    /// ``TrustedPath``: a file that no longer passes its checks is not current).
     static func hasBytes(_ path: String, _ bytes: [UInt8]) -> Bool {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, Int(info.st_size) == bytes.count else {
-            return false
-        }
-        // One byte more than expected, so that a file that grew since the fstat is noticed.
-        var current = [UInt8](repeating: 0, count: bytes.count + 1)
-        var total = 0
-        while total < current.count {
-            let count = current.withUnsafeMutableBytes { read(fd, $0.baseAddress! + total, $0.count - total) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { break }
-            total += count
-        }
-        guard total == bytes.count else { return false }
-        if bytes.isEmpty { return true }
-        return current.withUnsafeBytes { now in
-            bytes.withUnsafeBytes { then in memcmp(now.baseAddress!, then.baseAddress!, bytes.count) == 0 }
-        }
+        guard case .success(let current)? = try? TrustedPath.readFile(path, limit: bytes.count) else { return false }
+        return current == bytes
     }
 }
 

@@ -6,16 +6,22 @@ import SandboxPolicy
 /// build its BPF (libseccomp plus the compiler's self-check: ~1.5 ms).
 ///
 /// An entry is only as trustworthy as the place it sits in, so:
-/// - the cache is the user's own (`$XDG_CACHE_HOME/extsandbox` or `~/.cache/extsandbox`): a
-///   directory owned by the user with no group or other access; entries are opened without
-///   following symlinks and must be owned by the user and writable by no one else;
+/// - the cache is the user's own (`$XDG_CACHE_HOME/extsandbox` or `~/.cache/extsandbox`), reached
+///   through directory fds without following any symbolic link someone else could have placed or
+///   swapped (``TrustedPath``'s walk: every directory above it owned by root or the user and not
+///   writable by group or others); `$XDG_CACHE_HOME` (or `~/.cache`) must be owned by the user and
+///   not writable by group or others, `extsandbox` in it owned by the user with no group or other
+///   access. Anything else means no cache (a miss), never an error;
+/// - entries are opened from that directory fd without following symlinks and must be regular
+///   files owned by the user and writable by no one else;
 /// - an entry (`PolicyCacheEntry`, Sources/SandboxPolicy/PolicyBinaryFormat.swift) holds the
 ///   resolved policy, its filter, and everything outside the policy's text that decided them
 ///   (`PolicyResolution`): the bytes of every file the policy was composed from (its own, and what
 ///   it extends or includes), each name lookup of `extends:`/`include:` with its result, the
 ///   search-path directories, and the canonical path of each file. It is used only while each file
-///   still has exactly those bytes (compared in full, not by hash), each lookup along the current
-///   search path still finds the same file, and each path still has the same canonical path;
+///   still has exactly those bytes (compared in full, not by hash, and read with the loader's
+///   ownership checks), each lookup along the current search path still finds the same file, and
+///   each path still has the same canonical path;
 /// - and only by the very build of extsandbox that wrote it, with the same libseccomp version
 ///   (the build stamp): another build may parse, validate or compile differently;
 /// - it is decoded strictly (versioned magic, exact length, checksum, every tag and length
@@ -23,34 +29,57 @@ import SandboxPolicy
 /// Anything else (missing, foreign, stale, unreadable, damaged) is ignored and the policy is
 /// loaded and compiled as usual, then stored again. `EXTSANDBOX_NO_CACHE=1` never reads or writes
 /// the cache.
-struct PolicyCache {
-    let directory: String
+final class PolicyCache {
+    /// The cache directory, opened `O_RDONLY | O_DIRECTORY`; entries are opened relative to it.
+    let directoryFD: Int32
     let buildStamp: [UInt8]
     /// Larger entries are neither written nor read: an entry holds the bytes of every file the
     /// policy was composed from, each at most `PolicyLoader`'s 4 MiB.
     static let maximumEntrySize = 16 << 20
+
+    private init(directoryFD: Int32, buildStamp: [UInt8]) {
+        self.directoryFD = directoryFD
+        self.buildStamp = buildStamp
+    }
+
+    deinit { close(directoryFD) }
 
     static func forCurrentUser(environment: [String: String]) -> PolicyCache? {
         if environment["EXTSANDBOX_NO_CACHE"] == "1" { return nil }
         let base: String
         if let xdg = environment["XDG_CACHE_HOME"], xdg.hasPrefix("/") {
             base = xdg
-        } else if let home = environment["HOME"], home.hasPrefix("/"), isOwnedDirectory(home, private: false) {
-            base = home + "/.cache"
+        } else if let home = environment["HOME"], home.hasPrefix("/") {
+            base = FilePaths.join(home, ".cache")
         } else {
             return nil
         }
-        let directory = base + "/extsandbox"
-        mkdir(base, 0o700)
-        mkdir(directory, 0o700)
-        guard isOwnedDirectory(directory, private: true), let stamp = buildStamp() else { return nil }
-        return PolicyCache(directory: directory, buildStamp: Array(stamp.utf8))
+        guard let stamp = buildStamp(), let directory = openCacheDirectory(base: base) else { return nil }
+        return PolicyCache(directoryFD: directory, buildStamp: Array(stamp.utf8))
+    }
+
+    /// `base/extsandbox`, created where missing, as an fd; `nil` when anything on the way is not
+    /// the user's (see the type's documentation).
+    static func openCacheDirectory(base: String) -> Int32? {
+        let me = geteuid()
+        guard let baseDirectory = try? TrustedPath.openDirectory(base, createMode: 0o700) else { return nil }
+        defer { baseDirectory.close() }
+        guard baseDirectory.info.st_uid == me, baseDirectory.info.st_mode & 0o022 == 0 else { return nil }
+        if mkdirat(baseDirectory.fd, "extsandbox", 0o700) != 0 && errno != EEXIST { return nil }
+        let fd = openat(baseDirectory.fd, "extsandbox", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_uid == me, info.st_mode & 0o077 == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
     }
 
     /// What loading `file` along `searchPath` gives, and its filter, if an entry recorded it and
     /// nothing that decided it has changed since.
     func lookup(file: String, searchPath: PolicySearchPath) -> (Policy, CompiledSeccompFilter)? {
-        guard let bytes = readOwnedFile(entryPath(file: file, searchPath: searchPath)),
+        guard let bytes = readOwnedFile(entryName(file: file, searchPath: searchPath)),
               let entry = PolicyCacheEntry.decode(bytes, buildStamp: buildStamp),
               entry.policy.sourcePath == file,
               entry.resolution.isCurrent(searchPath: searchPath)
@@ -66,16 +95,21 @@ struct PolicyCache {
         let bytes = PolicyCacheEntry.encode(policy: policy, resolution: resolution, filter: filter, buildStamp: buildStamp)
         // An entry `lookup` would refuse to read is not worth writing (on every run).
         guard bytes.count < Self.maximumEntrySize else { return }
-        let final = entryPath(file: file, searchPath: searchPath)
+        let final = entryName(file: file, searchPath: searchPath)
         let temporary = final + ".\(getpid()).tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let fd = openat(directoryFD, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return }
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         close(fd)
-        if written == bytes.count { rename(temporary, final) } else { unlink(temporary) }
+        if written == bytes.count {
+            renameat(directoryFD, temporary, directoryFD, final)
+        } else {
+            unlinkat(directoryFD, temporary, 0)
+        }
     }
 
-    private func entryPath(file: String, searchPath: PolicySearchPath) -> String {
+    /// The entry's file name in the cache directory.
+    private func entryName(file: String, searchPath: PolicySearchPath) -> String {
         // FNV-1a of the file and the search path only names the entry; validity comes from the entry.
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in file.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
@@ -83,11 +117,11 @@ struct PolicyCache {
             hash = (hash ^ 0x0a) &* 0x0000_0100_0000_01b3
             for byte in directory.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
         }
-        return directory + "/" + String(hash, radix: 16) + ".policy"
+        return String(hash, radix: 16) + ".policy"
     }
 
-    private func readOwnedFile(_ path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+    private func readOwnedFile(_ name: String) -> [UInt8]? {
+        let fd = openat(directoryFD, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var info = stat()
@@ -102,12 +136,6 @@ struct PolicyCache {
             total += count
         }
         return bytes
-    }
-
-    private static func isOwnedDirectory(_ path: String, private: Bool) -> Bool {
-        var info = stat()
-        guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == geteuid() else { return false }
-        return !`private` || info.st_mode & 0o077 == 0
     }
 
     /// Identifies this build of extsandbox and the libseccomp it runs with: another build may

@@ -48,9 +48,12 @@ struct PolicyCommand: ParsableCommand {
                 "shadowed by" the file that wins. A broken policy is marked; run \
                 `extsandbox policy check NAME` for its problems.
 
-                The install's directory is the first of: $EXTSANDBOX_POLICIES_DIR, \
-                <executable dir>/Policies, <executable dir>/../share/extsandbox/policies, and the \
-                Policies directory of a source checkout above the executable.
+                The install's directory is PREFIX/share/extsandbox/policies, PREFIX being the \
+                parent of the directory holding the extsandbox executable (symbolic links \
+                resolved), or $EXTSANDBOX_POLICIES_DIR when set (for a checkout's Policies \
+                directory). Every policy directory and file, and every directory above them, must \
+                be owned by root or by you and not writable by group or others; a directory that \
+                is not is marked "refused" with the reason, and nothing is loaded from it.
 
                 Examples:
                   extsandbox policy list
@@ -60,10 +63,18 @@ struct PolicyCommand: ParsableCommand {
         func run() throws {
             let path = PolicyCommand.searchPath
             print("Search path (a later directory wins):")
+            var refused = false
             for (i, dir) in path.directories.enumerated() {
-                let exists = SystemFiles.kind(of: dir) == S_IFDIR
                 let role = dir == PolicySearchPath.systemDirectory ? "the admin's policies" : "the install's policies"
-                print("  \(i + 1). \(dir)  (\(role)\(exists ? "" : "; does not exist"))")
+                switch PolicySearchPath.status(ofDirectory: dir) {
+                case .present:
+                    print("  \(i + 1). \(dir)  (\(role))")
+                case .missing:
+                    print("  \(i + 1). \(dir)  (\(role); does not exist)")
+                case .refused(let reason):
+                    refused = true
+                    print("  \(i + 1). \(dir)  (\(role); REFUSED: \(reason))")
+                }
             }
             print("  A name with \"/\" or ending in .yaml is a path, used as is (extsandbox exec --policy ./mine.yaml).")
             print("")
@@ -71,6 +82,7 @@ struct PolicyCommand: ParsableCommand {
             let entries = path.entries()
             guard !entries.isEmpty else {
                 print("No policies found.")
+                if refused { throw ExitCode(1) }
                 return
             }
             let winners = Dictionary(entries.filter(\.isEffective).map { ($0.name, $0.file) }, uniquingKeysWith: { a, _ in a })
@@ -91,6 +103,8 @@ struct PolicyCommand: ParsableCommand {
                     print(String(repeating: " ", count: nameWidth) + "shadowed: \(shadowed.file)")
                 }
             }
+            // A refused directory makes every lookup by name fail: say so in the status too.
+            if refused { throw ExitCode(1) }
         }
     }
 

@@ -200,8 +200,7 @@ struct BrokenPolicyTests {
     }
 
     @Test func aFifoIsRefusedNotRead() throws {
-        let path = "/tmp/xsb-policy-fifo-\(getpid()).yaml"
-        unlink(path)
+        let path = try makeTemporaryDirectory().appendingPathComponent("fifo.yaml").path
         #expect(mkfifo(path, 0o600) == 0)
         defer { unlink(path) }
         // Reading a FIFO nobody writes would block forever.

@@ -43,29 +43,45 @@ struct SearchPathTests {
         #expect(throws: PolicyError.self) { try PolicyLoader.load(nameOrPath: "mine", searchPath: empty) }
     }
 
-    @Test func defaultFindsTheCheckoutFromABuildDirectory() {
-        let exe = packageRoot.appendingPathComponent(".build/debug/extsandbox").path
-        let path = PolicySearchPath.default(executablePath: exe, environment: [:])
-        #expect(path.directories == [packageRoot.appendingPathComponent("Policies").path, "/etc/extsandbox/policies"])
-    }
-
-    @Test func defaultPrefersTheEnvironmentAndInstallLayouts() throws {
-        let env = PolicySearchPath.default(executablePath: "/x/bin/extsandbox", environment: ["EXTSANDBOX_POLICIES_DIR": "/opt/p"])
-        #expect(env.directories == ["/opt/p", "/etc/extsandbox/policies"])
-
+    @Test func defaultIsTheInstallPrefixAndEtcOnly() throws {
+        // Policies next to the executable or in an ancestor are not looked at: only
+        // PREFIX/share/extsandbox/policies (PREFIX from the executable's real path) and /etc.
         let prefix = try makeTemporaryDirectory()
         let bin = prefix.appendingPathComponent("bin")
-        let share = prefix.appendingPathComponent("share/extsandbox/policies")
-        try FileManager.default.createDirectory(at: bin, withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(at: share, withIntermediateDirectories: true)
-        let installed = PolicySearchPath.default(executablePath: bin.appendingPathComponent("extsandbox").path, environment: [:])
-        #expect(installed.directories.first.map { URL(fileURLWithPath: $0).resolvingSymlinksInPath().path }
-            == share.resolvingSymlinksInPath().path)
+        for dir in ["bin/Policies", "Policies", "share/extsandbox/policies"] {
+            try FileManager.default.createDirectory(at: prefix.appendingPathComponent(dir), withIntermediateDirectories: true)
+        }
+        let exe = bin.appendingPathComponent("extsandbox")
+        _ = FileManager.default.createFile(atPath: exe.path, contents: Data("#!/bin/true\n".utf8))
+        let share = prefix.appendingPathComponent("share/extsandbox/policies").path
+        let installed = PolicySearchPath.default(executablePath: exe.path, environment: [:])
+        #expect(installed.directories == [share, "/etc/extsandbox/policies"])
 
-        let nextToIt = bin.appendingPathComponent("Policies")
-        try FileManager.default.createDirectory(at: nextToIt, withIntermediateDirectories: true)
-        let bundled = PolicySearchPath.default(executablePath: bin.appendingPathComponent("extsandbox").path, environment: [:])
-        #expect(bundled.directories.first.map { URL(fileURLWithPath: $0).resolvingSymlinksInPath().path }
-            == nextToIt.resolvingSymlinksInPath().path)
+        // A symbolic link to the executable: the prefix is the real file's.
+        let elsewhere = try makeTemporaryDirectory().appendingPathComponent("bin")
+        try FileManager.default.createDirectory(at: elsewhere, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: elsewhere.appendingPathComponent("xsb").path, withDestinationPath: exe.path)
+        let linked = PolicySearchPath.default(executablePath: elsewhere.appendingPathComponent("xsb").path, environment: [:])
+        #expect(linked.directories == [share, "/etc/extsandbox/policies"])
+
+        // From the build tree: no ancestor walk up to the checkout's Policies.
+        let build = PolicySearchPath.default(executablePath: packageRoot.appendingPathComponent(".build/debug/extsandbox").path, environment: [:])
+        #expect(!build.directories.contains(packageRoot.appendingPathComponent("Policies").path), "\(build.directories)")
+    }
+
+    @Test func theEnvironmentNamesTheDevelopmentDirectory() {
+        let env = PolicySearchPath.default(executablePath: "/x/bin/extsandbox", environment: ["EXTSANDBOX_POLICIES_DIR": "/opt/p"])
+        #expect(env.directories == ["/opt/p", "/etc/extsandbox/policies"])
+        let empty = PolicySearchPath.default(executablePath: "/x/bin/extsandbox", environment: ["EXTSANDBOX_POLICIES_DIR": ""])
+        #expect(empty.directories == ["/x/share/extsandbox/policies", "/etc/extsandbox/policies"])
+    }
+
+    @Test func aNameFoundNowhereSaysHowToUseACheckout() {
+        let path = PolicySearchPath(directories: ["/nonexistent/a", "/nonexistent/b"])
+        #expect {
+            try path.locate(name: "standard")
+        } throws: { error in
+            ((error as? PolicyError)?.message ?? "").hasSuffix("set EXTSANDBOX_POLICIES_DIR=CHECKOUT/Policies")
+        }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 @testable import SandboxPolicy
 
 /// The package's root directory (this file is Tests/SandboxPolicyTests/Support.swift).
@@ -12,12 +13,10 @@ func problems(_ yaml: String) -> [PolicyError] {
     PolicyLoader.check(yaml: yaml, name: "t", sourcePath: "t.yaml")
 }
 
-/// A fresh temporary directory.
+/// A fresh directory for policy files: under the checkout's .build, not /tmp (policies under a
+/// directory others can write are refused).
 func makeTemporaryDirectory() throws -> URL {
-    let url = FileManager.default.temporaryDirectory
-        .appendingPathComponent("xsb-policy-tests-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
+    try TestPaths.makePolicyDirectory("policy-tests")
 }
 
 /// A small valid policy.

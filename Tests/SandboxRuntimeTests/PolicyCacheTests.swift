@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import TestSupport
 import Testing
 
 /// The CLI's policy cache end to end (Sources/extsandbox/PolicyCache.swift); the entry format and
@@ -14,7 +15,7 @@ struct PolicyCacheTests {
         var cacheDirectory: String { dir + "/cache/extsandbox" }
 
         init() throws {
-            dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-pcache-\(getpid())-\(UUID().uuidString)").path
+            dir = try TestPaths.makePolicyDirectory("pcache").path
             try FileManager.default.createDirectory(atPath: dir + "/cache", withIntermediateDirectories: true)
             try FileManager.default.createDirectory(atPath: dir + "/policies", withIntermediateDirectories: true)
             chmod(dir + "/cache", 0o700)

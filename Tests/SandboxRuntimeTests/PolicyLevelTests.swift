@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The shipped levels, enforced by the real runtime (the policy module tests them as filters).
@@ -51,8 +52,7 @@ struct PolicyLevelTests {
 struct MaskTests {
     @Test("a masked directory is empty and read-only, a masked file cannot be opened")
     func masks() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-mask-\(getpid())").path
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try TestPaths.makePolicyDirectory("mask").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nfilesystem:\n  mask: [/usr/share/doc, /usr/bin/sort, /usr/no-such-path]\n"
             .write(toFile: dir + "/masked.yaml", atomically: true, encoding: .utf8)
@@ -72,8 +72,7 @@ struct MaskTests {
 struct LimitTests {
     @Test("the wall-clock limit ends the sandbox and says so")
     func wallClock() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-wall-\(getpid())").path
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try TestPaths.makePolicyDirectory("wall").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nlimits:\n  wall-clock: 1\n"
             .write(toFile: dir + "/short.yaml", atomically: true, encoding: .utf8)
@@ -86,8 +85,7 @@ struct LimitTests {
 
     @Test("the CPU-time limit stops a spinning program")
     func cpuSeconds() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-cpu-\(getpid())").path
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try TestPaths.makePolicyDirectory("cpu").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nlimits:\n  cpu-seconds: 1\n"
             .write(toFile: dir + "/cpu.yaml", atomically: true, encoding: .utf8)

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// Ordinary programs keep working under the standard policy.
@@ -108,7 +109,7 @@ struct AuditTests {
 struct FilterCacheTests {
     @Test("a cached filter is never used once any file of the policy changed")
     func invalidatedByExtendedFile() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-cache-\(getpid())").path
+        let dir = try TestPaths.makePolicyDirectory("filter-cache").path
         try FileManager.default.createDirectory(atPath: dir + "/cache", withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         chmod(dir + "/cache", 0o700)

@@ -1,0 +1,269 @@
+import Glibc
+
+/// Opens policy files and directories (and the CLI's cache directory) only where no one but root
+/// and the caller could have written them.
+///
+/// A policy decides what a sandbox may do, and a root caller's sandbox is only as narrow as the
+/// policy it loads: a policy any local user could write (or swap) widens it. So every component
+/// of the path, from `/` down, is opened with `openat(…, openPathOnly | O_NOFOLLOW)` relative to the
+/// directory fd already checked, and checked with `fstat` on the fd it opened:
+/// - it is owned by root or by the caller (the effective uid);
+/// - it is not writable by its group or by others. A sticky world-writable directory such as
+///   `/tmp` is refused too: anyone can create there the very name that is looked up.
+///
+/// A symbolic link is followed only when it is owned by root or the caller and sits in a
+/// directory that passed the checks (so no one else could have placed or swapped it); its target
+/// is then walked the same way, from `/` or from the link's directory. `..` goes back to the
+/// directory fd it came from (kernel semantics, not text). A file is read through an fd opened
+/// from its checked directory and compared (device and inode) with the one that was checked.
+///
+/// The rule is the same as OpenSSH's for `authorized_keys` and sudo's for `sudoers`; ACLs and
+/// group membership are not consulted (group-writable is refused even when the group is root's).
+package enum TrustedPath {
+    /// Why a path could not be opened.
+    package enum Failure: Error, Equatable {
+        /// `path` (the component reached, symbolic links resolved) does not exist.
+        case missing(path: String)
+        /// `path` exists but fails a check; `reason` says which ("is writable by others (mode 1777)").
+        case untrusted(path: String, reason: String)
+        /// A system call failed on `path` (EACCES, ELOOP, ENOTDIR, …).
+        case failed(path: String, what: String, errno: Errno)
+
+        /// One line for an error message.
+        package var description: String {
+            switch self {
+            case .missing(let path):
+                return "\(path) does not exist"
+            case .untrusted(let path, let reason):
+                return "refused: \(path) \(reason); \(TrustedPath.rule)"
+            case .failed(let path, let what, let errno):
+                return "cannot \(what) \(path): \(errno)"
+            }
+        }
+    }
+
+    /// The rule, for error messages.
+    package static let rule =
+        "a policy, its directory and every directory above it must be owned by root or by you and not writable by group or others"
+
+    /// An open directory that passed the checks (closed by ``close()``).
+    package struct Directory {
+        /// Opened `O_RDONLY | O_DIRECTORY`: for `openat`, `fstatat`, `fdopendir`.
+        package var fd: Int32
+        /// The path walked, symbolic links resolved.
+        package var path: String
+        package var info: stat
+
+        package func close() { _ = Glibc.close(fd) }
+    }
+
+    /// Opens the directory `path`. `createMode`: when the last component is missing (and its
+    /// parent passed), create it with this mode first (EEXIST is fine: it is then checked as any).
+    package static func openDirectory(_ path: String, createMode: mode_t? = nil) throws(Failure) -> Directory {
+        var walked: Walked
+        do {
+            walked = try walk(path)
+        } catch .missing where createMode != nil {
+            // Only the last component is created, in a parent that passes the checks itself.
+            let parentPath = FilePaths.directory(of: absolute(path))
+            let name = FilePaths.lastComponent(absolute(path))
+            let parent = try openDirectory(parentPath)
+            defer { parent.close() }
+            if mkdirat(parent.fd, name, createMode!) != 0 && errno != EEXIST {
+                throw .failed(path: FilePaths.join(parent.path, name), what: "create the directory", errno: Errno(errno))
+            }
+            walked = try walk(path)
+        }
+        defer { walked.close() }
+        guard walked.info.st_mode & S_IFMT == S_IFDIR else {
+            throw .failed(path: walked.path, what: "open the directory", errno: Errno(ENOTDIR))
+        }
+        let fd = openat(walked.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw .failed(path: walked.path, what: "open the directory", errno: Errno(errno)) }
+        return Directory(fd: fd, path: walked.path, info: walked.info)
+    }
+
+    /// What ``readFile(_:limit:)`` found at the path when it is not a regular file.
+    package enum FileKind: Equatable { case regular, directory, other }
+
+    /// The bytes of the regular file `path`, or `.failure` with the type found (a directory, a
+    /// FIFO, …: not opened for reading, so a FIFO cannot block) or `EFBIG` past `limit` bytes.
+    package static func readFile(_ path: String, limit: Int) throws(Failure) -> Result<[UInt8], FileProblem> {
+        let walked = try walk(path)
+        defer { walked.close() }
+        switch walked.info.st_mode & S_IFMT {
+        case S_IFREG: break
+        case S_IFDIR: return .failure(.notRegular(.directory))
+        default: return .failure(.notRegular(.other))
+        }
+        // The checked fd is O_PATH (unreadable): open the same name from the same checked directory,
+        // and make sure it is still the same file.
+        let fd: Int32
+        if walked.parent >= 0 {
+            fd = openat(walked.parent, walked.name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        } else {
+            fd = -1
+            errno = EISDIR
+        }
+        guard fd >= 0 else { throw .failed(path: walked.path, what: "open", errno: Errno(errno)) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_dev == walked.info.st_dev, info.st_ino == walked.info.st_ino else {
+            throw .failed(path: walked.path, what: "open (it was replaced while being opened)", errno: Errno(EAGAIN))
+        }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16384)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { return .failure(.read(Errno(errno))) }
+            if count == 0 { break }
+            bytes += chunk[..<count]
+            guard bytes.count <= limit else { return .failure(.tooLarge) }
+        }
+        return .success(bytes)
+    }
+
+    /// A file that passed the checks but is not something to read as a policy.
+    package enum FileProblem: Error, Equatable {
+        case notRegular(FileKind)
+        case tooLarge
+        case read(Errno)
+    }
+
+    /// What is wrong with an object's owner or mode, or `nil` when it passes.
+    package static func problem(with info: stat, isLink: Bool = false) -> String? {
+        let me = geteuid()
+        let kind = isLink ? "is a symbolic link owned by" : "is owned by"
+        if info.st_uid != 0 && info.st_uid != me {
+            return "\(kind) uid \(info.st_uid), not by root or by you (uid \(me))"
+        }
+        // A symbolic link's own mode is always 0777 and means nothing.
+        if isLink { return nil }
+        let mode = "mode " + String(info.st_mode & 0o7777, radix: 8)
+        if info.st_mode & S_IWOTH != 0 {
+            let sticky = info.st_mode & S_ISVTX != 0 ? ", sticky: anyone can still create the names looked up in it" : ""
+            return "is writable by others (\(mode)\(sticky))"
+        }
+        if info.st_mode & S_IWGRP != 0 { return "is writable by its group (gid \(info.st_gid), \(mode))" }
+        return nil
+    }
+
+    // MARK: The walk
+
+    /// The object a walk ended at: an `O_PATH` fd, its `stat`, the path walked (links resolved),
+    /// and the `O_PATH` fd of its directory with its name there (`-1`/"" for `/`).
+    struct Walked {
+        var fd: Int32
+        var info: stat
+        var path: String
+        var parent: Int32
+        var name: String
+
+        func close() {
+            _ = Glibc.close(fd)
+            if parent >= 0 { _ = Glibc.close(parent) }
+        }
+    }
+
+    /// `O_PATH` (Linux's open flag for an fd that only names an object: it is not readable and
+    /// opening it has no side effect on FIFOs or devices); Glibc's module does not export it.
+    static let openPathOnly: Int32 = 0o10000000
+
+    /// Links followed in one walk at most (the kernel's own limit).
+    static let maximumLinks = 40
+
+    static func absolute(_ path: String) -> String {
+        path.hasPrefix("/") ? path : FilePaths.join(SystemFiles.currentDirectory() ?? "/", path)
+    }
+
+    static func walk(_ path: String) throws(Failure) -> Walked {
+        guard !path.isEmpty else { throw .missing(path: path) }
+        // Components still to walk, the next one last.
+        var pending = absolute(path).split(separator: "/").reversed().map(String.init)
+        let root = open("/", openPathOnly | O_DIRECTORY | O_CLOEXEC)
+        guard root >= 0 else { throw .failed(path: "/", what: "open", errno: Errno(errno)) }
+        // The directories walked so far, `/` first: `..` goes back one.
+        var directories: [(fd: Int32, path: String)] = [(root, "/")]
+        var result: Walked?
+        defer {
+            for directory in directories where directory.fd != result?.fd && directory.fd != result?.parent {
+                close(directory.fd)
+            }
+        }
+        var rootInfo = stat()
+        guard fstat(root, &rootInfo) == 0 else { throw .failed(path: "/", what: "stat", errno: Errno(errno)) }
+        if let reason = problem(with: rootInfo) { throw .untrusted(path: "/", reason: reason) }
+        var file: (fd: Int32, info: stat, path: String, name: String)?
+        var links = 0
+
+        while let component = pending.popLast() {
+            if component.isEmpty || component == "." { continue }
+            if let found = file {
+                // Something follows a file: "file/x" or "file/..".
+                close(found.fd)
+                file = nil
+                throw .failed(path: found.path, what: "walk through", errno: Errno(ENOTDIR))
+            }
+            if component == ".." {
+                if directories.count > 1 { close(directories.removeLast().fd) }
+                continue
+            }
+            let (parentFD, parentPath) = directories.last!
+            let here = FilePaths.join(parentPath, component)
+            let fd = openat(parentFD, component, openPathOnly | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else {
+                if errno == ENOENT { throw .missing(path: here) }
+                throw .failed(path: here, what: "open", errno: Errno(errno))
+            }
+            var info = stat()
+            guard fstat(fd, &info) == 0 else {
+                let code = errno
+                close(fd)
+                throw .failed(path: here, what: "stat", errno: Errno(code))
+            }
+            switch info.st_mode & S_IFMT {
+            case S_IFLNK:
+                defer { close(fd) }
+                if let reason = problem(with: info, isLink: true) { throw .untrusted(path: here, reason: reason) }
+                links += 1
+                guard links <= Self.maximumLinks else { throw .failed(path: here, what: "follow", errno: Errno(ELOOP)) }
+                var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+                let count = readlinkat(fd, "", &buffer, buffer.count - 1)
+                guard count > 0 else { throw .failed(path: here, what: "read the symbolic link", errno: Errno(count < 0 ? errno : ENOENT)) }
+                let target = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                if target.hasPrefix("/") {
+                    while directories.count > 1 { close(directories.removeLast().fd) }
+                }
+                pending += target.split(separator: "/").reversed().map(String.init)
+            case S_IFDIR:
+                if let reason = problem(with: info) {
+                    close(fd)
+                    throw .untrusted(path: here, reason: reason)
+                }
+                directories.append((fd, here))
+            default:
+                if let reason = problem(with: info) {
+                    close(fd)
+                    throw .untrusted(path: here, reason: reason)
+                }
+                file = (fd, info, here, component)
+            }
+        }
+        if let file {
+            // The parent stays open for the read (readFile reopens the name from it).
+            let parent = directories.last!.fd
+            result = Walked(fd: file.fd, info: file.info, path: file.path, parent: parent, name: file.name)
+        } else {
+            let directory = directories.last!
+            var info = stat()
+            guard fstat(directory.fd, &info) == 0 else {
+                throw .failed(path: directory.path, what: "stat", errno: Errno(errno))
+            }
+            let parent = directories.count > 1 ? directories[directories.count - 2].fd : -1
+            result = Walked(fd: directory.fd, info: info, path: directory.path, parent: parent,
+                            name: directories.count > 1 ? FilePaths.lastComponent(directory.path) : "")
+        }
+        return result!
+    }
+}
