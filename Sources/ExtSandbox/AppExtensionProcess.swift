@@ -24,26 +24,37 @@ public enum AppExtensionLifecycleEvent: Sendable, Equatable {
 /// An extension's process, sandboxed, as the host sees it (ExtensionFoundation's
 /// `AppExtensionProcess`).
 ///
-/// Creating one reuses the running process of that extension for this host, or launches one
-/// into its sandbox and returns once the extension is ready to accept connections. The
-/// process lives while connections are open; with none it is suspended (SIGSTOP of every
-/// process in its sandbox) after ``Configuration/suspendAfter``, and terminated after
-/// ``Configuration/terminateAfter``. If it ends unexpectedly, every pending request fails once
-/// and ``Configuration/onInterruption`` runs exactly once, with the reason; a later
-/// ``makeConnection()`` launches a fresh process.
+/// Creating one reuses the running process of that extension for this host (same identity,
+/// executable file and resolved policy), or launches one into its sandbox and returns once the
+/// extension is ready to accept connections.
+///
+/// Lifecycle (ExtensionFoundation's): the process lives while connections are open. With none
+/// (also right after launch, if nobody connects) it is suspended (SIGSTOP of every process in
+/// its sandbox) after ``Configuration/suspendAfter`` and ended after
+/// ``Configuration/terminateAfter``: GOODBYE on its control socket, and SIGKILL if it has not
+/// exited after a grace of half a second. With no handle and no connection it is ended at once.
+/// ``invalidate()`` (or releasing the last reference to the handle) invalidates this handle's
+/// connections only; other handles' keep the process. If it ends unexpectedly, every pending
+/// request fails once and each attached handle's ``Configuration/onInterruption`` runs exactly
+/// once, with the reason; a later ``makeConnection()`` launches a fresh process.
 ///
 /// Differences from ExtensionFoundation: connections carry byte messages (with Codable
 /// conveniences) rather than XPC proxies, and processes are shared per host *process*.
 public final class AppExtensionProcess: Sendable {
     public struct Configuration: Sendable {
         public var identity: AppExtensionIdentity
-        /// Runs exactly once per handle when its process ends unexpectedly.
+        /// Runs exactly once for this handle when its process ends unexpectedly (each handle
+        /// attached to the process has its own).
         public var onInterruption: @Sendable (Termination) -> Void
-        /// Lifecycle events (launched, suspended, resumed, terminated, interrupted).
+        /// This handle's lifecycle events (launched or reused, suspended, resumed, terminated,
+        /// interrupted), while it is attached: from its creation until ``invalidate()``.
         public var onEvent: (@Sendable (AppExtensionLifecycleEvent) -> Void)?
-        /// How long a process with no connection keeps running before it is suspended.
+        /// How long a process with no connection keeps running before it is suspended. A
+        /// property of the process: the launching handle's value counts, a handle that reuses a
+        /// running process does not change it.
         public var suspendAfter: Duration
-        /// How long a process with no connection lives at all.
+        /// How long a process with no connection lives at all (a property of the process, like
+        /// ``suspendAfter``).
         public var terminateAfter: Duration
         /// How long launch and connection handshakes may take.
         public var readyTimeout: Duration
@@ -78,11 +89,11 @@ public final class AppExtensionProcess: Sendable {
     public init(configuration: Configuration) async throws {
         self.configuration = configuration
         key = try ProcessReuseKey(identity: configuration.identity)
-        let core = try await ExtensionRegistry.shared.core(for: configuration, key: key)
-        self.core = Mutex(core)
-        core.attach(handle: handleID, configuration: configuration)
+        let handleID = handleID
+        core = Mutex(try await ExtensionRegistry.shared.core(for: configuration, key: key, handle: handleID))
     }
 
+    /// Releasing the last reference invalidates the handle (and so its connections).
     deinit {
         invalidate()
     }
@@ -91,21 +102,32 @@ public final class AppExtensionProcess: Sendable {
     public var sandbox: SandboxedProcess { core.withLock { $0.sandbox } }
 
     /// A new connection to the extension, which may accept or reject it. Resumes a suspended
-    /// process; launches a fresh one if the last ended.
+    /// process; launches a fresh one if the last ended (a process that ends while this call
+    /// attaches to it is never handed back: the call launches a fresh one, and an unexpected
+    /// end is reported to ``Configuration/onInterruption`` as well).
     public func makeConnection() async throws -> ExtensionConnection {
-        guard !invalidated.load(ordering: .relaxed) else { throw ExtensionError.invalidated }
-        var current = core.withLock { $0 }
-        if current.hasEnded {
-            current.detach(handle: handleID)
-            current = try await ExtensionRegistry.shared.core(for: configuration, key: key)
-            current.attach(handle: handleID, configuration: configuration)
-            core.withLock { $0 = current }
+        // A process that ends at once every time is not retried forever.
+        for _ in 0..<3 {
+            guard !invalidated.load(ordering: .relaxed) else { throw ExtensionError.invalidated }
+            let current = core.withLock { $0 }
+            switch try await current.connect(handle: handleID, timeout: configuration.readyTimeout) {
+            case .connected(let connection):
+                return connection
+            case .processEnded:
+                // This handle stays on the old process's list until it has ended, so that it
+                // hears how (terminated, or interrupted with the reason).
+                let fresh = try await ExtensionRegistry.shared.core(for: configuration, key: key, handle: handleID)
+                core.withLock { $0 = fresh }
+                // Invalidated meanwhile: the fresh process must not keep this handle.
+                if invalidated.load(ordering: .relaxed) { fresh.detach(handle: handleID) }
+            }
         }
-        return try await current.connect(timeout: configuration.readyTimeout)
+        throw ExtensionError.connectionClosed(detail: "the extension process ended each time a connection was being made")
     }
 
-    /// Gives up this handle: no new connections through it. The process ends when no handle
-    /// and no connection holds it any more.
+    /// Gives up this handle: its connections are invalidated (other handles' stay open) and no
+    /// new connection is made through it. The process ends (GOODBYE, then SIGKILL after a short
+    /// grace) when no handle and no connection holds it any more.
     public func invalidate() {
         guard !invalidated.exchange(true, ordering: .relaxed) else { return }
         core.withLock { $0 }.detach(handle: handleID)
@@ -120,14 +142,20 @@ actor ExtensionRegistry {
     private var running: [String: [ExtensionProcessCore]] = [:]
     private var launching: [String: [(key: ProcessReuseKey, task: Task<ExtensionProcessCore, any Error>)]] = [:]
 
-    func core(for configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey) async throws -> ExtensionProcessCore {
+    /// A running process for `key` with `handle` attached (``AppExtensionLifecycleEvent/reused``),
+    /// or a new one launched for it (``AppExtensionLifecycleEvent/launched(pid:)``). A process
+    /// that is ending is never attached to.
+    func core(for configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey, handle: UUID) async throws -> ExtensionProcessCore {
         let identifier = key.identity.bundleIdentifier
-        if let core = running[identifier]?.first(where: { $0.key == key && !$0.hasEnded }) {
-            configuration.onEvent?(.reused)
-            return core
+        for core in running[identifier] ?? [] where core.key == key {
+            if core.attach(handle: handle, configuration: configuration) { return core }
         }
-        if let task = launching[identifier]?.first(where: { $0.key == key })?.task { return try await task.value }
-        let task = Task { try await ExtensionProcessCore.launch(configuration, key: key) }
+        // Another handle is launching the same: share its launch.
+        if let task = launching[identifier]?.first(where: { $0.key == key })?.task {
+            let core = try await task.value
+            if core.attach(handle: handle, configuration: configuration) { return core }
+        }
+        let task = Task { try await ExtensionProcessCore.launch(configuration, key: key, handle: handle) }
         launching[identifier, default: []].append((key, task))
         defer {
             launching[identifier]?.removeAll { $0.key == key }
@@ -135,6 +163,7 @@ actor ExtensionRegistry {
         }
         let core = try await task.value
         running[identifier, default: []].append(core)
+        core.start()
         return core
     }
 
@@ -145,46 +174,11 @@ actor ExtensionRegistry {
     }
 }
 
-/// The process behind every handle of one extension: lifecycle and connections.
-final class ExtensionProcessCore: Sendable {
-    let key: ProcessReuseKey
-    var identity: AppExtensionIdentity { key.identity }
-    let sandbox: SandboxedProcess
-
-    private struct State {
-        var control: FrameSocket?
-        var handles: [UUID: AppExtensionProcess.Configuration] = [:]
-        var connections = 0
-        var nextConnectionID: UInt64 = 1
-        var live: [UInt64: WeakConnection] = [:]
-        var suspended = false
-        var idleTask: Task<Void, Never>?
-        var ended = false
-        var endExpected = false
-        /// A socket pair made ahead for the next connection (see ``connect(timeout:)``).
-        var spare: (host: Int32, extension: Int32)?
-    }
-
-    private struct WeakConnection: @unchecked Sendable {
-        weak var connection: ExtensionConnection?
-    }
-
-    private let state: Mutex<State>
-    private let settings: AppExtensionProcess.Configuration
-
-    private init(key: ProcessReuseKey, sandbox: SandboxedProcess, control: sending FrameSocket, settings: AppExtensionProcess.Configuration) {
-        self.key = key
-        self.sandbox = sandbox
-        self.settings = settings
-        state = Mutex(State(control: control))
-    }
-
-    /// Ended, or being ended on purpose (killed, not yet reaped): not to be handed out again.
-    var hasEnded: Bool { state.withLock { $0.ended || $0.endExpected } }
-
+extension ExtensionProcessCore {
     /// Launches the extension in the sandbox of its point's security level and waits for READY.
-    /// The sandbox gets exactly `key.policy`, the policy the reuse key was made with.
-    static func launch(_ configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey) async throws -> ExtensionProcessCore {
+    /// The sandbox gets exactly `key.policy`, the policy the reuse key was made with; `handle`
+    /// (the launching one) is attached. The caller calls ``start()``.
+    static func launch(_ configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey, handle: UUID) async throws -> ExtensionProcessCore {
         let identity = key.identity
         let policy = key.policy
         let (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
@@ -211,12 +205,8 @@ final class ExtensionProcessCore: Sendable {
             _ = await sandbox.waitForExit()
             throw error
         }
-        let core = ExtensionProcessCore(key: key, sandbox: sandbox, control: control, settings: configuration)
+        let core = ExtensionProcessCore(key: key, sandbox: sandbox, control: control, configuration: configuration, handle: handle)
         configuration.onEvent?(.launched(pid: sandbox.pid))
-        Task.detached { [core] in
-            let termination = await sandbox.waitForExit()
-            await core.ended(termination)
-        }
         return core
     }
 
@@ -257,174 +247,6 @@ final class ExtensionProcessCore: Sendable {
         case .timedOut: throw ExtensionError.notReadyInTime
         case .broken(let why): throw ExtensionError.launchFailed(why)
         }
-    }
-
-    func attach(handle: UUID, configuration: AppExtensionProcess.Configuration) {
-        state.withLock { $0.handles[handle] = configuration }
-    }
-
-    func detach(handle: UUID) {
-        let terminate = state.withLock { state -> Bool in
-            state.handles[handle] = nil
-            return state.handles.isEmpty && state.connections == 0 && !state.ended
-        }
-        if terminate { self.terminate() }
-    }
-
-    /// A new connection: resume if suspended, hand the extension its socket, shake hands.
-    func connect(timeout: Duration) async throws -> ExtensionConnection {
-        let (wasSuspended, connectionID) = state.withLock { state -> (Bool, UInt64) in
-            state.idleTask?.cancel()
-            state.idleTask = nil
-            state.connections += 1  // counted now, so that nothing suspends it meanwhile
-            defer { state.nextConnectionID += 1 }
-            let suspended = state.suspended
-            state.suspended = false
-            return (suspended, state.nextConnectionID)
-        }
-        var handedOver = false
-        do {
-            if wasSuspended {
-                do {
-                    try await sandbox.resume()
-                } catch {
-                    // Still stopped: the next connection must try the resume again.
-                    state.withLock { $0.suspended = true }
-                    throw error
-                }
-                settings.onEvent?(.resumed)
-            }
-            let (hostFD, extensionFD) = try state.withLock { $0.spare.take() } ?? FrameSocket.makeSocketPair()
-            // The host's HELLO goes into the socket before the extension has its end: it finds
-            // the HELLO there as soon as it takes the connection.
-            let connection = ExtensionConnection(
-                descriptor: hostFD, monitor: Supervisor.shared.monitor, name: identity.bundleIdentifier
-            ) { [weak self] in self?.connectionClosed(connectionID) }
-            // From here on the connection's own close reports it (once).
-            handedOver = true
-            let sent: ExtensionError? = state.withLock { state in
-                guard let control = state.control, !state.ended else {
-                    close(extensionFD)
-                    return .connectionClosed(detail: "the extension has ended")
-                }
-                // Its HELLO could not be written: it has closed (and reported it) already.
-                // (The connection never takes this lock while holding its own.)
-                guard connection.isOpen else {
-                    close(extensionFD)
-                    return .connectionClosed(detail: "the HELLO could not be written")
-                }
-                // An interruption from now on fails the handshake with its reason.
-                state.live[connectionID] = WeakConnection(connection: connection)
-                do {
-                    // enqueue takes the fd; a control socket that does not drain means an
-                    // extension that does not accept: refuse rather than block the host.
-                    try control.enqueue(.connect(id: connectionID, descriptor: extensionFD))
-                    if control.hasPendingOutput { return .connectionClosed(detail: "the extension is not accepting connections") }
-                    return nil
-                } catch {
-                    return .connectionClosed(detail: "\(error)")
-                }
-            }
-            if let sent {
-                connection.close(because: sent)
-                throw sent
-            }
-            // While the extension takes the connection, make the socket pair for the next one:
-            // a socketpair costs about a sixth of a connection's set-up, here it costs none of it.
-            prepareSpareSocketPair()
-            try await connection.handshake(timeout: timeout)
-            return connection
-        } catch {
-            // The connection's own close reports itself once it existed.
-            if !handedOver { connectionClosed(connectionID) }
-            throw error
-        }
-    }
-
-    private func connectionClosed(_ id: UInt64) {
-        state.withLock { state in
-            state.live[id] = nil
-            state.connections -= 1
-            guard state.connections == 0, !state.ended else { return }
-            if state.handles.isEmpty {
-                state.idleTask = Task { [weak self] in self?.terminate() }
-                return
-            }
-            let suspendAfter = settings.suspendAfter, terminateAfter = settings.terminateAfter
-            state.idleTask = Task { [weak self] in
-                try? await Task.sleep(for: suspendAfter)
-                guard !Task.isCancelled, let self else { return }
-                await self.suspendIfIdle()
-                try? await Task.sleep(for: terminateAfter - suspendAfter)
-                guard !Task.isCancelled else { return }
-                self.terminate()
-            }
-        }
-    }
-
-    private func suspendIfIdle() async {
-        let idle = state.withLock { state -> Bool in
-            guard state.connections == 0, !state.ended, !state.suspended else { return false }
-            state.suspended = true
-            return true
-        }
-        guard idle else { return }
-        do {
-            try await sandbox.suspend()
-            settings.onEvent?(.suspended)
-        } catch {
-            state.withLock { $0.suspended = false }
-        }
-    }
-
-    /// Makes the spare socket pair unless there is one (or the process has ended). Best effort:
-    /// without one, the next connection makes its own.
-    private func prepareSpareSocketPair() {
-        guard state.withLock({ $0.spare == nil && !$0.ended }), let pair = try? FrameSocket.makeSocketPair() else { return }
-        let unused: (Int32, Int32)? = state.withLock { state in
-            guard state.spare == nil, !state.ended else { return pair }
-            state.spare = (pair.0, pair.1)
-            return nil
-        }
-        if let unused {
-            close(unused.0)
-            close(unused.1)
-        }
-    }
-
-    /// Ends the process on purpose (idle, or no longer wanted): not an interruption.
-    func terminate() {
-        let proceed = state.withLock { state -> Bool in
-            guard !state.ended, !state.endExpected else { return false }
-            state.endExpected = true
-            return true
-        }
-        if proceed { sandbox.kill() }
-    }
-
-    private func ended(_ termination: Termination) async {
-        let (expected, handlers, live) = state.withLock { state -> (Bool, [AppExtensionProcess.Configuration], [ExtensionConnection]) in
-            state.ended = true
-            state.idleTask?.cancel()
-            state.control?.close()
-            state.control = nil
-            if let spare = state.spare.take() {
-                close(spare.host)
-                close(spare.extension)
-            }
-            let live = state.live.values.compactMap(\.connection)
-            return (state.endExpected, Array(state.handles.values), live)
-        }
-        await ExtensionRegistry.shared.ended(self)
-        if expected {
-            settings.onEvent?(.terminated)
-            for connection in live { connection.invalidate() }
-            return
-        }
-        // Pending requests fail once (with the reason), then each handle hears it once.
-        for connection in live { connection.interrupt(termination) }
-        settings.onEvent?(.interrupted(termination))
-        for handle in handlers { handle.onInterruption(termination) }
     }
 }
 

@@ -99,29 +99,30 @@ struct HostLifecycleTests {
         process.invalidate()
     }
 
-    @Test("invalidating the handle and its last connection ends the process")
+    @Test("invalidating the only handle severs its connections and ends the process with GOODBYE (exit 0)")
     func invalidateEnds() async throws {
-        let recorder = Recorder()
-        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(), onEvent: recorder.onEvent))
-        let pid = process.sandbox.pid
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
+        let sandbox = process.sandbox
         let connection = try await process.makeConnection()
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("x"))) == "x")
         process.invalidate()
-        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("still"))) == "still", "open connections keep it alive")
-        connection.invalidate()
-        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.terminated) })
-        #expect(await HostFixtures.eventually { HostFixtures.processState(pid) == nil || HostFixtures.processState(pid) == "Z" })
+        #expect(!connection.isOpen, "the handle's connections go with it")
+        await #expect(throws: ExtensionError.self) { _ = try await connection.send(HostFixtures.message("after")) }
+        // Ended on purpose: GOODBYE on the control socket, and the SDK exits 0 within the grace.
+        #expect(await HostFixtures.exit(of: sandbox) == .exited(code: 0))
         await #expect(throws: ExtensionError.self) { _ = try await process.makeConnection() }
     }
 
-    @Test("dropping the last references ends the process")
+    @Test("dropping the last reference to a handle invalidates its connections and ends the process")
     func droppedReferences() async throws {
-        let recorder = Recorder()
-        var process: AppExtensionProcess? = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(), onEvent: recorder.onEvent))
-        var connection: ExtensionConnection? = try await process!.makeConnection()
-        #expect(HostFixtures.text(try await connection!.send(HostFixtures.message("x"))) == "x")
-        connection = nil
+        var process: AppExtensionProcess? = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
+        let sandbox = process!.sandbox
+        let connection = try await process!.makeConnection()
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("x"))) == "x")
         process = nil
-        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.terminated) })
+        #expect(!connection.isOpen)
+        await #expect(throws: ExtensionError.self) { _ = try await connection.send(HostFixtures.message("after")) }
+        #expect(await HostFixtures.exit(of: sandbox) == .exited(code: 0))
     }
 }
 

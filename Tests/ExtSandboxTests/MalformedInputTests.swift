@@ -78,10 +78,12 @@ struct MalformedInputTests {
                 bad.invalidate()
             }
             await flood()  // warm-up: the supervisor's threads and epoll fd exist afterwards
-            try? await Task.sleep(for: .milliseconds(300))
+            try? await Task.sleep(for: .milliseconds(1000))
             let before = MalformedInputTests.openFDCount()
             for _ in 0..<3 { await flood() }
-            try? await Task.sleep(for: .milliseconds(300))
+            // An invalidated process gets GOODBYE and half a second to exit (this script ignores
+            // it) before it is killed: its control socket lives that long.
+            try? await Task.sleep(for: .milliseconds(1000))
             let after = MalformedInputTests.openFDCount()
             if after > before {
                 FileHandle.standardError.write(Data("fds before \(before), after \(after)\n".utf8))

@@ -25,6 +25,15 @@ enum HostFixtures {
         return stat[stat.index(close, offsetBy: 2)...].split(separator: " ").first.map(String.init)
     }
 
+    /// How the sandbox ended, or nil if it still runs after `seconds`.
+    static func exit(of sandbox: SandboxedProcess, within seconds: Double = 5) async -> Termination? {
+        let result = Mutex<Termination?>(nil)
+        let waiter = Task { let termination = await sandbox.waitForExit(); result.withLock { $0 = termination } }
+        _ = await eventually(within: seconds) { result.withLock { $0 } != nil }
+        waiter.cancel()
+        return result.withLock { $0 }
+    }
+
     /// Polls without blocking a thread: what it waits for runs on the same small pool.
     static func eventually(within seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
         let deadline = Date().addingTimeInterval(seconds)

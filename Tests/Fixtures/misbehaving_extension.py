@@ -29,6 +29,10 @@ def serve(sock):
     sock.sendall(frame(1, 0, struct.pack(">HI", 1, 16 << 20)))
     behaviour = name.split("/")[0]
     kind, id, _ = read_frame(sock)       # the host's first REQUEST
+    if behaviour == "goodbye":           # answer, then leave of its own accord (§7.3)
+        sock.sendall(frame(3, id, b"bye"))
+        control.sendall(frame(7))
+        os._exit(0)
     if behaviour == "oversize":
         sock.sendall(struct.pack(">I", 0xFFFFFFF0) + b"\x03" * 16)
     elif behaviour == "truncated":

@@ -1,0 +1,458 @@
+import ExtSandboxWire
+import Foundation
+import Glibc
+import SandboxRuntime
+import Synchronization
+
+/// The process behind every handle of one extension (one `ProcessReuseKey`): its handles, its
+/// connections, and its lifecycle.
+///
+/// **One rule for every transition.** Each lifecycle decision (a handle attaching or going away,
+/// a connection starting or closing, an idle timer firing, the extension's GOODBYE, the end) is
+/// taken under one lock, `state`, and what it implies for the sandbox (SIGSTOP, SIGCONT, GOODBYE
+/// then SIGKILL) is queued, under that same lock, on one chain of transitions that performs them
+/// in the order they were decided. Hence:
+/// - a handle never attaches to a process that is ending (`attach` refuses, and the caller
+///   launches a fresh one);
+/// - a connect decided after a suspend continues the sandbox after it was stopped, never before
+///   (it is never stopped in the middle of a handshake);
+/// - an idle timer carries the generation of the idle period that started it, and does nothing
+///   once a connection has started since (a terminate timer never kills a process a connect has
+///   just claimed).
+///
+/// **Lifecycle.** With no connection (including right after launch, before the first one) the
+/// sandbox is suspended after `suspendAfter` and ended after `terminateAfter`; with no handle and
+/// no connection it is ended at once. Ending on purpose sends GOODBYE on the control socket, so
+/// that the extension may exit 0 of its own accord, and SIGKILLs it after ``goodbyeGrace``. The
+/// timers are the process's: those of the handle that launched it.
+final class ExtensionProcessCore: Sendable {
+    let key: ProcessReuseKey
+    var identity: AppExtensionIdentity { key.identity }
+    let sandbox: SandboxedProcess
+
+    /// How long an extension sent GOODBYE (the host ending it) has to exit before it is killed.
+    static let goodbyeGrace: Duration = .milliseconds(500)
+
+    enum Phase: Equatable {
+        case running, suspended
+        /// Being ended (GOODBYE sent or received, or killed), not yet reaped.
+        case ending
+        case ended
+    }
+
+    /// One handle's own configuration and connections.
+    private struct HandleEntry {
+        let onInterruption: @Sendable (Termination) -> Void
+        let onEvent: (@Sendable (AppExtensionLifecycleEvent) -> Void)?
+        var connections: Set<UInt64> = []
+    }
+
+    /// A connection, counted from the moment a connect claims it (before its socket exists).
+    private struct Slot {
+        let handle: UUID
+        var connection = WeakConnection()
+    }
+
+    private struct WeakConnection: @unchecked Sendable {
+        weak var connection: ExtensionConnection?
+    }
+
+    private struct State {
+        var phase = Phase.running
+        /// Whether the end was asked for (idle, no handle, the extension's GOODBYE): not an
+        /// interruption.
+        var endExpected = false
+        var control: FrameSocket?
+        var controlToken: UInt64?
+        var handles: [UUID: HandleEntry] = [:]
+        var slots: [UInt64: Slot] = [:]
+        var nextConnectionID: UInt64 = 1
+        /// Bumped whenever an idle period starts or ends: a timer of an older one does nothing.
+        var idleGeneration: UInt64 = 0
+        var idleTask: Task<Void, Never>?
+        /// The last queued transition; each waits for the one before it.
+        var transitions: Task<Bool, Never>?
+        /// A socket pair made ahead for the next connection (see ``connect(handle:timeout:)``).
+        var spare: (host: Int32, extension: Int32)?
+    }
+
+    private let state: Mutex<State>
+    private let suspendAfter: Duration
+    private let terminateAfter: Duration
+
+    /// A launched process, with the launching handle attached. Call ``start()`` next.
+    init(key: ProcessReuseKey, sandbox: SandboxedProcess, control: sending FrameSocket,
+         configuration: AppExtensionProcess.Configuration, handle: UUID) {
+        self.key = key
+        self.sandbox = sandbox
+        suspendAfter = configuration.suspendAfter
+        terminateAfter = configuration.terminateAfter
+        var initial = State(control: control)
+        initial.handles[handle] = HandleEntry(onInterruption: configuration.onInterruption, onEvent: configuration.onEvent)
+        state = Mutex(initial)
+    }
+
+    /// Starts watching the control socket (the extension's GOODBYE) and the process's end, and
+    /// the idle clock: a process nobody connects to is suspended and ended like any idle one.
+    func start() {
+        let watchFailed = state.withLock { state -> Bool in
+            guard let control = state.control else { return false }
+            do {
+                state.controlToken = try Supervisor.shared.monitor.add(fd: control.descriptor) { [weak self] _ in self?.controlReadable() }
+                return false
+            } catch {
+                return true
+            }
+        }
+        // Without the control socket watched, its GOODBYE would read as an interruption: fail closed.
+        if watchFailed { sandbox.kill() }
+        Task.detached { [self] in
+            let termination = await sandbox.waitForExit()
+            await ended(termination)
+        }
+        state.withLock { state in
+            if state.slots.isEmpty && state.phase == .running { startIdleClock(&state) }
+        }
+    }
+
+    /// Ended, or being ended: not to be handed out again.
+    var hasEnded: Bool { state.withLock { $0.phase == .ending || $0.phase == .ended } }
+
+    /// Attaches another handle; false when the process is ending (launch a fresh one).
+    func attach(handle: UUID, configuration: AppExtensionProcess.Configuration) -> Bool {
+        let attached = state.withLock { state -> Bool in
+            guard state.phase == .running || state.phase == .suspended else { return false }
+            state.handles[handle] = HandleEntry(onInterruption: configuration.onInterruption, onEvent: configuration.onEvent)
+            return true
+        }
+        if attached { configuration.onEvent?(.reused) }
+        return attached
+    }
+
+    /// A handle goes away: its connections are severed (invalidated), other handles' stay. With
+    /// no handle and no connection left, the process ends.
+    func detach(handle: UUID) {
+        let severed = state.withLock { state -> [ExtensionConnection] in
+            guard let entry = state.handles.removeValue(forKey: handle) else { return [] }
+            let wasBusy = !state.slots.isEmpty
+            var severed: [ExtensionConnection] = []
+            for id in entry.connections {
+                if let slot = state.slots.removeValue(forKey: id), let connection = slot.connection.connection {
+                    severed.append(connection)
+                }
+            }
+            if state.slots.isEmpty && (wasBusy || state.handles.isEmpty) { becameIdle(&state) }
+            return severed
+        }
+        // Their close finds no slot any more: nothing is counted twice.
+        for connection in severed { connection.invalidate() }
+    }
+
+    enum ConnectOutcome {
+        case connected(ExtensionConnection)
+        /// The process ended or is ending (the handle has been told, or will be): launch a fresh one.
+        case processEnded
+    }
+
+    /// A new connection for `handle`: claims it (no suspend or end from now on), resumes a
+    /// suspended sandbox, hands the extension its socket, shakes hands.
+    func connect(handle: UUID, timeout: Duration) async throws -> ConnectOutcome {
+        enum Claim { case claimed(UInt64, Task<Bool, Never>?), ended, invalidated }
+        let claim = state.withLock { state -> Claim in
+            guard state.phase == .running || state.phase == .suspended else { return .ended }
+            guard state.handles[handle] != nil else { return .invalidated }
+            stopIdleClock(&state)
+            let id = state.nextConnectionID
+            state.nextConnectionID += 1
+            state.slots[id] = Slot(handle: handle)
+            state.handles[handle]?.connections.insert(id)
+            var resumed: Task<Bool, Never>?
+            if state.phase == .suspended {
+                state.phase = .running
+                resumed = queueTransition(&state) { [sandbox] in (try? await sandbox.resume()) != nil }
+            }
+            return .claimed(id, resumed)
+        }
+        let connectionID: UInt64
+        switch claim {
+        case .ended: return .processEnded
+        case .invalidated: throw ExtensionError.invalidated
+        case .claimed(let id, let resumed):
+            connectionID = id
+            if let resumed {
+                guard await resumed.value else {
+                    // Not continued: a sandbox in an unknown state is not used again. Ended on
+                    // purpose unless it has ended by itself already (then that end is reported).
+                    releaseSlot(id)
+                    endNow()
+                    return .processEnded
+                }
+                emit(.resumed)
+            }
+        }
+        var handedOver = false
+        do {
+            let (hostFD, extensionFD) = try state.withLock { $0.spare.take() } ?? FrameSocket.makeSocketPair()
+            // The host's HELLO goes into the socket before the extension has its end: it finds
+            // the HELLO there as soon as it takes the connection.
+            let connection = ExtensionConnection(
+                descriptor: hostFD, monitor: Supervisor.shared.monitor, name: identity.bundleIdentifier
+            ) { [weak self] in self?.releaseSlot(connectionID) }
+            // From here on the connection's own close releases the slot (once).
+            handedOver = true
+            enum Refusal: Error { case ended, invalidated, failed(ExtensionError) }
+            let refusal: Refusal? = state.withLock { state in
+                guard state.phase == .running, let control = state.control else {
+                    close(extensionFD)
+                    return .ended
+                }
+                // The handle was invalidated meanwhile (its slots went with it).
+                guard state.slots[connectionID] != nil else {
+                    close(extensionFD)
+                    return .invalidated
+                }
+                // Its HELLO could not be written: it has closed (and reported it) already.
+                // (The connection never takes this lock while holding its own.)
+                guard connection.isOpen else {
+                    close(extensionFD)
+                    return .failed(.connectionClosed(detail: "the HELLO could not be written"))
+                }
+                // An interruption from now on fails the handshake with its reason.
+                state.slots[connectionID]?.connection.connection = connection
+                do {
+                    // enqueue takes the fd; a control socket that does not drain means an
+                    // extension that does not accept: refuse rather than block the host.
+                    try control.enqueue(.connect(id: connectionID, descriptor: extensionFD))
+                    if control.hasPendingOutput { return .failed(.connectionClosed(detail: "the extension is not accepting connections")) }
+                    return nil
+                } catch {
+                    return .failed(.connectionClosed(detail: "\(error)"))
+                }
+            }
+            switch refusal {
+            case nil: break
+            case .ended:
+                connection.close(because: .connectionClosed(detail: "the extension has ended"))
+                return .processEnded
+            case .invalidated:
+                connection.close(because: .invalidated)
+                throw ExtensionError.invalidated
+            case .failed(let failure):
+                connection.close(because: failure)
+                throw failure
+            }
+            // While the extension takes the connection, make the socket pair for the next one:
+            // a socketpair costs about a sixth of a connection's set-up, here it costs none of it.
+            prepareSpareSocketPair()
+            try await connection.handshake(timeout: timeout)
+            return .connected(connection)
+        } catch {
+            if !handedOver { releaseSlot(connectionID) }
+            throw error
+        }
+    }
+
+    /// A connection is gone (closed, or never made): with none left, the idle clock starts.
+    private func releaseSlot(_ id: UInt64) {
+        state.withLock { state in
+            guard let slot = state.slots.removeValue(forKey: id) else { return }
+            state.handles[slot.handle]?.connections.remove(id)
+            if state.slots.isEmpty { becameIdle(&state) }
+        }
+    }
+
+    // MARK: Transitions (all under `state`)
+
+    /// No connection any more: end now if no handle wants the process, else start the idle clock.
+    private func becameIdle(_ state: inout State) {
+        guard state.phase == .running || state.phase == .suspended else { return }
+        if state.handles.isEmpty {
+            beginEnd(&state)
+        } else {
+            startIdleClock(&state)
+        }
+    }
+
+    private func startIdleClock(_ state: inout State) {
+        stopIdleClock(&state)
+        let generation = state.idleGeneration
+        let suspendAfter = suspendAfter, terminateAfter = terminateAfter
+        state.idleTask = Task { [weak self] in
+            try? await Task.sleep(for: suspendAfter)
+            guard !Task.isCancelled else { return }
+            self?.idleTimerFired(generation, terminate: false)
+            try? await Task.sleep(for: terminateAfter - suspendAfter)
+            guard !Task.isCancelled else { return }
+            self?.idleTimerFired(generation, terminate: true)
+        }
+    }
+
+    /// Ends the current idle period (a connection starts, or the process ends): its timers, even
+    /// one already firing, do nothing.
+    private func stopIdleClock(_ state: inout State) {
+        state.idleGeneration &+= 1
+        state.idleTask?.cancel()
+        state.idleTask = nil
+    }
+
+    private func idleTimerFired(_ generation: UInt64, terminate: Bool) {
+        state.withLock { state in
+            guard generation == state.idleGeneration, state.slots.isEmpty else { return }
+            if terminate {
+                beginEnd(&state)
+            } else if state.phase == .running {
+                state.phase = .suspended
+                _ = queueTransition(&state) { [weak self, sandbox] in
+                    do {
+                        try await sandbox.suspend()
+                        self?.emit(.suspended)
+                        return true
+                    } catch {
+                        return false
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends the process on purpose: GOODBYE on the control socket (so the extension can exit 0),
+    /// continued first if suspended (a stopped process reads nothing), SIGKILL after the grace.
+    private func beginEnd(_ state: inout State) {
+        guard state.phase == .running || state.phase == .suspended else { return }
+        let wasSuspended = state.phase == .suspended
+        state.phase = .ending
+        state.endExpected = true
+        stopIdleClock(&state)
+        if let control = state.control { try? control.enqueue(.goodbye) }
+        let sandbox = sandbox, grace = Self.goodbyeGrace
+        _ = queueTransition(&state) {
+            if wasSuspended { _ = try? await sandbox.resume() }
+            try? await Task.sleep(for: grace)
+            sandbox.kill()
+            return true
+        }
+    }
+
+    /// Ends the process now (SIGKILL), on purpose unless it has already ended by itself.
+    private func endNow() {
+        let kill = state.withLock { state -> Bool in
+            guard state.phase == .running || state.phase == .suspended, sandbox.isRunning else { return false }
+            state.phase = .ending
+            state.endExpected = true
+            stopIdleClock(&state)
+            return true
+        }
+        if kill { sandbox.kill() }
+    }
+
+    /// Queues `work` after every transition decided before it; returns its task.
+    private func queueTransition(_ state: inout State, _ work: @escaping @Sendable () async -> Bool) -> Task<Bool, Never> {
+        let previous = state.transitions
+        let task = Task {
+            _ = await previous?.value
+            return await work()
+        }
+        state.transitions = task
+        return task
+    }
+
+    // MARK: The control socket and the end
+
+    /// The extension's frames on its control socket after READY: only GOODBYE (it is exiting of
+    /// its own accord: an orderly end, not an interruption). Anything else breaks the protocol
+    /// and the socket is no longer read.
+    private func controlReadable() {
+        state.withLock { readControl(&$0) }
+    }
+
+    private func readControl(_ state: inout State) {
+        guard let control = state.control else { return }
+        while true {
+            let result: FrameSocket.ReceiveResult
+            do { result = try control.tryReceive() } catch {
+                stopWatchingControl(&state)
+                return
+            }
+            switch result {
+            case .wouldBlock:
+                return
+            case .closed:
+                stopWatchingControl(&state)
+                return
+            case .frame(let frame):
+                frame.closeFDs()
+                guard frame.kind == .goodbye else {
+                    stopWatchingControl(&state)
+                    return
+                }
+                if state.phase == .running || state.phase == .suspended {
+                    state.phase = .ending
+                    state.endExpected = true
+                    stopIdleClock(&state)
+                    let sandbox = sandbox, grace = Self.goodbyeGrace
+                    _ = queueTransition(&state) {
+                        try? await Task.sleep(for: grace)
+                        sandbox.kill()
+                        return true
+                    }
+                }
+            }
+        }
+    }
+
+    private func stopWatchingControl(_ state: inout State) {
+        guard let token = state.controlToken.take(), let control = state.control else { return }
+        Supervisor.shared.monitor.remove(fd: control.descriptor, token: token)
+    }
+
+    /// Makes the spare socket pair unless there is one (or the process has ended). Best effort:
+    /// without one, the next connection makes its own.
+    private func prepareSpareSocketPair() {
+        guard state.withLock({ $0.spare == nil && $0.phase == .running }), let pair = try? FrameSocket.makeSocketPair() else { return }
+        let unused: (Int32, Int32)? = state.withLock { state in
+            guard state.spare == nil, state.phase == .running else { return pair }
+            state.spare = (pair.0, pair.1)
+            return nil
+        }
+        if let unused {
+            close(unused.0)
+            close(unused.1)
+        }
+    }
+
+    /// Each attached handle's `onEvent`.
+    private func emit(_ event: AppExtensionLifecycleEvent) {
+        let handlers = state.withLock { $0.handles.values.compactMap(\.onEvent) }
+        for handler in handlers { handler(event) }
+    }
+
+    private func ended(_ termination: Termination) async {
+        let (expected, handles, live) = state.withLock { state -> (Bool, [HandleEntry], [ExtensionConnection]) in
+            // A GOODBYE written just before the exit may not have been read yet.
+            if state.controlToken != nil { readControl(&state) }
+            state.phase = .ended
+            stopIdleClock(&state)
+            stopWatchingControl(&state)
+            state.control?.close()
+            state.control = nil
+            if let spare = state.spare.take() {
+                close(spare.host)
+                close(spare.extension)
+            }
+            let live = state.slots.values.compactMap(\.connection.connection)
+            state.slots.removeAll()
+            for id in state.handles.keys { state.handles[id]?.connections.removeAll() }
+            return (state.endExpected, Array(state.handles.values), live)
+        }
+        await ExtensionRegistry.shared.ended(self)
+        if expected {
+            for handle in handles { handle.onEvent?(.terminated) }
+            for connection in live { connection.close(because: .connectionClosed(detail: "the extension process ended")) }
+            return
+        }
+        // Pending requests fail once (with the reason), then each handle hears it once.
+        for connection in live { connection.interrupt(termination) }
+        for handle in handles { handle.onEvent?(.interrupted(termination)) }
+        for handle in handles { handle.onInterruption(termination) }
+    }
+}

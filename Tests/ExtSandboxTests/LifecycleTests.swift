@@ -1,0 +1,170 @@
+import ExtSandbox
+import Foundation
+import Glibc
+import SandboxRuntime
+import Synchronization
+import Testing
+
+/// ExtensionFoundation's lifecycle, handle by handle (issue 11).
+@Suite("Host API lifecycle, per handle")
+struct PerHandleLifecycleTests {
+    @Test("each handle's own onInterruption and onEvent run (not only the first handle's)")
+    func perHandleCallbacks() async throws {
+        let identity = HostFixtures.identity()
+        let first = Recorder(), second = Recorder()
+        let a = try await AppExtensionProcess(configuration: .init(
+            identity: identity, onInterruption: first.onInterruption, onEvent: first.onEvent, suspendAfter: .milliseconds(50)))
+        defer { a.invalidate() }
+        let b = try await AppExtensionProcess(configuration: .init(
+            identity: identity, onInterruption: second.onInterruption, onEvent: second.onEvent))
+        defer { b.invalidate() }
+        #expect(a.sandbox.pid == b.sandbox.pid)
+        #expect(second.recordedEvents.first == .reused)
+        // Never connected: suspended by the launching handle's timer; both handles hear it.
+        #expect(await HostFixtures.eventually { first.recordedEvents.contains(.suspended) && second.recordedEvents.contains(.suspended) },
+                "\(first.recordedEvents) \(second.recordedEvents)")
+        kill(a.sandbox.pid, SIGKILL)
+        #expect(await HostFixtures.eventually { first.recordedInterruptions.count == 1 && second.recordedInterruptions.count == 1 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(first.recordedInterruptions == ["killed"] && second.recordedInterruptions == ["killed"],
+                "exactly once each: \(first.recordedInterruptions) \(second.recordedInterruptions)")
+        #expect(second.recordedEvents.contains(.interrupted(.killed)))
+    }
+
+    @Test("a launched process nobody connects to is suspended, then ended with GOODBYE (exit 0)")
+    func neverConnected() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
+            suspendAfter: .milliseconds(100), terminateAfter: .milliseconds(800)))
+        defer { process.invalidate() }
+        let sandbox = process.sandbox
+        let inside = sandbox.processIdentifiers().dropFirst()
+        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.suspended) })
+        #expect(await HostFixtures.eventually { inside.allSatisfy { HostFixtures.processState($0) == "T" } },
+                "\(inside.map { HostFixtures.processState($0) ?? "gone" })")
+        // Continued to read its GOODBYE, it exits 0 of its own accord.
+        #expect(await HostFixtures.exit(of: sandbox) == .exited(code: 0))
+        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.terminated) })
+        #expect(recorder.recordedInterruptions.isEmpty)
+    }
+
+    @Test("invalidate() severs that handle's connections only; the process lives for the other handle")
+    func invalidateOneHandle() async throws {
+        let identity = HostFixtures.identity()
+        let a = try await AppExtensionProcess(configuration: .init(identity: identity))
+        let b = try await AppExtensionProcess(configuration: .init(identity: identity))
+        let pid = a.sandbox.pid
+        let fromA = try await a.makeConnection(), fromB = try await b.makeConnection()
+        let pending = Task { try await fromA.send(HostFixtures.message("sleep 60000")) }
+        try await Task.sleep(for: .milliseconds(50))
+        a.invalidate()
+        await #expect(throws: ExtensionError.self) { _ = try await pending.value }
+        #expect(!fromA.isOpen)
+        #expect(HostFixtures.text(try await fromB.send(HostFixtures.message("b lives"))) == "b lives")
+        #expect(b.sandbox.pid == pid && b.sandbox.isRunning)
+        let sandbox = b.sandbox
+        b.invalidate()
+        #expect(await HostFixtures.exit(of: sandbox) == .exited(code: 0))
+    }
+
+    @Test("the extension's own GOODBYE on its control socket is an orderly end, not an interruption")
+    func extensionsGoodbye() async throws {
+        let recorder = Recorder()
+        let identity = AppExtensionIdentity(
+            bundleIdentifier: "goodbye/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
+            arguments: ["-c", MalformedInputTests.script])
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: identity, onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        defer { process.invalidate() }
+        let sandbox = process.sandbox
+        let connection = try await process.makeConnection()
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("last"))) == "bye")
+        #expect(await HostFixtures.exit(of: sandbox) == .exited(code: 0))
+        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.terminated) })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions.isEmpty, "\(recorder.recordedInterruptions)")
+    }
+}
+
+/// The races of issue 14 ("races between idle timers and new work"), each run many times. Every
+/// lifecycle transition is decided under one lock, so none of them may lose work or hang.
+@Suite("Host API lifecycle races", .serialized)
+struct LifecycleRaceTests {
+    /// Random microseconds in `range`, slept on the caller's thread (Task.sleep is too coarse).
+    static func jitter(_ range: ClosedRange<UInt32>) {
+        let delay = UInt32.random(in: range)
+        if delay > 0 { usleep(delay) }
+    }
+
+    @Test("a new handle made while the last handle (and so its connections) goes away is never left with a dead process")
+    func newHandleDuringTheEnd() async throws {
+        let identity = HostFixtures.identity()
+        let recorder = Recorder()
+        var previous = try await AppExtensionProcess(configuration: .init(identity: identity))
+        var connection = try await previous.makeConnection()
+        let deadline = ContinuousClock.now + .seconds(12)
+        var rounds = 0
+        while rounds < 150 && ContinuousClock.now < deadline {
+            rounds += 1
+            let ending = previous, closing = connection
+            // The last handle goes (severing its connection: the process ends) while a new
+            // handle for the same extension attaches.
+            async let gone: Void = { Self.jitter(0...300); ending.invalidate(); closing.invalidate() }()
+            let next = try await AppExtensionProcess(configuration: .init(
+                identity: identity, onInterruption: recorder.onInterruption))
+            await gone
+            let fresh = try await next.makeConnection()
+            #expect(HostFixtures.text(try await fresh.send(HostFixtures.message("round \(rounds)"))) == "round \(rounds)")
+            previous = next
+            connection = fresh
+        }
+        previous.invalidate()
+        #expect(recorder.recordedInterruptions.isEmpty, "\(recorder.recordedInterruptions)")
+        #expect(rounds >= 30, "only \(rounds) rounds")
+    }
+
+    @Test("suspend vs connect: a connect right as the idle timer suspends is never stopped mid-handshake")
+    func suspendVersusConnect() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
+            suspendAfter: .milliseconds(1), terminateAfter: .seconds(60), readyTimeout: .seconds(2)))
+        defer { process.invalidate() }
+        let deadline = ContinuousClock.now + .seconds(12)
+        var rounds = 0
+        while rounds < 600 && ContinuousClock.now < deadline {
+            rounds += 1
+            let connection = try await process.makeConnection()
+            #expect(HostFixtures.text(try await connection.send(HostFixtures.message("r\(rounds)"))) == "r\(rounds)")
+            connection.invalidate()
+            Self.jitter(0...2500)
+        }
+        #expect(recorder.recordedInterruptions.isEmpty)
+        let suspensions = recorder.recordedEvents.filter { $0 == .suspended }.count
+        #expect(suspensions > 10, "the race was exercised: \(suspensions) suspensions in \(rounds) rounds")
+    }
+
+    @Test("terminate timer vs connect: a connect right as the idle process ends gets a working connection")
+    func terminateVersusConnect() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
+            suspendAfter: .milliseconds(1), terminateAfter: .milliseconds(3), readyTimeout: .seconds(2)))
+        defer { process.invalidate() }
+        let deadline = ContinuousClock.now + .seconds(12)
+        var rounds = 0
+        while rounds < 300 && ContinuousClock.now < deadline {
+            rounds += 1
+            let connection = try await process.makeConnection()
+            #expect(HostFixtures.text(try await connection.send(HostFixtures.message("t\(rounds)"))) == "t\(rounds)")
+            connection.invalidate()
+            Self.jitter(0...5000)
+        }
+        #expect(recorder.recordedInterruptions.isEmpty, "\(recorder.recordedInterruptions)")
+        let ends = recorder.recordedEvents.filter { $0 == .terminated }.count
+        let launches = recorder.recordedEvents.filter { if case .launched = $0 { true } else { false } }.count
+        #expect(ends > 5 && launches > 5, "the race was exercised: \(ends) idle ends, \(launches) launches in \(rounds) rounds")
+    }
+}
