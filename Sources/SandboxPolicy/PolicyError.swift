@@ -45,31 +45,42 @@ public struct PolicyError: Error, CustomStringConvertible, Sendable, Equatable {
 enum Suggest {
     /// Edit distance (insertions, deletions, substitutions and swaps of neighbours), case-insensitive.
     static func distance(_ a: String, _ b: String) -> Int {
-        let x = Array(a.lowercased().unicodeScalars)
-        let y = Array(b.lowercased().unicodeScalars)
+        distance(Array(a.lowercased().unicodeScalars), Array(b.lowercased().unicodeScalars))
+    }
+
+    /// ``distance(_:_:)`` of lowercased scalars, keeping three rows of the table (not all of them).
+    static func distance(_ x: [Unicode.Scalar], _ y: [Unicode.Scalar]) -> Int {
         if x.isEmpty { return y.count }
         if y.isEmpty { return x.count }
-        var d = [[Int]](repeating: [Int](repeating: 0, count: y.count + 1), count: x.count + 1)
-        for i in 0...x.count { d[i][0] = i }
-        for j in 0...y.count { d[0][j] = j }
+        var twoBack = [Int](repeating: 0, count: y.count + 1)
+        var previous = Array(0...y.count)
+        var row = [Int](repeating: 0, count: y.count + 1)
         for i in 1...x.count {
+            row[0] = i
             for j in 1...y.count {
                 let cost = x[i - 1] == y[j - 1] ? 0 : 1
-                d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+                row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost)
                 if i > 1, j > 1, x[i - 1] == y[j - 2], x[i - 2] == y[j - 1] {
-                    d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+                    row[j] = min(row[j], twoBack[j - 2] + 1)
                 }
             }
+            (twoBack, previous, row) = (previous, row, twoBack)
         }
-        return d[x.count][y.count]
+        return previous[y.count]
     }
 
     /// The closest candidate, if it is close enough to be a plausible typo.
     static func closest<S: Sequence>(to word: String, in candidates: S) -> String? where S.Element == String {
         let limit = max(1, min(3, (word.count + 1) / 3))
+        let x = Array(word.lowercased().unicodeScalars)
         var best: (String, Int)?
         for candidate in candidates {
-            let d = distance(word, candidate)
+            // The distance is at least the difference in length: skip what cannot be within the
+            // limit, so a long unknown word costs no table per candidate (fuzzing found a
+            // policy with a 256 KiB name taking minutes to check).
+            let y = Array(candidate.lowercased().unicodeScalars)
+            guard abs(x.count - y.count) <= limit else { continue }
+            let d = distance(x, y)
             if d <= limit, best == nil || d < best!.1 || (d == best!.1 && candidate < best!.0) {
                 best = (candidate, d)
             }

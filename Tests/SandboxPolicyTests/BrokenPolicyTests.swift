@@ -207,6 +207,17 @@ struct BrokenPolicyTests {
         #expect { try PolicyLoader.load(file: path) } throws: { "\($0)".contains("is not a regular file") }
     }
 
+    @Test func aHugeUnknownNameIsReportedQuickly() {
+        // Found by fuzzing (policy-yaml): the "did you mean" search computed the edit distance of
+        // an unknown name to every system call name, in time and memory proportional to the
+        // name's length each; a policy with a name of a few hundred KiB took minutes to check.
+        let name = String(repeating: "x", count: 256 << 10)
+        var found: [PolicyError] = []
+        let elapsed = ContinuousClock().measure { found = problems(minimalPolicy + "\n  kill: [\(name)]\n") }
+        #expect(found.count == 1 && found.first?.message.contains("unknown system call") == true)
+        #expect(elapsed < .seconds(5), "checking took \(elapsed)")
+    }
+
     @Test func collectsEveryProblemOfAFile() throws {
         let yaml = """
             version: 1
