@@ -318,8 +318,25 @@ public enum DockerProfileImporter {
             return Output(yaml: yaml, warnings: warnings)
         }
 
+        /// Text for a comment: one line, and only characters a YAML file may contain (DEL, the
+        /// C0 and C1 control characters but tab, U+FFFE and U+FFFF are not allowed anywhere in
+        /// it, comments included), the others replaced by U+FFFD.
         func oneLine(_ text: String) -> String {
-            text.split(whereSeparator: \.isNewline).joined(separator: " ")
+            let line = text.split(whereSeparator: \.isNewline).joined(separator: " ")
+            var out = String.UnicodeScalarView()
+            for scalar in line.unicodeScalars { out.append(Self.isYAMLPrintable(scalar) ? scalar : "\u{FFFD}") }
+            return String(out)
+        }
+
+        /// YAML's c-printable: tab, line feed, carriage return, U+0020–U+007E, U+0085, and
+        /// U+00A0 and above but U+FFFE and U+FFFF (Swift strings hold no surrogates).
+        static func isYAMLPrintable(_ scalar: Unicode.Scalar) -> Bool {
+            switch scalar.value {
+            case 0x09, 0x0A, 0x0D, 0x20...0x7E, 0x85: true
+            case 0xA0...0xFFFD: true
+            case 0x10000...: true
+            default: false
+            }
         }
 
         func quoted(_ text: String) -> String {
@@ -333,6 +350,9 @@ public enum DockerProfileImporter {
                 case "\t": out += "\\t"
                 case _ where scalar.value < 0x20 || scalar.value == 0x7f:
                     out += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+                case _ where !Self.isYAMLPrintable(scalar):
+                    let hex = String(scalar.value, radix: 16)  // 0x80…0xffff: 2 to 4 digits
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
                 default: out.unicodeScalars.append(scalar)
                 }
             }

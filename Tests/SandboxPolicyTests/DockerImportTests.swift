@@ -123,4 +123,16 @@ struct DockerImportTests {
         #expect(!output.yaml.split(separator: "\n").contains { $0.hasPrefix("network: host") })
         #expect(!output.yaml.split(separator: "\n").contains { $0 == "name.json" })
     }
+
+    @Test func controlCharactersFromTheProfileKeepTheOutputReadable() throws {
+        // Found by fuzzing (docker-import): DEL and the C1 control characters are not allowed
+        // anywhere in a YAML file, comments included. Copied from the profile into a comment (or
+        // from the file name into the description), one made the whole imported policy unreadable.
+        let json = dockerProfileJSON
+            .replacingOccurrences(of: "SCMP_ARCH_AARCH64", with: "SCMP_ARCH_\u{7f}AARCH64")
+            .replacingOccurrences(of: "what every program needs", with: "what every\u{9f}\\u0001 program needs")
+        let output = try DockerProfileImporter.convert(json: Data(json.utf8), source: "/etc/odd\u{80}\u{7f}.json")
+        #expect(!output.warnings.contains { $0.contains("does not load") }, "\(output.warnings)")
+        #expect(PolicyLoader.check(yaml: output.yaml, name: "imported").isEmpty)
+    }
 }
