@@ -10,6 +10,8 @@ let package = Package(
         .library(name: "ExtSandboxWire", targets: ["ExtSandboxWire"]),
         .library(name: "ExtSandbox", targets: ["ExtSandbox"]),
         .library(name: "ExtSandboxExtension", targets: ["ExtSandboxExtension"]),
+        // The fuzz targets' entry points, for the libFuzzer executables of Fuzz/ (docs/fuzzing.md).
+        .library(name: "ExtSandboxFuzzing", targets: ["ExtSandboxFuzzing"]),
         .executable(name: "extsandbox", targets: ["extsandbox"]),
     ],
     dependencies: [
@@ -77,6 +79,11 @@ let package = Package(
 
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
         .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire"]),
+
+        // Fuzz targets' entry points (docs/fuzzing.md): built into libFuzzer executables by the
+        // separate Fuzz/ package, and replayed over the checked-in seed corpora by FuzzCorpusTests.
+        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "ExtSandboxWire"]),
+        .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing"]),
         // Paths shared by the test targets that run the package's executables.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: ["ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport"]),

@@ -292,13 +292,21 @@ public enum PolicyCacheEntry {
         PolicyBinaryFormat.encode(policy, into: &w)
         w.bytes(filter.program)
         var out = w.output
-        let length = UInt64(out.count)
-        let sum = out.withUnsafeBytes { PolicyBinaryFormat.checksum(UnsafeRawBufferPointer(rebasing: $0[headerSize...])) }
-        for i in 0..<8 {
-            out[8 + i] = UInt8(truncatingIfNeeded: length >> (8 * UInt64(i)))
-            out[16 + i] = UInt8(truncatingIfNeeded: sum >> (8 * UInt64(i)))
-        }
+        seal(&out)
         return out
+    }
+
+    /// Fills in the length and checksum fields of an entry whose other bytes are final (no-op
+    /// for fewer bytes than the header). The fuzz target of the decoder uses it too, so that
+    /// mutated entries get past the checksum.
+    package static func seal(_ entry: inout [UInt8]) {
+        guard entry.count >= headerSize else { return }
+        let length = UInt64(entry.count)
+        let sum = entry.withUnsafeBytes { PolicyBinaryFormat.checksum(UnsafeRawBufferPointer(rebasing: $0[headerSize...])) }
+        for i in 0..<8 {
+            entry[8 + i] = UInt8(truncatingIfNeeded: length >> (8 * UInt64(i)))
+            entry[16 + i] = UInt8(truncatingIfNeeded: sum >> (8 * UInt64(i)))
+        }
     }
 
     /// The entry's contents, or `nil` when it is not exactly an intact entry of this format

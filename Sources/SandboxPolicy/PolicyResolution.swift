@@ -19,6 +19,11 @@ public struct PolicyResolution: Sendable, Equatable {
     public struct File: Sendable, Equatable {
         public var path: String
         public var bytes: [UInt8]
+
+        package init(path: String, bytes: [UInt8]) {
+            self.path = path
+            self.bytes = bytes
+        }
     }
 
     /// One `extends:`/`include:` given as a name: `PolicySearchPath.locate(name:excluding:)`

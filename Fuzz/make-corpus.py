@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora under Fuzz/corpus/ (except policy-cache, whose entries the test
+suite writes: XSB_WRITE_FUZZ_SEEDS=1 scripts/test --filter FuzzCorpusTests).
+
+Seeds come from the repository's own inputs: the shipped policies, the policy text and Docker
+profiles of the tests, and frames in the shapes docs/wire-protocol.md describes.
+Run from anywhere: python3 Fuzz/make-corpus.py (it replaces the generated files)."""
+import glob, hashlib, json, os, re, struct
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+corpus = os.path.join(root, "Fuzz", "corpus")
+
+def write(target, name, data):
+    d = os.path.join(corpus, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+def swift_strings(path):
+    """The multi-line string literals of a Swift file, without interpolations, dedented."""
+    text = open(path, encoding="utf-8").read()
+    for m in re.finditer(r'"""\n(.*?)\n([ ]*)"""', text, re.S):
+        body, indent = m.group(1), len(m.group(2))
+        if "\\(" in body:
+            continue
+        lines = [l[indent:] if l.startswith(" " * indent) else l.lstrip() for l in body.split("\n")]
+        yield "\n".join(lines).replace('\\"', '"').replace("\\\\", "\\") + "\n"
+
+# --- frames ---------------------------------------------------------------------------------
+HELLO, REQUEST, REPLY, ERROR, ONEWAY, CANCEL, GOODBYE, CONNECT, READY = range(1, 10)
+
+def frame(kind, id=0, payload=b"", fds=0, flags=0, reserved=0, length=None):
+    if length is None:
+        length = 16 + len(payload)
+    return struct.pack(">IBBHIQ", length, kind, flags, fds, reserved, id) + payload
+
+def hello(version=1, maximum=16 << 20, name=b""):
+    return struct.pack(">HI", version, maximum) + name
+
+def error(code, message=b""):
+    return struct.pack(">I", code) + message
+
+# control bytes: max-size selector (255 = default), chunk seed, fd seed
+frames = {
+    "hello": frame(HELLO, payload=hello(name=b"host")),
+    "hello-noname": frame(HELLO, payload=hello()),
+    "hello-v2": frame(HELLO, payload=hello(version=2, maximum=4096, name=b"ext.example")),
+    "handshake": frame(HELLO, payload=hello(name=b"host")) + frame(HELLO, payload=hello(name=b"com.example.upcase")),
+    "rejected": frame(HELLO, payload=hello()) + frame(ERROR, payload=error(1, b"not allowed")),
+    "request-reply": frame(REQUEST, 1, b"hello") + frame(REPLY, 1, b"HELLO"),
+    "request-error": frame(REQUEST, 7, b"x" * 40) + frame(ERROR, 7, error(2, b"unknown request")),
+    "oneway": frame(ONEWAY, payload=b"note"),
+    "cancel": frame(REQUEST, 3, b"slow") + frame(CANCEL, 3) + frame(ERROR, 3, error(3)),
+    "goodbye": frame(GOODBYE),
+    "connect": frame(CONNECT, 5, fds=1),
+    "ready": frame(READY, payload=b"com.example.echo"),
+    "request-fds": frame(REQUEST, 9, b"fd", fds=2),
+    "reply-16fds": frame(REPLY, 9, b"", fds=16),
+    "too-many-fds": frame(REQUEST, 9, b"", fds=17),
+    "empty-request": frame(REQUEST, 1),
+    "big-payload": frame(ONEWAY, payload=bytes(range(256)) * 8),
+    "conversation": b"".join([frame(HELLO, payload=hello()), frame(REQUEST, 1, b"a"), frame(REQUEST, 2, b"bb", fds=1),
+                              frame(REPLY, 2, b"c"), frame(REPLY, 1, b""), frame(ONEWAY, payload=b"z"), frame(GOODBYE)]),
+    "truncated-header": frame(REQUEST, 1, b"abc")[:11],
+    "truncated-payload": frame(REQUEST, 1, b"abcdef")[:23],
+    "too-short": frame(REQUEST, 1, length=15),
+    "too-large": frame(ONEWAY, length=0xffffffff),
+    "unknown-kind": frame(42),
+    "flags": frame(ONEWAY, flags=1),
+    "reserved": frame(ONEWAY, reserved=7),
+    "zero-id-request": frame(REQUEST, 0),
+    "id-on-hello": frame(HELLO, 4, hello()),
+    "connect-no-fd": frame(CONNECT, 5),
+    "error-short": frame(ERROR, payload=b"\0\0"),
+    "hello-bad-utf8": frame(HELLO, payload=hello(name=b"\xff\xfe")),
+}
+for i, (name, stream) in enumerate(sorted(frames.items())):
+    selector = 255 if i % 3 else 64
+    write("frame-decoder", name, bytes([selector, i * 37 % 256, i * 91 % 256]) + stream)
+
+# --- payloads --------------------------------------------------------------------------------
+payloads = {
+    "hello": hello(), "hello-name": hello(name=b"host"), "hello-utf8": hello(name="ünïcödé".encode()),
+    "hello-min": hello(maximum=4096), "hello-below-min": hello(maximum=4095), "hello-v0": hello(version=0),
+    "hello-short": hello()[:5], "hello-bad-utf8": hello(name=b"a\xc3"),
+    "error": error(4, b"protocol error"), "error-empty": error(1), "error-app": error(100, b"x"),
+    "error-short": b"\0\0\1", "error-bad-utf8": error(5, b"\xed\xa0\x80"),
+    "header-request": frame(REQUEST, 1, b"p"), "header-connect": frame(CONNECT, 2, fds=1),
+    "header-bad-kind": frame(0), "header-too-large": frame(ONEWAY, length=(16 << 20) + 1),
+    "empty": b"",
+}
+for name, data in payloads.items():
+    write("payloads", name, data)
+
+# --- policies --------------------------------------------------------------------------------
+n = 0
+for path in sorted(glob.glob(os.path.join(root, "Policies", "*.yaml"))):
+    write("policy-yaml", "shipped-" + os.path.basename(path), open(path, "rb").read())
+for path in sorted(glob.glob(os.path.join(root, "Tests", "SandboxPolicyTests", "*.swift"))):
+    for text in swift_strings(path):
+        if text.lstrip().startswith("{"):
+            continue  # JSON: a Docker profile
+        write("policy-yaml", "test-%s" % hashlib.sha1(text.encode()).hexdigest()[:12], text)
+        n += 1
+
+# --- Docker profiles ---------------------------------------------------------------------------
+for path in sorted(glob.glob(os.path.join(root, "Tests", "SandboxPolicyTests", "*.swift"))):
+    for text in swift_strings(path):
+        if text.lstrip().startswith("{"):
+            write("docker-import", "test-%s" % hashlib.sha1(text.encode()).hexdigest()[:12], text)
+profiles = {
+    "minimal": {"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read", "write", "exit_group", "execve"], "action": "SCMP_ACT_ALLOW"}]},
+    "old-name": {"defaultAction": "SCMP_ACT_KILL", "syscalls": [{"name": "read", "action": "SCMP_ACT_ALLOW"}]},
+    "log": {"defaultAction": "SCMP_ACT_LOG", "syscalls": []},
+    "trap": {"defaultAction": "SCMP_ACT_TRAP", "defaultErrnoRet": 38, "syscalls": [{"names": ["open"], "action": "SCMP_ACT_TRACE"}]},
+    "args": {"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+        {"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [
+            {"index": 1, "value": 21505, "op": "SCMP_CMP_EQ"}, {"index": 2, "value": 0, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]},
+        {"names": ["kill"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1, "args": [
+            {"index": 0, "value": 1, "op": "SCMP_CMP_LT"}, {"index": 0, "value": 5, "op": "SCMP_CMP_GE"}]},
+        {"names": ["mmap"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 5, "value": 18446744073709551615, "op": "SCMP_CMP_LE"}]}]},
+    "flags": {"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_LOG"], "listenerPath": "/run/x.sock",
+              "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64"], "syscalls": [{"names": ["reboot"], "action": "SCMP_ACT_KILL_THREAD"}]},
+    "injection": {"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+        {"names": ["read\nversion: 2", "write"], "action": "SCMP_ACT_ALLOW", "comment": "a\n  allow: [ptrace]\n#"}]},
+    "not-object": [1, 2, 3],
+}
+for name, profile in profiles.items():
+    write("docker-import", name, json.dumps(profile, indent=1))
