@@ -11,6 +11,7 @@
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -104,6 +105,15 @@ void xsb_payload_main(const struct xsb_spawn_config *cfg, int control_fd, int st
     }
 
     arrange_fds(cfg, status_fd);
+    // The caller's relay pseudo-terminal as the session's controlling terminal: the terminal's
+    // Ctrl-C, Ctrl-\ and window size changes then reach the program's foreground process group,
+    // and a shell inside gets job control. The caller's own terminal never gets here.
+    if (cfg->controlling_terminal) {
+        int fd = 0;
+        struct winsize size;  // TIOCGWINSZ succeeds on terminals only (isatty, as a raw ioctl)
+        while (fd < 3 && ioctl(fd, TIOCGWINSZ, &size) != 0) fd++;
+        if (fd < 3 && ioctl(fd, TIOCSCTTY, 0) != 0) fail(status_fd, XSB_STEP_SESSION, "TIOCSCTTY");
+    }
     if (chdir(cfg->cwd) != 0) fail(status_fd, XSB_STEP_WORKING_DIRECTORY, cfg->cwd);
 
     for (size_t i = 0; i < cfg->rlimit_count; i++) {

@@ -37,6 +37,11 @@ public struct SandboxConfiguration: Sendable {
     /// ``SandboxedProcess/auditedSyscalls``). The namespaces, mounts, capabilities and limits
     /// stay as strict as ever; only the seccomp kills become reports. For writing policies.
     public var auditSeccomp: Bool
+    /// Makes the first of the payload's standard streams that is a terminal its controlling
+    /// terminal (after its `setsid`), so that the terminal's signal keys, window size changes and
+    /// a shell's job control work inside. Only for a pseudo-terminal the caller owns and relays
+    /// (as `extsandbox exec` does): never hand in the caller's own terminal.
+    public var controllingTerminal = false
     /// The one uid and gid the caller's ids map to inside.
     public var sandboxUID: UInt32
     public var sandboxGID: UInt32

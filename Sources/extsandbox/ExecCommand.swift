@@ -22,6 +22,11 @@ struct ExecCommand: AsyncParsableCommand {
             random, urandom, shm) and a writable, size-limited /tmp. PROGRAM itself is made \
             visible if no bind covers it; a PROGRAM without a slash is looked up in $PATH.
 
+            Standard streams: the program never shares the caller's open files. A terminal is \
+            relayed through a pseudo-terminal of the CLI's (the program's controlling terminal; \
+            the caller's terminal is raw during the run and restored exactly after it); files, \
+            pipes and /dev/null are reopened; sockets and the like are relayed through pipes.
+
             Exit status: the program's own; 128+N when signal N killed it (159 = SIGSYS for a \
             seccomp violation, 137 = SIGKILL for a limit); 125 when the sandbox could not be \
             set up (nothing ran); 127 when PROGRAM was not found; 64 for a usage error.
@@ -58,7 +63,7 @@ struct ExecCommand: AsyncParsableCommand {
     var workingDirectory: String = "/"
 
     @Flag(name: .long, help: ArgumentHelp(
-        "Audit the seccomp policy: calls it would kill are allowed and listed at exit (isolation otherwise unchanged). For writing policies."))
+        "Audit the seccomp policy: calls it would kill are allowed and listed at exit (isolation otherwise unchanged). The program runs WITHOUT the policy's kills: for writing policies, never for untrusted code."))
     var audit = false
 
     @Argument(parsing: .captureForPassthrough, help: ArgumentHelp(
@@ -123,17 +128,39 @@ struct ExecCommand: AsyncParsableCommand {
             policy: loadedPolicy, extraMounts: mounts, workingDirectory: request.workingDirectory)
         configuration.compiledFilter = filter
         configuration.auditSeccomp = request.audit
+        // Never the caller's own open files: see SandboxStreams (a terminal becomes a relayed pty).
+        let streams: SandboxStreams
+        do {
+            streams = try SandboxStreams()
+        } catch {
+            Self.complain("standard streams: \(error)")
+            throw ExitCode(125)
+        }
+        (configuration.standardInput, configuration.standardOutput, configuration.standardError) = (streams.stream(0), streams.stream(1), streams.stream(2))
+        configuration.controllingTerminal = streams.hasTerminal
+        if request.audit { Self.complain(Self.auditWarning(policy: loadedPolicy.name)) }
 
         let process: SandboxedProcess
         do {
             process = try await Supervisor.shared.launch(configuration)
         } catch {
+            streams.abandon()
             Self.complain("cannot start \(program): \(error)")
             throw ExitCode(125)
         }
 
         let forwarders = Self.forwardSignals(to: process)
+        do {
+            try streams.launched()  // raw mode from here: the CLI now outlives the forwarded signals
+        } catch {
+            process.kill()
+            _ = await process.waitForExit()
+            streams.finish()
+            Self.complain("cannot relay the standard streams of \(program): \(error)")
+            throw ExitCode(125)
+        }
         let termination = await process.waitForExit()
+        streams.finish()
         forwarders.forEach { $0.cancel() }
         switch termination {
         case .exited, .signaled:
@@ -148,6 +175,13 @@ struct ExecCommand: AsyncParsableCommand {
                 : "audit: the policy '\(loadedPolicy.name)' would have denied: \(denied.joined(separator: " "))")
         }
         throw ExitCode(termination.shellExitCode)
+    }
+
+    /// Printed before an audited run: the seccomp policy's kills are off for it.
+    static func auditWarning(policy: String) -> String {
+        "warning: --audit: the program runs WITHOUT the kills of its seccomp policy '\(policy)': every call the policy " +
+            "would kill is allowed and only reported at exit, so the program can do what the policy forbids. " +
+            "Use --audit only to write policies, never to run untrusted code."
     }
 
     /// The policy and its filter: from the user's cache when nothing they were made from

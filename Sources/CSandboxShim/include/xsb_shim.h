@@ -131,6 +131,10 @@ struct xsb_spawn_config {
     int supervise_first_exec;
     /// Audit mode: every notified call continues (and is reported) instead of killing.
     int audit;
+    /// 1: the first of the payload's fds 0–2 that is a terminal becomes its controlling terminal
+    /// (TIOCSCTTY, after setsid). Only for a pseudo-terminal the caller owns and relays (the
+    /// CLI's): never the caller's own terminal. 0: none.
+    int controlling_terminal;
 
     int cap_last_cap;        ///< from /proc/sys/kernel/cap_last_cap
     int setup_timeout_ms;    ///< how long the parent waits for the payload's exec

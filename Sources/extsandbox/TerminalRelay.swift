@@ -1,0 +1,188 @@
+import Glibc
+
+/// A pseudo-terminal the CLI owns and relays, handed to the sandbox in place of the caller's
+/// terminal (as `systemd-run --pty`, `su --pty` and `ssh -t` do).
+///
+/// The caller's terminal is shared with the caller's shell: whatever a program does to it
+/// (window size, echo, line discipline, exclusive mode, job-control signals) outlives the run
+/// or reaches the shell. The program gets the slave side of a new pseudo-terminal instead, as
+/// its controlling terminal (so the terminal's Ctrl-C, Ctrl-\ and window size changes reach its
+/// foreground process group, and a shell gets job control; a job-control stop of a program
+/// that is not a shell is discarded by the kernel, its process group being orphaned). The
+/// slave starts with the caller's terminal settings and window size; the caller's terminal
+/// is put in raw mode for the run (when standard input is a terminal: keystrokes then pass
+/// byte for byte) and its exact settings are restored on every way out the CLI controls:
+/// the program's end, whatever ended it, a failed launch, SIGINT, SIGTERM, SIGHUP and SIGQUIT
+/// (forwarded to the program, which the CLI outlives), job-control stops (restored while
+/// stopped, raw again on continue) and the other signals that would end the CLI. Only SIGKILL
+/// and a crash of the CLI itself leave the terminal raw (`stty sane` or `reset` repairs it).
+final class PseudoTerminal {
+    /// The side the CLI reads and writes (non-blocking; close-on-exec).
+    let master: Int32
+    /// The side the sandbox gets as its terminal stdio; the CLI's copy is closed once launched.
+    private(set) var slave: Int32
+    /// The caller's terminal: where the settings and the window size come from.
+    let callerTerminal: Int32
+    /// The caller's standard input when it is a terminal: relayed to the master, in raw mode.
+    let input: Int32?
+    /// Where the master's output goes: the caller's first terminal among stdout, stderr, stdin.
+    let output: Int32
+    private let saved: termios
+
+    /// Opens a pseudo-terminal that mirrors the caller's terminal `callerTerminal`.
+    init(callerTerminal: Int32, input: Int32?, output: Int32) throws(StreamSetupError) {
+        var settings = termios()
+        guard tcgetattr(callerTerminal, &settings) == 0 else { throw StreamSetupError("tcgetattr on fd \(callerTerminal)") }
+        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)
+        guard master >= 0 else { throw StreamSetupError("/dev/ptmx") }
+        let slave = Self.openSlave(master)
+        guard slave >= 0 else {
+            let error = StreamSetupError("the slave of /dev/ptmx")
+            close(master)
+            throw error
+        }
+        self.master = master
+        self.slave = slave
+        self.callerTerminal = callerTerminal
+        self.input = input
+        self.output = output
+        self.saved = settings
+
+        // Without input to relay, the caller's terminal stays as it is and does the output
+        // processing (newline to CR-LF) itself; the slave must not do it a second time.
+        var inner = settings
+        if input == nil { inner.c_oflag &= ~tcflag_t(OPOST) }
+        guard tcsetattr(slave, TCSANOW, &inner) == 0, fcntl(master, F_SETFL, O_NONBLOCK) == 0 else {
+            let error = StreamSetupError("setting up the pseudo-terminal")
+            close(master)
+            close(slave)
+            throw error
+        }
+        copyWindowSize()
+    }
+
+    deinit {
+        close(master)
+        closeSlave()
+    }
+
+    /// TIOCSPTLCK, TIOCGPTPEER and TIOCGPTN (function-like macros, not imported into Swift).
+    private static let unlockRequest: UInt = 0x4004_5431
+    private static let peerRequest: UInt = 0x5441
+    private static let numberRequest: UInt = 0x8004_5430
+
+    /// Unlocks the slave and opens it: through the master where the kernel can (Linux 4.13+,
+    /// no path to race on), else by its number under /dev/pts.
+    private static func openSlave(_ master: Int32) -> Int32 {
+        var unlock: Int32 = 0
+        guard ioctl(master, unlockRequest, &unlock) == 0 else { return -1 }
+        let flags = O_RDWR | O_NOCTTY | O_CLOEXEC
+        let peer = ioctl(master, peerRequest, flags)
+        if peer >= 0 { return peer }
+        var number: UInt32 = 0
+        guard ioctl(master, numberRequest, &number) == 0 else { return -1 }
+        return open("/dev/pts/\(number)", flags)
+    }
+
+    /// The caller's window size onto the pseudo-terminal; when it changed, the kernel sends
+    /// SIGWINCH to the program's foreground process group.
+    func copyWindowSize() {
+        var size = winsize()
+        if ioctl(callerTerminal, UInt(TIOCGWINSZ), &size) == 0 {
+            _ = ioctl(master, UInt(TIOCSWINSZ), &size)
+        }
+    }
+
+    /// Closes the CLI's copy of the slave: once the sandbox's copies are gone too, reading the
+    /// master ends (EIO), which is how the relay knows the output is drained.
+    func closeSlave() {
+        if slave >= 0 { close(slave) }
+        slave = -1
+    }
+
+    /// Installs the signal handlers (window size, job control, fatal signals) and, when there
+    /// is input to relay, puts the caller's terminal in raw mode. Undo with ``restore()``.
+    func enterRawMode(wake: Int32) {
+        var raw = saved
+        cfmakeraw(&raw)
+        let state = TerminalSignals.state
+        state.pointee = TerminalSignals.State(fd: callerTerminal, saved: saved, raw: raw, wake: wake, raw_active: 0)
+        TerminalSignals.install()
+        guard input != nil else { return }
+        state.pointee.raw_active = 1
+        while tcsetattr(callerTerminal, TCSADRAIN, &raw) != 0 && errno == EINTR {}
+    }
+
+    /// Restores the caller's terminal settings exactly as they were, and the signal handlers.
+    func restore() {
+        let state = TerminalSignals.state
+        if state.pointee.raw_active != 0 {
+            state.pointee.raw_active = 0
+            var settings = saved
+            while tcsetattr(callerTerminal, TCSADRAIN, &settings) != 0 && errno == EINTR {}
+        }
+        TerminalSignals.uninstall()
+        state.pointee.fd = -1
+    }
+}
+
+/// The CLI's signal handlers while a pseudo-terminal relays: they run on any thread at any
+/// time, so they only make async-signal-safe calls, on state reached through a pointer set up
+/// before they are installed (no Swift global access, no allocation).
+enum TerminalSignals {
+    struct State {
+        var fd: Int32
+        var saved: termios
+        var raw: termios
+        /// The relay's wake-up pipe: "W" asks it to copy the window size.
+        var wake: Int32
+        /// Whether the caller's terminal is in raw mode now (a plain word for the handlers).
+        var raw_active: Int32
+    }
+
+    /// Allocated once and never freed: the handlers may run at any moment.
+    nonisolated(unsafe) static let state: UnsafeMutablePointer<State> = {
+        let pointer = UnsafeMutablePointer<State>.allocate(capacity: 1)
+        pointer.initialize(to: State(fd: -1, saved: termios(), raw: termios(), wake: -1, raw_active: 0))
+        return pointer
+    }()
+
+    /// Signals whose default action would end the CLI and that the CLI does not forward to
+    /// the program (SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded: the CLI outlives them).
+    static let fatal: [Int32] = [SIGALRM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGIO]
+    static let stops: [Int32] = [SIGTSTP, SIGTTIN, SIGTTOU]
+
+    static func install() {
+        _ = state  // set up before any handler can run
+        signal(SIGWINCH) { _ in
+            let state = TerminalSignals.state
+            var byte = UInt8(ascii: "W")
+            _ = write(state.pointee.wake, &byte, 1)
+        }
+        for number in fatal {
+            signal(number) { number in
+                let state = TerminalSignals.state
+                if state.pointee.raw_active != 0 { _ = tcsetattr(state.pointee.fd, TCSANOW, &state.pointee.saved) }
+                signal(number, SIG_DFL)
+                raise(number)  // blocked while this handler runs: delivered, with its default action, on return
+            }
+        }
+        for number in stops {
+            signal(number) { _ in
+                let state = TerminalSignals.state
+                let wasRaw = state.pointee.raw_active != 0
+                if wasRaw { _ = tcsetattr(state.pointee.fd, TCSANOW, &state.pointee.saved) }
+                kill(getpid(), SIGSTOP)
+                // Continued (perhaps in the background: then setting raw mode stops us again
+                // until the shell brings us to the foreground).
+                if wasRaw && state.pointee.raw_active != 0 { _ = tcsetattr(state.pointee.fd, TCSANOW, &state.pointee.raw) }
+                var byte = UInt8(ascii: "W")
+                _ = write(state.pointee.wake, &byte, 1)
+            }
+        }
+    }
+
+    static func uninstall() {
+        for number in [SIGWINCH] + fatal + stops { signal(number, SIG_DFL) }
+    }
+}

@@ -1,0 +1,248 @@
+import Foundation
+import Glibc
+import Testing
+
+/// Runs the CLI the way a person does: on a terminal (a pseudo-terminal this harness owns, the
+/// CLI's controlling terminal, its session's foreground job), and looks at that terminal from
+/// the outside before and after. Python's pty and termios modules do the terminal work.
+enum TerminalHarness {
+    /// The harness script: spec in $XSB_PTY_SPEC (argv, steps), a JSON report on stdout.
+    static let script = #"""
+        import fcntl, json, os, select, signal, struct, sys, termios, time
+        spec = json.loads(os.environ["XSB_PTY_SPEC"])
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        def attempt(f):
+            try: return f()
+            except Exception as e: return "error: " + str(e)
+        def state():
+            return {
+                "size": attempt(lambda: list(struct.unpack("HHHH", fcntl.ioctl(slave, termios.TIOCGWINSZ, b"\0" * 8))[:2])),
+                "exclusive": attempt(lambda: struct.unpack("i", fcntl.ioctl(slave, 0x80045440, b"\0" * 4))[0]),  # TIOCGEXCL
+                "ldisc": attempt(lambda: struct.unpack("i", fcntl.ioctl(slave, termios.TIOCGETD, b"\0" * 4))[0]),
+                "attrs": attempt(lambda: repr(termios.tcgetattr(slave))),
+                "echo": attempt(lambda: bool(termios.tcgetattr(slave)[3] & termios.ECHO)),
+            }
+        before = state()
+        pid = os.fork()
+        if pid == 0:
+            os.close(master)
+            os.setsid()
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+            for fd in (0, 1, 2): os.dup2(slave, fd)
+            if spec.get("stdin") == "null": os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
+            os.execv(spec["argv"][0], spec["argv"])
+        output, steps, status = b"", list(spec.get("steps", [])), None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if steps and steps[0]["wait"].encode() in output:
+                step = steps.pop(0)
+                if "send" in step: os.write(master, step["send"].encode())
+                if "resize" in step: fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", step["resize"][0], step["resize"][1], 0, 0))
+                if "signal" in step: time.sleep(0.3); os.kill(pid, step["signal"])  # once the CLI handles it
+                continue
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try: output += os.read(master, 4096)
+                except OSError: ready = []
+            if status is None:
+                done, code = os.waitpid(pid, os.WNOHANG)
+                if done == pid: status = os.waitstatus_to_exitcode(code)
+            if status is not None and not ready: break
+        if status is None:
+            os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); status = "timed out"
+        print(json.dumps({"before": before, "after": state(), "output": output.decode(errors="replace"), "status": status}))
+        """#
+
+    struct Report {
+        var before: [String: Any]
+        var after: [String: Any]
+        var output: String
+        /// The CLI's exit code, or minus the signal that ended it.
+        var status: Int?
+        var raw: String
+
+        /// What of the terminal differs after the run (settings, window size, exclusive mode,
+        /// line discipline), described; empty when nothing does.
+        var changes: [String] {
+            ["attrs", "size", "exclusive", "ldisc"].compactMap { key in
+                let old = "\(before[key] ?? "none")", new = "\(after[key] ?? "none")"
+                return old == new ? nil : "\(key): \(old) -> \(new)"
+            }
+        }
+        var echoAfter: Bool { after["echo"] as? Bool ?? false }
+    }
+
+    struct Step {
+        var wait: String
+        var send: String? = nil
+        var resize: (Int, Int)? = nil
+        var signal: Int32? = nil
+        var json: [String: Any] {
+            var object: [String: Any] = ["wait": wait]
+            if let send { object["send"] = send }
+            if let resize { object["resize"] = [resize.0, resize.1] }
+            if let signal { object["signal"] = Int(signal) }
+            return object
+        }
+    }
+
+    static let python = "/usr/bin/python3"
+
+    /// `extsandbox exec --policy standard.yaml [options] -- argv…` on a fresh terminal.
+    static func exec(_ argv: [String], options: [String] = [], steps: [Step] = [], stdin: String? = nil,
+                     as caller: Fixtures.Caller = .root) throws -> Report {
+        var command = [Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath] + options + ["--"] + argv
+        if caller == .nobody { command = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] + command }
+        var spec: [String: Any] = ["argv": command, "steps": steps.map(\.json)]
+        if let stdin { spec["stdin"] = stdin }
+        let specText = String(decoding: try JSONSerialization.data(withJSONObject: spec), as: UTF8.self)
+        var environment = ProcessInfo.processInfo.environment
+        environment["XSB_PTY_SPEC"] = specText
+        let result = try Fixtures.run([python, "-c", script], environment: environment)
+        guard let object = try? JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] else {
+            return Report(before: [:], after: [:], output: "", status: nil, raw: "harness: \(result.stdout) \(result.stderr)")
+        }
+        return Report(
+            before: object["before"] as? [String: Any] ?? [:], after: object["after"] as? [String: Any] ?? [:],
+            output: object["output"] as? String ?? "", status: object["status"] as? Int, raw: result.stdout)
+    }
+}
+
+@Suite("CLI: a terminal on stdio is relayed through a pseudo-terminal of the CLI's")
+struct TerminalRelayTests {
+    @Test("nothing a program does to its terminal reaches the caller's: settings, echo, window size, exclusive mode, line discipline",
+          arguments: Fixtures.Caller.allCases)
+    func callerTerminalUntouched(caller: Fixtures.Caller) throws {
+        // The line discipline goes last: N_NULL swallows everything written after it.
+        let script = """
+            stty -echo -icanon; stty rows 5 cols 7; stty size; echo changed
+            /usr/bin/python3 -c 'import fcntl, struct, termios; fcntl.ioctl(0, termios.TIOCEXCL); fcntl.ioctl(0, termios.TIOCSETD, struct.pack("i", 27))'
+            """
+        let report = try TerminalHarness.exec(["/bin/sh", "-c", script], as: caller)
+        #expect(report.status == 0, "\(report.raw)")
+        #expect(report.output.contains("5 7\r\nchanged"), "the program saw its own changes: \(report.raw)")
+        #expect(report.changes.isEmpty, "\(report.changes)")
+        #expect(report.echoAfter, "echo is on again after the run: \(report.raw)")
+    }
+
+    @Test("input and output flow both ways; the program's exit status is kept")
+    func inputAndOutput() throws {
+        let report = try TerminalHarness.exec(["/bin/sh", "-c", "echo ready; read x; echo got $x; exit 7"],
+                                              steps: [.init(wait: "ready", send: "hello\r")])
+        #expect(report.status == 7, "\(report.raw)")
+        #expect(report.output.contains("got hello"), "\(report.raw)")
+        #expect(report.changes.isEmpty, "\(report.changes)")
+    }
+
+    @Test("the pty is the program's controlling terminal: the window size is copied and forwarded, Ctrl-C interrupts")
+    func controllingTerminal() throws {
+        let resized = try TerminalHarness.exec(
+            ["/bin/sh", "-c", "stty size; trap 'stty size; exit 3' WINCH; echo ready; while :; do sleep 0.1; done"],
+            steps: [.init(wait: "ready", resize: (40, 120))])
+        #expect(resized.status == 3, "\(resized.raw)")
+        #expect(resized.output.contains("24 80\r\nready\r\n40 120"), "\(resized.raw)")
+
+        let interrupted = try TerminalHarness.exec(
+            ["/bin/sh", "-c", "trap 'echo caught; exit 4' INT; echo ready; while :; do sleep 0.1; done"],
+            steps: [.init(wait: "ready", send: "\u{3}")])
+        #expect(interrupted.status == 4, "\(interrupted.raw)")
+        #expect(interrupted.output.contains("caught"), "\(interrupted.raw)")
+        #expect(interrupted.changes.isEmpty, "\(interrupted.changes)")
+    }
+
+    @Test("the caller's terminal is restored however the run ends")
+    func restoredOnEveryExit() throws {
+        let loop = ["/bin/sh", "-c", "echo ready; while :; do sleep 0.1; done"]
+        let cases: [(String, TerminalHarness.Report, Int)] = [
+            ("seccomp kill", try TerminalHarness.exec([Fixtures.probe, "bpf"]), 159),
+            ("launch failure", try TerminalHarness.exec(["/bin/true"], options: ["--bind", "/no/such/dir-xsb"]), 125),
+            ("SIGTERM to the CLI", try TerminalHarness.exec(loop, steps: [.init(wait: "ready", signal: SIGTERM)]), 143),
+            ("SIGHUP to the CLI", try TerminalHarness.exec(loop, steps: [.init(wait: "ready", signal: SIGHUP)]), 129),
+            ("SIGUSR1 kills the CLI", try TerminalHarness.exec(loop, steps: [.init(wait: "ready", signal: SIGUSR1)]), -Int(SIGUSR1)),
+            ("stdin not a terminal", try TerminalHarness.exec(["/bin/sh", "-c", "stty -opost <&1; echo out"], stdin: "null"), 0),
+        ]
+        for (name, report, status) in cases {
+            #expect(report.status == status, "\(name): \(report.raw)")
+            #expect(report.changes.isEmpty, "\(name): \(report.changes)")
+            #expect(report.echoAfter, "\(name): \(report.raw)")
+        }
+    }
+}
+
+@Suite("CLI: the sandbox never shares the caller's open file descriptions")
+struct StandardStreamTests {
+    /// Sets O_NONBLOCK on the program's fd 0 from inside.
+    static let setNonBlocking = "/usr/bin/python3 -c 'import fcntl, os; fcntl.fcntl(0, fcntl.F_SETFL, fcntl.fcntl(0, fcntl.F_GETFL) | os.O_NONBLOCK)'"
+    static let isNonBlocking = "/usr/bin/python3 -c 'import fcntl, os; print(\"nonblocking\" if fcntl.fcntl(0, fcntl.F_GETFL) & os.O_NONBLOCK else \"blocking\")'"
+
+    @Test("O_NONBLOCK set inside stays off the caller's stdin: a pipe, a regular file, /dev/null")
+    func nonBlockingStaysInside() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-stdin-\(getpid())").path
+        _ = FileManager.default.createFile(atPath: file, contents: Data("x\n".utf8))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let cli = "\(Fixtures.cli) exec --policy \(Fixtures.standardPolicyPath) -- /bin/sh -c \"\(Self.setNonBlocking)\""
+        for source in ["sleep 3 |", ": |", "< \(file)", "< /dev/null"] {
+            let script = source.hasPrefix("<") ? "{ \(cli); \(Self.isNonBlocking); } \(source)" : "\(source) { \(cli); \(Self.isNonBlocking); }"
+            let result = try Fixtures.run(["/bin/sh", "-c", script])
+            #expect(result.stdout == "blocking\n", "\(source): \(result.stdout) \(result.stderr)")
+        }
+    }
+
+    @Test("a socket on stdio is relayed through pipes: data flows both ways, O_NONBLOCK stays inside")
+    func socketRelayed() throws {
+        let script = """
+            import fcntl, os, socket, subprocess, sys
+            inner, outer = socket.socketpair()
+            outer.sendall(b"hello\\n"); outer.shutdown(socket.SHUT_WR)
+            status = subprocess.run(sys.argv[1:], stdin=inner, stdout=inner).returncode
+            inner.close()
+            print(outer.makefile().read().strip(), status, "nonblocking" if fcntl.fcntl(outer.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK else "blocking")
+            """
+        // The socketpair's ends share no description: check the CLI's end from the inside
+        // program's view of the caller, through a second run reading the flags of fd 0.
+        let result = try Fixtures.run([TerminalHarness.python, "-c", script, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
+                                       "--", "/bin/sh", "-c", "read x; echo got $x; \(Self.setNonBlocking)"])
+        #expect(result.stdout == "got hello 0 blocking\n", "\(result.stdout) \(result.stderr)")
+
+        let flags = """
+            import fcntl, os, socket, subprocess, sys
+            inner, outer = socket.socketpair()
+            subprocess.run(sys.argv[1:], stdin=inner)
+            print("nonblocking" if fcntl.fcntl(inner.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK else "blocking")
+            """
+        let second = try Fixtures.run([TerminalHarness.python, "-c", flags, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
+                                       "--", "/bin/sh", "-c", Self.setNonBlocking])
+        #expect(second.stdout == "blocking\n", "\(second.stdout) \(second.stderr)")
+    }
+
+    @Test("files keep shell semantics: offsets carry over, 2>&1 stays one description")
+    func fileOffsets() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-offsets-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        _ = FileManager.default.createFile(atPath: directory + "/in", contents: Data("first\nsecond\n".utf8))
+        let cli = "\(Fixtures.cli) exec --policy \(Fixtures.standardPolicyPath) --"
+        let script = """
+            cd \(directory)
+            { \(cli) /bin/sh -c 'read x; echo inside $x'; read y; echo outside $y; } < in > out1
+            { echo a; \(cli) /bin/echo b; echo c; } > out2
+            \(cli) /bin/sh -c 'echo one; echo two >&2; echo three' > out3 2>&1
+            cat out1 out2 out3
+            """
+        let result = try Fixtures.run(["/bin/sh", "-c", script])
+        #expect(result.stdout == "inside first\noutside second\na\nb\nc\none\ntwo\nthree\n", "\(result.stdout) \(result.stderr)")
+    }
+}
+
+@Suite("CLI: --audit")
+struct AuditWarningTests {
+    @Test("--audit warns before the run that the policy's kills are off")
+    func warns() throws {
+        let result = try Fixtures.exec(["/bin/true"], options: ["--audit"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let warning = result.stderr.split(separator: "\n").first.map(String.init) ?? ""
+        #expect(warning.contains("WITHOUT the kills of its seccomp policy 'standard'"), "\(result.stderr)")
+        #expect(warning.contains("never to run untrusted code"), "\(result.stderr)")
+    }
+}
