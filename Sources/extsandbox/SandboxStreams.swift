@@ -166,8 +166,8 @@ final class SandboxStreams {
     /// caller's terminal and carries file offsets back. Safe to call more than once.
     func finish() {
         relay?.finish()
+        terminal?.restore()  // before the relay's wake-up pipe closes: the handlers write to it
         relay = nil
-        terminal?.restore()
         terminal = nil
         for (caller, own) in positioned {
             let offset = lseek(own, 0, SEEK_CUR)

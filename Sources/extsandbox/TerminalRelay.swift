@@ -123,6 +123,7 @@ final class PseudoTerminal {
         }
         TerminalSignals.uninstall()
         state.pointee.fd = -1
+        state.pointee.wake = -1
     }
 }
 
@@ -159,6 +160,14 @@ enum TerminalSignals {
             var byte = UInt8(ascii: "W")
             _ = write(state.pointee.wake, &byte, 1)
         }
+        // Continued after a stop the CLI did not see coming (SIGSTOP): the caller's shell may
+        // have put its own settings back meanwhile.
+        signal(SIGCONT) { _ in
+            let state = TerminalSignals.state
+            if state.pointee.raw_active != 0 { _ = tcsetattr(state.pointee.fd, TCSANOW, &state.pointee.raw) }
+            var byte = UInt8(ascii: "W")
+            _ = write(state.pointee.wake, &byte, 1)
+        }
         for number in fatal {
             signal(number) { number in
                 let state = TerminalSignals.state
@@ -173,16 +182,14 @@ enum TerminalSignals {
                 let wasRaw = state.pointee.raw_active != 0
                 if wasRaw { _ = tcsetattr(state.pointee.fd, TCSANOW, &state.pointee.saved) }
                 kill(getpid(), SIGSTOP)
-                // Continued (perhaps in the background: then setting raw mode stops us again
-                // until the shell brings us to the foreground).
+                // Continued (the SIGCONT handler ran too; in the background, setting raw mode
+                // stops us again until the shell brings us to the foreground).
                 if wasRaw && state.pointee.raw_active != 0 { _ = tcsetattr(state.pointee.fd, TCSANOW, &state.pointee.raw) }
-                var byte = UInt8(ascii: "W")
-                _ = write(state.pointee.wake, &byte, 1)
             }
         }
     }
 
     static func uninstall() {
-        for number in [SIGWINCH] + fatal + stops { signal(number, SIG_DFL) }
+        for number in [SIGWINCH, SIGCONT] + fatal + stops { signal(number, SIG_DFL) }
     }
 }
