@@ -58,13 +58,16 @@ public final class AppExtensionProcess: Sendable {
         public var terminateAfter: Duration
         /// How long launch and connection handshakes may take.
         public var readyTimeout: Duration
+        /// Bounds of each connection's send queue (this handle's connections).
+        public var sendQueueLimit: ExtensionConnection.SendQueueLimit
 
         public init(
             identity: AppExtensionIdentity, onInterruption: @escaping @Sendable (Termination) -> Void = { _ in },
             onEvent: (@Sendable (AppExtensionLifecycleEvent) -> Void)? = nil,
             suspendAfter: Duration = .milliseconds(250), terminateAfter: Duration = .seconds(30),
-            readyTimeout: Duration = .seconds(10)
+            readyTimeout: Duration = .seconds(10), sendQueueLimit: ExtensionConnection.SendQueueLimit = .init()
         ) {
+            self.sendQueueLimit = sendQueueLimit
             self.identity = identity
             self.onInterruption = onInterruption
             self.onEvent = onEvent
@@ -110,7 +113,7 @@ public final class AppExtensionProcess: Sendable {
         for _ in 0..<3 {
             guard !invalidated.load(ordering: .relaxed) else { throw ExtensionError.invalidated }
             let current = core.withLock { $0 }
-            switch try await current.connect(handle: handleID, timeout: configuration.readyTimeout) {
+            switch try await current.connect(handle: handleID, timeout: configuration.readyTimeout, sendQueueLimit: configuration.sendQueueLimit) {
             case .connected(let connection):
                 return connection
             case .processEnded:

@@ -42,6 +42,9 @@ public final class ExtensionConnection: Sendable {
         var closedBecause: ExtensionError?
         /// Caller-thread waits to skip (see ``waitForReadableBriefly(_:)``).
         var waitsToSkip = 0
+        /// ``invalidate()`` has begun: however the socket closes from now on (the extension
+        /// closing it on our GOODBYE included), the reason is ``ExtensionError/invalidated``.
+        var invalidating = false
     }
 
     /// Sending. Held while a frame is written, so that frames go out whole and in order, and
@@ -50,6 +53,25 @@ public final class ExtensionConnection: Sendable {
     private struct Output {
         var open = true
         var watchingWritability = false
+        /// Senders waiting for room in the send queue (see ``SendQueueLimit``).
+        var roomWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+    }
+
+    /// Bounds of a connection's send queue: frames written while the extension does not read
+    /// wait in the host's memory (with their fds open) up to these. Beyond them ``send(_:)``
+    /// waits for room, and ``sendOneWay(_:)`` fails at once with
+    /// ``ExtensionError/sendQueueFull(bytes:fileDescriptors:)``. A frame is always admitted
+    /// into an empty queue, whatever its size.
+    public struct SendQueueLimit: Sendable, Hashable {
+        /// Bytes of frames waiting (default 4 MiB).
+        public var bytes: Int
+        /// File descriptors attached to frames waiting (default 64).
+        public var fileDescriptors: Int
+
+        public init(bytes: Int = 4 << 20, fileDescriptors: Int = 64) {
+            self.bytes = bytes
+            self.fileDescriptors = fileDescriptors
+        }
     }
 
     /// The socket. Its receiving side is used under `state`, its sending side under `output`;
@@ -62,14 +84,18 @@ public final class ExtensionConnection: Sendable {
     private let monitor: EventMonitor
     private let onClose: @Sendable () -> Void
     private let closeNotified = Atomic<Bool>(false)
+    private let sendQueueLimit: SendQueueLimit
+    private let nextRoomWaiter = Atomic<UInt64>(1)
 
     /// Wraps the host end of a new connection and writes the host's HELLO into it at once, so
     /// that the extension finds it waiting when it gets its end (``handshake(timeout:)`` then
     /// waits for the answer). Later, requests are written by their callers, and replies read
     /// on `monitor` (or by a caller waiting briefly for its own).
-    init(descriptor: Int32, monitor: EventMonitor, name: String, onClose: @escaping @Sendable () -> Void) {
+    init(descriptor: Int32, monitor: EventMonitor, name: String, sendQueueLimit: SendQueueLimit = SendQueueLimit(),
+         onClose: @escaping @Sendable () -> Void) {
         self.monitor = monitor
         self.onClose = onClose
+        self.sendQueueLimit = sendQueueLimit
         socket = UncheckedBox(FrameSocket(descriptor: descriptor))
         // A fresh socket's buffer takes a HELLO whole; `enqueue` never blocks (MSG_DONTWAIT).
         let failure: ExtensionError? = output.withLock { output in
@@ -139,8 +165,16 @@ public final class ExtensionConnection: Sendable {
     public var isOpen: Bool { state.withLock { $0.closedBecause == nil } }
 
     /// Sends a request and waits for its one reply (or error).
+    ///
+    /// While the connection's send queue is full (the extension is not reading), waits for room
+    /// (see ``SendQueueLimit``); a request cancelled before it was written is dropped from the
+    /// queue, its fds closed, and never reaches the extension. A message larger than the
+    /// extension's maximum frame size fails with ``ExtensionError/messageTooLarge(size:maximum:)``
+    /// and the connection stays open.
     public func send(_ message: ExtensionMessage) async throws -> ExtensionMessage {
         let id = nextRequestID.add(1, ordering: .relaxed).oldValue
+        // Copies of the fds are made once there is room: a waiting sender holds none of ours.
+        try await waitForRoom(bytes: ExtSandboxWire.headerSize + 4 + message.payload.count, fds: message.fileDescriptors.count)
         let fds = try Self.duplicate(message.fileDescriptors)
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: Reply) in
@@ -175,21 +209,91 @@ public final class ExtensionConnection: Sendable {
                 }
             }
         } onCancel: {
-            let continuation: Reply? = output.withLock { output in
+            let (continuation, waiters): (Reply?, [CheckedContinuation<Void, any Error>]) = output.withLock { output in
+                // Never written: dropped from the queue (its fds closed); no answer will come.
+                let unsent = output.open && socket.value.removeUnsent(kind: .request, id: id)
                 let continuation: Reply? = state.withLock { state in
                     guard let continuation = state.pending.removeValue(forKey: id) else { return nil }
-                    state.cancelled.insert(id)
+                    if !unsent { state.cancelled.insert(id) }
                     return continuation
                 }
-                if continuation != nil { _ = write(.cancel(id: id), &output) }
-                return continuation
+                if continuation != nil && !unsent { _ = write(.cancel(id: id), &output) }
+                return (continuation, unsent ? takeRoomWaiters(&output) : [])
             }
+            for waiter in waiters { waiter.resume() }
             continuation?.resume(throwing: ExtensionError.cancelled)
         }
     }
 
-    /// Sends a message that gets no reply.
+    /// Returns once the send queue has room for a frame of `bytes` with `fds` descriptors (at
+    /// once, usually); throws when the connection closes or the task is cancelled meanwhile.
+    private func waitForRoom(bytes: Int, fds: Int) async throws {
+        while true {
+            if try output.withLock({ output in try self.hasRoom(bytes: bytes, fds: fds, output) }) { return }
+            let waiterID = nextRoomWaiter.add(1, ordering: .relaxed).oldValue
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                    let now: Result<Void, any Error>? = output.withLock { output in
+                        do {
+                            if try hasRoom(bytes: bytes, fds: fds, output) { return .success(()) }
+                        } catch {
+                            return .failure(error)
+                        }
+                        if Task.isCancelled { return .failure(ExtensionError.cancelled) }
+                        output.roomWaiters[waiterID] = continuation
+                        return nil
+                    }
+                    if let now { continuation.resume(with: now) }
+                }
+            } onCancel: {
+                output.withLock { $0.roomWaiters.removeValue(forKey: waiterID) }?.resume(throwing: ExtensionError.cancelled)
+            }
+        }
+    }
+
+    /// Under `output`: whether a frame of `bytes` with `fds` fits the send queue now; throws
+    /// the connection's end when it is closed.
+    private func hasRoom(bytes: Int, fds: Int, _ output: Output) throws -> Bool {
+        guard output.open else {
+            throw state.withLock { $0.closedBecause } ?? ExtensionError.connectionClosed(detail: "the extension closed the connection")
+        }
+        let socket = socket.value
+        let queuedBytes = socket.pendingOutputBytes, queuedFDs = socket.pendingOutputFDs
+        if queuedBytes == 0 && queuedFDs == 0 { return true }
+        return queuedBytes + bytes <= sendQueueLimit.bytes && queuedFDs + fds <= sendQueueLimit.fileDescriptors
+    }
+
+    /// Under `output`: the senders waiting for room, to be resumed (outside the lock) to look again.
+    private func takeRoomWaiters(_ output: inout Output) -> [CheckedContinuation<Void, any Error>] {
+        guard !output.roomWaiters.isEmpty else { return [] }
+        defer { output.roomWaiters.removeAll() }
+        return Array(output.roomWaiters.values)
+    }
+
+    /// Sends a message that gets no reply. Fails at once with
+    /// ``ExtensionError/sendQueueFull(bytes:fileDescriptors:)`` when the connection's send queue
+    /// is full (see ``SendQueueLimit``; ``sendOneWayWaitingForRoom(_:)`` waits instead).
     public func sendOneWay(_ message: ExtensionMessage) throws {
+        let fds = try Self.duplicate(message.fileDescriptors)
+        let frameBytes = ExtSandboxWire.headerSize + 4 + message.payload.count
+        let failure: (any Error)? = output.withLock { output in
+            do {
+                guard try hasRoom(bytes: frameBytes, fds: fds.count, output) else {
+                    Self.close(fds)
+                    return ExtensionError.sendQueueFull(bytes: sendQueueLimit.bytes, fileDescriptors: sendQueueLimit.fileDescriptors)
+                }
+            } catch {
+                Self.close(fds)
+                return error
+            }
+            return write(.oneway(payload: message.payload, fds: fds), &output)
+        }
+        if let failure { throw failure }
+    }
+
+    /// Sends a message that gets no reply, waiting while the connection's send queue is full.
+    public func sendOneWayWaitingForRoom(_ message: ExtensionMessage) async throws {
+        try await waitForRoom(bytes: ExtSandboxWire.headerSize + 4 + message.payload.count, fds: message.fileDescriptors.count)
         let fds = try Self.duplicate(message.fileDescriptors)
         let failure: ExtensionError? = output.withLock { output in
             write(.oneway(payload: message.payload, fds: fds), &output)
@@ -210,6 +314,9 @@ public final class ExtensionConnection: Sendable {
     /// extension process ends when its last connection is gone (and no host holds it).
     public func invalidate() {
         output.withLock { output in
+            // Marked first: the extension closes its end on our GOODBYE, and the monitor thread
+            // may see that before this thread gets to close; it must read as invalidated too.
+            state.withLock { $0.invalidating = true }
             if output.open { _ = try? socket.value.enqueue(.goodbye) }
         }
         close(because: .invalidated)
@@ -282,6 +389,9 @@ public final class ExtensionConnection: Sendable {
         let socket = socket.value
         do {
             try socket.enqueue(frame)
+        } catch .frameTooLarge(let length, let maximum) {
+            // Checked before a byte was written: the connection carries on.
+            return .messageTooLarge(size: Int(length), maximum: maximum)
         } catch {
             return .connectionClosed(detail: "\(error)")
         }
@@ -298,6 +408,7 @@ public final class ExtensionConnection: Sendable {
     /// after it, outside the lock.
     private func eventsArrived(_ events: UInt32) {
         if events & EventMonitor.writable != 0 {
+            var roomWaiters: [CheckedContinuation<Void, any Error>] = []
             let failure: ExtensionError? = output.withLock { output in
                 guard output.open else { return nil }
                 do {
@@ -305,11 +416,13 @@ public final class ExtensionConnection: Sendable {
                         output.watchingWritability = false
                         monitor.modify(fd: socket.value.descriptor, token: token.load(ordering: .relaxed), events: EventMonitor.readable)
                     }
+                    roomWaiters = takeRoomWaiters(&output)
                     return nil
                 } catch {
                     return .connectionClosed(detail: "\(error)")
                 }
             }
+            for waiter in roomWaiters { waiter.resume() }
             if let failure {
                 close(because: failure)
                 return
@@ -320,6 +433,8 @@ public final class ExtensionConnection: Sendable {
             var answer: Answer?
             var closeReason: ExtensionError?
             var peerClosed = false
+            /// A frame to write back before closing (ERROR id 0 for a bad HELLO).
+            var farewell: Frame?
             let more = state.withLock { state -> Bool in
                 guard state.open else { return false }
                 do {
@@ -330,7 +445,7 @@ public final class ExtensionConnection: Sendable {
                         peerClosed = true
                         closeReason = .connectionClosed(detail: "the extension closed the connection")
                     case .frame(let frame):
-                        closeReason = handle(frame, state: &state, answer: &answer)
+                        closeReason = handle(frame, state: &state, answer: &answer, farewell: &farewell)
                     }
                 } catch {
                     closeReason = .connectionClosed(detail: "protocol error from the extension: \(error)")
@@ -341,6 +456,11 @@ public final class ExtensionConnection: Sendable {
             case .reply(let continuation, let result): continuation.resume(with: result)
             case .handshake(let continuation, let result): continuation.resume(with: result)
             case nil: break
+            }
+            if let farewell {
+                // Best effort, into a socket about to close (§5: a wrong version gets ERROR
+                // id 0 code 4 before the close).
+                output.withLock { output in if output.open { _ = try? socket.value.enqueue(farewell) } }
             }
             if let closeReason {
                 if peerClosed && state.withLock({ !$0.pending.isEmpty }) {
@@ -386,7 +506,7 @@ public final class ExtensionConnection: Sendable {
         socket.value.close()
     }
 
-    private func handle(_ frame: Frame, state: inout State, answer: inout Answer?) -> ExtensionError? {
+    private func handle(_ frame: Frame, state: inout State, answer: inout Answer?, farewell: inout Frame?) -> ExtensionError? {
         if let handshake = state.handshake {
             state.handshake = nil
             switch frame.kind {
@@ -397,6 +517,7 @@ public final class ExtensionConnection: Sendable {
                     answer = .handshake(handshake, .success(hello.maximumFrameSize))
                     return nil
                 } catch {
+                    farewell = .error(id: 0, code: .protocolError, message: "\(error)")
                     answer = .handshake(handshake, .failure(ExtensionError.connectionClosed(detail: "bad HELLO: \(error)")))
                     return .connectionClosed(detail: "bad HELLO: \(error)")
                 }
@@ -441,10 +562,13 @@ public final class ExtensionConnection: Sendable {
 
     /// Closes once: stops watching, closes the socket, fails what waits, tells the process.
     func close(because reason: ExtensionError) {
-        let (pending, handshake, wasOpen, release) = output.withLock { output in
+        var roomWaiters: [CheckedContinuation<Void, any Error>] = []
+        let (pending, handshake, wasOpen, release, reason) = output.withLock { output in
             output.open = false
-            return state.withLock { state -> ([Reply], Handshake?, Bool, Bool) in
-                guard state.closedBecause == nil else { return ([], nil, false, false) }
+            roomWaiters = takeRoomWaiters(&output)
+            return state.withLock { state -> ([Reply], Handshake?, Bool, Bool, ExtensionError) in
+                guard state.closedBecause == nil else { return ([], nil, false, false, reason) }
+                let reason = state.invalidating ? ExtensionError.invalidated : reason
                 state.closedBecause = reason
                 let release = state.open
                 state.open = false
@@ -452,9 +576,11 @@ public final class ExtensionConnection: Sendable {
                 state.pending.removeAll()
                 let handshake = state.handshake
                 state.handshake = nil
-                return (pending, handshake, true, release)
+                return (pending, handshake, true, release, reason)
             }
         }
+        // They look again and find the connection closed.
+        for waiter in roomWaiters { waiter.resume() }
         if release { closeSocket() }
         for continuation in pending { continuation.resume(throwing: reason) }
         handshake?.resume(throwing: reason)

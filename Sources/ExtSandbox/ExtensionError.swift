@@ -19,6 +19,13 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     case connectionClosed(detail: String)
     /// The request's task was cancelled.
     case cancelled
+    /// The message's frame is larger than the extension's maximum frame size (from its HELLO):
+    /// `size` is the frame's length field (16 header bytes plus the payload), as the maximum is.
+    /// Nothing was sent; the connection stays open.
+    case messageTooLarge(size: Int, maximum: UInt32)
+    /// `sendOneWay` found the connection's send queue full (the extension is not reading fast
+    /// enough): `bytes` and `fileDescriptors` are the queue's bounds. Nothing was sent.
+    case sendQueueFull(bytes: Int, fileDescriptors: Int)
     /// The extension answered with an error.
     case remote(code: UInt32, message: String)
     /// Encoding or decoding a Codable message failed.
@@ -34,6 +41,10 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
         case .invalidated: return "the connection was invalidated"
         case .connectionClosed(let detail): return "the connection closed: \(detail)"
         case .cancelled: return "the request was cancelled"
+        case .messageTooLarge(let size, let maximum):
+            return "the message is too large: a frame of \(size) bytes, the extension accepts at most \(maximum)"
+        case .sendQueueFull(let bytes, let fds):
+            return "the connection's send queue is full (at most \(bytes) bytes and \(fds) file descriptors wait for the extension to read)"
         case .remote(let code, let message): return "the extension answered error \(code)" + (message.isEmpty ? "" : ": \(message)")
         case .coding(let why): return "message coding failed: \(why)"
         }

@@ -67,6 +67,12 @@ public final class FrameSocket {
     }
     private var queue: [Outgoing] = []
     private var queueHead = 0
+    /// Bytes of frames queued by ``enqueue(_:)`` and not yet written (partly written ones count
+    /// what is left).
+    public private(set) var pendingOutputBytes = 0
+    /// File descriptors of queued frames whose first byte has not been written yet (they are
+    /// held, and closed once written).
+    public private(set) var pendingOutputFDs = 0
 
     /// Wraps a connected stream socket, taking ownership of `descriptor`.
     /// - Parameters:
@@ -101,6 +107,8 @@ public final class FrameSocket {
         for item in queue[queueHead...] { item.frame.closeFDs() }
         queue = []
         queueHead = 0
+        pendingOutputBytes = 0
+        pendingOutputFDs = 0
     }
 
     /// `shutdown(SHUT_WR)`: the peer reads end of stream after the frames already sent.
@@ -202,8 +210,24 @@ public final class FrameSocket {
         var bytes = [UInt8](repeating: 0, count: FrameHeader.encodedSize)
         bytes.withUnsafeMutableBytes { header.encode(into: $0) }
         queue.append(Outgoing(header: bytes, frame: frame, sent: sent))
+        pendingOutputBytes += FrameHeader.encodedSize + frame.payload.count - sent
+        if sent == 0 { pendingOutputFDs += frame.fds.count }
         // (When it was just tried, the socket is full: wait for writability.)
         if !writeNow { _ = try flush() }
+    }
+
+    /// Removes a queued frame of `kind` and `id` of which nothing has been written yet, closing
+    /// its fds (for a request cancelled before it went out: the peer never sees it). Returns
+    /// whether there was one.
+    public func removeUnsent(kind: FrameKind, id: UInt64) -> Bool {
+        guard let index = queue[queueHead...].firstIndex(where: { $0.sent == 0 && $0.frame.kind == kind && $0.frame.id == id }) else {
+            return false
+        }
+        let item = queue.remove(at: index)
+        pendingOutputBytes -= item.total
+        pendingOutputFDs -= item.frame.fds.count
+        item.frame.closeFDs()
+        return true
     }
 
     /// Whether frames queued by ``enqueue(_:)`` are still (partly) unwritten.
@@ -226,6 +250,8 @@ public final class FrameSocket {
             }.get()
             if n < 0 { return false }
             queue[queueHead].sent += n
+            pendingOutputBytes -= n
+            if item.sent == 0 && n > 0 { pendingOutputFDs -= item.frame.fds.count }
             if queue[queueHead].sent == item.total {
                 item.frame.closeFDs()
                 queueHead += 1
@@ -233,6 +259,8 @@ public final class FrameSocket {
         }
         queue.removeAll(keepingCapacity: true)
         queueHead = 0
+        pendingOutputBytes = 0
+        pendingOutputFDs = 0
         return true
     }
 

@@ -11,7 +11,7 @@ import Synchronization
 ///   processes (`xsb-pingpong rtt`). The reference is bimodal: about 10 µs when the scheduler
 ///   keeps both processes on one CPU, about 40 µs when it puts them on two (this VM), decided
 ///   per run. So the same ping-pong pinned to one CPU and to two is measured too, to bracket it.
-/// - `throughput`: 1 MiB one-way messages (``ExtensionConnection/sendOneWay(_:)``, then one
+/// - `throughput`: 1 MiB one-way messages (``ExtensionConnection/sendOneWayWaitingForRoom(_:)``, then one
 ///   request as a barrier), against the same number of 20-byte headers + 1 MiB written over a
 ///   socketpair and read fully by a C process (`xsb-pingpong throughput`).
 /// - `connect`: ``AppExtensionProcess/makeConnection()`` to the running extension plus its first
@@ -180,7 +180,7 @@ struct IPCBench: Sendable {
     nonisolated func throughputAPI(_ connection: ExtensionConnection, bulk: ExtensionMessage,
                                            barrier: ExtensionMessage) async throws -> Double {
         let start = now()
-        for _ in 0..<messagesPerSample { try connection.sendOneWay(bulk) }
+        for _ in 0..<messagesPerSample { try await connection.sendOneWayWaitingForRoom(bulk) }
         _ = try await connection.send(barrier)
         let elapsed = now() - start
         return Double(messagesPerSample * (Self.headerSize + Self.bulkSize)) / elapsed

@@ -24,10 +24,24 @@ def read_frame(sock):
 def serve(sock):
     kind, _, payload = read_frame(sock)  # HELLO
     name = payload[6:].decode()
+    behaviour = name.split("/")[0]
     if name.startswith("silent"):
         threading.Event().wait()         # never answer the handshake
-    sock.sendall(frame(1, 0, struct.pack(">HI", 1, 16 << 20)))
-    behaviour = name.split("/")[0]
+    if behaviour == "bad-version":       # version 2: the host must send ERROR id 0 code 4 (§5.3)
+        sock.sendall(frame(1, 0, struct.pack(">HI", 2, 16 << 20)))
+        kind, id, payload = read_frame(sock)
+        os._exit(44 if (kind, id, payload[:4]) == (4, 0, struct.pack(">I", 4)) else 45)
+    maximum = 4096 if behaviour == "small-max" else 16 << 20
+    sock.sendall(frame(1, 0, struct.pack(">HI", 1, maximum)))
+    if behaviour == "no-read":           # never reads again: the host's send queue fills
+        threading.Event().wait()
+    if behaviour == "small-max":         # an echo that takes frames of at most 4096 bytes
+        while True:
+            kind, id, payload = read_frame(sock)
+            if kind == 2:
+                sock.sendall(frame(3, id, payload))
+            elif kind == 7:
+                return
     kind, id, _ = read_frame(sock)       # the host's first REQUEST
     if behaviour == "goodbye":           # answer, then leave of its own accord (§7.3)
         sock.sendall(frame(3, id, b"bye"))
