@@ -85,11 +85,17 @@ struct MountPlan {
                     return
                 }
             }
+            // The shim follows no symlink (a sandbox could have planted one): hand it a path
+            // without any, through root-owned symlinks only.
+            let real: String
+            do {
+                real = try BindSource.resolve(source)
+            } catch let error as SandboxError where optional && error.errorNumber == ENOENT {
+                return
+            }
             var info = stat()
-            guard stat(source, &info) == 0 else {
-                let err = errno
-                if optional && err == ENOENT { return }
-                throw SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: err, detail: "bind source \(source)")
+            guard lstat(real, &info) == 0 else {
+                throw SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: errno, detail: "bind source \(source)")
             }
             let kind = info.st_mode & S_IFMT
             // Device nodes only come from the shim's fixed /dev list: a policy must not hand a
@@ -97,9 +103,11 @@ struct MountPlan {
             guard kind != S_IFBLK && kind != S_IFCHR else {
                 throw SandboxError(step: .configuration, errorNumber: EPERM, detail: "refusing to bind device node \(source)")
             }
-            // The shim follows no symlink (a sandbox could have planted one): hand it the real path.
-            guard let real = SystemFiles.realPath(source) else {
-                throw SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: errno, detail: "bind source \(source)")
+            // A read-only bind does not stop connect() to a unix socket (the kernel checks only
+            // the socket's write permission), so binding a daemon's socket hands the sandbox
+            // its service: refused. Sockets inside a bound directory are not (see --help).
+            guard kind != S_IFSOCK else {
+                throw SandboxError(step: .configuration, errorNumber: EPERM, detail: "refusing to bind unix socket \(source): a read-only bind would still let the sandbox connect to it")
             }
             operations.append(.bind(source: real, target: target, writable: writable, directory: kind == S_IFDIR))
         }

@@ -48,11 +48,11 @@ struct ExecCommand: AsyncParsableCommand {
     var policy: String = "standard"
 
     @Option(name: .customLong("ro-bind"), help: ArgumentHelp(
-        "Make host path SRC visible read-only at DST (default: the same path). Repeatable.", valueName: "src[:dst]"))
+        "Make host path SRC visible read-only at DST (default: the same path). Repeatable. SRC may pass through root-owned symlinks only (others, which a sandbox may have planted, are refused). Unix sockets under SRC still accept connect(): do not bind a daemon's socket directory.", valueName: "src[:dst]"))
     var readOnlyBinds: [String] = []
 
     @Option(name: .customLong("bind"), help: ArgumentHelp(
-        "Make host path SRC visible read-write at DST (default: the same path). Repeatable. What the program creates there is owned by the caller, or by nobody (65534) when the caller is root, which must then be able to write there.", valueName: "src[:dst]"))
+        "Make host path SRC visible read-write at DST (default: the same path). Repeatable. What the program creates there is owned by the caller, or by nobody (65534) when the caller is root, which must then be able to write there. SRC is resolved as for --ro-bind.", valueName: "src[:dst]"))
     var writableBinds: [String] = []
 
     @Option(name: .customLong("env"), help: ArgumentHelp(

@@ -1,0 +1,62 @@
+import CSandboxShim
+import Glibc
+import SandboxPolicy
+
+/// Resolves a bind source to a path without symlinks, following only symlinks owned by root.
+///
+/// A sandbox with a writable bind can leave a symlink there (`DIR/x -> /some/private/dir`); a
+/// later launch with `--ro-bind DIR/x:/x` must not expose what it points to. Whatever a sandbox
+/// creates on the host is owned by its host id: the caller, or nobody for a root caller
+/// (``HostIdentity``), never root. So root-owned symlinks (`/lib -> usr/lib`, `/etc/alternatives`)
+/// are followed and every other one is refused, the caller's own included: an unprivileged
+/// caller's sandbox plants symlinks owned by the caller. The walk goes component by component
+/// with `lstat`, so a symlink anywhere on the way counts, not just the last one.
+///
+/// The shim then opens the result below the old root with `RESOLVE_NO_SYMLINKS` and binds
+/// from that fd: a component swapped for a symlink between this check and the mount fails
+/// the launch (ELOOP) instead of being followed.
+enum BindSource {
+    /// The kernel's own limit on symlinks in one lookup.
+    static let maximumLinks = 40
+
+    /// The symlink-free path of `path` (absolute), or an error naming the untrusted symlink.
+    /// `errorNumber` is ENOENT when something on the way does not exist.
+    static func resolve(_ path: String) throws -> String {
+        var resolved: [Substring] = []
+        var pending: [Substring] = path.split(separator: "/").reversed()
+        var links = 0
+        while let component = pending.popLast() {
+            if component == "." { continue }
+            if component == ".." {
+                _ = resolved.popLast()  // every resolved component is a real directory
+                continue
+            }
+            let candidate = "/" + (resolved + [component]).joined(separator: "/")
+            var info = stat()
+            guard lstat(candidate, &info) == 0 else {
+                throw failure(errno, "bind source \(path)" + (candidate == path ? "" : " (at \(candidate))"))
+            }
+            guard (info.st_mode & S_IFMT) == S_IFLNK else {
+                resolved.append(component)
+                continue
+            }
+            guard info.st_uid == 0 else {
+                throw SandboxError(
+                    step: .configuration, errorNumber: EPERM,
+                    detail: "bind source \(path) " + (candidate == path ? "is a symlink" : "goes through symlink \(candidate)")
+                        + " owned by uid \(info.st_uid): only root-owned symlinks are followed (a sandbox may have left this one); give the path it points to")
+            }
+            links += 1
+            guard links <= maximumLinks, let text = SystemFiles.linkTarget(candidate) else {
+                throw failure(links > maximumLinks ? ELOOP : errno, "bind source \(path) (at \(candidate))")
+            }
+            if text.hasPrefix("/") { resolved.removeAll() }
+            pending.append(contentsOf: text.split(separator: "/").reversed())
+        }
+        return "/" + resolved.joined(separator: "/")
+    }
+
+    private static func failure(_ errorNumber: Int32, _ detail: String) -> SandboxError {
+        SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: errorNumber, detail: detail)
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import Glibc
+@testable import SandboxRuntime
+import Testing
+
+/// Issue 9 items 8 (bind sources through symlinks) and 9 (unix sockets in binds).
+@Suite("Bind sources")
+struct BindSourceTests {
+    /// A directory tree for one test: `base` (0755) with `private/secret` (readable by anyone,
+    /// bound by no policy) and `w` (writable by anyone, for a sandbox to plant things in).
+    struct Tree {
+        let base: String
+        var privateDirectory: String { base + "/private" }
+        var writable: String { base + "/w" }
+
+        init() throws {
+            var template = Array("/tmp/xsb-bindsrc-XXXXXX".utf8CString)
+            guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+            base = String(cString: made)
+            chmod(base, 0o755)
+            try FileManager.default.createDirectory(atPath: base + "/private", withIntermediateDirectories: false)
+            chmod(base + "/private", 0o755)
+            try "the private text\n".write(toFile: base + "/private/secret", atomically: false, encoding: .utf8)
+            chmod(base + "/private/secret", 0o644)
+            try FileManager.default.createDirectory(atPath: base + "/w", withIntermediateDirectories: false)
+            chmod(base + "/w", 0o777)
+        }
+
+        func remove() { try? FileManager.default.removeItem(atPath: base) }
+    }
+
+    /// Before: the second launch resolved DIR/x with realpath and showed the private directory.
+    @Test("a symlink a sandbox planted in its writable bind is not followed by a later bind", arguments: Fixtures.Caller.allCases)
+    func plantedSymlinkIsRefused(caller: Fixtures.Caller) throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let plant = try Fixtures.exec(["/bin/ln", "-s", tree.privateDirectory, "/w/x"], options: ["--bind", "\(tree.writable):/w"], as: caller)
+        try #require(plant.status == 0, "\(plant.stderr)")
+        let read = try Fixtures.exec(["/bin/cat", "/x/secret"], options: ["--ro-bind", "\(tree.writable)/x:/x"], as: caller)
+        #expect(read.status == 125, "\(read.stdout)\(read.stderr)")
+        #expect(!read.stdout.contains("private text"))
+        #expect(read.stderr.contains("symlink"), "\(read.stderr)")
+        // The same through a planted symlink in the middle of the path.
+        let middle = try Fixtures.exec(["/bin/cat", "/x"], options: ["--ro-bind", "\(tree.writable)/x/secret:/x"], as: caller)
+        #expect(middle.status == 125 && !middle.stdout.contains("private text"), "\(middle.stdout)\(middle.stderr)")
+        #expect(middle.stderr.contains("goes through symlink"), "\(middle.stderr)")
+    }
+
+    @Test("root-owned symlinks on the way are followed (as /lib -> usr/lib is)", arguments: Fixtures.Caller.allCases)
+    func rootOwnedSymlinksWork(caller: Fixtures.Caller) throws {
+        guard getuid() == 0 else {
+            print("skipped: making a root-owned symlink needs root (the test runs as uid \(getuid()))")
+            return
+        }
+        let tree = try Tree()
+        defer { tree.remove() }
+        try FileManager.default.createSymbolicLink(atPath: tree.base + "/link", withDestinationPath: "private")
+        let result = try Fixtures.exec(["/bin/cat", "/x/secret"], options: ["--ro-bind", "\(tree.base)/link:/x"], as: caller)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "the private text\n")
+    }
+
+    @Test("the resolver follows root-owned links with .. and chains, and stops at loops")
+    func resolver() throws {
+        guard getuid() == 0 else {
+            print("skipped: root-owned symlinks need root (the test runs as uid \(getuid()))")
+            return
+        }
+        let tree = try Tree()
+        defer { tree.remove() }
+        let fm = FileManager.default
+        try fm.createSymbolicLink(atPath: tree.base + "/up", withDestinationPath: "w/../private")
+        try fm.createSymbolicLink(atPath: tree.base + "/chain", withDestinationPath: tree.base + "/up")
+        try fm.createSymbolicLink(atPath: tree.base + "/loop", withDestinationPath: "loop")
+        #expect(try BindSource.resolve(tree.base + "/chain/secret") == tree.privateDirectory + "/secret")
+        #expect(try BindSource.resolve(tree.base + "/up/../w/./") == tree.writable)
+        let loop = #expect(throws: SandboxError.self) { try BindSource.resolve(tree.base + "/loop") }
+        #expect(loop?.errorNumber == ELOOP)
+        let missing = #expect(throws: SandboxError.self) { try BindSource.resolve(tree.base + "/chain/none") }
+        #expect(missing?.errorNumber == ENOENT)
+        // Not root's: refused even when it points somewhere harmless.
+        try fm.createSymbolicLink(atPath: tree.base + "/theirs", withDestinationPath: "private")
+        lchown(tree.base + "/theirs", 65534, 65534)
+        let theirs = #expect(throws: SandboxError.self) { try BindSource.resolve(tree.base + "/theirs") }
+        #expect(theirs?.errorNumber == EPERM)
+    }
+
+    /// Before: the socket was bound, and connect() through a read-only bind works.
+    @Test("a unix socket is refused as a bind source", arguments: Fixtures.Caller.allCases)
+    func socketSourceIsRefused(caller: Fixtures.Caller) throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let path = tree.writable + "/daemon.sock"
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            for (index, byte) in path.utf8.enumerated() { buffer[index] = byte }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0)
+        chmod(path, 0o777)
+        let result = try Fixtures.exec(["/bin/true"], options: ["--ro-bind", "\(path):/run/daemon.sock"], as: caller)
+        #expect(result.status == 125, "\(result.stderr)")
+        #expect(result.stderr.contains("unix socket"), "\(result.stderr)")
+    }
+}
