@@ -51,9 +51,11 @@ let package = Package(
         .executableTarget(
             name: "extsandbox",
             dependencies: [
-                "SandboxRuntime", "SandboxPolicy",
+                "SandboxRuntime", "SandboxPolicy", "CBuildInfo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
+        // The commit and date scripts/build-cli writes into the linked CLI (`extsandbox --version`).
+        .target(name: "CBuildInfo"),
 
         // Launch benchmarks against bubblewrap and a bare spawn (scripts/bench).
         .executableTarget(name: "xsb-bench", dependencies: ["SandboxRuntime", "SandboxPolicy", "ExtSandbox"]),

@@ -22,8 +22,11 @@ struct ExtSandboxCommand: AsyncParsableCommand {
         discussion: """
             extsandbox confines a program in its own user, mount, network, PID, IPC, UTS and \
             cgroup namespaces, with no capabilities, no_new_privs, resource limits and a seccomp \
-            filter, as described by a policy file (see `Policies/` and docs/policy-format.md).
+            filter, as described by a policy file (`extsandbox policy list` shows where they are \
+            looked up; the format is in docs/policy-format.md and the shipped ones are in \
+            PREFIX/share/extsandbox/policies).
             """,
+        version: ExtSandboxVersion.description,
         subcommands: [ExecCommand.self, PolicyCommand.self])
 
     /// `exec` in its common shapes skips ArgumentParser (see ``ExecRequest/quickParse(_:)``);

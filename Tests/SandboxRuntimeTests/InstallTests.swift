@@ -1,0 +1,100 @@
+import Foundation
+import Glibc
+import TestSupport
+import Testing
+
+/// scripts/install and scripts/uninstall (issue 13, "Install"), into a temporary prefix.
+///
+/// The test installs the CLI it already built (`--cli`, the debug build next to the runner)
+/// rather than building the static release CLI with scripts/build-cli (minutes): what is tested
+/// is the layout, the installed CLI finding its policies from its prefix, and the uninstall.
+/// scripts/test builds generate-manual beforehand, so that the install's own build of it is a
+/// no-op here.
+@Suite("Install")
+struct InstallTests {
+    static let root = TestPaths.packageRoot.path
+
+    /// Every path under `dir`, relative to it, sorted.
+    static func tree(_ dir: String) -> [String] {
+        guard let enumerator = FileManager.default.enumerator(atPath: dir) else { return [] }
+        return enumerator.compactMap { $0 as? String }.sorted()
+    }
+
+    /// The environment of a user of the installed CLI: no development directory, no cache.
+    static var userEnvironment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["EXTSANDBOX_POLICIES_DIR"] = nil
+        environment["EXTSANDBOX_NO_CACHE"] = "1"
+        return environment
+    }
+
+    /// Runs `argv` from `/` (a directory unrelated to the checkout and the prefix).
+    static func runFromRoot(_ argv: [String], as caller: Fixtures.Caller = .root) throws -> Fixtures.Output {
+        try Fixtures.run(["/bin/sh", "-c", "cd / && exec \"$@\"", "sh"] + argv, as: caller, environment: userEnvironment)
+    }
+
+    @Test("install into a prefix, use it from anywhere, uninstall exactly what was installed")
+    func installUseUninstall() throws {
+        let prefix = try TestPaths.makePolicyDirectory("prefix").path   // mode 755, owned by root
+        defer { try? FileManager.default.removeItem(atPath: prefix) }
+        // Something of someone else's in the prefix: the uninstall leaves it.
+        try FileManager.default.createDirectory(atPath: prefix + "/share/man/man1", withIntermediateDirectories: true)
+        try "other\n".write(toFile: prefix + "/share/man/man1/other.1", atomically: true, encoding: .utf8)
+        let before = Self.tree(prefix)
+
+        let install = try Fixtures.run(["/bin/bash", Self.root + "/scripts/install", "--prefix", prefix, "--cli", Fixtures.cli])
+        try #require(install.status == 0, "install failed: \(install.stdout)\n\(install.stderr)")
+        let installed = Set(Self.tree(prefix))
+        for path in [
+            "bin/extsandbox",
+            "share/extsandbox/policies/standard.yaml", "share/extsandbox/policies/restricted.yaml",
+            "share/extsandbox/policies/hardened.yaml",
+            "share/man/man1/extsandbox.1", "share/man/man1/extsandbox.exec.1", "share/man/man1/extsandbox.policy.1",
+            "share/bash-completion/completions/extsandbox", "share/zsh/site-functions/_extsandbox",
+            "share/fish/vendor_completions.d/extsandbox.fish", "share/extsandbox/install-manifest",
+        ] {
+            #expect(installed.contains(path), "not installed: \(path) (installed: \(installed.sorted()))")
+        }
+        let manifest = try String(contentsOfFile: prefix + "/share/extsandbox/install-manifest", encoding: .utf8)
+        #expect(manifest.contains("file\t") && manifest.contains("\tbin/extsandbox\n"), "\(manifest)")
+        #expect(!manifest.contains("\tshare/man/man1\n"), "a directory that existed before is not the install's: \(manifest)")
+        let page = try String(contentsOfFile: prefix + "/share/man/man1/extsandbox.1", encoding: .utf8)
+        #expect(page.contains(".Nm extsandbox") || page.contains("extsandbox"), "\(page.prefix(300))")
+        let bash = try String(contentsOfFile: prefix + "/share/bash-completion/completions/extsandbox", encoding: .utf8)
+        #expect(bash.contains("complete") && bash.contains("exec"), "\(bash.prefix(300))")
+
+        // The installed CLI, from an unrelated directory, as root and as nobody: its policies
+        // come from its prefix.
+        let cli = prefix + "/bin/extsandbox"
+        for caller in Fixtures.Caller.allCases {
+            let run = try Self.runFromRoot([cli, "exec", "--", "/bin/true"], as: caller)
+            #expect(run.status == 0, "exec as \(caller): \(run.stdout) \(run.stderr)")
+            let list = try Self.runFromRoot([cli, "policy", "list"], as: caller)
+            #expect(list.status == 0, "policy list as \(caller): \(list.stderr)")
+            #expect(list.stdout.contains("1. \(prefix)/share/extsandbox/policies  (the install's policies)"), "\(list.stdout)")
+            #expect(list.stdout.contains("standard    \(prefix)/share/extsandbox/policies/standard.yaml"), "\(list.stdout)")
+        }
+        let version = try Self.runFromRoot([cli, "--version"])
+        #expect(version.status == 0)
+        #expect(version.stdout.hasPrefix("extsandbox 0.1.0 ("), "\(version.stdout)")
+
+        let uninstall = try Fixtures.run(["/bin/bash", Self.root + "/scripts/uninstall", "--prefix", prefix])
+        #expect(uninstall.status == 0, "uninstall failed: \(uninstall.stdout)\n\(uninstall.stderr)")
+        #expect(Self.tree(prefix) == before, "left behind or removed too much: \(Self.tree(prefix)) (before: \(before))")
+    }
+
+    @Test("uninstall keeps a file changed since the install, and says so")
+    func uninstallKeepsChangedFiles() throws {
+        let prefix = try TestPaths.makePolicyDirectory("prefix").path
+        defer { try? FileManager.default.removeItem(atPath: prefix) }
+        let install = try Fixtures.run(["/bin/bash", Self.root + "/scripts/install", "--prefix", prefix, "--cli", Fixtures.cli])
+        try #require(install.status == 0, "install failed: \(install.stdout)\n\(install.stderr)")
+        let edited = prefix + "/share/extsandbox/policies/standard.yaml"
+        try "version: 1\n# edited\n".write(toFile: edited, atomically: true, encoding: .utf8)
+        let uninstall = try Fixtures.run(["/bin/bash", Self.root + "/scripts/uninstall", "--prefix", prefix])
+        #expect(uninstall.status == 1)
+        #expect(uninstall.stderr.contains("kept (changed since it was installed): \(edited)"), "\(uninstall.stderr)")
+        #expect(Self.tree(prefix) == ["share", "share/extsandbox", "share/extsandbox/policies", "share/extsandbox/policies/standard.yaml"],
+                "\(Self.tree(prefix))")
+    }
+}
