@@ -108,12 +108,15 @@ public final class AppExtensionProcess: Sendable {
     /// process; launches a fresh one if the last ended (a process that ends while this call
     /// attaches to it is never handed back: the call launches a fresh one, and an unexpected
     /// end is reported to ``Configuration/onInterruption`` as well).
-    public func makeConnection() async throws -> ExtensionConnection {
+    ///
+    /// `handlers` answer the extension's own requests and one-way messages on this connection
+    /// (without them its requests get ERROR 2 and its one-way messages are dropped).
+    public func makeConnection(handlers: ExtensionConnection.Handlers = .init()) async throws -> ExtensionConnection {
         // A process that ends at once every time is not retried forever.
         for _ in 0..<3 {
             guard !invalidated.load(ordering: .relaxed) else { throw ExtensionError.invalidated }
             let current = core.withLock { $0 }
-            switch try await current.connect(handle: handleID, timeout: configuration.readyTimeout, sendQueueLimit: configuration.sendQueueLimit) {
+            switch try await current.connect(handle: handleID, timeout: configuration.readyTimeout, sendQueueLimit: configuration.sendQueueLimit, handlers: handlers) {
             case .connected(let connection):
                 return connection
             case .processEnded:

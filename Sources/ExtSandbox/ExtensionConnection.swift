@@ -45,6 +45,10 @@ public final class ExtensionConnection: Sendable {
         /// ``invalidate()`` has begun: however the socket closes from now on (the extension
         /// closing it on our GOODBYE included), the reason is ``ExtensionError/invalidated``.
         var invalidating = false
+        /// The extension's requests being handled, by id (a CANCEL cancels the task).
+        var incoming: [UInt64: Task<Void, Never>] = [:]
+        /// The last one-way message's handler task: the next one waits for it (in order).
+        var lastOneWay: Task<Void, Never>?
     }
 
     /// Sending. Held while a frame is written, so that frames go out whole and in order, and
@@ -55,6 +59,39 @@ public final class ExtensionConnection: Sendable {
         var watchingWritability = false
         /// Senders waiting for room in the send queue (see ``SendQueueLimit``).
         var roomWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+    }
+
+    /// What the host does with the extension's own requests and one-way messages on this
+    /// connection (ExtensionFoundation's exported object). Set them when making the connection:
+    /// ``AppExtensionProcess/makeConnection(handlers:)``.
+    public struct Handlers: Sendable {
+        /// Answers one request from the extension: its result is the REPLY, a thrown
+        /// ``ExtensionFailure`` an ERROR with its code, anything else ERROR 5. Runs in a task of its
+        /// own, cancelled when the extension cancels the request or the connection closes (the
+        /// answer is then ERROR 3, or nothing once closed). Without one, every request is
+        /// answered with ERROR 2 (unknown request).
+        public var onRequest: (@Sendable (ExtensionMessage) async throws -> ExtensionMessage)?
+        /// Receives the extension's one-way messages, one at a time, in order. Without one they
+        /// are dropped (their fds closed).
+        public var onOneWay: (@Sendable (ExtensionMessage) async -> Void)?
+
+        public init(onRequest: (@Sendable (ExtensionMessage) async throws -> ExtensionMessage)? = nil,
+                    onOneWay: (@Sendable (ExtensionMessage) async -> Void)? = nil) {
+            self.onRequest = onRequest
+            self.onOneWay = onOneWay
+        }
+    }
+
+    /// An error answer from a ``Handlers/onRequest`` handler: a code (100 and above are the
+    /// application's) and a message.
+    public struct ExtensionFailure: Error, Sendable {
+        public var code: UInt32
+        public var message: String
+
+        public init(code: UInt32 = 100, _ message: String) {
+            self.code = code
+            self.message = message
+        }
     }
 
     /// Bounds of a connection's send queue: frames written while the extension does not read
@@ -86,13 +123,15 @@ public final class ExtensionConnection: Sendable {
     private let closeNotified = Atomic<Bool>(false)
     private let sendQueueLimit: SendQueueLimit
     private let nextRoomWaiter = Atomic<UInt64>(1)
+    private let handlers: Handlers
 
     /// Wraps the host end of a new connection and writes the host's HELLO into it at once, so
     /// that the extension finds it waiting when it gets its end (``handshake(timeout:)`` then
     /// waits for the answer). Later, requests are written by their callers, and replies read
     /// on `monitor` (or by a caller waiting briefly for its own).
     init(descriptor: Int32, monitor: EventMonitor, name: String, sendQueueLimit: SendQueueLimit = SendQueueLimit(),
-         onClose: @escaping @Sendable () -> Void) {
+         handlers: Handlers = Handlers(), onClose: @escaping @Sendable () -> Void) {
+        self.handlers = handlers
         self.monitor = monitor
         self.onClose = onClose
         self.sendQueueLimit = sendQueueLimit
@@ -433,7 +472,7 @@ public final class ExtensionConnection: Sendable {
             var answer: Answer?
             var closeReason: ExtensionError?
             var peerClosed = false
-            /// A frame to write back before closing (ERROR id 0 for a bad HELLO).
+            /// A frame to write back (an ERROR 2 answer; ERROR id 0 for a bad HELLO, before closing).
             var farewell: Frame?
             let more = state.withLock { state -> Bool in
                 guard state.open else { return false }
@@ -458,9 +497,9 @@ public final class ExtensionConnection: Sendable {
             case nil: break
             }
             if let farewell {
-                // Best effort, into a socket about to close (§5: a wrong version gets ERROR
-                // id 0 code 4 before the close).
-                output.withLock { output in if output.open { _ = try? socket.value.enqueue(farewell) } }
+                // Written like any frame (a bad HELLO's ERROR 4 goes out before the close, §5).
+                let failure = output.withLock { write(farewell, &$0) }
+                if let failure, closeReason == nil { closeReason = failure }
             }
             if let closeReason {
                 if peerClosed && state.withLock({ !$0.pending.isEmpty }) {
@@ -547,17 +586,79 @@ public final class ExtensionConnection: Sendable {
                 answer = .reply(continuation, .failure(ExtensionError.remote(code: payload?.code.rawValue ?? 0, message: payload?.message ?? "")))
             }
             return nil
+        case .request:
+            let id = frame.id
+            guard state.incoming[id] == nil else {
+                frame.closeFDs()
+                return .connectionClosed(detail: "the extension reused request id \(id) while it was outstanding")
+            }
+            guard let onRequest = handlers.onRequest else {
+                frame.closeFDs()
+                farewell = .error(id: id, code: .unknownRequest, message: "the host has no handler for requests")
+                return nil
+            }
+            let message = ExtensionMessage(frame.payload, fileDescriptors: frame.fds)
+            state.incoming[id] = Task { [weak self] in
+                let answer: Frame
+                do {
+                    let reply = try await onRequest(message)
+                    answer = Task.isCancelled
+                        ? .error(id: id, code: .cancelled, message: "cancelled")
+                        : .reply(id: id, payload: reply.payload, fds: (try? Self.duplicate(reply.fileDescriptors)) ?? [])
+                } catch let failure as ExtensionFailure {
+                    answer = .error(id: id, code: ErrorCode(rawValue: failure.code), message: failure.message)
+                } catch is CancellationError {
+                    answer = .error(id: id, code: .cancelled, message: "cancelled")
+                } catch ExtensionError.cancelled {
+                    answer = .error(id: id, code: .cancelled, message: "cancelled")
+                } catch {
+                    answer = .error(id: id, code: .internalError, message: "\(error)")
+                }
+                self?.answer(id, with: answer)
+            }
+            return nil
         case .oneway:
-            // Hosts take no one-way messages from extensions: a flood of them (or of fds) must
-            // not be absorbed silently.
-            frame.closeFDs()
-            return .connectionClosed(detail: "the extension sent a one-way message, which hosts do not accept")
+            let message = ExtensionMessage(frame.payload, fileDescriptors: frame.fds)
+            // Without a handler it is dropped (§3); with one, handled in order.
+            guard let onOneWay = handlers.onOneWay else {
+                Self.close(frame.fds)
+                return nil
+            }
+            let previous = state.lastOneWay
+            state.lastOneWay = Task {
+                await previous?.value
+                await onOneWay(message)
+            }
+            return nil
+        case .cancel:
+            // Unknown ids raced with their answer: ignored (§3).
+            state.incoming[frame.id]?.cancel()
+            return nil
         case .goodbye:
             return .connectionClosed(detail: "the extension said goodbye")
         default:
             frame.closeFDs()
             return .connectionClosed(detail: "unexpected \(frame.kind) frame from the extension")
         }
+    }
+
+    /// Sends a handler's answer to the extension's request `id` (exactly one: its task is
+    /// removed first). A reply over the extension's maximum frame size becomes ERROR 6, and the
+    /// connection carries on. Nothing is sent once the connection has closed.
+    private func answer(_ id: UInt64, with frame: Frame) {
+        guard state.withLock({ $0.incoming.removeValue(forKey: id) }) != nil else {
+            frame.closeFDs()
+            return
+        }
+        let failure: ExtensionError? = output.withLock { output in
+            switch write(frame, &output) {
+            case .messageTooLarge(let size, let maximum)?:
+                return write(.error(id: id, code: .tooLarge, message: "the reply (\(size) bytes) is over the extension's maximum frame size \(maximum)"), &output)
+            case let other:
+                return other
+            }
+        }
+        if let failure, case .connectionClosed = failure { close(because: failure) }
     }
 
     /// Closes once: stops watching, closes the socket, fails what waits, tells the process.
@@ -576,6 +677,9 @@ public final class ExtensionConnection: Sendable {
                 state.pending.removeAll()
                 let handshake = state.handshake
                 state.handshake = nil
+                // The extension's requests are cancelled: their answers have nowhere to go.
+                for task in state.incoming.values { task.cancel() }
+                state.incoming.removeAll()
                 return (pending, handshake, true, release, reason)
             }
         }

@@ -72,7 +72,7 @@ final class ExtensionProcessCore: Sendable {
         var idleTask: Task<Void, Never>?
         /// The last queued transition; each waits for the one before it.
         var transitions: Task<Bool, Never>?
-        /// A socket pair made ahead for the next connection (see ``connect(handle:timeout:sendQueueLimit:)``).
+        /// A socket pair made ahead for the next connection (see ``connect(handle:timeout:sendQueueLimit:handlers:)``).
         var spare: (host: Int32, extension: Int32)?
     }
 
@@ -156,7 +156,8 @@ final class ExtensionProcessCore: Sendable {
 
     /// A new connection for `handle`: claims it (no suspend or end from now on), resumes a
     /// suspended sandbox, hands the extension its socket, shakes hands.
-    func connect(handle: UUID, timeout: Duration, sendQueueLimit: ExtensionConnection.SendQueueLimit) async throws -> ConnectOutcome {
+    func connect(handle: UUID, timeout: Duration, sendQueueLimit: ExtensionConnection.SendQueueLimit,
+                 handlers: ExtensionConnection.Handlers) async throws -> ConnectOutcome {
         enum Claim { case claimed(UInt64, Task<Bool, Never>?), ended, invalidated }
         let claim = state.withLock { state -> Claim in
             guard state.phase == .running || state.phase == .suspended else { return .ended }
@@ -197,7 +198,7 @@ final class ExtensionProcessCore: Sendable {
             // the HELLO there as soon as it takes the connection.
             let connection = ExtensionConnection(
                 descriptor: hostFD, monitor: Supervisor.shared.monitor, name: identity.bundleIdentifier,
-                sendQueueLimit: sendQueueLimit
+                sendQueueLimit: sendQueueLimit, handlers: handlers
             ) { [weak self] in self?.releaseSlot(connectionID) }
             // From here on the connection's own close releases the slot (once).
             handedOver = true

@@ -53,6 +53,10 @@ public protocol AppExtension: Sendable {
     func handle(request: Message) async throws -> Message
     /// Receives a message that needs no answer. Ignores it (closing its fds) by default.
     func handle(oneWay: Message) async
+    /// A connection was accepted: `host` sends the extension's own requests and one-way
+    /// messages to the host on it (keep it to use later; during a request ``HostConnection/current``
+    /// is the same). Does nothing by default.
+    func connected(_ host: HostConnection)
 }
 
 extension AppExtension {
@@ -61,6 +65,8 @@ extension AppExtension {
     public func handle(oneWay message: Message) async {
         closeDescriptors(message.fileDescriptors)
     }
+
+    public func connected(_ host: HostConnection) {}
 
     /// Runs the extension until the host goes away.
     public static func main() async {

@@ -110,10 +110,12 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
                        handOver: @escaping @Sendable () -> Void) -> Bool {
         let socket = connection.socket.value
         var handOver: (@Sendable () -> Void)? = handOver
+        let host = HostConnection(writer: connection)
         defer {
             // What still runs continues on the global executor: cancelled, its answer dropped.
             for task in connection.tasks.withLock({ Array($0.values) }) { task.cancel() }
             connection.close()
+            host.closed()
         }
         if !greeted {
             // The HELLO may take a while: no CONNECT waits for this one meanwhile.
@@ -121,6 +123,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             handOver = nil
             guard let first = try? socket.receive(), answer(hello: first, connection: connection) else { return false }
         }
+        app.connected(host)
 
         // Requests run on this thread: it is their tasks' preferred executor, so a handler that
         // does not suspend answers without waking any other thread (a thread hop per request
@@ -150,7 +153,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             do { result = try socket.receiveNext(wait: !executor.hasPendingJobs && handOver == nil) } catch { break }
             switch result {
             case .frame(let frame):
-                open = dispatch(frame, connection: connection, executor: executor)
+                open = dispatch(frame, connection: connection, host: host, executor: executor)
             case .wouldBlock:
                 if executor.hasPendingJobs {
                     let started = monotonicNanoseconds()
@@ -182,7 +185,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     }
 
     /// Handles one frame of an accepted connection; false ends the connection.
-    private func dispatch(_ frame: Frame, connection: ConnectionWriter, executor: ReaderExecutor) -> Bool {
+    private func dispatch(_ frame: Frame, connection: ConnectionWriter, host: HostConnection, executor: ReaderExecutor) -> Bool {
         let send = connection.send
         switch frame.kind {
         case .request:
@@ -191,7 +194,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             let task = Task(executorPreference: executor) {
                 let answer: Frame
                 do {
-                    let reply = try await app.handle(request: message.value)
+                    let reply = try await HostConnection.$current.withValue(host) { try await app.handle(request: message.value) }
                     answer = .reply(id: id, payload: reply.payload, fds: reply.fileDescriptors)
                 } catch let failure as ExtensionFailure {
                     answer = .error(id: id, code: ErrorCode(rawValue: failure.code), message: failure.message)
@@ -212,9 +215,15 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         case .oneway:
             let app = self.app
             let message = UncheckedBox(Message(frame.payload, fileDescriptors: frame.fds))
-            Task(executorPreference: executor) { await app.handle(oneWay: message.value) }
+            Task(executorPreference: executor) { await HostConnection.$current.withValue(host) { await app.handle(oneWay: message.value) } }
         case .cancel:
             connection.tasks.withLock { $0[frame.id] }?.cancel()
+        case .reply:
+            // The host's answer to one of the extension's own requests; an unknown id breaks
+            // the protocol and ends the connection.
+            return host.answerArrived(frame)
+        case .error where frame.id != 0:
+            return host.answerArrived(frame)
         case .goodbye:
             return false
         default:
@@ -294,20 +303,30 @@ final class ConnectionWriter: Sendable {
     /// so the reader stops. A reply the host could not take (over its maximum frame size, too
     /// many fds) becomes an error for that request instead: the connection carries on.
     var send: @Sendable (Frame) -> Void {
-        { [self] frame in
-            writer.withLock { open in
-                defer { frame.closeFDs() }
-                guard open else { return }
-                do throws(WireError) {
-                    try socket.value.send(frame)
-                } catch .frameTooLarge where frame.kind == .reply, .tooManyFDs where frame.kind == .reply {
-                    // `send` checks a frame against the host's limits before writing a byte: the
-                    // request gets an error instead, and the connection carries on.
-                    let refusal = Frame.error(id: frame.id, code: .tooLarge, message: "the reply cannot be sent: over the host's limits")
-                    do { try socket.value.send(refusal) } catch { socket.value.shutdownReadAndWrite() }
-                } catch {
-                    socket.value.shutdownReadAndWrite()
-                }
+        { [self] frame in _ = write(frame) }
+    }
+
+    enum WriteResult { case sent, overTheHostsLimits, closed }
+
+    /// Sends `frame` whole, then closes its fds. A frame over the host's limits is not sent and
+    /// the connection carries on (a reply becomes an ERROR 6 for its request); any other failure
+    /// shuts the socket so the reader stops.
+    func write(_ frame: Frame) -> WriteResult {
+        writer.withLock { open in
+            defer { frame.closeFDs() }
+            guard open else { return .closed }
+            do throws(WireError) {
+                try socket.value.send(frame)
+                return .sent
+            } catch .frameTooLarge, .tooManyFDs {
+                // `send` checks a frame against the host's limits before writing a byte.
+                guard frame.kind == .reply else { return .overTheHostsLimits }
+                let refusal = Frame.error(id: frame.id, code: .tooLarge, message: "the reply cannot be sent: over the host's limits")
+                do { try socket.value.send(refusal) } catch { socket.value.shutdownReadAndWrite() }
+                return .overTheHostsLimits
+            } catch {
+                socket.value.shutdownReadAndWrite()
+                return .closed
             }
         }
     }

@@ -21,7 +21,7 @@ struct MalformedInputTests {
 
     @Test("bad input closes only that connection, with a clear error", arguments: [
         ("oversize", "too large"), ("truncated", "closed"), ("garbage", "protocol error"),
-        ("unknown-kind", "protocol error"), ("unknown-id", "never sent"), ("flood", "one-way"), ("fd-flood", "one-way"),
+        ("unknown-kind", "protocol error"), ("unknown-id", "never sent"),
     ])
     func misbehaviour(behaviour: String, expected: String) async throws {
         let identity = AppExtensionIdentity(
@@ -48,6 +48,21 @@ struct MalformedInputTests {
         #expect(!connection.isOpen)
         // The other extension is untouched.
         #expect(HostFixtures.text(try await goodConnection.send(HostFixtures.message("fine"))) == "fine")
+    }
+
+    @Test("a flood of one-way messages (with fds) to a host without a handler is dropped; the connection carries on",
+          arguments: ["flood", "fd-flood"])
+    func oneWayFlood(behaviour: String) async throws {
+        let identity = AppExtensionIdentity(
+            bundleIdentifier: "\(behaviour)/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
+            arguments: ["-c", Self.script])
+        let bad = try await AppExtensionProcess(configuration: .init(identity: identity))
+        defer { bad.invalidate() }
+        let connection = try await bad.makeConnection()
+        defer { connection.invalidate() }
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("anything"))) == "flooded")
+        #expect(connection.isOpen)
     }
 
     @Test("an extension that never answers the handshake does not hang the host")

@@ -50,9 +50,24 @@ struct ProcessReuseTests {
         func install(at path: String) throws {
             let staging = path + ".new"
             try? FileManager.default.removeItem(atPath: staging)
-            try FileManager.default.copyItem(atPath: original, toPath: staging)
+            // O_CLOEXEC, and closed before anything runs it: a sandbox cloned by a concurrent test
+            // must not inherit a writable fd of it (execve would fail with ETXTBSY).
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: original))
+            let fd = open(staging, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o755)
+            #expect(fd >= 0)
+            _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            close(fd)
             chmod(staging, 0o755)
             #expect(rename(staging, path) == 0)
+        }
+        /// A concurrent test's clone may still hold the fd for a moment: ETXTBSY is retried.
+        func launch(_ identity: AppExtensionIdentity) async throws -> AppExtensionProcess {
+            for _ in 0..<20 {
+                do { return try await AppExtensionProcess(configuration: .init(identity: identity)) } catch ExtensionError.launchFailed(let why) where why.contains("Text file busy") {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            return try await AppExtensionProcess(configuration: .init(identity: identity))
         }
         try install(at: copy)
 
@@ -61,20 +76,17 @@ struct ProcessReuseTests {
         let fromBuild = try await AppExtensionProcess(configuration: .init(
             identity: AppExtensionIdentity(bundleIdentifier: name, executablePath: original, point: point)))
         defer { fromBuild.invalidate() }
-        let fromCopy = try await AppExtensionProcess(configuration: .init(
-            identity: AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point)))
+        let fromCopy = try await launch(AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point))
         defer { fromCopy.invalidate() }
         #expect(fromBuild.sandbox.pid != fromCopy.sandbox.pid, "another executable path")
 
         // The same path, but a new file there: not the process running the old one.
         try install(at: copy)
-        let replaced = try await AppExtensionProcess(configuration: .init(
-            identity: AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point)))
+        let replaced = try await launch(AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point))
         defer { replaced.invalidate() }
         #expect(replaced.sandbox.pid != fromCopy.sandbox.pid, "the executable was replaced")
         // Unchanged since: shared.
-        let same = try await AppExtensionProcess(configuration: .init(
-            identity: AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point)))
+        let same = try await launch(AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point))
         defer { same.invalidate() }
         #expect(same.sandbox.pid == replaced.sandbox.pid)
         for process in [fromBuild, fromCopy, replaced] {

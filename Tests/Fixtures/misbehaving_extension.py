@@ -1,7 +1,7 @@
 # A misbehaving extension for the host's robustness tests: it speaks the wire protocol
 # (docs/wire-protocol.md) correctly up to the handshake, then breaks it in the way its
 # connection's host name asks for. Run as `python3 -c "$(cat this file)"` with fd 3.
-import os, socket, struct, sys, threading
+import errno, os, socket, struct, sys, threading, time
 
 def frame(kind, id=0, payload=b"", nfds=0, flags=0):
     return struct.pack(">IBBHIQ", 16 + len(payload), kind, flags, nfds, 0, id) + payload
@@ -58,13 +58,22 @@ def serve(sock):
         sock.sendall(frame(99, id))
     elif behaviour == "unknown-id":
         sock.sendall(frame(3, id + 1000, b"not yours"))
-    elif behaviour == "flood":
+    elif behaviour == "flood":           # one-way messages the host has no handler for: dropped
         for _ in range(100000):
             sock.sendall(frame(5, 0, b"f" * 1024))
+        sock.sendall(frame(3, id, b"flooded"))
     elif behaviour == "fd-flood":
         r, w = os.pipe()
         for _ in range(1000):
-            socket.send_fds(sock, [frame(5, 0, b"", 16)], [r] * 16)
+            while True:                  # fds in flight are bounded per user: wait for the host
+                try:
+                    socket.send_fds(sock, [frame(5, 0, b"", 16)], [r] * 16)
+                    break
+                except OSError as e:
+                    if e.errno != errno.ETOOMANYREFS:
+                        raise
+                    time.sleep(0.001)
+        sock.sendall(frame(3, id, b"flooded"))
     threading.Event().wait()  # keep the socket open: the host must act on its own
 
 control = socket.socket(fileno=3)
