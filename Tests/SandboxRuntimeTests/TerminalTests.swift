@@ -32,7 +32,7 @@ enum TerminalHarness {
             for fd in (0, 1, 2): os.dup2(slave, fd)
             if spec.get("stdin") == "null": os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
             os.execv(spec["argv"][0], spec["argv"])
-        output, steps, status = b"", list(spec.get("steps", [])), None
+        output, steps, status, snapshots = b"", list(spec.get("steps", [])), None, []
         deadline = time.time() + 30
         while time.time() < deadline:
             if steps and steps[0]["wait"].encode() in output:
@@ -40,6 +40,7 @@ enum TerminalHarness {
                 if "send" in step: os.write(master, step["send"].encode())
                 if "resize" in step: fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", step["resize"][0], step["resize"][1], 0, 0))
                 if "signal" in step: time.sleep(0.3); os.kill(pid, step["signal"])  # once the CLI handles it
+                if "snapshot" in step: time.sleep(0.3); snapshots.append(state())
                 continue
             ready, _, _ = select.select([master], [], [], 0.05)
             if ready:
@@ -51,12 +52,14 @@ enum TerminalHarness {
             if status is not None and not ready: break
         if status is None:
             os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); status = "timed out"
-        print(json.dumps({"before": before, "after": state(), "output": output.decode(errors="replace"), "status": status}))
+        print(json.dumps({"before": before, "after": state(), "snapshots": snapshots, "output": output.decode(errors="replace"), "status": status}))
         """#
 
     struct Report {
         var before: [String: Any]
         var after: [String: Any]
+        /// The terminal's state at each snapshot step.
+        var snapshots: [[String: Any]] = []
         var output: String
         /// The CLI's exit code, or minus the signal that ended it.
         var status: Int?
@@ -78,11 +81,13 @@ enum TerminalHarness {
         var send: String? = nil
         var resize: (Int, Int)? = nil
         var signal: Int32? = nil
+        var snapshot = false
         var json: [String: Any] {
             var object: [String: Any] = ["wait": wait]
             if let send { object["send"] = send }
             if let resize { object["resize"] = [resize.0, resize.1] }
             if let signal { object["signal"] = Int(signal) }
+            if snapshot { object["snapshot"] = true }
             return object
         }
     }
@@ -105,7 +110,8 @@ enum TerminalHarness {
         }
         return Report(
             before: object["before"] as? [String: Any] ?? [:], after: object["after"] as? [String: Any] ?? [:],
-            output: object["output"] as? String ?? "", status: object["status"] as? Int, raw: result.stdout)
+            snapshots: object["snapshots"] as? [[String: Any]] ?? [], output: object["output"] as? String ?? "",
+            status: object["status"] as? Int, raw: result.stdout)
     }
 }
 
@@ -133,6 +139,11 @@ struct TerminalRelayTests {
         #expect(report.status == 7, "\(report.raw)")
         #expect(report.output.contains("got hello"), "\(report.raw)")
         #expect(report.changes.isEmpty, "\(report.changes)")
+
+        // Everything written before the exit arrives: the relay drains the pty.
+        let many = try TerminalHarness.exec(["/usr/bin/seq", "1", "30000"])
+        #expect(many.status == 0, "\(many.raw.prefix(500))")
+        #expect(many.output.hasPrefix("1\r\n2\r\n") && many.output.hasSuffix("\r\n29999\r\n30000\r\n"), "\(many.output.suffix(100))")
     }
 
     @Test("the pty is the program's controlling terminal: the window size is copied and forwarded, Ctrl-C interrupts")
@@ -170,6 +181,26 @@ struct TerminalRelayTests {
     }
 }
 
+extension TerminalRelayTests {
+    @Test("a job-control stop of the CLI gives the caller's terminal back as it was; continuing makes it raw again")
+    func stopAndContinue() throws {
+        let report = try TerminalHarness.exec(
+            ["/bin/sh", "-c", "echo ready; read x; echo got $x"],
+            steps: [
+                .init(wait: "ready", snapshot: true),
+                .init(wait: "", signal: SIGTSTP), .init(wait: "", snapshot: true),
+                .init(wait: "", signal: SIGCONT), .init(wait: "", snapshot: true),
+                .init(wait: "", send: "hello\r"),
+            ])
+        #expect(report.status == 0, "\(report.raw)")
+        #expect(report.output.contains("got hello"), "\(report.raw)")
+        let echo = report.snapshots.map { $0["echo"] as? Bool }
+        #expect(echo == [false, true, false], "raw while running, restored while stopped, raw again: \(report.raw)")
+        #expect(report.snapshots.count == 3 && "\(report.snapshots[1]["attrs"] ?? "")" == "\(report.before["attrs"] ?? "none")", "\(report.raw)")
+        #expect(report.changes.isEmpty, "\(report.changes)")
+    }
+}
+
 @Suite("CLI: the sandbox never shares the caller's open file descriptions")
 struct StandardStreamTests {
     /// Sets O_NONBLOCK on the program's fd 0 from inside.
@@ -204,6 +235,18 @@ struct StandardStreamTests {
         let result = try Fixtures.run([TerminalHarness.python, "-c", script, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
                                        "--", "/bin/sh", "-c", "read x; echo got $x; \(Self.setNonBlocking)"])
         #expect(result.stdout == "got hello 0 blocking\n", "\(result.stdout) \(result.stderr)")
+
+        let count = """
+            import socket, subprocess, sys
+            inner, outer = socket.socketpair()
+            child = subprocess.Popen(sys.argv[1:], stdout=inner)
+            inner.close()
+            lines = len(outer.makefile().read().splitlines())
+            print(lines, child.wait())
+            """
+        let many = try Fixtures.run([TerminalHarness.python, "-c", count, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
+                                     "--", "/usr/bin/seq", "1", "200000"])
+        #expect(many.stdout == "200000 0\n", "all the output is drained: \(many.stdout) \(many.stderr)")
 
         let flags = """
             import fcntl, os, socket, subprocess, sys
