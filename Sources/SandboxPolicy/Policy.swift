@@ -144,11 +144,22 @@ public struct EnvironmentPolicy: Sendable, Equatable {
     }
 }
 
+/// What a policy's memory limit bounds.
+public enum MemoryScope: String, Sendable, Equatable, CaseIterable {
+    /// The whole sandbox, through a cgroup; a launch where no memory cgroup is writable fails.
+    case sandbox
+    /// Each process on its own (RLIMIT_AS), so a sandbox may hold up to the limit times its
+    /// process limit. An admin's explicit opt-in for hosts without a delegated cgroup.
+    case perProcess = "per-process"
+}
+
 /// Resource limits. `nil` means "not limited by this policy".
 public struct ResourceLimits: Sendable, Equatable {
-    /// Memory of the whole sandbox in bytes: a cgroup limit where the supervisor has a cgroup
-    /// to nest under, and always an address-space rlimit per process.
+    /// Memory in bytes: always an address-space rlimit per process, and for the whole sandbox a
+    /// cgroup limit unless ``memoryScope`` is ``MemoryScope/perProcess``.
     public var memoryBytes: UInt64?
+    /// Whether ``memoryBytes`` must hold for the whole sandbox (the default) or per process.
+    public var memoryScope: MemoryScope
     /// Processes and threads in the sandbox.
     public var processes: UInt64?
     public var cpuSeconds: UInt64?
@@ -159,9 +170,11 @@ public struct ResourceLimits: Sendable, Equatable {
 
     public init(
         memoryBytes: UInt64? = nil, processes: UInt64? = nil, cpuSeconds: UInt64? = nil,
-        openFiles: UInt64? = nil, fileSizeBytes: UInt64? = nil, wallClockSeconds: UInt64? = nil
+        openFiles: UInt64? = nil, fileSizeBytes: UInt64? = nil, wallClockSeconds: UInt64? = nil,
+        memoryScope: MemoryScope = .sandbox
     ) {
         self.memoryBytes = memoryBytes
+        self.memoryScope = memoryScope
         self.processes = processes
         self.cpuSeconds = cpuSeconds
         self.openFiles = openFiles

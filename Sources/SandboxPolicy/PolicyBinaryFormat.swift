@@ -21,7 +21,8 @@
 ///     filesystem  = list mount, list str masked
 ///     mount       = u8 0 bind, str source, str destination, u8 writable, u8 optional | u8 1 tmpfs, str destination, u64 size
 ///     environment = list str pass, list (str name, str value) set (sorted by name, unique)
-///     limits      = opt u64 memory, processes, cpu-seconds, open-files, file-size, wall-clock
+///     limits      = opt u64 memory, processes, cpu-seconds, open-files, file-size, wall-clock,
+///                   u8 memory-scope (0 sandbox | 1 per-process)
 enum PolicyBinaryFormat {
     static func encode(_ policy: Policy, into w: inout ByteWriter) {
         w.string(policy.name)
@@ -87,6 +88,7 @@ enum PolicyBinaryFormat {
                       limits.fileSizeBytes, limits.wallClockSeconds] {
             w.optionalU64(value)
         }
+        w.u8(limits.memoryScope == .perProcess ? 1 : 0)
         w.strings(policy.composedFrom)
     }
 
@@ -160,9 +162,14 @@ enum PolicyBinaryFormat {
             set[key] = value
         }
 
-        let limits = ResourceLimits(
+        var limits = ResourceLimits(
             memoryBytes: r.optionalU64(), processes: r.optionalU64(), cpuSeconds: r.optionalU64(),
             openFiles: r.optionalU64(), fileSizeBytes: r.optionalU64(), wallClockSeconds: r.optionalU64())
+        switch r.u8() {
+        case 0: limits.memoryScope = .sandbox
+        case 1: limits.memoryScope = .perProcess
+        default: r.failed = true
+        }
         let composedFrom = r.strings()
         guard !r.failed else { return nil }
         return Policy(
@@ -261,7 +268,7 @@ enum PolicyBinaryFormat {
 /// One entry of the CLI's policy cache: the resolved policy, its compiled filter, and what is
 /// needed to tell whether they are still what loading the file would give.
 ///
-///     entry = 8 bytes magic "xsbpolc" + format version (1), u64 length of the whole entry,
+///     entry = 8 bytes magic "xsbpolc" + format version (2), u64 length of the whole entry,
 ///             u64 checksum of everything after it (``PolicyBinaryFormat/checksum(_:)``),
 ///             bytes build stamp, resolution, policy, bytes filter program
 ///     resolution = list str searchDirectories, list (str path, bytes contents) files,
@@ -271,7 +278,7 @@ enum PolicyBinaryFormat {
 /// ``decode(_:buildStamp:)`` checks the form (and the build stamp); whether the entry still
 /// applies is ``PolicyResolution/isCurrent(searchPath:)``, which the caller must also ask.
 public enum PolicyCacheEntry {
-    static let magic: [UInt8] = Array("xsbpolc".utf8) + [1]
+    static let magic: [UInt8] = Array("xsbpolc".utf8) + [2]  // 2: limits gained memory-scope
     static let headerSize = 24
 
     public struct Contents: Sendable, Equatable {

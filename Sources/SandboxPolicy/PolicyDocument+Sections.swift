@@ -128,6 +128,14 @@ extension PolicyDocument {
         var limits: [(key: String, value: UInt64?)] = []
         for (key, _, value) in entries {
             guard let text = reader.string(value, what: key) else { continue }
+            if key == "memory-scope" {
+                guard let index = MemoryScope.allCases.firstIndex(where: { $0.rawValue == text }) else {
+                    diag.error(value, "bad value \"\(text)\" for memory-scope; expected sandbox (the whole sandbox, through a cgroup) or per-process (each process on its own)")
+                    continue
+                }
+                limits.append((key, UInt64(index)))
+                continue
+            }
             if Values.isUnlimited(text) {
                 limits.append((key, nil))
                 continue

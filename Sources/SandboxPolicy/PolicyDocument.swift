@@ -58,7 +58,8 @@ struct PolicyLayer {
     var network: (mode: NetworkPolicy, loc: Loc)?
     var pass: [String] = []
     var set: [(name: String, value: String)] = []
-    /// Limit key → value; `nil` when the file says `none`.
+    /// Limit key → value; `nil` when the file says `none`. `memory-scope` is the index of its
+    /// value in `MemoryScope.allCases`.
     var limits: [(key: String, value: UInt64?)] = []
 }
 
@@ -71,7 +72,7 @@ struct PolicyDocument {
     static let ruleKeys = ["syscall", "action", "when", "why"]
     static let filesystemKeys = ["ro-bind", "ro-bind-optional", "bind", "bind-optional", "tmpfs", "mask"]
     static let environmentKeys = ["pass", "set"]
-    static let limitKeys = ["memory", "processes", "cpu-seconds", "open-files", "file-size", "wall-clock"]
+    static let limitKeys = ["memory", "memory-scope", "processes", "cpu-seconds", "open-files", "file-size", "wall-clock"]
 
     let diag: Diagnostics
     let reader: NodeReader

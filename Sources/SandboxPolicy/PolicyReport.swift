@@ -94,6 +94,9 @@ public enum PolicyReport {
         let l = policy.limits
         out.append("limits:")
         out.append("  memory:           " + (l.memoryBytes.map(sizeText) ?? "none"))
+        out.append("  memory-scope:     " + (l.memoryScope == .sandbox
+            ? "sandbox (the whole sandbox, through a cgroup; no writable memory cgroup fails the launch)"
+            : "per-process (each process on its own: RLIMIT_AS, up to the limit times the process limit in all)"))
         out.append("  processes:        " + (l.processes.map { "\($0)" } ?? "none"))
         out.append("  cpu-seconds:      " + (l.cpuSeconds.map { "\($0)" } ?? "none"))
         out.append("  open-files:       " + (l.openFiles.map { "\($0)" } ?? "none"))

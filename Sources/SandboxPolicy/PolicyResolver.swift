@@ -201,6 +201,7 @@ final class PolicyResolver {
             for (key, value) in layer.limits {
                 switch key {
                 case "memory": limits.memoryBytes = value
+                case "memory-scope": limits.memoryScope = MemoryScope.allCases[Int(value ?? 0)]
                 case "processes": limits.processes = value
                 case "cpu-seconds": limits.cpuSeconds = value
                 case "open-files": limits.openFiles = value

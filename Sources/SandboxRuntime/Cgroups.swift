@@ -89,6 +89,7 @@ struct CgroupSupport: Sendable {
                 let dir = try group.create("\(parent)/\(name)")
                 if let memoryBytes {
                     try group.write("\(dir)/memory.max", "\(memoryBytes)")
+                    group.limitsMemory = true
                     // No such file means no swap accounting (no swap to limit); any other failure counts.
                     do { try group.write("\(dir)/memory.swap.max", "0") } catch let error as SandboxError where error.errorNumber == ENOENT {}
                 }
@@ -101,6 +102,7 @@ struct CgroupSupport: Sendable {
                 if let memoryParent, let memoryBytes {
                     let dir = try group.create("\(memoryParent)/\(name)")
                     try group.write("\(dir)/memory.limit_in_bytes", "\(memoryBytes)")
+                    group.limitsMemory = true
                     group.oomControl = "\(dir)/memory.oom_control"
                     try group.openTasks(dir)
                 }
@@ -168,6 +170,8 @@ final class SandboxCgroup: @unchecked Sendable {
 
     /// Whether a pids controller limits this sandbox's processes.
     var limitsProcesses = false
+    /// Whether a memory controller limits this sandbox's memory as a whole.
+    var limitsMemory = false
 
     /// Whether the kernel's OOM killer acted inside this cgroup.
     var memoryLimitHit: Bool {
@@ -190,5 +194,19 @@ final class SandboxCgroup: @unchecked Sendable {
             }
         }
         directories.removeAll()
+    }
+}
+
+extension CgroupSupport {
+    /// Why a launch whose policy limits the whole sandbox's memory cannot run here, and the
+    /// ways out: a delegated cgroup, or the policy's explicit per-process opt-in.
+    static func noMemoryCgroupMessage(limitBytes: UInt64) -> String {
+        let mib = limitBytes >> 20
+        return "the policy limits the memory of the whole sandbox (\(mib) MiB), but no memory cgroup is writable here, "
+            + "and per-process limits (RLIMIT_AS) would let its processes together hold many times that. "
+            + "Run it in a cgroup delegated to you: on cgroup v2, "
+            + "`systemd-run --user --scope -p Delegate=yes -- extsandbox exec …` (or any cgroup you may write whose "
+            + "cgroup.subtree_control enables memory and pids); on cgroup v1, a memory cgroup an admin made writable "
+            + "for you, or run as root. Or accept per-process limits in the policy: `limits: { memory-scope: per-process }`"
     }
 }

@@ -69,6 +69,12 @@ public final class Supervisor: Sendable {
             let name = "extsandbox-\(getpid())-\(launchCounter.add(1, ordering: .relaxed).newValue)"
             cgroup = try cgroups.makeSandboxCgroup(name: name, memoryBytes: limits.memoryBytes, processes: limits.processes)
         }
+        // RLIMIT_AS bounds each process, not their sum (memfds, shared memory, many processes):
+        // a whole-sandbox memory limit needs a memory cgroup, or the policy's explicit opt-in.
+        if let memory = limits.memoryBytes, limits.memoryScope == .sandbox, !(cgroup?.limitsMemory ?? false) {
+            cgroup?.remove()
+            throw SandboxError(step: .cgroup, errorNumber: ENOTSUP, detail: CgroupSupport.noMemoryCgroupMessage(limitBytes: memory))
+        }
         // The kernel never applies RLIMIT_NPROC to host uid 0 (whatever the namespace), so a
         // sandbox that were host root could have its process limit only from a pids cgroup.
         // HostIdentity never maps to 0; should that change, fail closed.

@@ -14,8 +14,11 @@ struct ExecCommand: AsyncParsableCommand {
             cgroup namespaces, as uid/gid 1000 (on the host: the caller, or nobody/nogroup \
             65534 when the caller is root, so the program, its libraries and every bind source \
             must be readable by 65534 then), in a new session, with every capability \
-            dropped, no_new_privs, the policy's rlimits (and cgroup limits where the caller \
-            has a cgroup to nest under), and the policy's seccomp filter loaded last.
+            dropped, no_new_privs, the policy's rlimits and cgroup limits, and the policy's \
+            seccomp filter loaded last. A policy's memory limit is for the whole sandbox and \
+            needs a memory cgroup the caller may create cgroups under (root, or a delegated one: \
+            systemd-run --user --scope -p Delegate=yes -- extsandbox exec …); without one the \
+            launch fails, unless the policy says memory-scope: per-process.
 
             The file system is an empty read-only tmpfs holding only what the policy and the \
             --ro-bind/--bind options list, a fresh /proc, a minimal /dev (null, zero, full, \

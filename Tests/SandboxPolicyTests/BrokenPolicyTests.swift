@@ -124,6 +124,8 @@ struct BrokenPolicyTests {
                message: "bad value \"1.5G\" for memory"),
         Broken(label: "bad process count", yaml: minimalPolicy + "\nlimits:\n  processes: lots\n", line: 6, column: 14,
                message: "bad value \"lots\" for processes; expected a whole number, or none"),
+        Broken(label: "bad memory scope", yaml: minimalPolicy + "\nlimits:\n  memory-scope: whole\n", line: 6, column: 17,
+               message: "bad value \"whole\" for memory-scope; expected sandbox (the whole sandbox, through a cgroup) or per-process"),
         Broken(label: "unknown limit", yaml: minimalPolicy + "\nlimits:\n  open-file: 10\n", line: 6, column: 3,
                message: "unknown key \"open-file\" in limits; did you mean \"open-files\"?"),
         Broken(label: "relative bind path", yaml: minimalPolicy + "\nfilesystem:\n  ro-bind: [usr]\n", line: 6, column: 13,

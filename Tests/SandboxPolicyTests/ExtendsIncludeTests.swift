@@ -152,6 +152,20 @@ struct ExtendsIncludeTests {
         #expect(entries.map(\.file) == [shipped.path("standard.yaml"), admin.path("standard.yaml")])
     }
 
+    @Test func memoryScopeDefaultsToTheSandboxAndALaterLayerWins() throws {
+        let tree = try PolicyTree([
+            "base.yaml": base,
+            "opt-in.yaml": "version: 1\nextends: ./base.yaml\nlimits: { memory-scope: per-process }\n",
+            "back.yaml": "version: 1\nextends: ./opt-in.yaml\nlimits:\n  memory-scope: sandbox\n",
+        ])
+        #expect(try tree.load("base.yaml").limits.memoryScope == .sandbox)
+        let optIn = try tree.load("opt-in.yaml")
+        #expect(optIn.limits.memoryScope == .perProcess)
+        #expect(optIn.limits.memoryBytes == (try tree.load("base.yaml")).limits.memoryBytes)
+        #expect(PolicyReport.show(optIn).contains("memory-scope:     per-process"))
+        #expect(try tree.load("back.yaml").limits.memoryScope == .sandbox)
+    }
+
     /// The example of docs/policy-format.md, "Writing a policy for a new program".
     @Test func theDocumentedWalkthroughExampleLoads() throws {
         let tree = try PolicyTree(["thumbnailer.yaml": """

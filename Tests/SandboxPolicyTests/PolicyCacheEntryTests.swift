@@ -84,7 +84,7 @@ struct PolicyCacheEntryTests {
             network: .none,
             environment: EnvironmentPolicy(pass: ["PATH", "TERM", "LANG"], set: ["HOME": "/tmp", "LANG": "C.UTF-8", "EMPTY": "", "Z": "="]),
             limits: ResourceLimits(memoryBytes: 1 << 30, processes: 64, cpuSeconds: 10, openFiles: 256,
-                                   fileSizeBytes: .max, wallClockSeconds: 0),
+                                   fileSizeBytes: .max, wallClockSeconds: 0, memoryScope: .perProcess),
             composedFrom: ["/etc/base.yaml", "/some/where/frag.yaml", "/some/where/full.yaml"])
         #expect(Self.roundTrip(full) == full)
 
@@ -165,7 +165,8 @@ struct PolicyCacheEntryTests {
         #expect(PolicyCacheEntry.decode(resealed { _ in }, buildStamp: Self.stamp) != nil)
         #expect(PolicyCacheEntry.decode(resealed { $0.append(0) }, buildStamp: Self.stamp) == nil, "trailing byte")
         #expect(PolicyCacheEntry.decode(resealed { $0.removeLast() }, buildStamp: Self.stamp) == nil, "short filter")
-        #expect(PolicyCacheEntry.decode(resealed { $0[7] = 2 }, buildStamp: Self.stamp) == nil, "format version")
+        #expect(PolicyCacheEntry.decode(resealed { $0[7] = 1 }, buildStamp: Self.stamp) == nil, "format version (1: before memory-scope)")
+        #expect(PolicyCacheEntry.decode(resealed { $0[7] = 3 }, buildStamp: Self.stamp) == nil, "format version")
         // Any resealed change decodes to nil or to some entry; it never crashes or reads out of bounds.
         for position in stride(from: 24, to: bytes.count, by: 29) {
             for value: UInt8 in [0, 1, 2, 7, 0x80, 0xff] {

@@ -18,6 +18,29 @@ enum Fixtures {
 
     static var standardPolicyPath: String { policiesDirectory + "/standard.yaml" }
 
+    /// The shipped policy `level` as `caller` runs it. Root uses it as shipped. Nobody has no
+    /// writable memory cgroup on a cgroup v1 host (nor on v2 without delegation), where a policy's
+    /// whole-sandbox memory limit fails the launch: it gets the same policy with the explicit
+    /// per-process opt-in, written once under the checkout's .build (policies under /tmp are
+    /// refused) in a directory owned by root, mode 0755.
+    static func policyPath(_ level: String = "standard", for caller: Caller) -> String {
+        caller == .root ? policiesDirectory + "/\(level).yaml" : perProcessPolicies + "/\(level).yaml"
+    }
+
+    static let perProcessPolicies: String = {
+        do {
+            let dir = try TestPaths.makePolicyDirectory("per-process").path
+            for level in ["standard", "restricted", "hardened"] {
+                try "version: 1\nextends: \(policiesDirectory)/\(level).yaml\nlimits:\n  memory-scope: per-process\n"
+                    .write(toFile: dir + "/\(level).yaml", atomically: true, encoding: .utf8)
+                chmod(dir + "/\(level).yaml", 0o644)
+            }
+            return dir
+        } catch {
+            fatalError("cannot write the per-process test policies: \(error)")
+        }
+    }()
+
     static func standardPolicy() throws -> Policy {
         try PolicyLoader.load(file: standardPolicyPath)
     }
@@ -61,9 +84,9 @@ enum Fixtures {
             stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData.value, as: UTF8.self))
     }
 
-    /// `extsandbox exec --policy standard.yaml [options] -- argv…`
+    /// `extsandbox exec --policy standard.yaml [options] -- argv…` (see ``policyPath(_:for:)``)
     static func exec(_ argv: [String], options: [String] = [], as caller: Caller = .root) throws -> Output {
-        try run([cli, "exec", "--policy", standardPolicyPath] + options + ["--"] + argv, as: caller)
+        try run([cli, "exec", "--policy", policyPath(for: caller)] + options + ["--"] + argv, as: caller)
     }
 
     /// A configuration running the probe under the standard policy, output into `pipe`.

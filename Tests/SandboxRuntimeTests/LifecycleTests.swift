@@ -111,7 +111,7 @@ struct LifecycleTests {
     @Test("every sandbox process dies when the supervisor is killed with SIGKILL", arguments: Fixtures.Caller.allCases)
     func dieWithSupervisor(caller: Fixtures.Caller) throws {
         let cli = Process()
-        var argv = [Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath, "--", Fixtures.probe, "fork-sleep", "300"]
+        var argv = [Fixtures.cli, "exec", "--policy", Fixtures.policyPath(for: caller), "--", Fixtures.probe, "fork-sleep", "300"]
         if caller == .nobody { argv = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] + argv }
         cli.executableURL = URL(fileURLWithPath: argv[0])
         cli.arguments = Array(argv.dropFirst())

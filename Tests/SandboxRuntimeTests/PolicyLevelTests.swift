@@ -6,7 +6,7 @@ import Testing
 @Suite("Shipped policy levels in real sandboxes")
 struct PolicyLevelTests {
     static func exec(_ level: String, _ argv: [String], options: [String] = [], as caller: Fixtures.Caller = .root) throws -> Fixtures.Output {
-        try Fixtures.run([Fixtures.cli, "exec", "--policy", Fixtures.policiesDirectory + "/\(level).yaml"] + options + ["--"] + argv, as: caller)
+        try Fixtures.run([Fixtures.cli, "exec", "--policy", Fixtures.policyPath(level, for: caller)] + options + ["--"] + argv, as: caller)
     }
 
     @Test("restricted: the launch's own exec runs, any later exec kills the sandbox", arguments: Fixtures.Caller.allCases)

@@ -50,7 +50,8 @@ struct PolicyTrustCLITests {
         let dir = try TestPaths.makePolicyDirectory("group-writable").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let file = dir + "/mine.yaml"
-        try "version: 1\nextends: \(Fixtures.standardPolicyPath)\n".write(toFile: file, atomically: true, encoding: .utf8)
+        try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nlimits:\n  memory-scope: per-process\n"
+            .write(toFile: file, atomically: true, encoding: .utf8)
         chmod(file, 0o664)
         let result = try Fixtures.run([Fixtures.cli, "exec", "--policy", file, "--", "/bin/true"], as: caller,
                                       environment: Self.plainEnvironment)
@@ -71,7 +72,9 @@ struct PolicyTrustCLITests {
         #expect(list.stdout.contains("1. \(TestPaths.policiesDirectory)  (the install's policies)"), "\(list.stdout)")
         #expect(list.stdout.contains("standard    \(TestPaths.policiesDirectory)/standard.yaml"), "\(list.stdout)")
         let run = try Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], as: caller, environment: environment)
-        #expect(run.status == 0, "\(run.stderr)")
+        // Found and loaded; nobody has no memory cgroup here, so the shipped 1G limit for the
+        // whole sandbox fails the launch after the policy loaded (see MemoryScopeTests).
+        #expect(run.status == 0 || (caller == .nobody && run.stderr.contains("memory-scope: per-process")), "\(run.stderr)")
         // Without it, the build tree's CLI finds no policy (and says how to name the checkout's).
         environment["EXTSANDBOX_POLICIES_DIR"] = nil
         let none = try Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], as: caller, environment: environment)

@@ -97,7 +97,7 @@ enum TerminalHarness {
     /// `extsandbox exec --policy standard.yaml [options] -- argv…` on a fresh terminal.
     static func exec(_ argv: [String], options: [String] = [], steps: [Step] = [], stdin: String? = nil,
                      as caller: Fixtures.Caller = .root) throws -> Report {
-        var command = [Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath] + options + ["--"] + argv
+        var command = [Fixtures.cli, "exec", "--policy", Fixtures.policyPath(for: caller)] + options + ["--"] + argv
         if caller == .nobody { command = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] + command }
         var spec: [String: Any] = ["argv": command, "steps": steps.map(\.json)]
         if let stdin { spec["stdin"] = stdin }
