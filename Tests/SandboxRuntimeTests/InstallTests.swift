@@ -68,7 +68,10 @@ struct InstallTests {
         let cli = prefix + "/bin/extsandbox"
         for caller in Fixtures.Caller.allCases {
             let run = try Self.runFromRoot([cli, "exec", "--", "/bin/true"], as: caller)
-            #expect(run.status == 0, "exec as \(caller): \(run.stdout) \(run.stderr)")
+            // Nobody has no memory cgroup here: the shipped policy loads, and its whole-sandbox
+            // memory limit then fails the launch, saying so (see MemoryScopeTests).
+            #expect(run.status == 0 || (caller == .nobody && run.stderr.contains("memory-scope: per-process")),
+                    "exec as \(caller): \(run.stdout) \(run.stderr)")
             let list = try Self.runFromRoot([cli, "policy", "list"], as: caller)
             #expect(list.status == 0, "policy list as \(caller): \(list.stderr)")
             #expect(list.stdout.contains("1. \(prefix)/share/extsandbox/policies  (the install's policies)"), "\(list.stdout)")
