@@ -3,6 +3,17 @@ import Glibc
 @testable import SandboxRuntime
 import Testing
 
+/// A flag shared with a plain thread.
+final class SharedValue<Value: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Value
+    init(_ value: Value) { stored = value }
+    var value: Value {
+        get { lock.lock(); defer { lock.unlock() }; return stored }
+        set { lock.lock(); stored = newValue; lock.unlock() }
+    }
+}
+
 /// Issue 9 items 8 (bind sources through symlinks) and 9 (unix sockets in binds).
 @Suite("Bind sources")
 struct BindSourceTests {
@@ -83,6 +94,55 @@ struct BindSourceTests {
         lchown(tree.base + "/theirs", 65534, 65534)
         let theirs = #expect(throws: SandboxError.self) { try BindSource.resolve(tree.base + "/theirs") }
         #expect(theirs?.errorNumber == EPERM)
+    }
+
+    /// The source is checked on the host, then bound by the sandbox's init: a sandbox that swaps
+    /// the checked directory for a symlink in between must not win. The init opens the checked
+    /// path with RESOLVE_NO_SYMLINKS, so a swapped-in symlink fails that launch instead.
+    @Test("a symlink swapped in between the check and the mount is not followed")
+    func swapBetweenCheckAndMount() async throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let fm = FileManager.default
+        let real = tree.writable + "/real", link = tree.writable + "/link", x = tree.writable + "/x"
+        try fm.createDirectory(atPath: real, withIntermediateDirectories: false)
+        try "the bound text\n".write(toFile: real + "/secret", atomically: false, encoding: .utf8)
+        try fm.createSymbolicLink(atPath: link, withDestinationPath: tree.privateDirectory)
+        lchown(link, 65534, 65534)  // as a sandbox would have left it
+        try fm.moveItem(atPath: real, toPath: x)
+        // Swap x between the directory and the symlink as fast as rename goes (renameat2 with
+        // RENAME_EXCHANGE would be atomic; two renames leave x missing for a moment, which a
+        // launch may also meet).
+        let stop = SharedValue(false)
+        let swapper = Thread {
+            var toggle = false
+            while !stop.value {
+                toggle.toggle()
+                _ = rename(x, toggle ? real : link) == 0 && rename(toggle ? link : real, x) == 0
+            }
+        }
+        swapper.start()
+        defer { stop.value = true }
+        var outcomes: [String: Int] = [:]
+        for _ in 0..<40 {
+            let pipe = OutputPipe()
+            var config = try Fixtures.probeConfiguration(["exit", "0"])
+            config.executable = "/bin/cat"
+            config.arguments = ["cat", "/x/secret"]
+            config.standardOutput = .fileDescriptor(pipe.writeFD)
+            config.extraMounts = [.bind(source: x, destination: "/x", writable: false, optional: false)]
+            do {
+                let process = try await Supervisor.shared.launch(config)
+                _ = await process.waitForExit()
+                pipe.closeWriteEnd()
+                let text = pipe.waitFor("\n", seconds: 2)
+                #expect(!text.contains("private text"), "the swapped-in symlink was followed")
+                outcomes[text.contains("bound text") ? "bound the directory" : "ran, read nothing", default: 0] += 1
+            } catch let error as SandboxError {
+                outcomes["refused: \(error.errorNumber == ELOOP ? "ELOOP at mount" : error.errorNumber == EPERM ? "symlink at check" : "errno \(error.errorNumber)")", default: 0] += 1
+            }
+        }
+        print("swap race outcomes: \(outcomes)")
     }
 
     /// Before: the socket was bound, and connect() through a read-only bind works.
