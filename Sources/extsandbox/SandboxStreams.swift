@@ -187,7 +187,8 @@ final class SandboxStreams {
         }
         channels = []
         relay = nil
-        positioned.removeAll { close($0.own); return true }
+        for (_, own) in positioned { close(own) }
+        positioned = []
         for fd in handedIn { close(fd) }
         handedIn = []
         terminal = nil
