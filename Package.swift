@@ -16,6 +16,9 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        // The host API's structured logs and counters (not linked by the CLI or the SDK).
+        .package(url: "https://github.com/apple/swift-log", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.4.0"),
     ],
     targets: [
         // System libraries, found through pkg-config (scripts/setup installs the -dev packages).
@@ -43,7 +46,10 @@ let package = Package(
         // Release builds use `swift build --static-swift-stdlib` (scripts/): loading libswiftCore
         // and Foundation dynamically costs more per `extsandbox exec` than the sandbox itself.
         // The host API: extension points, identities, processes, connections.
-        .target(name: "ExtSandbox", dependencies: ["SandboxRuntime", "SandboxPolicy", "ExtSandboxWire"]),
+        .target(name: "ExtSandbox", dependencies: [
+            "SandboxRuntime", "SandboxPolicy", "ExtSandboxWire",
+            .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
+        ]),
 
         // The extension-side SDK: `@main struct X: AppExtension`.
         .target(name: "ExtSandboxExtension", dependencies: ["ExtSandboxWire"]),
@@ -88,7 +94,10 @@ let package = Package(
         .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing"]),
         // Paths shared by the test targets that run the package's executables.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "ExtSandboxTests", dependencies: ["ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport"]),
+        .testTarget(name: "ExtSandboxTests", dependencies: [
+            "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport",
+            .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
+        ]),
         .testTarget(
             name: "SandboxRuntimeTests",
             dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport"]),

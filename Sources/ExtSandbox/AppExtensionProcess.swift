@@ -1,6 +1,7 @@
 import ExtSandboxWire
 import Foundation
 import Glibc
+import Logging
 import SandboxPolicy
 import SandboxRuntime
 import Synchronization
@@ -60,13 +61,20 @@ public final class AppExtensionProcess: Sendable {
         public var readyTimeout: Duration
         /// Bounds of each connection's send queue (this handle's connections).
         public var sendQueueLimit: ExtensionConnection.SendQueueLimit
+        /// Where the process's lifecycle and security events are logged, with structured
+        /// metadata (identifier, point, policy, pid, reason, syscall). A property of the process,
+        /// like the timers: the launching handle's. By default the label `org.extsandbox.host`
+        /// (routed by `LoggingSystem.bootstrap`).
+        public var logger: Logger
 
         public init(
             identity: AppExtensionIdentity, onInterruption: @escaping @Sendable (Termination) -> Void = { _ in },
             onEvent: (@Sendable (AppExtensionLifecycleEvent) -> Void)? = nil,
             suspendAfter: Duration = .milliseconds(250), terminateAfter: Duration = .seconds(30),
-            readyTimeout: Duration = .seconds(10), sendQueueLimit: ExtensionConnection.SendQueueLimit = .init()
+            readyTimeout: Duration = .seconds(10), sendQueueLimit: ExtensionConnection.SendQueueLimit = .init(),
+            logger: Logger = Logger(label: "org.extsandbox.host")
         ) {
+            self.logger = logger
             self.sendQueueLimit = sendQueueLimit
             self.identity = identity
             self.onInterruption = onInterruption

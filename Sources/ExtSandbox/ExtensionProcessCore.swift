@@ -1,6 +1,7 @@
 import ExtSandboxWire
 import Foundation
 import Glibc
+import Logging
 import SandboxRuntime
 import Synchronization
 
@@ -51,6 +52,8 @@ final class ExtensionProcessCore: Sendable {
     private struct Slot {
         let handle: UUID
         var connection = WeakConnection()
+        /// Handshake done: counted in the open-connections meter.
+        var established = false
     }
 
     private struct WeakConnection: @unchecked Sendable {
@@ -79,6 +82,8 @@ final class ExtensionProcessCore: Sendable {
     private let state: Mutex<State>
     private let suspendAfter: Duration
     private let terminateAfter: Duration
+    /// The launching handle's logger, with this process's metadata.
+    private let logger: Logger
 
     /// A launched process, with the launching handle attached. Call ``start()`` next.
     init(key: ProcessReuseKey, sandbox: SandboxedProcess, control: sending FrameSocket,
@@ -87,6 +92,12 @@ final class ExtensionProcessCore: Sendable {
         self.sandbox = sandbox
         suspendAfter = configuration.suspendAfter
         terminateAfter = configuration.terminateAfter
+        var logger = configuration.logger
+        logger[metadataKey: "identifier"] = "\(key.identity.bundleIdentifier)"
+        logger[metadataKey: "point"] = "\(key.identity.point.name)"
+        logger[metadataKey: "policy"] = "\(key.policy.name)"
+        logger[metadataKey: "pid"] = "\(sandbox.pid)"
+        self.logger = logger
         var initial = State(control: control)
         initial.handles[handle] = HandleEntry(onInterruption: configuration.onInterruption, onEvent: configuration.onEvent)
         state = Mutex(initial)
@@ -95,6 +106,8 @@ final class ExtensionProcessCore: Sendable {
     /// Starts watching the control socket (the extension's GOODBYE) and the process's end, and
     /// the idle clock: a process nobody connects to is suspended and ended like any idle one.
     func start() {
+        Telemetry.launches.increment()
+        logger.info("extension launched", metadata: ["executable": "\(key.identity.executablePath)"])
         let watchFailed = state.withLock { state -> Bool in
             guard let control = state.control else { return false }
             do {
@@ -132,18 +145,20 @@ final class ExtensionProcessCore: Sendable {
     /// A handle goes away: its connections are severed (invalidated), other handles' stay. With
     /// no handle and no connection left, the process ends.
     func detach(handle: UUID) {
+        var established = 0
         let severed = state.withLock { state -> [ExtensionConnection] in
             guard let entry = state.handles.removeValue(forKey: handle) else { return [] }
             let wasBusy = !state.slots.isEmpty
             var severed: [ExtensionConnection] = []
             for id in entry.connections {
-                if let slot = state.slots.removeValue(forKey: id), let connection = slot.connection.connection {
-                    severed.append(connection)
-                }
+                guard let slot = state.slots.removeValue(forKey: id) else { continue }
+                if slot.established { established += 1 }
+                if let connection = slot.connection.connection { severed.append(connection) }
             }
             if state.slots.isEmpty && (wasBusy || state.handles.isEmpty) { becameIdle(&state) }
             return severed
         }
+        if established > 0 { Telemetry.openConnections.decrement(by: Double(established)) }
         // Their close finds no slot any more: nothing is counted twice.
         for connection in severed { connection.invalidate() }
     }
@@ -247,6 +262,12 @@ final class ExtensionProcessCore: Sendable {
             // a socketpair costs about a sixth of a connection's set-up, here it costs none of it.
             prepareSpareSocketPair()
             try await connection.handshake(timeout: timeout)
+            let counted = state.withLock { state -> Bool in
+                guard state.slots[connectionID] != nil else { return false }
+                state.slots[connectionID]?.established = true
+                return true
+            }
+            if counted { Telemetry.openConnections.increment() }
             return .connected(connection)
         } catch {
             if !handedOver { releaseSlot(connectionID) }
@@ -256,11 +277,13 @@ final class ExtensionProcessCore: Sendable {
 
     /// A connection is gone (closed, or never made): with none left, the idle clock starts.
     private func releaseSlot(_ id: UInt64) {
-        state.withLock { state in
-            guard let slot = state.slots.removeValue(forKey: id) else { return }
+        let established = state.withLock { state -> Bool in
+            guard let slot = state.slots.removeValue(forKey: id) else { return false }
             state.handles[slot.handle]?.connections.remove(id)
             if state.slots.isEmpty { becameIdle(&state) }
+            return slot.established
         }
+        if established { Telemetry.openConnections.decrement() }
     }
 
     // MARK: Transitions (all under `state`)
@@ -424,11 +447,13 @@ final class ExtensionProcessCore: Sendable {
 
     /// Each attached handle's `onEvent`.
     private func emit(_ event: AppExtensionLifecycleEvent) {
+        logger.debug("extension \(event)")
         let handlers = state.withLock { $0.handles.values.compactMap(\.onEvent) }
         for handler in handlers { handler(event) }
     }
 
     private func ended(_ termination: Termination) async {
+        var established = 0
         let (expected, handles, live) = state.withLock { state -> (Bool, [HandleEntry], [ExtensionConnection]) in
             // A GOODBYE written just before the exit may not have been read yet.
             if state.controlToken != nil { readControl(&state) }
@@ -442,16 +467,21 @@ final class ExtensionProcessCore: Sendable {
                 close(spare.extension)
             }
             let live = state.slots.values.compactMap(\.connection.connection)
+            established = state.slots.values.filter(\.established).count
             state.slots.removeAll()
             for id in state.handles.keys { state.handles[id]?.connections.removeAll() }
             return (state.endExpected, Array(state.handles.values), live)
         }
         await ExtensionRegistry.shared.ended(self)
+        if established > 0 { Telemetry.openConnections.decrement(by: Double(established)) }
         if expected {
+            Telemetry.terminations.increment()
+            logger.info("extension terminated", metadata: ["exit": "\(termination)"])
             for handle in handles { handle.onEvent?(.terminated) }
             for connection in live { connection.close(because: .connectionClosed(detail: "the extension process ended")) }
             return
         }
+        Telemetry.interrupted(termination, logger: logger, metadata: [:])
         // Pending requests fail once (with the reason), then each handle hears it once.
         for connection in live { connection.interrupt(termination) }
         for handle in handles { handle.onEvent?(.interrupted(termination)) }
