@@ -63,8 +63,10 @@ public final class AppExtensionProcess: Sendable {
         public var sendQueueLimit: ExtensionConnection.SendQueueLimit
         /// Where the process's lifecycle and security events are logged, with structured
         /// metadata (identifier, point, policy, pid, reason, syscall). A property of the process,
-        /// like the timers: the launching handle's. By default the label `org.extsandbox.host`
-        /// (routed by `LoggingSystem.bootstrap`).
+        /// like the timers: the launching handle's. By default nothing is logged (swift-log's
+        /// default backend would print on standard output, which may be the host's data): pass a
+        /// logger of the host's, e.g. `Logger(label: "org.extsandbox.host")` after
+        /// `LoggingSystem.bootstrap`.
         public var logger: Logger
 
         public init(
@@ -72,7 +74,7 @@ public final class AppExtensionProcess: Sendable {
             onEvent: (@Sendable (AppExtensionLifecycleEvent) -> Void)? = nil,
             suspendAfter: Duration = .milliseconds(250), terminateAfter: Duration = .seconds(30),
             readyTimeout: Duration = .seconds(10), sendQueueLimit: ExtensionConnection.SendQueueLimit = .init(),
-            logger: Logger = Logger(label: "org.extsandbox.host")
+            logger: Logger = Logger(label: "org.extsandbox.host", factory: { _ in SwiftLogNoOpLogHandler() })
         ) {
             self.logger = logger
             self.sendQueueLimit = sendQueueLimit

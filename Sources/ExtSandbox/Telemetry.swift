@@ -4,7 +4,7 @@ import SandboxRuntime
 
 /// Lifecycle and security events of extension processes: structured log records (swift-log)
 /// and counters (swift-metrics), so that a host routes them to its own backends
-/// (`LoggingSystem.bootstrap`, `MetricsSystem.bootstrap`, or ``AppExtensionProcess/Configuration/logger``).
+/// (``AppExtensionProcess/Configuration/logger``, silent by default; `MetricsSystem.bootstrap`).
 ///
 /// Log records (metadata keys in brackets): `launched` (info: identifier, point, policy,
 /// executable, pid, launch_ms), `suspended`, `resumed` (debug: identifier, pid), `terminated`
