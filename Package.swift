@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "ExtSandboxExtension", targets: ["ExtSandboxExtension"]),
         // The fuzz targets' entry points, for the libFuzzer executables of Fuzz/ (docs/fuzzing.md).
         .library(name: "ExtSandboxFuzzing", targets: ["ExtSandboxFuzzing"]),
+        .library(name: "ExtensionCatalog", targets: ["ExtensionCatalog"]),
         .executable(name: "extsandbox", targets: ["extsandbox"]),
     ],
     dependencies: [
@@ -28,6 +29,10 @@ let package = Package(
         .systemLibrary(
             name: "CYAML", pkgConfig: "yaml-0.1",
             providers: [.apt(["libyaml-dev"])]),
+        // SHA-256 for approvals (libcrypto's EVP; docs/extensions.md says why not swift-crypto).
+        .systemLibrary(
+            name: "CCrypto", pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]),
 
         // The C that must run between clone and exec: async-signal-safe raw syscalls only.
         .target(name: "CSandboxShim"),
@@ -45,9 +50,13 @@ let package = Package(
 
         // Release builds use `swift build --static-swift-stdlib` (scripts/): loading libswiftCore
         // and Foundation dynamically costs more per `extsandbox exec` than the sandbox itself.
-        // The host API: extension points, identities, processes, connections.
+        // Extension bundles, point declarations, the owner's approvals (docs/extensions.md):
+        // Foundation-free, for the CLI and the host API alike.
+        .target(name: "ExtensionCatalog", dependencies: ["SandboxPolicy", "CCrypto"]),
+
+        // The host API: extension points, identities, processes, connections, discovery.
         .target(name: "ExtSandbox", dependencies: [
-            "SandboxRuntime", "SandboxPolicy", "ExtSandboxWire",
+            "SandboxRuntime", "SandboxPolicy", "ExtSandboxWire", "ExtensionCatalog",
             .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
         ]),
 
@@ -57,7 +66,7 @@ let package = Package(
         .executableTarget(
             name: "extsandbox",
             dependencies: [
-                "SandboxRuntime", "SandboxPolicy", "CBuildInfo",
+                "SandboxRuntime", "SandboxPolicy", "CBuildInfo", "ExtensionCatalog",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         // The commit and date scripts/build-cli writes into the linked CLI (`extsandbox --version`).
@@ -98,6 +107,9 @@ let package = Package(
             "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
+        .testTarget(
+            name: "ExtensionCatalogTests",
+            dependencies: ["ExtensionCatalog", "ExtSandbox", "SandboxRuntime", "extsandbox", "TestSupport"]),
         .testTarget(
             name: "SandboxRuntimeTests",
             dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport"]),

@@ -23,7 +23,7 @@ struct DemoHost {
     static func run() async throws {
         let directory = URL(fileURLWithPath: PolicySearchPathHelper.executable).deletingLastPathComponent().path
         let point = AppExtensionPoint(name: "org.extsandbox.demo.text", securityLevel: "hardened")
-        let identity = AppExtensionIdentity(
+        let identity = AppExtensionIdentity.developmentOnly(
             bundleIdentifier: "org.extsandbox.demo.upcase", executablePath: directory + "/upcase-extension", point: point)
         let configuration = AppExtensionProcess.Configuration(
             identity: identity,

@@ -34,7 +34,8 @@ HEADER = struct.Struct(">IBBHIQ")     # length, kind, flags, fdCount, reserved, 
 HELLO, REQUEST, REPLY, ERROR, ONEWAY, CANCEL, GOODBYE, CONNECT, READY = range(1, 10)
 E_REJECTED, E_UNKNOWN_REQUEST, E_CANCELLED, E_PROTOCOL, E_INTERNAL, E_TOO_LARGE = range(1, 7)
 
-IDENTIFIER = "com.example.python-echo"
+# The host says who we are launched as; READY must carry it (docs/wire-protocol.md §7).
+IDENTIFIER = os.environ.get("EXTSANDBOX_EXTENSION_IDENTIFIER", "com.example.python-echo")
 
 
 class ProtocolError(Exception):

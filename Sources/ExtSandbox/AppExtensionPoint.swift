@@ -1,14 +1,27 @@
+import ExtensionCatalog
+
 /// A kind of extension a host offers: a name, whether it has UI, where its extensions may come
 /// from, and the security level (a policy name) its extensions run under.
 ///
-/// As in ExtensionFoundation, a host defines its points and discovers extensions for them.
+/// As in ExtensionFoundation, a host defines its points (with ``Definition`` or the plain
+/// initializer), discovers extensions for them with ``Monitor``, and publishes them in a
+/// declaration file (``AppExtensionHost/writeDeclaration(points:to:)``).
 public struct AppExtensionPoint: Sendable, Hashable {
-    /// Where extensions for a point may be installed.
-    public enum Scope: Sendable, Hashable {
-        /// Only extensions inside the host's own bundle (the default).
-        case bundled
-        /// Extensions installed anywhere; they start unapproved until the owner approves them.
-        case anywhere
+    /// Where extensions for a point may come from (Apple's `Scope(restriction:)`).
+    public struct Scope: Sendable, Hashable {
+        public enum Restriction: Sendable, Hashable {
+            /// Only extensions inside the host's own bundle (`Extensions/`). The default.
+            case application
+            /// Extensions installed anywhere; those outside the host's bundle start unapproved
+            /// until the owner approves them.
+            case none
+        }
+
+        public var restriction: Restriction
+
+        public init(restriction: Restriction) {
+            self.restriction = restriction
+        }
     }
 
     /// A reverse-DNS name, e.g. `com.example.editor.importer`.
@@ -19,30 +32,81 @@ public struct AppExtensionPoint: Sendable, Hashable {
     /// name on the policy search path (or a path to a policy file).
     public var securityLevel: String
 
-    public init(name: String, hasUserInterface: Bool = false, scope: Scope = .bundled, securityLevel: String = "standard") {
+    public init(name: String, hasUserInterface: Bool = false, scope: Scope = Scope(restriction: .application), securityLevel: String = "standard") {
         self.name = name
         self.hasUserInterface = hasUserInterface
         self.scope = scope
         self.securityLevel = securityLevel
     }
+
+    /// The point as its declaration file states it.
+    public var declaration: ExtensionPointDeclaration {
+        ExtensionPointDeclaration(
+            name: name, hasUserInterface: hasUserInterface,
+            restriction: scope.restriction == .application ? .application : .none, securityLevel: securityLevel)
+    }
 }
 
-/// One extension: its identifier, its executable, and the point it supports.
+/// One extension, as discovery found it: its identifier, display name, version, the point it
+/// supports and the host it was found for.
 ///
-/// Until discovery exists, hosts build identities themselves from an executable path.
+/// Hosts get identities from ``AppExtensionPoint/Monitor``; ``AppExtensionProcess`` launches
+/// only those, and only while they are still installed, approved and enabled. For tests and
+/// tools, ``developmentOnly(bundleIdentifier:executablePath:point:arguments:)`` runs an
+/// executable by path with none of those checks.
 public struct AppExtensionIdentity: Sendable, Hashable {
     /// A reverse-DNS identifier, unique per extension.
-    public var bundleIdentifier: String
+    public let bundleIdentifier: String
+    /// The name the extension shows to people.
+    public let displayName: String
+    public let version: String
+    public let point: AppExtensionPoint
+    /// The identifier of the host it was discovered for.
+    public let hostIdentifier: String
     /// Absolute path of the extension's executable on the host.
-    public var executablePath: String
-    public var point: AppExtensionPoint
+    public let executablePath: String
     /// Arguments after argv[0].
-    public var arguments: [String]
+    public let arguments: [String]
+    /// Where the identity came from: discovery (checked at every launch) or a developer.
+    let origin: IdentityOrigin
 
-    public init(bundleIdentifier: String, executablePath: String, point: AppExtensionPoint, arguments: [String] = []) {
+    init(bundleIdentifier: String, displayName: String, version: String, point: AppExtensionPoint, hostIdentifier: String,
+         executablePath: String, arguments: [String], origin: IdentityOrigin) {
         self.bundleIdentifier = bundleIdentifier
-        self.executablePath = executablePath
+        self.displayName = displayName
+        self.version = version
         self.point = point
+        self.hostIdentifier = hostIdentifier
+        self.executablePath = executablePath
         self.arguments = arguments
+        self.origin = origin
     }
+
+    /// **Development only**: an identity for any executable, launched without discovery,
+    /// approval or scope checks (the sandbox of its point's level still applies). For tests,
+    /// benchmarks and the CLI; hosts that run third-party code use ``AppExtensionPoint/Monitor``.
+    public static func developmentOnly(bundleIdentifier: String, executablePath: String, point: AppExtensionPoint,
+                                       arguments: [String] = []) -> AppExtensionIdentity {
+        AppExtensionIdentity(
+            bundleIdentifier: bundleIdentifier, displayName: bundleIdentifier, version: "0", point: point,
+            hostIdentifier: AppExtensionHost.defaultIdentifier(), executablePath: executablePath, arguments: arguments,
+            origin: .development)
+    }
+
+    /// Whether this identity bypasses discovery (made by ``developmentOnly(bundleIdentifier:executablePath:point:arguments:)``).
+    public var isDevelopmentOnly: Bool { origin == .development }
+}
+
+/// How an identity came to be.
+enum IdentityOrigin: Sendable, Hashable {
+    case development
+    case discovered(DiscoveredExtension)
+}
+
+/// What discovery knew about an extension when it issued its identity; launches check it again.
+struct DiscoveredExtension: Sendable, Hashable {
+    var bundle: ValidatedBundle
+    var origin: ExtensionOrigin
+    /// The approvals file it was weighed against.
+    var stateFile: String
 }

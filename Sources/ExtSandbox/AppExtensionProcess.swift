@@ -101,6 +101,8 @@ public final class AppExtensionProcess: Sendable {
     /// process under its own policy, which coexists with the other.
     public init(configuration: Configuration) async throws {
         self.configuration = configuration
+        // A forged identity must not even share a running process (LaunchAuthorization.swift).
+        try LaunchAuthorization.checkProvenance(configuration.identity)
         key = try ProcessReuseKey(identity: configuration.identity)
         let handleID = handleID
         core = Mutex(try await ExtensionRegistry.shared.core(for: configuration, key: key, handle: handleID))
@@ -197,11 +199,15 @@ extension ExtensionProcessCore {
     static func launch(_ configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey, handle: UUID) async throws -> ExtensionProcessCore {
         let identity = key.identity
         let policy = key.policy
+        // Discovered identities are checked again now (installed, unchanged, approved, enabled,
+        // in scope): LaunchAuthorization.swift.
+        let authorization = try LaunchAuthorization.authorize(identity)
         let (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
         let sandboxConfiguration = SandboxConfiguration(
-            executable: identity.executablePath, arguments: [identity.executablePath] + identity.arguments,
-            environment: SandboxEnvironment.compose(policy: policy, caller: ProcessInfo.processInfo.environment),
-            policy: policy, standardInput: .null, standardOutput: .inherit, standardError: .inherit,
+            executable: authorization.executable, arguments: [authorization.executable] + identity.arguments,
+            environment: SandboxEnvironment.compose(
+                policy: policy, caller: ProcessInfo.processInfo.environment, overrides: authorization.environment),
+            policy: policy, extraMounts: authorization.mounts, standardInput: .null, standardOutput: .inherit, standardError: .inherit,
             extraFileDescriptors: [extensionFD])
         let sandbox: SandboxedProcess
         do {
@@ -214,7 +220,9 @@ extension ExtensionProcessCore {
         close(extensionFD)
         let control = FrameSocket(descriptor: hostFD)
         do {
-            try await waitForReady(control: control, sandbox: sandbox, timeout: configuration.readyTimeout)
+            try await waitForReady(control: control, sandbox: sandbox, timeout: configuration.readyTimeout,
+                                   identifier: identity.bundleIdentifier)
+            try authorization.verify(sandbox)
         } catch {
             control.close()
             sandbox.kill()
@@ -227,8 +235,9 @@ extension ExtensionProcessCore {
     }
 
     /// READY on the control socket, or the process's end, or the timeout: whichever comes first.
-    private static func waitForReady(control: FrameSocket, sandbox: SandboxedProcess, timeout: Duration) async throws {
-        enum Outcome: Sendable { case ready, ended(Termination), timedOut, broken(String) }
+    /// The READY must carry `identifier`: the one the extension was launched as.
+    private static func waitForReady(control: FrameSocket, sandbox: SandboxedProcess, timeout: Duration, identifier: String) async throws {
+        enum Outcome: Sendable { case ready, ended(Termination), timedOut, broken(String), mismatch(String) }
         let once = OnceContinuation<Outcome>()
         let monitor = Supervisor.shared.monitor
         try control.setNonBlocking(true)
@@ -241,7 +250,9 @@ extension ExtensionProcessCore {
                     case .closed: once.resume(.broken("the extension closed its control socket")); return
                     case .frame(let frame):
                         frame.closeFDs()
-                        if frame.kind == .ready { once.resume(.ready) } else { once.resume(.broken("expected READY, got \(frame.kind)")) }
+                        guard frame.kind == .ready else { once.resume(.broken("expected READY, got \(frame.kind)")); return }
+                        let said = String(decoding: frame.payload, as: UTF8.self)
+                        once.resume(said == identifier ? .ready : .mismatch(said))
                         return
                     }
                 } catch {
@@ -262,6 +273,7 @@ extension ExtensionProcessCore {
         case .ended(let termination): throw ExtensionError.endedBeforeReady(termination)
         case .timedOut: throw ExtensionError.notReadyInTime
         case .broken(let why): throw ExtensionError.launchFailed(why)
+        case .mismatch(let said): throw DiscoveryError.identifierMismatch(expected: identifier, actual: said)
         }
     }
 }

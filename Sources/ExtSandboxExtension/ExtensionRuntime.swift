@@ -27,7 +27,10 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
 
     func run() async -> Never {
         let control = UncheckedBox(FrameSocket(descriptor: ExtSandboxWire.controlSocketDescriptor))
-        let identifier = CommandLine.arguments.first.map { String($0.split(separator: "/").last ?? "") } ?? "extension"
+        // The host says who the extension is launched as (docs/wire-protocol.md §7); READY must
+        // carry that identifier, or the host refuses the launch.
+        let identifier = getenv("EXTSANDBOX_EXTENSION_IDENTIFIER").map { String(cString: $0) }
+            ?? CommandLine.arguments.first.map { String($0.split(separator: "/").last ?? "") } ?? "extension"
         do {
             try control.value.send(.ready(identifier: identifier))
         } catch {

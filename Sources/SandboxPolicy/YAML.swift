@@ -7,34 +7,34 @@ import CYAML
 /// Built on libyaml's event parser rather than a Swift YAML package: those resolve tags with
 /// Foundation's regular expressions, and linking Foundation's CoreFoundation layer costs every
 /// `extsandbox exec` about a millisecond of start-up (docs/architecture.md).
-enum YAMLNode {
+package enum YAMLNode {
     case scalar(Scalar)
     case mapping(Mapping)
     case sequence(List)
     /// `*name`: policy files reject aliases, so only the position is kept.
     case alias(YAMLMark)
 
-    struct Scalar {
-        var string: String
-        var style: Style
-        var mark: YAMLMark
+    package struct Scalar {
+        package var string: String
+        package var style: Style
+        package var mark: YAMLMark
 
-        enum Style { case plain, singleQuoted, doubleQuoted, literal, folded }
+        package enum Style { case plain, singleQuoted, doubleQuoted, literal, folded }
     }
 
-    struct Mapping: Sequence {
-        var entries: [(key: YAMLNode, value: YAMLNode)]
-        var mark: YAMLMark
-        func makeIterator() -> IndexingIterator<[(key: YAMLNode, value: YAMLNode)]> { entries.makeIterator() }
+    package struct Mapping: Sequence {
+        package var entries: [(key: YAMLNode, value: YAMLNode)]
+        package var mark: YAMLMark
+        package func makeIterator() -> IndexingIterator<[(key: YAMLNode, value: YAMLNode)]> { entries.makeIterator() }
     }
 
-    struct List: Sequence {
-        var items: [YAMLNode]
-        var mark: YAMLMark
-        func makeIterator() -> IndexingIterator<[YAMLNode]> { items.makeIterator() }
+    package struct List: Sequence {
+        package var items: [YAMLNode]
+        package var mark: YAMLMark
+        package func makeIterator() -> IndexingIterator<[YAMLNode]> { items.makeIterator() }
     }
 
-    var mark: YAMLMark {
+    package var mark: YAMLMark {
         switch self {
         case .scalar(let s): return s.mark
         case .mapping(let m): return m.mark
@@ -45,11 +45,11 @@ enum YAMLNode {
 }
 
 /// A 1-based line and column in a YAML text.
-struct YAMLMark: Equatable {
-    var line: Int
-    var column: Int
+package struct YAMLMark: Equatable {
+    package var line: Int
+    package var column: Int
 
-    init(line: Int, column: Int) {
+    package init(line: Int, column: Int) {
         self.line = line
         self.column = column
     }
@@ -60,23 +60,23 @@ struct YAMLMark: Equatable {
 }
 
 /// Why a text is not one YAML document.
-struct YAMLError: Error, Equatable {
+package struct YAMLError: Error, Equatable {
     /// What went wrong, in libyaml's words, e.g. "did not find expected ',' or ']'".
-    var problem: String
-    var mark: YAMLMark
+    package var problem: String
+    package var mark: YAMLMark
     /// What was being read when it went wrong, e.g. "while parsing a flow sequence", and where
     /// that started.
-    var context: String?
-    var contextMark: YAMLMark?
+    package var context: String?
+    package var contextMark: YAMLMark?
 }
 
-enum YAMLReader {
+package enum YAMLReader {
     /// Deeper nesting is refused: the tree is walked recursively later, and a hostile file of a
     /// million `[` must get an error, not overflow the stack.
     static let maximumDepth = 64
 
     /// The single document in `text`, or nil when the text holds no document at all.
-    static func compose(_ text: String) throws(YAMLError) -> YAMLNode? {
+    package static func compose(_ text: String) throws(YAMLError) -> YAMLNode? {
         var bytes = Array(text.utf8)
         if bytes.isEmpty { bytes = [0x0a] }  // libyaml wants a non-empty buffer
         return try bytes.withUnsafeBufferPointer { (buffer) throws(YAMLError) -> YAMLNode? in

@@ -27,7 +27,8 @@ struct ExtSandboxCommand: AsyncParsableCommand {
             PREFIX/share/extsandbox/policies).
             """,
         version: ExtSandboxVersion.description,
-        subcommands: [ExecCommand.self, PolicyCommand.self])
+        subcommands: [ExecCommand.self, PolicyCommand.self, ListCommand.self, ApproveCommand.self, RevokeCommand.self,
+                      EnableCommand.self, DisableCommand.self])
 
     /// `exec` in its common shapes skips ArgumentParser (see ``ExecRequest/quickParse(_:)``);
     /// everything else, help and usage errors included, goes through it.

@@ -118,7 +118,7 @@ struct Breakdown {
         let point = AppExtensionPoint(name: "xsb-bench.breakdown", securityLevel: bench.securityLevel)
         func handle(_ id: String, _ path: String, _ arguments: [String]) async throws -> AppExtensionProcess {
             try await AppExtensionProcess(configuration: .init(
-                identity: AppExtensionIdentity(bundleIdentifier: id, executablePath: path, point: point, arguments: arguments),
+                identity: AppExtensionIdentity.developmentOnly(bundleIdentifier: id, executablePath: path, point: point, arguments: arguments),
                 suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
         }
         let cProcess = try await handle("xsb-bench.breakdown.c", bench.pingpongPath, ["extension"])

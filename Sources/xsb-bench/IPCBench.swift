@@ -158,7 +158,7 @@ struct IPCBench: Sendable {
         _ body: (AppExtensionProcess, ExtensionConnection, ExtensionMessage) async throws -> T
     ) async throws -> T {
         let point = AppExtensionPoint(name: "xsb-bench.ipc", securityLevel: securityLevel)
-        let echo = AppExtensionIdentity(bundleIdentifier: "xsb-bench.echo", executablePath: extensionPath, point: point)
+        let echo = AppExtensionIdentity.developmentOnly(bundleIdentifier: "xsb-bench.echo", executablePath: extensionPath, point: point)
         // Long enough that the process is neither suspended nor terminated between iterations.
         let process = try await AppExtensionProcess(configuration: .init(
             identity: echo, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
@@ -199,7 +199,7 @@ struct IPCBench: Sendable {
     /// Launches a fresh extension process, SIGKILLs its sandbox and returns the seconds from
     /// `kill` to its `onInterruption` (time taken inside the callback).
     private nonisolated func killToInterruption(point: AppExtensionPoint) async throws -> Double {
-        let identity = AppExtensionIdentity(bundleIdentifier: "xsb-bench.victim", executablePath: extensionPath, point: point)
+        let identity = AppExtensionIdentity.developmentOnly(bundleIdentifier: "xsb-bench.victim", executablePath: extensionPath, point: point)
         // A one-shot signal from the callback: the first element of a stream.
         let (interrupted, signal) = AsyncStream.makeStream(of: (Double, Termination).self, bufferingPolicy: .bufferingNewest(1))
         let process = try await AppExtensionProcess(configuration: .init(

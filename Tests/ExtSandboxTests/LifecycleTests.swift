@@ -71,7 +71,7 @@ struct PerHandleLifecycleTests {
     @Test("the extension's own GOODBYE on its control socket is an orderly end, not an interruption")
     func extensionsGoodbye() async throws {
         let recorder = Recorder()
-        let identity = AppExtensionIdentity(
+        let identity = AppExtensionIdentity.developmentOnly(
             bundleIdentifier: "goodbye/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
             arguments: ["-c", MalformedInputTests.script])

@@ -24,7 +24,7 @@ struct MalformedInputTests {
         ("unknown-kind", "protocol error"), ("unknown-id", "never sent"),
     ])
     func misbehaviour(behaviour: String, expected: String) async throws {
-        let identity = AppExtensionIdentity(
+        let identity = AppExtensionIdentity.developmentOnly(
             bundleIdentifier: "\(behaviour)/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
             arguments: ["-c", Self.script])
@@ -67,7 +67,7 @@ struct MalformedInputTests {
 
     @Test("an extension that never answers the handshake does not hang the host")
     func silentHandshake() async throws {
-        let identity = AppExtensionIdentity(
+        let identity = AppExtensionIdentity.developmentOnly(
             bundleIdentifier: "silent/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
             arguments: ["-c", Self.script])
@@ -83,7 +83,7 @@ struct MalformedInputTests {
         // In a process of its own (an exit test): other suites' descriptors do not count.
         await #expect(processExitsWith: .success) {
             func flood() async {
-                let identity = AppExtensionIdentity(
+                let identity = AppExtensionIdentity.developmentOnly(
                     bundleIdentifier: "fd-flood/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
                     point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
                     arguments: ["-c", MalformedInputTests.script])
@@ -117,7 +117,7 @@ struct PythonExtensionTests {
     func pythonEcho() async throws {
         let script = try String(contentsOfFile: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Examples/python-echo/extension.py").path, encoding: .utf8)
-        let identity = AppExtensionIdentity(
+        let identity = AppExtensionIdentity.developmentOnly(
             bundleIdentifier: "com.example.python-echo.\(UUID().uuidString)", executablePath: "/usr/bin/python3",
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
             arguments: ["-c", script])

@@ -74,19 +74,19 @@ struct ProcessReuseTests {
         let name = "reuse-exe-\(UUID().uuidString)"
         let point = AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml")
         let fromBuild = try await AppExtensionProcess(configuration: .init(
-            identity: AppExtensionIdentity(bundleIdentifier: name, executablePath: original, point: point)))
+            identity: AppExtensionIdentity.developmentOnly(bundleIdentifier: name, executablePath: original, point: point)))
         defer { fromBuild.invalidate() }
-        let fromCopy = try await launch(AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point))
+        let fromCopy = try await launch(AppExtensionIdentity.developmentOnly(bundleIdentifier: name, executablePath: copy, point: point))
         defer { fromCopy.invalidate() }
         #expect(fromBuild.sandbox.pid != fromCopy.sandbox.pid, "another executable path")
 
         // The same path, but a new file there: not the process running the old one.
         try install(at: copy)
-        let replaced = try await launch(AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point))
+        let replaced = try await launch(AppExtensionIdentity.developmentOnly(bundleIdentifier: name, executablePath: copy, point: point))
         defer { replaced.invalidate() }
         #expect(replaced.sandbox.pid != fromCopy.sandbox.pid, "the executable was replaced")
         // Unchanged since: shared.
-        let same = try await launch(AppExtensionIdentity(bundleIdentifier: name, executablePath: copy, point: point))
+        let same = try await launch(AppExtensionIdentity.developmentOnly(bundleIdentifier: name, executablePath: copy, point: point))
         defer { same.invalidate() }
         #expect(same.sandbox.pid == replaced.sandbox.pid)
         for process in [fromBuild, fromCopy, replaced] {

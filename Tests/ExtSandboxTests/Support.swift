@@ -12,7 +12,7 @@ enum HostFixtures {
     /// The echo fixture under a policy level; a fresh identifier per call, so tests do not
     /// share processes unless they mean to.
     static func identity(level: String = "standard", name: String = "echo-\(UUID().uuidString)") -> AppExtensionIdentity {
-        AppExtensionIdentity(
+        AppExtensionIdentity.developmentOnly(
             bundleIdentifier: name, executablePath: productsDirectory + "/xsb-echo-extension",
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: policiesDirectory + "/\(level).yaml"))
     }

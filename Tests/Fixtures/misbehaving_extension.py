@@ -77,7 +77,8 @@ def serve(sock):
     threading.Event().wait()  # keep the socket open: the host must act on its own
 
 control = socket.socket(fileno=3)
-control.sendall(frame(9, 0, b"misbehaving"))
+# READY carries the identifier the host launched us as (docs/wire-protocol.md §7).
+control.sendall(frame(9, 0, os.environ.get("EXTSANDBOX_EXTENSION_IDENTIFIER", "misbehaving").encode()))
 while True:
     msg, fds, _, _ = socket.recv_fds(control, 20, 1)
     if not msg:

@@ -1,0 +1,51 @@
+import ExtensionCatalog
+import Foundation
+import SandboxPolicy
+
+/// The host as discovery sees it: its identifier, its bundle (whose `Extensions/` holds the
+/// extensions it ships) and where installed extensions and the owner's approvals live.
+public struct AppExtensionHost: Sendable, Hashable {
+    /// A reverse-DNS identifier; identities carry it, and extensions learn it at launch.
+    public var identifier: String
+    public var locations: ExtensionLocations
+
+    /// A host with the documented locations (docs/extensions.md). The bundle defaults to
+    /// `$EXTSANDBOX_HOST_BUNDLE`, else the directory of the host's executable.
+    public init(identifier: String, bundleDirectory: String? = nil, locations: ExtensionLocations? = nil) {
+        self.identifier = identifier
+        let bundle = bundleDirectory ?? Self.defaultBundleDirectory()
+        self.locations = locations ?? .standard(hostBundle: bundle)
+        if locations != nil, let bundleDirectory { self.locations.hostBundle = bundleDirectory }
+    }
+
+    /// The identifier when none is given: `$EXTSANDBOX_HOST_IDENTIFIER`, else
+    /// `local.<executable name>`.
+    static func defaultIdentifier() -> String {
+        if let value = ProcessInfo.processInfo.environment["EXTSANDBOX_HOST_IDENTIFIER"], !value.isEmpty { return value }
+        return "local." + FilePaths.lastComponent(PolicySearchPath.currentExecutable())
+    }
+
+    static func defaultBundleDirectory() -> String {
+        if let value = ProcessInfo.processInfo.environment["EXTSANDBOX_HOST_BUNDLE"], !value.isEmpty { return value }
+        let exe = SystemFiles.realPath("/proc/self/exe") ?? PolicySearchPath.currentExecutable()
+        return FilePaths.directory(of: exe)
+    }
+
+    /// The declaration file (Apple's `.appext`) for these points: generated, never kept by hand.
+    public func declaration(points: [AppExtensionPoint]) -> PointDeclarationFile {
+        PointDeclarationFile(hostIdentifier: identifier, bundlePath: locations.hostBundle, points: points.map(\.declaration))
+    }
+
+    /// Writes the declaration file for `points` to `path` (atomically: a temporary file renamed
+    /// over). Hosts do this when installed, or when asked (for example `--write-extension-points`).
+    public func writeDeclaration(points: [AppExtensionPoint], to path: String) throws {
+        let text = declaration(points: points).rendered()
+        let temporary = path + ".tmp-\(getpid())"
+        try Data(text.utf8).write(to: URL(fileURLWithPath: temporary))
+        guard rename(temporary, path) == 0 else {
+            let error = String(cString: strerror(errno))
+            unlink(temporary)
+            throw DiscoveryError.cannotWrite(path: path, reason: error)
+        }
+    }
+}

@@ -1,0 +1,143 @@
+import Glibc
+import SandboxPolicy
+import SandboxRuntime
+import Synchronization
+
+/// Directories watched with inotify, read on the supervisor's epoll thread (no thread of its
+/// own, no polling). A directory that does not exist yet is watched through its nearest
+/// existing ancestor, so that its creation is seen.
+///
+/// The watched set is what the last scan named: ``add(_:)`` is called for each directory
+/// *before* the scan lists it (so nothing lands unseen between the listing and the watch), and
+/// ``prune(keeping:)`` drops the rest afterwards.
+final class DirectoryWatcher: Sendable {
+    /// One change in a watched directory.
+    struct Event: Sendable {
+        var directory: String
+        var name: String
+        var mask: UInt32
+        var overflowed: Bool { mask & UInt32(IN_Q_OVERFLOW) != 0 }
+    }
+
+    static let mask = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE | IN_ATTRIB
+        | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+
+    private struct Watches {
+        var byDescriptor: [Int32: String] = [:]
+        var byPath: [String: Int32] = [:]
+        var closed = false
+    }
+
+    /// The table of watches, shared with the epoll thread's handler.
+    private final class Table: Sendable {
+        let watches = Mutex(Watches())
+    }
+
+    private let fd: Int32
+    private let token: UInt64
+    private let table = Table()
+
+    /// `onEvents` runs on the epoll thread with each batch read: it must not block.
+    init(onEvents: @escaping @Sendable ([Event]) -> Void) throws {
+        let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        guard fd >= 0 else { throw DiscoveryError.refused(identifier: "-", reason: "inotify_init1: \(String(cString: strerror(errno)))") }
+        self.fd = fd
+        let table = self.table
+        do {
+            token = try Supervisor.shared.monitor.add(fd: fd, events: EventMonitor.readable) { _ in
+                onEvents(Self.drain(fd: fd, table: table))
+            }
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+    }
+
+    deinit { close() }
+
+    /// Watches `directory`, or its nearest existing ancestor while it does not exist.
+    func add(_ directory: String) {
+        var path = directory
+        while !path.isEmpty {
+            let wd = inotify_add_watch(fd, path, Self.mask)
+            if wd >= 0 {
+                table.watches.withLock { watches in
+                    guard !watches.closed else { return }
+                    if let old = watches.byPath[path], old != wd { watches.byDescriptor[old] = nil }
+                    watches.byDescriptor[wd] = path
+                    watches.byPath[path] = wd
+                }
+                return
+            }
+            guard errno == ENOENT || errno == ENOTDIR else { return }
+            if path == "/" { return }
+            path = FilePaths.directory(of: path)
+        }
+    }
+
+    /// Stops watching what is not in `paths` (nor an ancestor standing in for one of them).
+    func prune(keeping paths: Set<String>) {
+        let stale = table.watches.withLock { watches -> [Int32] in
+            var keep = paths
+            for path in paths {
+                var ancestor = path
+                while SystemFiles.kind(of: ancestor) == nil && ancestor != "/" && !ancestor.isEmpty {
+                    ancestor = FilePaths.directory(of: ancestor)
+                    keep.insert(ancestor)
+                }
+            }
+            let stale = watches.byPath.filter { !keep.contains($0.key) }
+            for (path, wd) in stale {
+                watches.byPath[path] = nil
+                watches.byDescriptor[wd] = nil
+            }
+            return Array(stale.values)
+        }
+        for wd in stale { inotify_rm_watch(fd, wd) }
+    }
+
+    var watchedDirectories: Set<String> { table.watches.withLock { Set($0.byPath.keys) } }
+
+    func close() {
+        let wasOpen = table.watches.withLock { watches -> Bool in
+            defer { watches.closed = true }
+            return !watches.closed
+        }
+        guard wasOpen else { return }
+        Supervisor.shared.monitor.remove(fd: fd, token: token)
+        Glibc.close(fd)
+    }
+
+    /// Reads every pending event (the fd is non-blocking).
+    private static func drain(fd: Int32, table: Table) -> [Event] {
+        var events: [Event] = []
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            buffer.withUnsafeBytes { raw in
+                var offset = 0
+                let header = MemoryLayout<inotify_event>.size
+                while offset + header <= count {
+                    let wd = raw.loadUnaligned(fromByteOffset: offset, as: Int32.self)
+                    let mask = raw.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
+                    let length = Int(raw.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
+                    let nameBytes = raw[(offset + header)..<min(count, offset + header + length)].prefix { $0 != 0 }
+                    let name = String(decoding: nameBytes, as: UTF8.self)
+                    let directory = table.watches.withLock { watches -> String in
+                        if mask & UInt32(IN_IGNORED) != 0, let path = watches.byDescriptor[wd] {
+                            watches.byDescriptor[wd] = nil
+                            if watches.byPath[path] == wd { watches.byPath[path] = nil }
+                            return path
+                        }
+                        return watches.byDescriptor[wd] ?? ""
+                    }
+                    events.append(Event(directory: directory, name: name, mask: mask))
+                    offset += header + length
+                }
+            }
+        }
+        return events
+    }
+}

@@ -1,0 +1,27 @@
+import ExtensionCatalog
+
+/// Why discovery, or a launch of a discovered extension, failed.
+public enum DiscoveryError: Error, Sendable, CustomStringConvertible {
+    /// The approvals file (or another file discovery needs) is broken or unreadable.
+    case catalog(CatalogProblem)
+    /// The identity was not produced by discovery in this process (forged, or altered).
+    case notDiscovered(identifier: String)
+    /// The extension may not run now: uninstalled, changed, unapproved, disabled, out of scope.
+    case refused(identifier: String, reason: String)
+    /// The extension said READY with another identifier than the one it was launched as.
+    case identifierMismatch(expected: String, actual: String)
+    /// A file could not be written.
+    case cannotWrite(path: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .catalog(let problem): return "\(problem)"
+        case .notDiscovered(let identifier):
+            return "refusing to launch \(identifier): its identity was not produced by discovery (AppExtensionPoint.Monitor)"
+        case .refused(let identifier, let reason): return "refusing to launch \(identifier): \(reason)"
+        case .identifierMismatch(let expected, let actual):
+            return "the extension launched as \(expected) said READY as \(actual): identifiers must match"
+        case .cannotWrite(let path, let reason): return "cannot write \(path): \(reason)"
+        }
+    }
+}

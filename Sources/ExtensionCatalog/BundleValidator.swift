@@ -1,0 +1,127 @@
+import Glibc
+import SandboxPolicy
+
+/// A bundle that passed validation: its manifest, and the real paths of what it names.
+public struct ValidatedBundle: Sendable, Hashable {
+    /// The bundle directory as found (in its location).
+    public var path: String
+    /// Its real path (no symbolic links): every file it names is inside it.
+    public var realPath: String
+    public var manifest: ExtensionManifest
+    public var manifestPath: String
+    /// The executable's real path, inside ``realPath``.
+    public var executablePath: String
+    /// Real paths of the resources, inside ``realPath``, with their paths relative to the bundle.
+    public var resources: [(relative: String, real: String)]
+
+    public static func == (a: ValidatedBundle, b: ValidatedBundle) -> Bool {
+        a.path == b.path && a.realPath == b.realPath && a.manifest == b.manifest && a.manifestPath == b.manifestPath
+            && a.executablePath == b.executablePath && a.resources.map(\.real) == b.resources.map(\.real)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(path)
+        hasher.combine(manifest)
+    }
+}
+
+/// Checks a bundle directory: the manifest parses, what it names is inside the bundle (no `..`,
+/// no absolute path, no symbolic link out of it), and nothing that decides what runs is
+/// writable by anyone but its owner and root.
+public enum BundleValidator {
+    /// Validates the bundle at `path`. `knownPoint` says whether a point name is acceptable
+    /// (the host's points for bundled extensions); the caller handles unknown points otherwise.
+    public static func validate(bundleAt path: String, knownPoint: ((String) -> Bool)? = nil) -> Result<ValidatedBundle, CatalogProblem> {
+        do throws(CatalogProblem) {
+            return .success(try check(path, knownPoint: knownPoint))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    private static func check(_ path: String, knownPoint: ((String) -> Bool)?) throws(CatalogProblem) -> ValidatedBundle {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { throw CatalogProblem(.broken, file: path, "cannot stat: \(errnoText())") }
+        guard info.st_mode & S_IFMT != S_IFLNK else {
+            throw CatalogProblem(.inconsistent, file: path, "the bundle is a symbolic link (a bundle must be a real directory)")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw CatalogProblem(.broken, file: path, "not a directory") }
+        try checkNotWritableByOthers(info, path: path, what: "the bundle directory", line: 0)
+        guard let realBundle = SystemFiles.realPath(path) else { throw CatalogProblem(.broken, file: path, "cannot resolve: \(errnoText())") }
+
+        let manifestPath = FilePaths.join(path, ExtensionManifest.fileName)
+        var manifestInfo = stat()
+        guard lstat(manifestPath, &manifestInfo) == 0 else {
+            throw CatalogProblem(.broken, file: manifestPath, "missing manifest (\(errnoText()))")
+        }
+        guard manifestInfo.st_mode & S_IFMT == S_IFREG else {
+            throw CatalogProblem(.inconsistent, file: manifestPath,
+                                 manifestInfo.st_mode & S_IFMT == S_IFLNK ? "the manifest is a symbolic link" : "the manifest is not a regular file")
+        }
+        try checkNotWritableByOthers(manifestInfo, path: manifestPath, what: "the manifest", line: 0)
+        let text: String
+        switch SystemFiles.bytes(manifestPath, limit: 64 << 10) {
+        case .failure(let error): throw CatalogProblem(.broken, file: manifestPath, "cannot read: \(error)")
+        case .success(let bytes): text = String(decoding: bytes, as: UTF8.self)
+        }
+        let manifest = try ExtensionManifest.parse(text, path: manifestPath)
+        if let knownPoint, !knownPoint(manifest.point) {
+            throw CatalogProblem(.inconsistent, file: manifestPath, line: manifest.lines["point"] ?? 0,
+                                 "unknown point \(manifest.point): the host does not define it")
+        }
+
+        let executable = try inside(realBundle, bundle: path, relative: manifest.executable, field: "executable",
+                                    manifestPath: manifestPath, line: manifest.lines["executable"] ?? 0)
+        var exeInfo = stat()
+        guard stat(executable, &exeInfo) == 0 else {
+            throw CatalogProblem(.broken, file: manifestPath, line: manifest.lines["executable"] ?? 0,
+                                 "executable \(manifest.executable): \(errnoText())")
+        }
+        guard exeInfo.st_mode & S_IFMT == S_IFREG else {
+            throw CatalogProblem(.broken, file: manifestPath, line: manifest.lines["executable"] ?? 0,
+                                 "executable \(manifest.executable) is not a regular file")
+        }
+        guard exeInfo.st_mode & 0o111 != 0 else {
+            throw CatalogProblem(.broken, file: manifestPath, line: manifest.lines["executable"] ?? 0,
+                                 "executable \(manifest.executable) has no execute permission")
+        }
+        try checkNotWritableByOthers(exeInfo, path: executable, what: "the executable", line: 0)
+
+        var resources: [(String, String)] = []
+        for (index, resource) in manifest.resources.enumerated() {
+            let line = manifest.lines["resources.\(index)"] ?? 0
+            let real = try inside(realBundle, bundle: path, relative: resource, field: "resource", manifestPath: manifestPath, line: line)
+            resources.append((resource, real))
+        }
+        return ValidatedBundle(path: path, realPath: realBundle, manifest: manifest, manifestPath: manifestPath,
+                               executablePath: executable, resources: resources)
+    }
+
+    /// The real path of `relative` inside the bundle, or why it is not inside.
+    private static func inside(_ realBundle: String, bundle: String, relative: String, field: String,
+                               manifestPath: String, line: Int) throws(CatalogProblem) -> String {
+        if relative.hasPrefix("/") || relative.split(separator: "/").contains("..") {
+            throw CatalogProblem(.inconsistent, file: manifestPath, line: line,
+                                 "\(field) \(relative) is outside the bundle (paths are relative to the bundle, without '..')")
+        }
+        let joined = FilePaths.join(bundle, relative)
+        guard let real = SystemFiles.realPath(joined) else {
+            throw CatalogProblem(.broken, file: manifestPath, line: line, "\(field) \(relative): \(errnoText())")
+        }
+        guard real.hasPrefix(realBundle + "/") else {
+            throw CatalogProblem(.inconsistent, file: manifestPath, line: line,
+                                 "\(field) \(relative) is a symbolic link out of the bundle (to \(real))")
+        }
+        return real
+    }
+
+    private static func checkNotWritableByOthers(_ info: stat, path: String, what: String, line: Int) throws(CatalogProblem) {
+        guard info.st_mode & 0o022 == 0 else {
+            let who = info.st_mode & 0o002 != 0 ? "everyone" : "its group"
+            throw CatalogProblem(.unsafe, file: path, line: line,
+                                 "\(what) is writable by \(who) (mode \(String(info.st_mode & 0o7777, radix: 8))): only its owner and root may write it")
+        }
+    }
+}
+
+func errnoText() -> String { String(cString: strerror(errno)) }

@@ -1,0 +1,148 @@
+import Glibc
+import SandboxPolicy
+
+/// Where a bundle was found.
+public enum ExtensionOrigin: Sendable, Hashable {
+    /// Inside the host's own bundle (`Extensions/`): approved implicitly.
+    case bundled
+    /// In an external directory (system or per user): unapproved until the owner approves it.
+    case external(directory: String)
+
+    public var isBundled: Bool { self == .bundled }
+}
+
+/// One bundle found in a location, valid or not.
+public struct CatalogEntry: Sendable, Hashable {
+    public var path: String
+    public var origin: ExtensionOrigin
+    public var bundle: Result<ValidatedBundle, CatalogProblem>
+
+    public init(path: String, origin: ExtensionOrigin, bundle: Result<ValidatedBundle, CatalogProblem>) {
+        self.path = path
+        self.origin = origin
+        self.bundle = bundle
+    }
+
+    /// The manifest's identifier, when the manifest could be read.
+    public var identifier: String? { try? bundle.get().manifest.identifier }
+    public var point: String? { try? bundle.get().manifest.point }
+}
+
+/// Where an extension stands with the owner.
+public enum ExtensionStatus: Sendable, Hashable, CustomStringConvertible {
+    /// Valid, approved (or bundled) and enabled: hosts see it and may launch it.
+    case enabled
+    /// Approved (or bundled), but the owner disabled it.
+    case disabled
+    /// External and not approved for its current contents (`reason` says which).
+    case unapproved(reason: String)
+    /// Broken, inconsistent or unsafe: never launched.
+    case invalid(CatalogProblem)
+
+    public var name: String {
+        switch self {
+        case .enabled: return "enabled"
+        case .disabled: return "disabled"
+        case .unapproved: return "unapproved"
+        case .invalid: return "invalid"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .enabled, .disabled: return name
+        case .unapproved(let reason): return "unapproved (\(reason))"
+        case .invalid(let problem): return "invalid (\(problem))"
+        }
+    }
+}
+
+/// Finds bundles in their locations and weighs them against the owner's approvals.
+public enum ExtensionCatalog {
+    /// Every bundle (`*.appex` directory) in the host's `Extensions/` and the external
+    /// directories, in that order. `onDirectory` is called for each directory before it is
+    /// listed (a watcher adds its watch there first, so nothing lands unseen between the listing
+    /// and the watch). `bundledPoints` are the host's points: a bundled extension for another
+    /// point is invalid. A second bundle with an identifier already found is invalid.
+    public static func scan(
+        _ locations: ExtensionLocations, bundledPoints: Set<String>?, onDirectory: (String) -> Void = { _ in }
+    ) -> [CatalogEntry] {
+        var entries: [CatalogEntry] = []
+        var seen: [String: String] = [:]
+        var directories: [(String, ExtensionOrigin)] = []
+        if let bundled = locations.bundledDirectory { directories.append((bundled, .bundled)) }
+        for directory in locations.external { directories.append((directory, .external(directory: directory))) }
+        for (directory, origin) in directories {
+            onDirectory(directory)
+            let names = (SystemFiles.entries(directory) ?? []).filter { $0.hasSuffix("." + ExtensionLocations.bundleExtension) }.sorted()
+            for name in names {
+                let path = FilePaths.join(directory, name)
+                onDirectory(path)
+                let known: ((String) -> Bool)? = origin.isBundled ? bundledPoints.map { points in { points.contains($0) } } : nil
+                var result = BundleValidator.validate(bundleAt: path, knownPoint: known)
+                if case .success(let bundle) = result {
+                    let executableDirectory = FilePaths.directory(of: bundle.executablePath)
+                    if executableDirectory != bundle.realPath { onDirectory(executableDirectory) }
+                    if let first = seen[bundle.manifest.identifier] {
+                        result = .failure(CatalogProblem(
+                            .inconsistent, file: bundle.manifestPath, line: bundle.manifest.lines["identifier"] ?? 0,
+                            "identifier \(bundle.manifest.identifier) is already installed at \(first) (the first one found is used)"))
+                    } else {
+                        seen[bundle.manifest.identifier] = path
+                    }
+                }
+                entries.append(CatalogEntry(path: path, origin: origin, bundle: result))
+            }
+        }
+        return entries
+    }
+
+    /// The entry's status under `state`. External bundles with an approval are hashed (cached by
+    /// fingerprint) to check that the approval still holds for their contents.
+    public static func status(of entry: CatalogEntry, state: ApprovalState, hasher: ContentHasher = .shared) -> ExtensionStatus {
+        let bundle: ValidatedBundle
+        switch entry.bundle {
+        case .failure(let problem): return .invalid(problem)
+        case .success(let valid): bundle = valid
+        }
+        let identifier = bundle.manifest.identifier
+        if !entry.origin.isBundled {
+            guard let approval = state.approvals[identifier] else { return .unapproved(reason: "not approved yet") }
+            do throws(CatalogProblem) {
+                let current = try currentApproval(of: bundle, hasher: hasher)
+                if current.executable != approval.executable {
+                    return .unapproved(reason: "the executable changed since it was approved")
+                }
+                if current.manifest != approval.manifest {
+                    return .unapproved(reason: "the manifest changed since it was approved")
+                }
+            } catch {
+                return .invalid(error)
+            }
+        }
+        return state.disabled.contains(identifier) ? .disabled : .enabled
+    }
+
+    /// The approval that would hold for the bundle's current contents.
+    public static func currentApproval(of bundle: ValidatedBundle, hasher: ContentHasher = .shared) throws(CatalogProblem) -> ApprovalState.Approval {
+        let (executable, _) = try hasher.digest(ofFileAt: bundle.executablePath)
+        let (manifest, _) = try hasher.digest(ofFileAt: bundle.manifestPath)
+        return ApprovalState.Approval(executable: executable, manifest: manifest)
+    }
+
+    /// The point declarations in `directories` (`*.appext`), with the files that could not be read.
+    public static func declarations(in directories: [String]) -> (files: [PointDeclarationFile], problems: [CatalogProblem]) {
+        var files: [PointDeclarationFile] = []
+        var problems: [CatalogProblem] = []
+        for directory in directories {
+            for name in (SystemFiles.entries(directory) ?? []).sorted() where name.hasSuffix("." + PointDeclarationFile.fileExtension) {
+                do throws(CatalogProblem) {
+                    files.append(try PointDeclarationFile.load(FilePaths.join(directory, name)))
+                } catch {
+                    problems.append(error)
+                }
+            }
+        }
+        return (files, problems)
+    }
+}

@@ -1,0 +1,231 @@
+import ArgumentParser
+import ExtensionCatalog
+import FoundationEssentials
+import Glibc
+import SandboxPolicy
+
+/// The owner's view of installed extensions: `extsandbox list|approve|revoke|enable|disable`
+/// (docs/extensions.md).
+enum ExtensionCommands {
+    static let locationHelp = """
+        Extensions are found in each installed host's Extensions/ directory (hosts are known \
+        by their declaration files, *.appext, in /usr/local/lib/extsandbox/points and \
+        $XDG_DATA_HOME/extsandbox/points, or $EXTSANDBOX_POINT_DIRS), in \
+        /usr/local/lib/extsandbox/extensions and $XDG_DATA_HOME/extsandbox/extensions (or \
+        $EXTSANDBOX_EXTENSION_DIRS). The owner's choices are kept in \
+        $XDG_STATE_HOME/extsandbox/approvals (or $EXTSANDBOX_STATE_FILE).
+        """
+
+    static func inventory() throws -> ExtensionInventory {
+        do throws(CatalogProblem) {
+            return try ExtensionInventory.load(.standard(hostBundle: nil))
+        } catch {
+            printError("\(error)")
+            throw ExitCode.failure
+        }
+    }
+
+    /// The one extension with this identifier, or an error.
+    static func find(_ identifier: String, in inventory: ExtensionInventory) throws -> ExtensionInventory.Item {
+        let matches = inventory.items(withIdentifier: identifier)
+        guard let item = matches.first(where: { if case .invalid = $0.status { return false } else { return true } }) ?? matches.first else {
+            printError("no installed extension has the identifier \(identifier) (extsandbox list --all shows every one)")
+            throw ExitCode.failure
+        }
+        return item
+    }
+
+    static func update(_ change: (inout ApprovalState) -> Void) throws {
+        let store = ApprovalStore(path: ExtensionLocations.standard(hostBundle: nil).stateFile)
+        do throws(CatalogProblem) {
+            try store.update { (state: inout ApprovalState) throws(CatalogProblem) in change(&state) }
+        } catch {
+            printError("\(error)")
+            throw ExitCode.failure
+        }
+    }
+}
+
+/// `extsandbox list`
+struct ListCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list",
+        abstract: "List installed extensions, their point, state and security level.",
+        discussion: """
+            State is one of: enabled (hosts see it and may launch it), disabled (the owner \
+            turned it off), unapproved (installed outside its host's bundle and not approved \
+            for its current executable and manifest), invalid (broken, inconsistent or unsafe, \
+            with the file, line and reason; never launched). Invalid bundles are shown with --all.
+
+            \(ExtensionCommands.locationHelp)
+
+            Examples:
+              extsandbox list
+              extsandbox list --all --json
+            """)
+
+    @Flag(name: .long, help: "Also list invalid bundles, with why.")
+    var all = false
+
+    @Flag(name: .long, help: "Print a JSON array instead of a table.")
+    var json = false
+
+    struct Row: Codable {
+        var identifier: String?
+        var name: String?
+        var version: String?
+        var point: String?
+        var host: String?
+        var state: String
+        var reason: String?
+        var level: String?
+        var origin: String
+        var path: String
+    }
+
+    func run() throws {
+        let inventory = try ExtensionCommands.inventory()
+        for problem in inventory.declarationProblems { printError("ignoring a point declaration: \(problem)") }
+        let shown = inventory.items.filter { all || $0.status.name != "invalid" }
+        let rows = shown.map { item -> Row in
+            let manifest = try? item.entry.bundle.get().manifest
+            var reason: String?
+            switch item.status {
+            case .unapproved(let why): reason = why
+            case .invalid(let problem): reason = problem.description
+            default: reason = nil
+            }
+            return Row(identifier: manifest?.identifier, name: manifest?.displayName, version: manifest?.version,
+                       point: manifest?.point, host: item.host, state: item.status.name, reason: reason,
+                       level: item.point?.securityLevel, origin: item.entry.origin.isBundled ? "bundled" : "external",
+                       path: item.entry.path)
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(rows), as: UTF8.self))
+            return
+        }
+        if rows.isEmpty {
+            print("No extensions installed.")
+        } else {
+            let header = ["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION"]
+            let table = rows.map { [$0.identifier ?? "?", $0.point ?? "?", $0.state, $0.level ?? "-", $0.origin, $0.version ?? "-"] }
+            let widths = header.indices.map { column in ([header] + table).map { $0[column].count }.max() ?? 0 }
+            func line(_ cells: [String]) -> String {
+                cells.enumerated().map { $0.element + String(repeating: " ", count: widths[$0.offset] + 2 - $0.element.count) }.joined()
+                    .trimmingTrailingSpaces()
+            }
+            print(line(header))
+            for (row, cells) in zip(rows, table) {
+                print(line(cells))
+                if let reason = row.reason { print("    \(row.state == "invalid" ? "why" : "note"): \(reason)") }
+            }
+        }
+        let hidden = inventory.items.count - shown.count
+        if hidden > 0 { print("\(hidden) invalid bundle\(hidden == 1 ? "" : "s") not shown (extsandbox list --all)") }
+    }
+}
+
+extension String {
+    func trimmingTrailingSpaces() -> String {
+        var s = Substring(self)
+        while s.last == " " { s = s.dropLast() }
+        return String(s)
+    }
+}
+
+/// `extsandbox approve ID`
+struct ApproveCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "approve",
+        abstract: "Approve an external extension for its current executable and manifest.",
+        discussion: """
+            The approval is pinned to the SHA-256 of the extension's executable and manifest as \
+            they are now: if either changes, the extension is unapproved again. Extensions inside \
+            their host's bundle are approved implicitly.
+
+            \(ExtensionCommands.locationHelp)
+            """)
+
+    @Argument(help: "The extension's identifier.")
+    var identifier: String
+
+    func run() throws {
+        let item = try ExtensionCommands.find(identifier, in: try ExtensionCommands.inventory())
+        let bundle: ValidatedBundle
+        switch item.status {
+        case .invalid(let problem):
+            printError("\(identifier) is invalid and cannot be approved: \(problem)")
+            throw ExitCode.failure
+        default:
+            bundle = try item.entry.bundle.get()
+        }
+        if item.entry.origin.isBundled {
+            print("\(identifier) is bundled with \(item.host ?? "its host"): approved implicitly")
+            return
+        }
+        let approval: ApprovalState.Approval
+        do throws(CatalogProblem) {
+            approval = try ExtensionCatalog.currentApproval(of: bundle)
+        } catch {
+            printError("\(error)")
+            throw ExitCode.failure
+        }
+        try ExtensionCommands.update { $0.approvals[identifier] = approval }
+        print("approved \(identifier) (executable \(approval.executable), manifest \(approval.manifest))")
+        if case .disabled = item.status { print("note: \(identifier) is disabled; extsandbox enable \(identifier) turns it on") }
+    }
+}
+
+/// `extsandbox revoke ID`
+struct RevokeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "revoke", abstract: "Withdraw the approval of an external extension.",
+        discussion: "Running processes keep running; the next launch is refused.\n\n\(ExtensionCommands.locationHelp)")
+
+    @Argument(help: "The extension's identifier.")
+    var identifier: String
+
+    func run() throws {
+        let store = ApprovalStore(path: ExtensionLocations.standard(hostBundle: nil).stateFile)
+        let known = (try? store.load().approvals[identifier]) != nil
+        if !known { _ = try ExtensionCommands.find(identifier, in: try ExtensionCommands.inventory()) }
+        try ExtensionCommands.update { $0.approvals[identifier] = nil }
+        print(known ? "revoked the approval of \(identifier)" : "\(identifier) was not approved")
+    }
+}
+
+/// `extsandbox enable ID`
+struct EnableCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "enable", abstract: "Turn a disabled extension back on.",
+        discussion: ExtensionCommands.locationHelp)
+
+    @Argument(help: "The extension's identifier.")
+    var identifier: String
+
+    func run() throws {
+        let store = ApprovalStore(path: ExtensionLocations.standard(hostBundle: nil).stateFile)
+        let disabled = (try? store.load().disabled.contains(identifier)) == true
+        if !disabled { _ = try ExtensionCommands.find(identifier, in: try ExtensionCommands.inventory()) }
+        try ExtensionCommands.update { $0.disabled.remove(identifier) }
+        print("enabled \(identifier)")
+    }
+}
+
+/// `extsandbox disable ID`
+struct DisableCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "disable", abstract: "Turn an extension off (bundled or external).",
+        discussion: "Running processes keep running; hosts stop seeing it and the next launch is refused.\n\n\(ExtensionCommands.locationHelp)")
+
+    @Argument(help: "The extension's identifier.")
+    var identifier: String
+
+    func run() throws {
+        _ = try ExtensionCommands.find(identifier, in: try ExtensionCommands.inventory())
+        try ExtensionCommands.update { $0.disabled.insert(identifier) }
+        print("disabled \(identifier)")
+    }
+}

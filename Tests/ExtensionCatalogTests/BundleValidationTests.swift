@@ -1,0 +1,114 @@
+import ExtensionCatalog
+import Foundation
+import Glibc
+import Testing
+
+/// Broken, inconsistent and unsafe bundles are reported with the file, line and reason.
+@Suite("bundle validation")
+struct BundleValidationTests {
+    func problem(_ world: ExtensionWorld, _ bundle: String, knownPoint: ((String) -> Bool)? = nil) throws -> CatalogProblem {
+        switch BundleValidator.validate(bundleAt: bundle, knownPoint: knownPoint) {
+        case .success: throw ExtensionWorld.CLIFailure(output: "\(bundle) was accepted")
+        case .failure(let problem): return problem
+        }
+    }
+
+    @Test func aValidBundle() throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.good")
+        let bundle = try BundleValidator.validate(bundleAt: path).get()
+        #expect(bundle.manifest.identifier == "org.example.good")
+        #expect(bundle.manifest.displayName == "org.example.good display")
+        #expect(bundle.executablePath == (path as NSString).resolvingSymlinksInPath + "/bin/run")
+    }
+
+    @Test("broken manifests name the file, the line and the reason", arguments: [
+        ("schema: 1\nidentifier: [oops\n", 3, "not valid YAML"),
+        ("schema: 2\nidentifier: org.example.x\n", 1, "schema 2 is not supported"),
+        ("schema: 1\nidentifier: org.example.x\nname: X\nversion: 1\npoint: org.example.p\n", 1, "missing 'executable'"),
+        ("schema: 1\nidentifier: org.example.x\nname: X\nversion: 1\npoint: org.example.p\nexecutable: run\ncolour: red\n", 7, "unknown field 'colour'"),
+        ("schema: 1\nidentifier: not-dns\nname: X\nversion: 1\npoint: org.example.p\nexecutable: run\n", 2, "not a reverse-DNS name"),
+        ("", 1, "empty"),
+    ])
+    func broken(manifest: String, line: Int, reason: String) throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.broken", manifest: manifest)
+        let problem = try problem(world, path)
+        #expect(problem.kind == .broken)
+        #expect(problem.file == path + "/extension.yaml")
+        #expect(problem.line == line, "\(problem)")
+        #expect(problem.description.contains(reason), "\(problem)")
+        #expect(problem.description.hasPrefix(path + "/extension.yaml:\(line): "), "\(problem)")
+    }
+
+    func manifest(executable: String, resources: String = "") -> String {
+        "schema: 1\nidentifier: org.example.x\nname: X\nversion: \"1\"\npoint: org.example.host.text\nexecutable: \(executable)\n\(resources)"
+    }
+
+    @Test func anExecutableOutsideTheBundle() throws {
+        let world = try ExtensionWorld()
+        for executable in ["../outside", "/bin/sh", "bin/../../x"] {
+            let path = try world.install("org.example.outside", manifest: manifest(executable: executable))
+            let problem = try problem(world, path)
+            #expect(problem.kind == .inconsistent)
+            #expect(problem.line == 6)
+            #expect(problem.reason.contains("\(executable) is outside the bundle"), "\(problem)")
+        }
+    }
+
+    @Test func aSymbolicLinkOutOfTheBundle() throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.link", manifest: manifest(executable: "bin/link"))
+        symlink("/bin/sh", path + "/bin/link")
+        let problem = try problem(world, path)
+        #expect(problem.kind == .inconsistent)
+        #expect(problem.line == 6)
+        #expect(problem.reason.contains("bin/link is a symbolic link out of the bundle"), "\(problem)")
+
+        // A resource that links out is refused the same way.
+        let other = try world.install("org.example.res", manifest: manifest(executable: "bin/run", resources: "resources:\n  - data\n"))
+        symlink("/etc", other + "/data")
+        let resource = try self.problem(world, other)
+        #expect(resource.line == 8)
+        #expect(resource.reason.contains("resource data is a symbolic link out of the bundle"), "\(resource)")
+
+        // The bundle itself may not be a link to elsewhere.
+        symlink(other, world.external + "/alias.appex")
+        #expect(try self.problem(world, world.external + "/alias.appex").reason.contains("the bundle is a symbolic link"))
+    }
+
+    @Test func aPointTheHostDoesNotDefine() throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.stray", point: "org.example.other.point", in: world.hostBundle + "/Extensions")
+        let problem = try problem(world, path) { $0 == ExtensionWorld.openPoint }
+        #expect(problem.kind == .inconsistent)
+        #expect(problem.line == 5)
+        #expect(problem.reason.contains("unknown point org.example.other.point"), "\(problem)")
+    }
+
+    @Test("unsafe: the executable, the manifest or the bundle writable by others", arguments: [
+        ("bin/run", mode_t(0o775), "the executable is writable by its group"),
+        ("bin/run", mode_t(0o757), "the executable is writable by everyone"),
+        ("extension.yaml", mode_t(0o646), "the manifest is writable by everyone"),
+        ("", mode_t(0o777), "the bundle directory is writable by everyone"),
+    ])
+    func unsafe(file: String, mode: mode_t, reason: String) throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.unsafe")
+        chmod(file.isEmpty ? path : path + "/" + file, mode)
+        let problem = try problem(world, path)
+        #expect(problem.kind == .unsafe)
+        #expect(problem.reason.contains(reason), "\(problem)")
+        #expect(problem.reason.contains("only its owner and root may write it"))
+    }
+
+    @Test func aDuplicateIdentifierIsInvalidWhereverItIsNotFirst() throws {
+        let world = try ExtensionWorld()
+        try world.install("org.example.twin", in: world.hostBundle + "/Extensions")
+        let second = try world.install("org.example.twin")
+        let entries = ExtensionCatalog.scan(world.locations, bundledPoints: [ExtensionWorld.openPoint])
+        let failed = try #require(entries.first { $0.path == second })
+        guard case .failure(let problem) = failed.bundle else { Issue.record("the duplicate was accepted"); return }
+        #expect(problem.reason.contains("already installed at \(world.hostBundle)/Extensions/twin.appex"))
+    }
+}

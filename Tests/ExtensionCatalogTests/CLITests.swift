@@ -1,0 +1,89 @@
+import ExtensionCatalog
+import Foundation
+import Glibc
+import Testing
+
+/// `extsandbox list|approve|revoke|enable|disable`, run as the built binary.
+@Suite("extsandbox list/approve")
+struct CLITests {
+    @Test func listShowsEachStateAndApproveEnableDisableChangeIt() throws {
+        let world = try ExtensionWorld()
+        try world.install("org.example.bundled", in: world.hostBundle + "/Extensions")
+        let external = try world.install("org.example.outside")
+        try world.install("org.example.broken", manifest: "schema: 1\nidentifier: org.example.broken\n")
+        try world.install("org.example.private", point: ExtensionWorld.appOnlyPoint)
+        try world.install("org.example.orphan", point: "org.example.nohost.point")
+
+        let states = try world.states()
+        #expect(states["org.example.bundled"] == "enabled")
+        #expect(states["org.example.outside"] == "unapproved")
+        #expect(states["org.example.private"] == "invalid")
+        #expect(states["org.example.orphan"] == "invalid")
+        #expect(states[world.external + "/broken.appex"] == "invalid")
+
+        let table = try world.cli(["list"])
+        #expect(table.status == 0)
+        #expect(table.stdout.contains("org.example.outside"))
+        #expect(table.stdout.contains("note: not approved yet"))
+        #expect(!table.stdout.contains("org.example.orphan"))
+        #expect(table.stdout.contains("3 invalid bundles not shown (extsandbox list --all)"))
+        let all = try world.cli(["list", "--all"])
+        #expect(all.stdout.contains("why: \(world.external)/broken.appex/extension.yaml:1: missing 'point'"), "\(all.stdout)")
+        #expect(all.stdout.contains("accepts only the host's own extensions (scope: application)"))
+        #expect(all.stdout.contains("unknown point org.example.nohost.point: no installed host declares it"))
+
+        let approve = try world.cli(["approve", "org.example.outside"])
+        #expect(approve.status == 0, "\(approve.stderr)")
+        #expect(try world.states()["org.example.outside"] == "enabled")
+        #expect(try world.cli(["disable", "org.example.bundled"]).status == 0)
+        #expect(try world.cli(["disable", "org.example.outside"]).status == 0)
+        #expect(try world.states()["org.example.bundled"] == "disabled")
+        #expect(try world.states()["org.example.outside"] == "disabled")
+        #expect(try world.cli(["enable", "org.example.outside"]).status == 0)
+        #expect(try world.states()["org.example.outside"] == "enabled")
+
+        try world.replaceExecutable(of: external)
+        let replaced = try world.cli(["list", "--json"])
+        #expect(replaced.stdout.contains("the executable changed since it was approved"))
+        #expect(try world.states()["org.example.outside"] == "unapproved")
+        #expect(try world.cli(["approve", "org.example.outside"]).status == 0)
+        #expect(try world.cli(["revoke", "org.example.outside"]).status == 0)
+        #expect(try world.states()["org.example.outside"] == "unapproved")
+
+        let invalid = try world.cli(["approve", "org.example.private"])
+        #expect(invalid.status == 1)
+        #expect(invalid.stderr.contains("org.example.private is invalid and cannot be approved"))
+        let unknown = try world.cli(["approve", "org.example.nothing"])
+        #expect(unknown.status == 1)
+        #expect(unknown.stderr.contains("no installed extension has the identifier org.example.nothing"))
+    }
+
+    @Test func aCorruptApprovalsFileFailsEveryCommandAndStaysAsItWas() throws {
+        let world = try ExtensionWorld()
+        try world.install("org.example.outside")
+        try world.write(world.stateFile, "extsandbox-approvals 1\napproved everything\n")
+        for arguments in [["list"], ["approve", "org.example.outside"], ["disable", "org.example.outside"]] {
+            let output = try world.cli(arguments)
+            #expect(output.status == 1)
+            #expect(output.stderr.contains("\(world.stateFile):2: "), "\(arguments): \(output.stderr)")
+        }
+        #expect(try String(contentsOfFile: world.stateFile, encoding: .utf8) == "extsandbox-approvals 1\napproved everything\n")
+    }
+
+    /// Writers take the lock for the whole read-modify-write: none loses another's change.
+    @Test func concurrentApprovalsAreAllKept() async throws {
+        let world = try ExtensionWorld()
+        let identifiers = (0..<12).map { "org.example.ext\($0)" }
+        for identifier in identifiers { try world.install(identifier) }
+        try await withThrowingTaskGroup(of: ExtensionWorld.Output.self) { group in
+            for identifier in identifiers {
+                group.addTask { try world.cli(["approve", identifier]) }
+                group.addTask { try world.cli(["disable", identifier]) }
+            }
+            for try await output in group { #expect(output.status == 0, "\(output.stderr)") }
+        }
+        let state = try ApprovalStore(path: world.stateFile).load()
+        #expect(Set(state.approvals.keys) == Set(identifiers))
+        #expect(state.disabled == Set(identifiers))
+    }
+}

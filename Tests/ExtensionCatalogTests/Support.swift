@@ -1,0 +1,131 @@
+import ExtensionCatalog
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+
+/// A throw-away world of extension locations: a host bundle with its `Extensions/`, an external
+/// directory, a points directory with the host's declaration, and an approvals file.
+final class ExtensionWorld: @unchecked Sendable {
+    let root: String
+    let hostBundle: String
+    let external: String
+    let points: String
+    let stateFile: String
+    static let hostIdentifier = "org.example.host"
+    static let openPoint = "org.example.host.text"
+    static let appOnlyPoint = "org.example.host.private"
+
+    init() throws {
+        var template = Array("/tmp/xsb-discovery-XXXXXX".utf8CString)
+        guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else { throw POSIXError(.EIO) }
+        root = String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        chmod(root, 0o755)
+        hostBundle = root + "/host"
+        external = root + "/extensions"
+        points = root + "/points"
+        stateFile = root + "/state/approvals"
+        for dir in [hostBundle + "/Extensions", external, points] {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        }
+        let declaration = PointDeclarationFile(hostIdentifier: Self.hostIdentifier, bundlePath: hostBundle, points: [
+            ExtensionPointDeclaration(name: Self.openPoint, restriction: .none, securityLevel: "standard"),
+            ExtensionPointDeclaration(name: Self.appOnlyPoint, restriction: .application, securityLevel: "hardened"),
+        ])
+        try write(points + "/host.appext", declaration.rendered())
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: root) }
+
+    var locations: ExtensionLocations {
+        ExtensionLocations(hostBundle: hostBundle, external: [external], pointDirectories: [points], stateFile: stateFile)
+    }
+
+    var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["EXTSANDBOX_EXTENSION_DIRS"] = external
+        environment["EXTSANDBOX_POINT_DIRS"] = points
+        environment["EXTSANDBOX_STATE_FILE"] = stateFile
+        return environment
+    }
+
+    func write(_ path: String, _ text: String, mode: mode_t = 0o644) throws {
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try text.write(toFile: path, atomically: false, encoding: .utf8)
+        chmod(path, mode)
+    }
+
+    /// Builds a bundle in `directory` named `<last part of identifier>.appex`, with a shell script
+    /// as its executable (or `executableSource` copied in), and returns its path.
+    @discardableResult
+    func install(_ identifier: String, point: String = ExtensionWorld.openPoint, in directory: String? = nil,
+                 manifest: String? = nil, executableSource: String? = nil, script: String = "exit 0",
+                 viaRename: Bool = false) throws -> String {
+        let directory = directory ?? external
+        let name = identifier.split(separator: ".").last.map(String.init)! + ".appex"
+        let final = directory + "/" + name
+        let build = viaRename ? directory + "/." + name + ".partial" : final
+        try FileManager.default.createDirectory(atPath: build, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        try write(build + "/extension.yaml", manifest ?? """
+            schema: 1
+            identifier: \(identifier)
+            name: \(identifier) display
+            version: "1.0"
+            point: \(point)
+            executable: bin/run
+            """)
+        if let executableSource {
+            try FileManager.default.createDirectory(atPath: build + "/bin", withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: executableSource, toPath: build + "/bin/run")
+            chmod(build + "/bin/run", 0o755)
+        } else {
+            try write(build + "/bin/run", "#!/bin/sh\n\(script)\n", mode: 0o755)
+        }
+        if viaRename { rename(build, final) }
+        return final
+    }
+
+    /// Replaces the bundle's executable the way installers do (new file, rename over).
+    func replaceExecutable(of bundle: String, script: String = "exit 1") throws {
+        try write(bundle + "/bin/.run.new", "#!/bin/sh\n\(script)\n", mode: 0o755)
+        rename(bundle + "/bin/.run.new", bundle + "/bin/run")
+    }
+
+    struct Output {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+    }
+
+    static let cli = TestPaths.productsDirectory(containing: "extsandbox") + "/extsandbox"
+
+    /// Runs the built `extsandbox` with this world's locations.
+    func cli(_ arguments: [String]) throws -> Output {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.cli)
+        process.arguments = arguments
+        process.environment = environment
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Output(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+                      stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    /// `extsandbox list --all --json`, as identifier → state.
+    func states() throws -> [String: String] {
+        let output = try cli(["list", "--all", "--json"])
+        guard output.status == 0 else { throw CLIFailure(output: output.stderr) }
+        let rows = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [[String: Any]] ?? []
+        var states: [String: String] = [:]
+        for row in rows { states[row["identifier"] as? String ?? row["path"] as! String] = row["state"] as? String }
+        return states
+    }
+
+    struct CLIFailure: Error { var output: String }
+}
