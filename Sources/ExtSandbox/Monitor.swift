@@ -1,3 +1,4 @@
+import Dispatch
 import ExtensionCatalog
 import Foundation
 import Glibc
@@ -47,6 +48,7 @@ extension AppExtensionPoint {
         /// Held for the whole of a scan: scans run one at a time, in order.
         private let scanning = Mutex<Void>(())
         private let watcher: DirectoryWatcher
+        private let rescanQueue = DispatchQueue(label: "extsandbox.monitor.rescan")
         private let stateDirectory: String
         private let stateFileName: String
 
@@ -135,8 +137,9 @@ extension AppExtensionPoint {
                 return true
             }
             guard schedule else { return }
-            Task.detached { [weak self] in
-                try? await Task.sleep(for: Self.debounce)
+            // A queue of its own (an overcommitting one: it gets a thread even while the
+            // concurrency pool is busy), so an update never waits behind the host's tasks.
+            rescanQueue.asyncAfter(deadline: .now() + .milliseconds(Int(Self.debounce.components.attoseconds / 1_000_000_000_000_000))) { [weak self] in
                 self?.rescan()
             }
         }

@@ -22,7 +22,7 @@ struct MonitorTests {
     }
 
     /// Waits (inotify does the work; this only looks) until the monitor's state satisfies `condition`.
-    func eventually(_ monitor: AppExtensionPoint.Monitor, within seconds: Double = 5,
+    func eventually(_ monitor: AppExtensionPoint.Monitor, within seconds: Double = 15,
                     _ condition: (AppExtensionPoint.Monitor.State) -> Bool) async -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
