@@ -10,7 +10,7 @@ import Testing
 @Suite("Host API channel")
 struct ChannelTests {
     static func pythonIdentity(_ behaviour: String) -> AppExtensionIdentity {
-        AppExtensionIdentity(
+        AppExtensionIdentity.developmentOnly(
             bundleIdentifier: "\(behaviour)/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
             arguments: ["-c", MalformedInputTests.script])
