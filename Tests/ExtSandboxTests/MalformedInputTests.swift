@@ -53,7 +53,7 @@ struct MalformedInputTests {
     @Test("a flood of one-way messages (with fds) to a host without a handler is dropped; the connection carries on",
           arguments: ["flood", "fd-flood"])
     func oneWayFlood(behaviour: String) async throws {
-        let identity = AppExtensionIdentity(
+        let identity = AppExtensionIdentity.developmentOnly(
             bundleIdentifier: "\(behaviour)/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
             arguments: ["-c", Self.script])
