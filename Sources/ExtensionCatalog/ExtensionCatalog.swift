@@ -77,12 +77,14 @@ public enum ExtensionCatalog {
             let names = (SystemFiles.entries(directory) ?? []).filter { $0.hasSuffix("." + ExtensionLocations.bundleExtension) }.sorted()
             for name in names {
                 let path = FilePaths.join(directory, name)
+                // The bundle and every directory inside it, before it is read: a file that lands
+                // in a subdirectory later (an installer filling bin/) must still be seen.
                 onDirectory(path)
+                var budget = 256
+                forEachSubdirectory(of: path, depth: 4, budget: &budget, onDirectory)
                 let known: ((String) -> Bool)? = origin.isBundled ? bundledPoints.map { points in { points.contains($0) } } : nil
                 var result = BundleValidator.validate(bundleAt: path, knownPoint: known)
                 if case .success(let bundle) = result {
-                    let executableDirectory = FilePaths.directory(of: bundle.executablePath)
-                    if executableDirectory != bundle.realPath { onDirectory(executableDirectory) }
                     if let first = seen[bundle.manifest.identifier] {
                         result = .failure(CatalogProblem(
                             .inconsistent, file: bundle.manifestPath, line: bundle.manifest.lines["identifier"] ?? 0,
@@ -95,6 +97,20 @@ public enum ExtensionCatalog {
             }
         }
         return entries
+    }
+
+    /// Calls `body` for the directories below `path` (not following symbolic links), at most
+    /// `depth` levels and `budget` directories deep.
+    static func forEachSubdirectory(of path: String, depth: Int, budget: inout Int, _ body: (String) -> Void) {
+        guard depth > 0 else { return }
+        for name in (SystemFiles.entries(path) ?? []).sorted() {
+            let child = FilePaths.join(path, name)
+            var info = stat()
+            guard budget > 0, lstat(child, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { continue }
+            budget -= 1
+            body(child)
+            forEachSubdirectory(of: child, depth: depth - 1, budget: &budget, body)
+        }
     }
 
     /// The entry's status under `state`. External bundles with an approval are hashed (cached by

@@ -95,6 +95,19 @@ struct MonitorTests {
         #expect(identifiers(first) == ["org.example.a", "org.example.b"])  // cancelled: no longer follows
     }
 
+    /// A bundle filled in steps: the executable lands in a subdirectory after the monitor has
+    /// seen the bundle (invalid, no executable yet). Failed before subdirectories were watched.
+    @Test func anExecutableLandingInANewSubdirectoryIsSeen() async throws {
+        let world = try ExtensionWorld()
+        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        let bundle = world.hostBundle + "/Extensions/steps.appex"
+        try FileManager.default.createDirectory(atPath: bundle + "/bin", withIntermediateDirectories: true)
+        try world.write(bundle + "/extension.yaml", "schema: 1\nidentifier: org.example.steps\nname: Steps\nversion: \"1\"\npoint: \(ExtensionWorld.openPoint)\nexecutable: bin/run\n")
+        #expect(await eventually(monitor) { $0.invalid.first?.reason.contains("bin/run") == true })
+        try world.write(bundle + "/bin/run", "#!/bin/sh\n", mode: 0o755)
+        #expect(await eventually(monitor) { $0.identities.map(\.bundleIdentifier) == ["org.example.steps"] })
+    }
+
     @Test func aBundleInstalledWhileTheMonitorStartsIsSeen() async throws {
         for round in 0..<5 {
             let world = try ExtensionWorld()
