@@ -73,7 +73,7 @@ struct CLITests {
     /// Writers take the lock for the whole read-modify-write: none loses another's change.
     @Test func concurrentApprovalsAreAllKept() async throws {
         let world = try ExtensionWorld()
-        let identifiers = (0..<12).map { "org.example.ext\($0)" }
+        let identifiers = (0..<8).map { "org.example.ext\($0)" }
         for identifier in identifiers { try world.install(identifier) }
         try await withThrowingTaskGroup(of: ExtensionWorld.Output.self) { group in
             for identifier in identifiers {

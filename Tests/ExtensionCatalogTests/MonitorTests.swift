@@ -109,13 +109,13 @@ struct MonitorTests {
     }
 
     @Test func aBundleInstalledWhileTheMonitorStartsIsSeen() async throws {
-        for round in 0..<5 {
+        for round in 0..<3 {
             let world = try ExtensionWorld()
-            for i in 0..<50 { try world.install("org.example.pre\(i)", in: world.hostBundle + "/Extensions") }
+            for i in 0..<30 { try world.install("org.example.pre\(i)", in: world.hostBundle + "/Extensions") }
             let installer = Task.detached { try world.install("org.example.late\(round)", in: world.hostBundle + "/Extensions", viaRename: true) }
             let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
             _ = try await installer.value
-            #expect(await eventually(monitor) { $0.identities.count == 51 }, "round \(round): \(monitor.identities.count)")
+            #expect(await eventually(monitor) { $0.identities.count == 31 }, "round \(round): \(monitor.identities.count)")
         }
     }
 
