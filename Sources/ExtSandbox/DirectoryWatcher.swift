@@ -55,44 +55,45 @@ final class DirectoryWatcher: Sendable {
 
     deinit { close() }
 
-    /// Watches `directory`, or its nearest existing ancestor while it does not exist. (Every use
-    /// of the fd is under the table's lock and only while open: see ``drain(fd:table:)``.)
+    /// Watches `directory`, or its nearest existing ancestor while it does not exist.
     func add(_ directory: String) {
-        table.watches.withLock { watches in
-            guard !watches.closed else { return }
-            var path = directory
-            while !path.isEmpty {
-                let wd = inotify_add_watch(fd, path, Self.mask)
-                if wd >= 0 {
+        var path = directory
+        while !path.isEmpty {
+            let wd = inotify_add_watch(fd, path, Self.mask)
+            if wd >= 0 {
+                table.watches.withLock { watches in
+                    guard !watches.closed else { return }
                     if let old = watches.byPath[path], old != wd { watches.byDescriptor[old] = nil }
                     watches.byDescriptor[wd] = path
                     watches.byPath[path] = wd
-                    return
                 }
-                guard errno == ENOENT || errno == ENOTDIR, path != "/" else { return }
-                path = FilePaths.directory(of: path)
+                return
             }
+            guard errno == ENOENT || errno == ENOTDIR else { return }
+            if path == "/" { return }
+            path = FilePaths.directory(of: path)
         }
     }
 
     /// Stops watching what is not in `paths` (nor an ancestor standing in for one of them).
     func prune(keeping paths: Set<String>) {
-        var keep = paths
-        for path in paths {
-            var ancestor = path
-            while SystemFiles.kind(of: ancestor) == nil && ancestor != "/" && !ancestor.isEmpty {
-                ancestor = FilePaths.directory(of: ancestor)
-                keep.insert(ancestor)
+        let stale = table.watches.withLock { watches -> [Int32] in
+            var keep = paths
+            for path in paths {
+                var ancestor = path
+                while SystemFiles.kind(of: ancestor) == nil && ancestor != "/" && !ancestor.isEmpty {
+                    ancestor = FilePaths.directory(of: ancestor)
+                    keep.insert(ancestor)
+                }
             }
-        }
-        table.watches.withLock { watches in
-            guard !watches.closed else { return }
-            for (path, wd) in watches.byPath where !keep.contains(path) {
+            let stale = watches.byPath.filter { !keep.contains($0.key) }
+            for (path, wd) in stale {
                 watches.byPath[path] = nil
                 watches.byDescriptor[wd] = nil
-                inotify_rm_watch(fd, wd)
             }
+            return Array(stale.values)
         }
+        for wd in stale { inotify_rm_watch(fd, wd) }
     }
 
     var watchedDirectories: Set<String> { table.watches.withLock { Set($0.byPath.keys) } }
@@ -107,38 +108,33 @@ final class DirectoryWatcher: Sendable {
         Glibc.close(fd)
     }
 
-    /// Reads every pending event (the fd is non-blocking). The reads happen under the table's
-    /// lock and only while the watcher is open: ``close()`` marks it closed under that lock
-    /// before it closes the fd, so a handler the epoll thread already started can never read a
-    /// descriptor number that another part of the process has reused meanwhile (a sandbox's
-    /// control socket, say).
+    /// Reads every pending event (the fd is non-blocking).
     private static func drain(fd: Int32, table: Table) -> [Event] {
         var events: [Event] = []
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
-        table.watches.withLock { watches in
-            guard !watches.closed else { return }
-            while true {
-                let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { break }
-                buffer.withUnsafeBytes { raw in
-                    var offset = 0
-                    let header = MemoryLayout<inotify_event>.size
-                    while offset + header <= count {
-                        let wd = raw.loadUnaligned(fromByteOffset: offset, as: Int32.self)
-                        let mask = raw.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
-                        let length = Int(raw.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
-                        let nameBytes = raw[(offset + header)..<min(count, offset + header + length)].prefix { $0 != 0 }
-                        let name = String(decoding: nameBytes, as: UTF8.self)
-                        var directory = watches.byDescriptor[wd] ?? ""
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            buffer.withUnsafeBytes { raw in
+                var offset = 0
+                let header = MemoryLayout<inotify_event>.size
+                while offset + header <= count {
+                    let wd = raw.loadUnaligned(fromByteOffset: offset, as: Int32.self)
+                    let mask = raw.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
+                    let length = Int(raw.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
+                    let nameBytes = raw[(offset + header)..<min(count, offset + header + length)].prefix { $0 != 0 }
+                    let name = String(decoding: nameBytes, as: UTF8.self)
+                    let directory = table.watches.withLock { watches -> String in
                         if mask & UInt32(IN_IGNORED) != 0, let path = watches.byDescriptor[wd] {
                             watches.byDescriptor[wd] = nil
                             if watches.byPath[path] == wd { watches.byPath[path] = nil }
-                            directory = path
+                            return path
                         }
-                        events.append(Event(directory: directory, name: name, mask: mask))
-                        offset += header + length
+                        return watches.byDescriptor[wd] ?? ""
                     }
+                    events.append(Event(directory: directory, name: name, mask: mask))
+                    offset += header + length
                 }
             }
         }

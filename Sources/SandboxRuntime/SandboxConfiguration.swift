@@ -42,8 +42,7 @@ public struct SandboxConfiguration: Sendable {
     /// a shell's job control work inside. Only for a pseudo-terminal the caller owns and relays
     /// (as `extsandbox exec` does): never hand in the caller's own terminal.
     public var controllingTerminal = false
-    /// The one uid and gid inside. On the host they are the caller's ids, or nobody's (65534)
-    /// when the caller is root (``HostIdentity``).
+    /// The one uid and gid the caller's ids map to inside.
     public var sandboxUID: UInt32
     public var sandboxGID: UInt32
 

@@ -8,8 +8,8 @@ import Testing
 /// The test installs the CLI it already built (`--cli`, the debug build next to the runner)
 /// rather than building the static release CLI with scripts/build-cli (minutes): what is tested
 /// is the layout, the installed CLI finding its policies from its prefix, and the uninstall.
-/// scripts/test builds generate-manual beforehand, so that the install's own build of it is a
-/// no-op here.
+/// scripts/test builds generate-manual beforehand and names it in XSB_GENERATE_MANUAL, so that
+/// the install runs no SwiftPM here.
 @Suite("Install")
 struct InstallTests {
     static let root = TestPaths.packageRoot.path
@@ -99,5 +99,32 @@ struct InstallTests {
         #expect(uninstall.stderr.contains("kept (changed since it was installed): \(edited)"), "\(uninstall.stderr)")
         #expect(Self.tree(prefix) == ["share", "share/extsandbox", "share/extsandbox/policies", "share/extsandbox/policies/standard.yaml"],
                 "\(Self.tree(prefix))")
+    }
+
+    @Test("package-deb builds a Debian package whose CLI, unpacked, finds its policies")
+    func debianPackage() throws {
+        // Optional (the "welcome"): ~30 s of packaging on a loaded 2-CPU machine, which
+        // made the timing-sensitive lifecycle race tests running alongside fail.
+        guard ProcessInfo.processInfo.environment["XSB_TEST_PACKAGE_DEB"] == "1" else {
+            print("skipped: set XSB_TEST_PACKAGE_DEB=1 to build, check and unpack the Debian package (scripts/package-deb)")
+            return
+        }
+        let output = try TestPaths.makePolicyDirectory("deb").path
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        let build = try Fixtures.run(["/bin/bash", Self.root + "/scripts/package-deb", "--output", output, "--cli", Fixtures.cli,
+                                      "--compression", "none"])
+        try #require(build.status == 0, "package-deb failed: \(build.stdout)\n\(build.stderr)")
+        let deb = build.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(deb.hasPrefix(output + "/extsandbox_0.1.0_") && deb.hasSuffix(".deb"), "\(deb)")
+        let contents = try Fixtures.run(["/usr/bin/dpkg-deb", "--contents", deb])
+        for path in ["./usr/bin/extsandbox", "./usr/share/extsandbox/policies/standard.yaml", "./usr/share/man/man1/extsandbox.1.gz",
+                     "./usr/share/bash-completion/completions/extsandbox", "./usr/share/zsh/vendor-completions/_extsandbox"] {
+            #expect(contents.stdout.contains(" \(path)\n"), "\(path) not in the package: \(contents.stdout)")
+        }
+        #expect(!contents.stdout.contains("install-manifest"))
+        let unpacked = output + "/root"
+        #expect(try Fixtures.run(["/usr/bin/dpkg-deb", "-x", deb, unpacked]).status == 0)
+        let run = try Self.runFromRoot([unpacked + "/usr/bin/extsandbox", "exec", "--", "/bin/true"])
+        #expect(run.status == 0, "\(run.stderr)")
     }
 }
