@@ -22,18 +22,39 @@ void xsb_child_report(int control_fd, int step, int err, const char *detail);
 /// user namespace). Returns 0, or -1 after reporting the failing step on `control_fd`.
 int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd);
 
-/// The sandbox init: never returns.
-__attribute__((noreturn)) void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd);
+/// An area of the supervisor's memory that the init's copy must not show: the command line
+/// and the environment, which the kernel shows as /proc/1/cmdline and /proc/1/environ.
+struct xsb_memory_area {
+    uintptr_t start, end;
+};
+
+/// The sandbox init: never returns. `hidden` (2 areas: arguments, environment; empty areas
+/// are skipped) is overwritten in the init's own copy of the supervisor's memory.
+__attribute__((noreturn)) void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd,
+                                             const struct xsb_memory_area hidden[2]);
 
 /// The payload, in a vfork child sharing the init's fd table: never returns.
-/// Announces its listener's fd number on `control_fd` before loading the filter, and reports a
-/// failure on `status_fd` (a pipe the init reads when the vfork returns).
-__attribute__((noreturn)) void xsb_payload_main(const struct xsb_spawn_config *cfg, int control_fd, int status_fd);
+/// Announces its listener's fd number on `announce_fd` (to the receiver thread) and
+/// `status_fd` (to the init) before loading the filter, and reports a failure on `status_fd`
+/// (a pipe the init reads when the vfork returns).
+__attribute__((noreturn)) void xsb_payload_main(const struct xsb_spawn_config *cfg, int announce_fd, int status_fd);
 
-/// Error record the payload writes on the status pipe.
+/// Starts the init's notification receiver thread (receiver.c), which reads the listener
+/// number from `announce_fd`, answers the filter's notifications (ending the sandbox on a
+/// kill) and writes one byte on `finished_fd` once no task can use the filter any more.
+/// Returns 0, or -1 with errno set.
+int xsb_receiver_start(const struct xsb_spawn_config *cfg, int control_fd, int announce_fd, int finished_fd);
+/// Tells the receiver the payload's vfork has returned (it exec'd or failed).
+void xsb_receiver_exec_done(void);
+/// Interrupts the receiver's blocked RECV, so that it notices the filter has no user left.
+/// Before Linux 6.11 RECV does not return by itself then. Called from the init's main thread.
+void xsb_receiver_wake(void);
+
+/// Record the payload writes on the status pipe: first its listener's number (step
+/// XSB_STEP_NONE, value = fd), then, if a step fails, that step.
 struct xsb_payload_status {
     int32_t step;
-    int32_t value;  ///< errno
+    int32_t value;  ///< errno, or the listener's fd number
     char detail[128];
 };
 

@@ -57,34 +57,43 @@ static void send_msg3(int control_fd, uint32_t type, int32_t value, int32_t valu
     (void)send(control_fd, &msg, sizeof msg, MSG_NOSIGNAL);
 }
 
+/// Moves `fd` out of the way of the payload's dup2 onto 0, 1, 2, 3…
+static int move_high(const struct xsb_spawn_config *cfg, int control_fd, int fd, const char *what) {
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, XSB_FD_FLOOR + (int)cfg->extra_fd_count);
+    if (high < 0) die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, what);
+    close(fd);
+    return high;
+}
+
 /// Starts the payload and waits (vfork) until it has exec'd or failed. The payload shares our
 /// fd table (CLONE_FILES), so the seccomp listener it creates right before exec appears here,
-/// where the supervisor takes it (pidfd_getfd), while exec leaves the payload a table of its own.
-static pid_t start_payload(const struct xsb_spawn_config *cfg, int control_fd) {
+/// where the receiver thread reads it, while exec leaves the payload a table of its own.
+/// Returns the payload's pid; `*listener` is the listener's fd number (-1: none announced).
+static pid_t start_payload(const struct xsb_spawn_config *cfg, int control_fd, int announce_fd, int *listener) {
     int status_pipe[2];
     if (pipe2(status_pipe, O_CLOEXEC | O_NONBLOCK) != 0) die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "pipe2");
-    // Out of the way of the payload's dup2 onto 0, 1, 2, 3…
-    for (int i = 0; i < 2; i++) {
-        int high = fcntl(status_pipe[i], F_DUPFD_CLOEXEC, XSB_FD_FLOOR + (int)cfg->extra_fd_count);
-        if (high < 0) die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "status pipe");
-        close(status_pipe[i]);
-        status_pipe[i] = high;
-    }
+    for (int i = 0; i < 2; i++) status_pipe[i] = move_high(cfg, control_fd, status_pipe[i], "status pipe");
 
     long child = syscall(SYS_clone, CLONE_VFORK | CLONE_FILES | SIGCHLD, 0, NULL, NULL, 0);
-    if (child == 0) xsb_payload_main(cfg, control_fd, status_pipe[1]);
+    if (child == 0) xsb_payload_main(cfg, announce_fd, status_pipe[1]);
     if (child < 0) die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "clone");
+    xsb_receiver_exec_done();
 
-    // Back here the payload has exec'd or exited; an error record says which.
-    struct xsb_payload_status error;
-    ssize_t n = read(status_pipe[0], &error, sizeof error);
+    // Back here the payload has exec'd or exited: its records say which, and where its
+    // listener is.
+    *listener = -1;
+    struct xsb_payload_status record;
+    while (read(status_pipe[0], &record, sizeof record) == (ssize_t)sizeof record) {
+        if (record.step == XSB_STEP_NONE) {
+            *listener = record.value;
+            continue;
+        }
+        record.detail[sizeof record.detail - 1] = '\0';
+        die(control_fd, record.step, record.value, record.detail);
+    }
     close(status_pipe[0]);
     close(status_pipe[1]);
-    if (n == (ssize_t)sizeof error) {
-        error.detail[sizeof error.detail - 1] = '\0';
-        die(control_fd, error.step, error.value, error.detail);
-    }
-    // No record: it exec'd (or a signal ended it first, which the reaper reports as its exit).
+    // No error record: it exec'd (or a signal ended it first, which the reaper reports as its exit).
     return (pid_t)child;
 }
 
@@ -204,6 +213,17 @@ static void close_all_but_sources(const struct xsb_spawn_config *cfg, int contro
     if (err != 0) die(control_fd, XSB_STEP_FILE_DESCRIPTORS, err, "close_range");
 }
 
+/// Zeroes the init's copy of the supervisor's command line and environment (what
+/// /proc/1/cmdline and /proc/1/environ show inside), leaving "xsb-init" as its command line.
+static void hide_host_memory(const struct xsb_memory_area hidden[2]) {
+    static const char name[] = "xsb-init";
+    for (int i = 0; i < 2; i++) {
+        volatile char *p = (volatile char *)hidden[i].start;
+        size_t size = hidden[i].end > hidden[i].start ? hidden[i].end - hidden[i].start : 0;
+        for (size_t j = 0; j < size; j++) p[j] = (i == 0 && j < sizeof name - 1) ? name[j] : '\0';
+    }
+}
+
 /// Waits for one message of `type` from the supervisor; EOF (the supervisor died) or anything
 /// else fails.
 static int wait_for(int control_fd, uint32_t type) {
@@ -215,7 +235,17 @@ static int wait_for(int control_fd, uint32_t type) {
     return (n == (ssize_t)sizeof msg && msg.type == type) ? 0 : -1;
 }
 
-__attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
+static int64_t monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/// Serves the supervisor until the payload has ended. Then the sandbox ends: what the payload
+/// left is killed, and once the receiver thread has seen the last user of the filter go (so
+/// that a call it stopped in those last moments is still reported), the exit is reported and
+/// the init exits, which ends the PID namespace.
+__attribute__((noreturn)) static void serve(int control_fd, pid_t payload, int finished_fd, int listener) {
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -223,19 +253,41 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
     int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0) _exit(127);
 
-    struct pollfd fds[2] = {{.fd = control_fd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-    // Until the supervisor holds the listener, the payload's end is kept back: our exit would
-    // take the listener (in our fd table) with it.
-    int listener_taken = 0, payload_ended = 0, payload_status = 0;
+    struct pollfd fds[4] = {
+        {.fd = control_fd, .events = POLLIN},
+        {.fd = sfd, .events = POLLIN},
+        {.fd = finished_fd, .events = POLLIN},
+        // Once the payload has ended: the filter's last user gone (a hang-up).
+        {.fd = -1, .events = 0},
+    };
+    int receiver_finished = 0, payload_ended = 0, payload_status = 0, filter_unused = 0;
+    int64_t deadline = 0;
     for (;;) {
-        if (payload_ended && listener_taken) {
-            send_msg3(control_fd, XSB_MSG_EXIT, payload_status, 0);
-            // Our exit ends the namespace: the kernel kills whatever the payload left.
-            _exit(0);
+        int timeout = -1;
+        if (payload_ended) {
+            int64_t now = monotonic_ms();
+            if (receiver_finished || now >= deadline) {
+                send_msg3(control_fd, XSB_MSG_EXIT, payload_status, 0);
+                // Our exit ends the namespace.
+                _exit(0);
+            }
+            timeout = (int)(deadline - now);
+            if (filter_unused) {
+                // Before Linux 6.11 the receiver's RECV does not return when the filter loses
+                // its last user: interrupt it, and again each millisecond (it may have been
+                // busy, not yet blocked, when the signal came).
+                xsb_receiver_wake();
+                timeout = 1;
+            }
         }
-        if (poll(fds, 2, -1) < 0) {
+        if (poll(fds, 4, timeout) < 0) {
             if (errno == EINTR) continue;
             _exit(127);
+        }
+        if (fds[2].revents & POLLIN) receiver_finished = 1;
+        if (fds[3].revents & POLLHUP) {
+            filter_unused = 1;
+            fds[3].fd = -1;
         }
         if (fds[1].revents & POLLIN) {
             struct signalfd_siginfo si;
@@ -243,9 +295,14 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
             int status;
             pid_t p;
             while ((p = waitpid(-1, &status, WNOHANG | __WALL)) > 0) {
-                if (p == payload) {
+                if (p == payload && !payload_ended) {
                     payload_ended = 1;
                     payload_status = status;
+                    // The sandbox ends with its program. Kill what it left now, so that the
+                    // filter's last user goes and the receiver can finish; wait at most 1 s.
+                    (void)kill(-1, SIGKILL);
+                    deadline = monotonic_ms() + 1000;
+                    fds[3].fd = listener;
                 }
             }
         }
@@ -267,19 +324,6 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
                 if (kill(-1, SIGCONT) != 0 && errno != ESRCH) err = errno;
                 send_msg3(control_fd, XSB_MSG_ACK, XSB_MSG_RESUME, err);
                 break;
-            case XSB_MSG_LISTENER_TAKEN:
-                // The init must not hold the caller's stdio, the listener or anything else
-                // open for the lifetime of the sandbox.
-                {
-                    int keep[2] = {control_fd, sfd};
-                    // Nothing may stay open here: fail closed, taking the sandbox down.
-                    if (close_all_except(keep, 2) != 0) _exit(127);
-                }
-                // Non-dumpable from now on: the program inside cannot read the init's memory
-                // (a copy of the supervisor's) through /proc. Not earlier: pidfd_getfd needs it.
-                if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) _exit(127);
-                listener_taken = 1;
-                break;
             case XSB_MSG_SIGNAL:
                 if (msg.value > 0 && msg.value < 65 && kill(-payload, msg.value) != 0) err = errno;
                 send_msg3(control_fd, XSB_MSG_ACK, XSB_MSG_SIGNAL, err);
@@ -293,13 +337,18 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload) {
     }
 }
 
-void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd) {
+void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd, const struct xsb_memory_area hidden[2]) {
     // The parent-death signal is bound to the spawner thread, which lives as long as the
     // supervisor. If the parent died before this line, the handshake below reads EOF.
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) die(control_fd, XSB_STEP_PARENT_DEATH_SIGNAL, errno, "prctl");
     (void)prctl(PR_SET_NAME, "xsb-init", 0, 0, 0);  // what ps shows; the spawner thread's name otherwise
 
     if (wait_for(control_fd, XSB_MSG_GO) != 0) _exit(127);
+    // Non-dumpable before anything of the sandbox runs: the program inside cannot read the
+    // init's memory (a copy of the supervisor's) or its fds through /proc. Not before GO: the
+    // supervisor writes our /proc/PID/uid_map, which non-dumpable would make root's.
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die(control_fd, XSB_STEP_INIT_PRIVACY, errno, "PR_SET_DUMPABLE");
+    hide_host_memory(hidden);
     // Nothing of the program runs before the init is in the sandbox's cgroups (children
     // inherit them). "0" moves the writing task itself; the init has a single thread.
     for (int i = 0; i < 4; i++) {
@@ -329,9 +378,30 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd) {
     control_fd = high;
 
     close_all_but_sources(cfg, control_fd);
-    pid_t payload = start_payload(cfg, control_fd);
+
+    // The receiver thread: it must be reading the payload's listener before the payload's
+    // execve, which the filter may hand to it. The last thing created before the payload:
+    // the init's own cgroup moves and namespace changes above need a single thread.
+    int announce[2], finished[2];
+    if (pipe2(announce, O_CLOEXEC) != 0 || pipe2(finished, O_CLOEXEC | O_NONBLOCK) != 0)
+        die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "pipe2");
+    for (int i = 0; i < 2; i++) {
+        announce[i] = move_high(cfg, control_fd, announce[i], "receiver pipe");
+        finished[i] = move_high(cfg, control_fd, finished[i], "receiver pipe");
+    }
+    if (xsb_receiver_start(cfg, control_fd, announce[0], finished[1]) != 0)
+        die(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "seccomp notification receiver thread");
+
+    int listener = -1;
+    pid_t payload = start_payload(cfg, control_fd, announce[1], &listener);
+    // The init must not hold the caller's stdio (or the payload's copies of it) or anything
+    // else for the lifetime of the sandbox: only the control socket, the receiver's pipes and
+    // the listener stay. Nothing else may stay open: fail closed.
+    {
+        int keep[5] = {control_fd, announce[0], finished[0], finished[1], listener};
+        int err = close_all_except(keep, 5);
+        if (err != 0) die(control_fd, XSB_STEP_FILE_DESCRIPTORS, err, "close_range");
+    }
     send_msg3(control_fd, XSB_MSG_READY, payload, 0);
-    // Our fd table still holds the payload's seccomp listener: it stays until the supervisor
-    // has taken it (LISTENER_TAKEN), then the init keeps nothing but the control socket.
-    serve(control_fd, payload);
+    serve(control_fd, payload, finished[0], listener);
 }

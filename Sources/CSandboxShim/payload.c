@@ -10,11 +10,11 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
+#include <stdint.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -30,6 +30,9 @@
 #define XSB_SECURE_BITS                                                                              \
     (SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED | \
      SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
+#ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+#define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
+#endif
 #define XSB_MAX_EXTRA_FDS 32
 
 static void record(int status_fd, int step, int value, const char *detail) {
@@ -88,7 +91,7 @@ static void drop_capabilities(const struct xsb_spawn_config *cfg, int status_fd)
     if (syscall(SYS_capset, &header, data) != 0) fail(status_fd, XSB_STEP_CAPABILITIES, "capset");
 }
 
-void xsb_payload_main(const struct xsb_spawn_config *cfg, int control_fd, int status_fd) {
+void xsb_payload_main(const struct xsb_spawn_config *cfg, int announce_fd, int status_fd) {
     // The init put the status pipe above every target fd (XSB_FD_FLOOR + extra fds).
     // A new session: no controlling terminal, so nothing inside can push keystrokes (TIOCSTI)
     // into the caller's terminal or receive its job-control signals.
@@ -136,18 +139,17 @@ void xsb_payload_main(const struct xsb_spawn_config *cfg, int control_fd, int st
         errno = EINVAL;
         fail(status_fd, XSB_STEP_SECCOMP, "no filter");
     }
-    // The listener will be the lowest free fd. Tell the supervisor which one before loading:
-    // after loading only what the policy allows may run, and the supervisor must hold the
-    // listener before our execve, which the filter may hand to it for a decision.
+    // The listener will be the lowest free fd. Say which before loading: after loading only
+    // what the policy allows may run, and the init's receiver thread must be reading the
+    // listener before our execve, which the filter may hand to it for a decision. The init's
+    // main thread learns the number from the status pipe (which it reads when the vfork
+    // returns), the receiver from its own pipe (at once).
     int expected = fcntl(0, F_DUPFD_CLOEXEC, 0);
     if (expected < 0) fail(status_fd, XSB_STEP_SECCOMP, "listener slot");
     close(expected);
-    struct xsb_msg announce;
-    p = (char *)&announce;
-    for (size_t i = 0; i < sizeof announce; i++) p[i] = 0;
-    announce.type = XSB_MSG_LISTENER;
-    announce.value = expected;
-    if (send(control_fd, &announce, sizeof announce, MSG_NOSIGNAL) != (ssize_t)sizeof announce)
+    record(status_fd, XSB_STEP_NONE, expected, "listener");
+    int32_t announcement = expected;
+    if (write(announce_fd, &announcement, sizeof announcement) != (ssize_t)sizeof announcement)
         fail(status_fd, XSB_STEP_SECCOMP, "listener announcement");
 
     sigset_t none;
@@ -155,7 +157,12 @@ void xsb_payload_main(const struct xsb_spawn_config *cfg, int control_fd, int st
     if (sigprocmask(SIG_SETMASK, &none, NULL) != 0) fail(status_fd, XSB_STEP_SIGNALS, "sigprocmask");
 
     struct sock_fprog prog = {.len = (unsigned short)cfg->bpf_instructions, .filter = (struct sock_filter *)cfg->bpf};
-    long listener = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+    // Once the receiver has read a notification, only SIGKILL may interrupt the call
+    // (Linux 5.19): a stopped or signalled task cannot withdraw an exec the receiver let run.
+    long listener = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                            SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, &prog);
+    if (listener < 0 && errno == EINVAL)
+        listener = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
     if (listener < 0) fail(status_fd, XSB_STEP_SECCOMP, "seccomp(SET_MODE_FILTER)");
     if (listener != expected) {
         errno = EBADF;

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -107,51 +108,41 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/// Takes the payload's seccomp listener out of the init's fd table (shared with the payload
-/// until its exec). The payload announced the number before loading its filter; the fd appears
-/// microseconds later, so this retries until then or until the control socket speaks (an ERROR
-/// when loading failed).
-static int take_listener(int pidfd, int number, int control_fd, int64_t deadline) {
-    for (;;) {
-        long fd = syscall(SYS_pidfd_getfd, pidfd, number, 0);
-        if (fd >= 0) {
-            // It must be the listener, not whatever else could sit at that number.
-            char link[64], target[64];
-            snprintf(link, sizeof link, "/proc/self/fd/%ld", fd);
-            ssize_t len = readlink(link, target, sizeof target - 1);
-            if (len > 0) target[len] = '\0';
-            if (len > 0 && strstr(target, "seccomp") != NULL) return (int)fd;
-            close((int)fd);
-            return -EBADF;
+/// The supervisor's command line and environment (from /proc/self/stat: arg_start, arg_end,
+/// env_start, env_end), which the init overwrites in its copy so that /proc/1/cmdline and
+/// /proc/1/environ show nothing of the host inside. Read once: they do not move. Only the
+/// spawner thread calls this.
+static void host_memory_areas(struct xsb_memory_area areas[2]) {
+    static struct xsb_memory_area cached[2];
+    static int known;
+    if (!known) {
+        known = 1;
+        char buf[2048];
+        int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0) close(fd);
+        if (n > 0) {
+            buf[n] = '\0';
+            // Fields 48-51; the comm field (2) may hold spaces, so count from the last ')'
+            // (field 3 is the first after it).
+            char *p = strrchr(buf, ')');
+            unsigned long long values[4] = {0, 0, 0, 0};
+            int field = 2;
+            while (p != NULL && *p != '\0' && field < 51) {
+                p = strchr(p, ' ');
+                if (p == NULL) break;
+                p++;
+                field++;
+                if (field >= 48) values[field - 48] = strtoull(p, NULL, 10);
+            }
+            if (field == 51 && values[0] < values[1] && values[2] <= values[3]) {
+                cached[0] = (struct xsb_memory_area){(uintptr_t)values[0], (uintptr_t)values[1]};
+                cached[1] = (struct xsb_memory_area){(uintptr_t)values[2], (uintptr_t)values[3]};
+            }
         }
-        if (errno != EBADF) return -errno;
-        if (now_ms() > deadline) return -ETIMEDOUT;
-        struct pollfd p = {.fd = control_fd, .events = POLLIN};
-        if (control_fd >= 0 && poll(&p, 1, 0) > 0) return -EAGAIN;  // a message (an ERROR) came first
-        struct timespec pause = {.tv_sec = 0, .tv_nsec = 20000};
-        nanosleep(&pause, NULL);
     }
-}
-
-/// During the launch the filter may already stop a call: the launch's own first execve when
-/// exec after start is supervised (it continues), anything in audit mode (recorded, continues),
-/// or a violation by the freshly exec'd program (left blocked, reported to the caller to kill).
-static void answer_notification(const struct xsb_spawn_config *cfg, int listener, int *first_exec_done,
-                                struct xsb_spawn_result *out) {
-    int nr;
-    uint32_t arch;
-    pid_t target;
-    uint64_t id;
-    if (xsb_notify_receive(listener, &nr, &arch, &target, &id) != 0) return;
-    if (cfg->supervise_first_exec && !*first_exec_done && (nr == SYS_execve || nr == SYS_execveat)) {
-        *first_exec_done = 1;
-        (void)xsb_notify_continue(listener, id);
-    } else if (cfg->audit) {
-        if (out->audited_count < (int)(sizeof out->audited / sizeof out->audited[0])) out->audited[out->audited_count++] = nr;
-        (void)xsb_notify_continue(listener, id);
-    } else if (out->early_violation < 0) {
-        out->early_violation = nr;
-    }
+    areas[0] = cached[0];
+    areas[1] = cached[1];
 }
 
 static void fail(struct xsb_spawn_result *out, int step, int err, const char *detail) {
@@ -162,8 +153,10 @@ static void fail(struct xsb_spawn_result *out, int step, int err, const char *de
 
 int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) {
     memset(out, 0, sizeof *out);
-    out->pidfd = out->control_fd = out->notify_fd = -1;
-    out->early_violation = -1;
+    out->pidfd = out->control_fd = -1;
+    out->early_violation = XSB_NO_VIOLATION;
+    struct xsb_memory_area hidden[2];
+    host_memory_areas(hidden);
 
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -192,7 +185,7 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
     if (pid == 0) {
         // Child: from here on only async-signal-safe code (see child.h).
         close(sv[0]);
-        xsb_init_main(cfg, sv[1]);
+        xsb_init_main(cfg, sv[1], hidden);
     }
     int clone_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -218,7 +211,6 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
         xsb_copy_string(detail, sizeof detail, "release message");
     } else {
         int64_t deadline = now_ms() + (cfg->setup_timeout_ms > 0 ? cfg->setup_timeout_ms : 10000);
-        int listener = -1, announced = -1, first_exec_done = 0;
         struct xsb_msg msg;
         memset(&msg, 0, sizeof msg);
         rc = 0;
@@ -228,62 +220,37 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
                 rc = -ETIMEDOUT;
                 break;
             }
-            struct pollfd p[2] = {{.fd = sv[0], .events = POLLIN}, {.fd = listener, .events = POLLIN}};
-            int r = poll(p, listener >= 0 ? 2 : 1, (int)left);
+            struct pollfd p = {.fd = sv[0], .events = POLLIN};
+            int r = poll(&p, 1, (int)left);
             if (r < 0 && errno == EINTR) continue;
             if (r < 0) {
                 rc = -errno;
                 break;
             }
-            if (listener >= 0 && (p[1].revents & POLLIN)) {
-                answer_notification(cfg, listener, &first_exec_done, out);
-                if (!first_exec_done && (out->early_violation == SYS_execve || out->early_violation == SYS_execveat)) {
-                    // The filter stopped the launch's own exec (a policy that denies execve):
-                    // the init would wait in vfork until the timeout. Fail now, and say why.
-                    msg.type = XSB_MSG_ERROR;
-                    msg.step = XSB_STEP_EXEC;
-                    msg.value = EPERM;
-                    xsb_copy_string(msg.detail, sizeof msg.detail, "the policy's seccomp filter denies execve");
-                    break;
-                }
-            }
-            if (!(p[0].revents & (POLLIN | POLLHUP))) continue;
+            if (!(p.revents & (POLLIN | POLLHUP))) continue;
             int got = xsb_recv_msg(sv[0], &msg);
             if (got < 0) {
                 rc = got;
                 break;
             }
             if (got == 0) continue;
-            if (msg.type == XSB_MSG_LISTENER && listener < 0) {
-                announced = msg.value;
-                int fd = take_listener(pidfd, announced, sv[0], deadline);
-                if (fd >= 0) listener = fd;
-                else if (fd != -EAGAIN) {
-                    rc = fd;
-                    break;
-                }
+            // During the launch the init's receiver may already report: audit mode's calls
+            // (they continued), or a violation by the freshly exec'd program (the sandbox is
+            // ending: the launch returns it, and the caller reports how it ended).
+            if (msg.type == XSB_MSG_AUDITED) {
+                if (out->audited_count < (int)(sizeof out->audited / sizeof out->audited[0])) out->audited[out->audited_count++] = msg.value;
                 continue;
             }
-            if (msg.type == XSB_MSG_READY && listener < 0 && announced >= 0) {
-                // READY came while we were between two attempts; the fd exists since before
-                // the exec and the init keeps it until LISTENER_TAKEN.
-                // One attempt: after READY the fd exists or never will (a signal ended the
-                // payload before seccomp), and polling to the deadline would hold up every launch.
-                int fd = take_listener(pidfd, announced, -1, now_ms());
-                if (fd >= 0) listener = fd;
+            if (msg.type == XSB_MSG_VIOLATION) {
+                out->early_violation = msg.value >= 0 ? msg.value : XSB_UNNAMED_VIOLATION;
+                return 0;
             }
-            if (msg.type == XSB_MSG_READY || msg.type == XSB_MSG_ERROR) break;
+            if (msg.type == XSB_MSG_READY) {
+                out->payload_pid = msg.value;
+                return 0;
+            }
+            if (msg.type == XSB_MSG_ERROR) break;
         }
-        if (rc == 0 && msg.type == XSB_MSG_READY && listener >= 0) {
-            rc = xsb_send_msg(sv[0], XSB_MSG_LISTENER_TAKEN, 0);
-            if (rc != 0) msg.type = 0;
-        }
-        if (rc == 0 && msg.type == XSB_MSG_READY && listener >= 0) {
-            out->notify_fd = listener;
-            out->payload_pid = msg.value;
-            return 0;
-        }
-        if (listener >= 0) close(listener);
         if (rc == 0 && msg.type == XSB_MSG_ERROR) {
             step = msg.step;
             err = msg.value;
@@ -296,8 +263,7 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
         } else {
             step = XSB_STEP_HANDSHAKE;
             err = rc == 0 ? EPROTO : -rc;
-            xsb_copy_string(detail, sizeof detail, rc == -EPIPE ? "sandbox init exited"
-                                                   : rc == 0 ? "ready without a seccomp listener" : "taking the seccomp listener");
+            xsb_copy_string(detail, sizeof detail, rc == -EPIPE ? "sandbox init exited" : "control message");
         }
     }
 

@@ -73,6 +73,7 @@ const char *xsb_step_name(int step) {
         [XSB_STEP_SECCOMP] = "seccomp filter",
         [XSB_STEP_EXEC] = "execve",
         [XSB_STEP_TIMEOUT] = "setup timeout",
+        [XSB_STEP_INIT_PRIVACY] = "hiding the init from the sandbox",
     };
     if (step < 0 || step >= XSB_STEP_COUNT || names[step] == NULL) return "unknown step";
     return names[step];

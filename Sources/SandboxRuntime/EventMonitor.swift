@@ -2,8 +2,8 @@ import CSandboxShim
 import Glibc
 import Synchronization
 
-/// One thread, one epoll set, for many file descriptors: every sandbox's pidfd (exit), control
-/// socket (messages from its init) and seccomp listener (violations), and the host API's
+/// One thread, one epoll set, for many file descriptors: every sandbox's pidfd (exit) and
+/// control socket (messages from its init, violations among them), and the host API's
 /// connections. No thread per process or per connection, no `wait(-1)`, no SIGCHLD handler.
 ///
 /// Handlers run on the monitor thread, one at a time: they must not block.

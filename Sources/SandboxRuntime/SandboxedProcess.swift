@@ -5,12 +5,14 @@ import Synchronization
 
 /// A running sandbox: its init (PID 1 inside) and the program it runs.
 ///
-/// Exit, violations and control replies arrive on the supervisor's monitor thread; this type
-/// turns them into one ``Termination`` that every ``waitForExit()`` receives.
+/// Exit, violations (reported by the sandbox init, which reads the seccomp notifications) and
+/// control replies arrive on the supervisor's monitor thread; this type turns them into one
+/// ``Termination`` that every ``waitForExit()`` receives.
 public final class SandboxedProcess: Sendable {
     /// The sandbox init's pid in the supervisor's PID namespace.
     public let pid: pid_t
-    /// The program's pid inside the sandbox.
+    /// The program's pid inside the sandbox (0 when it was stopped by its filter before the
+    /// launch returned).
     public let payloadPIDInside: pid_t
 
     private enum KillCause { case requested, wallClock }
@@ -24,7 +26,6 @@ public final class SandboxedProcess: Sendable {
         var killCause: KillCause?
         var pidfd: Int32
         var controlFD: Int32
-        var notifyFD: Int32
         var tokens: [Int32: UInt64] = [:]
         var audited: Set<String> = []
     }
@@ -32,23 +33,21 @@ public final class SandboxedProcess: Sendable {
     private let state: Mutex<State>
     private let monitor: EventMonitor
     private let cgroup: SandboxCgroup?
-    private let audit: Bool
 
-    init(result: xsb_spawn_result, monitor: EventMonitor, cgroup: SandboxCgroup?, audit: Bool) {
+    init(result: xsb_spawn_result, monitor: EventMonitor, cgroup: SandboxCgroup?) {
         pid = result.pid
         payloadPIDInside = result.payload_pid
         self.monitor = monitor
         self.cgroup = cgroup
-        self.audit = audit
-        var initial = State(pidfd: result.pidfd, controlFD: result.control_fd, notifyFD: result.notify_fd)
+        var initial = State(pidfd: result.pidfd, controlFD: result.control_fd)
         withUnsafeBytes(of: result.audited) { raw in
             for number in raw.bindMemory(to: Int32.self).prefix(Int(result.audited_count)) {
                 initial.audited.insert(Self.syscallName(number))
             }
         }
-        state = Mutex(initial)
         // The program was stopped by its filter before the launch returned: same as later.
-        if result.early_violation >= 0 { recordViolation(result.early_violation) }
+        if result.early_violation != Int32(XSB_NO_VIOLATION) { Self.recordViolation(result.early_violation, in: &initial) }
+        state = Mutex(initial)
     }
 
     /// Audit mode: the syscalls the policy would have killed, sorted by name.
@@ -58,21 +57,23 @@ public final class SandboxedProcess: Sendable {
         Syscalls.name(of: number) ?? "syscall \(number)"
     }
 
-    private func recordViolation(_ number: Int32) {
-        state.withLock { state in
-            if state.violation == nil { state.violation = .seccompViolation(syscall: Self.syscallName(number)) }
-            // The call never runs: it waits for an answer that never comes, and the whole
-            // sandbox dies now.
-            if state.termination == nil { _ = xsb_pidfd_send_signal(state.pidfd, SIGKILL) }
+    /// `number` is a syscall number, or XSB_UNNAMED_VIOLATION for a call a signal withdrew
+    /// before the init could read it.
+    private static func recordViolation(_ number: Int32, in state: inout State) {
+        if state.violation == nil {
+            let name = number >= 0 ? syscallName(number) : nil
+            state.violation = .seccompViolation(syscall: name)
         }
+        // The init is ending the sandbox already (the call never runs: its task is killed
+        // while it waits for an answer); the SIGKILL makes sure.
+        if state.termination == nil { _ = xsb_pidfd_send_signal(state.pidfd, SIGKILL) }
     }
 
     /// Starts watching; until then nothing is delivered. Called once by the supervisor.
     func startMonitoring() throws {
-        let (pidfd, control, notify) = state.withLock { ($0.pidfd, $0.controlFD, $0.notifyFD) }
+        let (pidfd, control) = state.withLock { ($0.pidfd, $0.controlFD) }
         let handlers: [(Int32, EventMonitor.Handler)] = [
             (control, { [self] events in self.controlReadable(events) }),
-            (notify, { [self] events in self.notificationArrived(events) }),
             (pidfd, { [self] _ in self.initExited() }),
         ]
         for (fd, handler) in handlers {
@@ -89,10 +90,9 @@ public final class SandboxedProcess: Sendable {
             state.tokens.removeAll()
             _ = xsb_pidfd_send_signal(state.pidfd, SIGKILL)
             _ = xsb_pidfd_wait(state.pidfd)
-            for fd in [state.pidfd, state.controlFD, state.notifyFD] where fd >= 0 { close(fd) }
+            for fd in [state.pidfd, state.controlFD] where fd >= 0 { close(fd) }
             state.pidfd = -1
             state.controlFD = -1
-            state.notifyFD = -1
             state.termination = .killed
         }
         cgroup?.remove()
@@ -199,6 +199,10 @@ public final class SandboxedProcess: Sendable {
                 switch message.type {
                 case UInt32(XSB_MSG_EXIT.rawValue):
                     state.payloadStatus = message.value
+                case UInt32(XSB_MSG_VIOLATION.rawValue):
+                    Self.recordViolation(message.value, in: &state)
+                case UInt32(XSB_MSG_AUDITED.rawValue):
+                    state.audited.insert(Self.syscallName(message.value))
                 case UInt32(XSB_MSG_ACK.rawValue):
                     if let index = state.ackWaiters.firstIndex(where: { $0.type == UInt32(bitPattern: message.value) }) {
                         state.ackWaiters.remove(at: index).continuation.resume(returning: message.value2)
@@ -206,26 +210,6 @@ public final class SandboxedProcess: Sendable {
                 default:
                     break
                 }
-            }
-        }
-    }
-
-    private func notificationArrived(_ events: UInt32) {
-        if events & UInt32(XSB_EPOLLIN) != 0 {
-            var number: Int32 = 0, arch: UInt32 = 0, target: pid_t = 0, id: UInt64 = 0
-            let fd = state.withLock { $0.notifyFD }
-            if xsb_notify_receive(fd, &number, &arch, &target, &id) == 0 {
-                if audit {
-                    state.withLock { _ = $0.audited.insert(Self.syscallName(number)) }
-                    _ = xsb_notify_continue(fd, id)
-                } else {
-                    recordViolation(number)
-                }
-            }
-        }
-        if events & UInt32(XSB_EPOLLHUP | XSB_EPOLLERR) != 0 {
-            state.withLock { state in
-                if let token = state.tokens.removeValue(forKey: state.notifyFD) { monitor.remove(fd: state.notifyFD, token: token) }
             }
         }
     }
@@ -244,10 +228,9 @@ public final class SandboxedProcess: Sendable {
             state.termination = termination
             for (fd, token) in state.tokens { monitor.remove(fd: fd, token: token) }
             state.tokens.removeAll()
-            for fd in [state.pidfd, state.controlFD, state.notifyFD] where fd >= 0 { close(fd) }
+            for fd in [state.pidfd, state.controlFD] where fd >= 0 { close(fd) }
             state.pidfd = -1
             state.controlFD = -1
-            state.notifyFD = -1
             let waiters = state.exitWaiters, acks = state.ackWaiters.map(\.continuation)
             state.exitWaiters.removeAll()
             state.ackWaiters.removeAll()

@@ -7,7 +7,8 @@ import Synchronization
 ///
 /// One supervisor serves any number of sandboxes with two threads: a spawner thread that
 /// clones (so the parent-death signal is tied to the process, not to a passing thread) and a
-/// monitor thread that watches every sandbox's pidfd, control socket and seccomp listener.
+/// monitor thread that watches every sandbox's pidfd and control socket (each sandbox's init
+/// reads its seccomp notifications itself and reports violations there).
 /// When the supervisor's process dies, even by SIGKILL, every sandbox it started dies too.
 public final class Supervisor: Sendable {
     /// The process-wide supervisor.
@@ -146,7 +147,7 @@ public final class Supervisor: Sendable {
             let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             throw SandboxError(step: .launch(code: result.failed_step), errorNumber: result.error_number, detail: detail)
         }
-        let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup, audit: configuration.auditSeccomp)
+        let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
         do {
             try process.startMonitoring()
         } catch {
@@ -162,8 +163,8 @@ public final class Supervisor: Sendable {
         return process
     }
 
-    /// Whether the policy's filter hands execve to the supervisor ("no exec after start"), so
-    /// that the launch's own exec must be let through.
+    /// Whether the policy's filter notifies execve ("no exec after start"), so that the
+    /// sandbox init must let the launch's own exec through.
     static func filterSupervisesExec(_ policy: Policy) -> Bool {
         !policy.seccomp.allowExecAfterStart
     }

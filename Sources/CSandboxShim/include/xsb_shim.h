@@ -8,7 +8,8 @@
 //   supervisor (Swift, spawner thread) --clone3(new user/mnt/pid/net/ipc/uts ns, pidfd)-->
 //     sandbox init (PID 1 inside): builds the file system, then vforks
 //       payload: session, fds, rlimits, capabilities, no_new_privs, seccomp, execve
-//     init stays: reaps, reports the payload's exit, stops/continues the whole sandbox.
+//     init stays: reaps, reports the payload's exit, stops/continues the whole sandbox; its
+//       receiver thread answers the payload's seccomp notifications (kill, audit, first exec).
 // Supervisor and init talk over one SOCK_SEQPACKET socket of struct xsb_msg.
 #ifndef XSB_SHIM_H
 #define XSB_SHIM_H
@@ -54,6 +55,7 @@ enum xsb_step {
     XSB_STEP_SECCOMP,
     XSB_STEP_EXEC,
     XSB_STEP_TIMEOUT,
+    XSB_STEP_INIT_PRIVACY,
     XSB_STEP_COUNT
 };
 
@@ -126,8 +128,8 @@ struct xsb_spawn_config {
     /// (CLONE_INTO_CGROUP), so nothing is ever migrated.
     int cgroup_directory_fd;
 
-    /// The filter notifies execve/execveat ("no exec after start"): the supervisor lets exactly
-    /// the launch's own first execve continue.
+    /// The filter notifies execve/execveat ("no exec after start"): the init lets exactly the
+    /// launch's own first execve continue.
     int supervise_first_exec;
     /// Audit mode: every notified call continues (and is reported) instead of killing.
     int audit;
@@ -140,14 +142,23 @@ struct xsb_spawn_config {
     int setup_timeout_ms;    ///< how long the parent waits for the payload's exec
 };
 
+/// Values of xsb_spawn_result.early_violation and of an XSB_MSG_VIOLATION's value besides a
+/// syscall number.
+enum {
+    XSB_NO_VIOLATION = -1,
+    /// A call the filter stops was attempted, but a signal withdrew it before the init read
+    /// it: its number is unknown.
+    XSB_UNNAMED_VIOLATION = -2,
+};
+
 struct xsb_spawn_result {
     pid_t pid;          ///< the sandbox init, in the supervisor's PID namespace
     int pidfd;          ///< pidfd of the init (close-on-exec)
     int control_fd;     ///< SOCK_SEQPACKET to the init (close-on-exec)
-    int notify_fd;      ///< seccomp user-notification listener of the payload's filter
-    pid_t payload_pid;  ///< the payload's pid inside the sandbox
-    /// A syscall the filter stopped before the launch returned (-1: none). The sandbox is
-    /// still running, blocked in that call: the caller must record it and kill.
+    pid_t payload_pid;  ///< the payload's pid inside the sandbox (0 when a violation came first)
+    /// A syscall the filter stopped before the launch returned (XSB_NO_VIOLATION: none;
+    /// XSB_UNNAMED_VIOLATION: one whose number is unknown). The sandbox is ending by itself;
+    /// the caller records it (and may kill to be sure).
     int early_violation;
     /// Audit mode: calls the filter would have stopped before the launch returned.
     int audited[32];
@@ -167,8 +178,10 @@ enum xsb_msg_type {
     XSB_MSG_RESUME,      ///< supervisor → init: SIGCONT them
     XSB_MSG_SIGNAL,      ///< supervisor → init: send signal `value` to the payload's process group
     XSB_MSG_ACK,         ///< init → supervisor: value = request type acknowledged, value2 = errno
-    XSB_MSG_LISTENER,    ///< payload → supervisor: its seccomp listener will be fd `value` (in the init's table)
-    XSB_MSG_LISTENER_TAKEN, ///< supervisor → init: it holds the listener; the init may close its fds
+    /// init → supervisor: the filter stopped syscall `value` (or XSB_UNNAMED_VIOLATION); the
+    /// init is ending the sandbox.
+    XSB_MSG_VIOLATION,
+    XSB_MSG_AUDITED,     ///< init → supervisor: audit mode let syscall `value` run (reported once per number)
 };
 
 struct xsb_msg {
@@ -189,13 +202,6 @@ int xsb_send_msg(int control_fd, uint32_t type, int32_t value);
 /// Receives one control message without blocking. Returns 1 when one was read, 0 when none
 /// is pending, -errno on error, -EPIPE on EOF.
 int xsb_recv_msg(int control_fd, struct xsb_msg *msg);
-
-/// Reads one seccomp user notification. Returns 0 and fills `syscall_nr`, `arch`, `pid`,
-/// `notification_id`, or -errno.
-int xsb_notify_receive(int notify_fd, int *syscall_nr, uint32_t *arch, pid_t *pid,
-                       uint64_t *notification_id);
-/// Lets one notified call run (audit mode). Returns 0 or -errno.
-int xsb_notify_continue(int notify_fd, uint64_t notification_id);
 
 /// pidfd helpers (raw syscalls; glibc 2.36 has no wrappers for all of them).
 int xsb_pidfd_send_signal(int pidfd, int sig);

@@ -56,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
 #include <sys/quota.h>
@@ -64,6 +65,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <sys/utsname.h>
@@ -71,9 +73,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/filter.h>
 #include <linux/keyctl.h>
 #include <linux/perf_event.h>
 #include <linux/reboot.h>
+#include <linux/seccomp.h>
 
 /* Syscall numbers newer than some libc headers.  Since Linux 5.1 new syscalls
  * share one number on every architecture (asm-generic unified table). */
@@ -1231,6 +1235,118 @@ static int c_env(int argc, char **argv)
     return 0;
 }
 
+/* init-proc: /proc/1 (the sandbox init, a clone of the supervisor) must not show the
+ * supervisor's command line or environment: cmdline is "xsb-init" (padded with NULs)
+ * and environ is unreadable or only NULs. */
+static int c_init_proc(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    char buf[8192];
+    int fd = open("/proc/1/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return failed("cannot open /proc/1/cmdline: %s", errno_name(errno));
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (n < 0)
+        return failed("cannot read /proc/1/cmdline: %s", errno_name(errno));
+    static const char expected[] = "xsb-init";
+    for (ssize_t i = 0; i < n; i++) {
+        char want = i < (ssize_t)sizeof expected - 1 ? expected[i] : '\0';
+        if (buf[i] != want) {
+            for (ssize_t j = 0; j < n; j++)
+                if (buf[j] == '\0')
+                    buf[j] = ' ';
+            buf[n < 200 ? n : 200] = '\0';
+            return escaped("/proc/1/cmdline shows \"%s\"", buf);
+        }
+    }
+    fd = open("/proc/1/environ", O_RDONLY | O_CLOEXEC);
+    ssize_t m = fd < 0 ? -1 : read(fd, buf, sizeof buf);
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    for (ssize_t i = 0; i < m; i++) {
+        if (buf[i] != '\0') {
+            buf[m < 200 ? m : 200] = '\0';
+            return escaped("/proc/1/environ shows \"%s\"", buf);
+        }
+    }
+    return ok("/proc/1/cmdline is %zd bytes of \"xsb-init\", /proc/1/environ %s", n,
+              m < 0 ? errno_name(err) : "holds only NULs");
+}
+
+/* ------------------------------------------------------------------------ */
+/* kill robustness: ways to survive a kill-listed call                       */
+/* ------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_alarms;
+
+static void count_alarm(int sig)
+{
+    (void)sig;
+    g_alarms++;
+}
+
+/* kill-under-signals [ATTEMPTS]: SIGALRM every 20 us, handled without SA_RESTART, so a
+ * kill-listed ptrace() waiting for its seccomp notification to be read is interrupted: the
+ * notification is withdrawn and the call returns EINTR.  Makes ATTEMPTS (default 1) such
+ * calls, then lives on for 0.3 s: still being alive then is an escape. */
+static int t_kill_under_signals(int argc, char **argv)
+{
+    long attempts = 1;
+    if (argc > 0 && parse_long(argv[0], 1, 1000000, &attempts))
+        return usage_error("bad ATTEMPTS '%s'", argv[0]);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = count_alarm;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGALRM, &sa, NULL) != 0)
+        return failed("sigaction: %s", errno_name(errno));
+    struct itimerval flood = {.it_interval = {0, 20}, .it_value = {0, 20}};
+    if (setitimer(ITIMER_REAL, &flood, NULL) != 0)
+        return failed("setitimer: %s", errno_name(errno));
+    while (g_alarms == 0) {
+    }
+    long interrupted = 0, other = 0;
+    for (long i = 0; i < attempts; i++) {
+        long rc = syscall(SYS_ptrace, PTRACE_TRACEME, 0L, 0L, 0L);
+        if (rc == -1 && errno == EINTR)
+            interrupted++;
+        else
+            other++;
+    }
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    /* Stay a while: the kill may come after the call returned (it was withdrawn), but it
+     * must come. */
+    sleep_seconds(0.3);
+    return escaped("ptrace returned %ld times (%ld EINTR, %ld otherwise) and the sandbox lives",
+                   attempts, interrupted, other);
+}
+
+/* stacked-errno: installs a filter of our own that fails ptrace with EPERM (an ERRNO action
+ * outranks the sandbox's user notification), then calls ptrace.  Inside a sandbox either
+ * the install is refused (blocked) or the call kills the sandbox; returning is an escape. */
+static int t_stacked_errno(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return failed("no_new_privs: %s", errno_name(errno));
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
+        return blocked(errno, "installing a filter of our own");
+    long rc = syscall(SYS_ptrace, PTRACE_TRACEME, 0L, 0L, 0L);
+    int err = errno;
+    return escaped("our filter is in place and ptrace returned %ld (%s)", rc,
+                   rc == -1 ? errno_name(err) : "ran");
+}
+
 /* ------------------------------------------------------------------------ */
 /* tools                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -1439,6 +1555,7 @@ static const struct check checks[] = {
     {"dev-basic", OK, NULL, 0, c_dev_basic, ""},
     {"session", OK, NULL, 0, c_session, ""},
     {"env", OK, NULL, 0, c_env, ""},
+    {"init-proc", OK, NULL, 0, c_init_proc, ""},
     /* tools: not assertions, not in `list` */
     {"sleep", TOOL, NULL, 0, t_sleep, "SECONDS"},
     {"fork-sleep", TOOL, NULL, 0, t_fork_sleep, "SECONDS"},
@@ -1447,6 +1564,8 @@ static const struct check checks[] = {
     {"memory-bomb", TOOL, NULL, DANGEROUS, t_memory_bomb, "[MAX_MIB]"},
     {"fork-bomb", TOOL, NULL, DANGEROUS, t_fork_bomb, "[MAX]"},
     {"cpu-spin", TOOL, NULL, 0, t_cpu_spin, "SECONDS"},
+    {"kill-under-signals", TOOL, NULL, 0, t_kill_under_signals, "[ATTEMPTS]"},
+    {"stacked-errno", TOOL, NULL, 0, t_stacked_errno, ""},
 };
 
 #define NCHECKS (sizeof checks / sizeof checks[0])

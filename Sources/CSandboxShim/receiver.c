@@ -1,0 +1,274 @@
+// The sandbox init's notification receiver: one thread of the init that reads the payload's
+// seccomp user notifications (every kill action, "no exec after start" and audit mode) and
+// answers them from inside the sandbox.
+//
+// Why a blocked SECCOMP_IOCTL_NOTIF_RECV, and why here: the kernel counts every notification
+// (notif->requests) and RECV takes one count per call. A notification whose task is
+// interrupted by a signal before anyone received it is withdrawn (the call returns EINTR or
+// restarts) but its count stays, so a RECV still wakes for it and returns ENOENT: "a call the
+// filter stops was attempted", even when its number is gone. poll/epoll only look at the
+// queue, so a supervisor watching the listener with epoll missed withdrawn calls and the
+// program lived on. The receiver runs in the init (PID 1 inside, not under the filter), so
+// there is no host thread and no fd passing in the way, and on a kill the init simply exits,
+// which ends the PID namespace.
+//
+// The thread shares the init's memory, fd table and signal handlers but not its TLS (glibc
+// knows nothing of it), so it must not call anything that touches errno or other libc state:
+// every system call below is an inline `syscall` instruction.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "child.h"
+
+#ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
+#define SECCOMP_IOCTL_NOTIF_SET_FLAGS SECCOMP_IOW(4, __u64)
+#endif
+#ifndef SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
+#define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (1UL << 0)
+#endif
+
+static long raw_syscall(long nr, long a, long b, long c, long d, long e) {
+#if defined(__x86_64__)
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                     : "rcx", "r11", "memory");
+    return ret;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = nr;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    register long x4 __asm__("x4") = e;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+    return x0;
+#else
+#error "the notification receiver needs an inline system call for this architecture"
+#endif
+}
+
+/// What the receiver works with; written by the init's main thread before the thread starts.
+static struct {
+    int control_fd;
+    int announce_fd;   ///< read end: the payload writes its listener's fd number here
+    int finished_fd;   ///< write end: one byte when no task can use the filter any more
+    int audit;
+    int supervise_first_exec;
+    int exec_done;     ///< set by the main thread once the payload's vfork returned
+} receiver;
+
+/// The thread's stack (the init is a private copy of the supervisor: this is its own).
+static unsigned char receiver_stack[64 * 1024] __attribute__((aligned(64)));
+
+static void zero(void *p, size_t n) {
+    volatile unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) b[i] = 0;
+}
+
+static void send_message(uint32_t type, int32_t step, int32_t value, const char *detail, int flags) {
+    struct xsb_msg msg;
+    zero(&msg, sizeof msg);
+    msg.type = type;
+    msg.step = step;
+    msg.value = value;
+    xsb_copy_string(msg.detail, sizeof msg.detail, detail);
+    long n;
+    do {
+        n = raw_syscall(SYS_sendto, receiver.control_fd, (long)&msg, sizeof msg, MSG_NOSIGNAL | flags, 0);
+    } while (n == -EINTR);
+}
+
+/// Ends the sandbox: the init's exit takes every process of its PID namespace with it (the
+/// call that was stopped never runs: its task is killed while it waits for our answer).
+__attribute__((noreturn)) static void end_sandbox(void) {
+    for (;;) raw_syscall(SYS_exit_group, 128 + 31, 0, 0, 0, 0);
+}
+
+static int is_exec(int nr) { return nr == SYS_execve || nr == SYS_execveat; }
+
+/// A call the policy kills: report it (by number, or XSB_UNNAMED_VIOLATION) and end the
+/// sandbox. MSG_DONTWAIT: ending the sandbox must not wait for a supervisor that stopped
+/// reading; only the name would be lost.
+__attribute__((noreturn)) static void violation(int nr) {
+    if (nr >= 0 && is_exec(nr) && !__atomic_load_n(&receiver.exec_done, __ATOMIC_ACQUIRE)) {
+        // The launch's own execve (nothing of the program has run yet): a policy that
+        // forbids execve. Fail the launch at once, and say why.
+        send_message(XSB_MSG_ERROR, XSB_STEP_EXEC, EPERM, "the policy's seccomp filter denies execve", MSG_DONTWAIT);
+    } else {
+        send_message(XSB_MSG_VIOLATION, 0, nr, "", MSG_DONTWAIT);
+    }
+    end_sandbox();
+}
+
+/// Fail closed: the listener cannot be read, so the filter cannot be enforced as written.
+__attribute__((noreturn)) static void broken(int err, const char *what) {
+    send_message(XSB_MSG_ERROR, XSB_STEP_SECCOMP, err, what, MSG_DONTWAIT);
+    end_sandbox();
+}
+
+static void let_run(int listener, uint64_t id, int *answered) {
+    struct seccomp_notif_resp resp;
+    zero(&resp, sizeof resp);
+    resp.id = id;
+    resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+    long r = raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_SEND, (long)&resp, 0, 0);
+    // ENOENT: the task was killed meanwhile (or, without WAIT_KILLABLE_RECV, a signal
+    // withdrew the call: it restarts and is notified again).
+    if (answered) *answered = (r == 0);
+}
+
+/// Audit mode reports each syscall number once.
+static unsigned char audited_bits[1024 / 8];
+
+static void handle(int listener, const struct seccomp_notif *req) {
+    int nr = req->data.nr;
+    static int first_exec_done;
+    if (receiver.supervise_first_exec && !first_exec_done && is_exec(nr)) {
+        // The launch's own execve: the first execve any task of this filter makes, since
+        // the program (the only source of others) runs only after it.
+        let_run(listener, req->id, &first_exec_done);
+        return;
+    }
+    if (receiver.audit) {
+        if (nr < 0 || nr >= 1024 || !(audited_bits[nr / 8] & (1u << (nr % 8)))) {
+            if (nr >= 0 && nr < 1024) audited_bits[nr / 8] |= (unsigned char)(1u << (nr % 8));
+            // Blocking: the audited call waits until the supervisor has room for the report.
+            send_message(XSB_MSG_AUDITED, 0, nr, "", 0);
+        }
+        let_run(listener, req->id, NULL);
+        return;
+    }
+    violation(nr);
+}
+
+/// Polls the listener once (`timeout_ns` < 0: no wait). Returns its revents.
+static short poll_listener(int listener, long timeout_ns) {
+    struct pollfd p = {.fd = listener, .events = POLLIN};
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = timeout_ns < 0 ? 0 : timeout_ns};
+    long n = raw_syscall(SYS_ppoll, (long)&p, 1, (long)&ts, 0, 8);
+    return n > 0 ? p.revents : 0;
+}
+
+/// ENOENT from RECV while tasks still use the filter: a notification was withdrawn before
+/// we read it (a signal interrupted the call). The call was attempted; in kill mode the
+/// sandbox ends. A call restarted at once (SA_RESTART, or SIGSTOP/SIGCONT) is notified again:
+/// wait a moment for that one, to name it.
+__attribute__((noreturn)) static void withdrawn(int listener) {
+    if (poll_listener(listener, 1000000) & POLLIN) {
+        struct seccomp_notif req;
+        zero(&req, sizeof req);
+        // A queued notification holds a count: this RECV does not block.
+        if (raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_RECV, (long)&req, 0, 0) == 0) handle(listener, &req);
+    }
+    violation(XSB_UNNAMED_VIOLATION);
+}
+
+static int receiver_tid;
+
+static void wake_up(int sig) { (void)sig; }
+
+static int receiver_main(void *unused) {
+    (void)unused;
+    // The one signal this thread takes: xsb_receiver_wake's.
+    uint64_t wake = 1ULL << (SIGUSR1 - 1);
+    raw_syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, (long)&wake, 0, 8, 0);
+    raw_syscall(SYS_prctl, PR_SET_NAME, (long)"xsb-notify", 0, 0, 0);
+    raw_syscall(SYS_prctl, PR_SET_TIMERSLACK, 1000, 0, 0, 0);  // its naps below are short
+
+    // The payload announces the listener's number right before loading its filter.
+    int32_t listener = -1;
+    long n = raw_syscall(SYS_read, receiver.announce_fd, (long)&listener, sizeof listener, 0, 0);
+    if (n == (long)sizeof listener && listener >= 0) {
+        // The fd appears in the shared fd table microseconds later (or never, when loading
+        // failed: then the payload's vfork returns and exec_done is set).
+        for (int round = 0;; round++) {
+            if (!(poll_listener(listener, -1) & POLLNVAL)) break;
+            if (__atomic_load_n(&receiver.exec_done, __ATOMIC_ACQUIRE)) {
+                listener = -1;
+                break;
+            }
+            if (round < 200) {
+                raw_syscall(SYS_sched_yield, 0, 0, 0, 0, 0);
+            } else {
+                struct timespec nap = {.tv_sec = 0, .tv_nsec = 20000};
+                raw_syscall(SYS_nanosleep, (long)&nap, 0, 0, 0, 0);
+            }
+        }
+    } else {
+        listener = -1;
+    }
+
+    if (listener >= 0) {
+        // Wake this thread on the notifying task's CPU (Linux 6.6; optional): it runs at once,
+        // which leaves a signal less time to withdraw the call before it is read.
+        uint64_t flags = SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP;
+        raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_SET_FLAGS, (long)flags, 0, 0);
+        for (;;) {
+            struct seccomp_notif req;
+            zero(&req, sizeof req);
+            long r = raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_RECV, (long)&req, 0, 0);
+            if (r == 0) {
+                handle(listener, &req);
+                continue;
+            }
+            if (r == -EINTR) {
+                // The main thread's wake-up (xsb_receiver_wake). RECV returns EINTR only when
+                // no notification is pending, so with no user of the filter left we are done.
+                if (poll_listener(listener, -1) & POLLHUP) break;
+                continue;
+            }
+            if (r != -ENOENT) broken((int)-r, "reading the seccomp listener");
+            // No task uses the filter any more (the kernel answers RECV with ENOENT from then
+            // on): the program and everything it started have exited.
+            if (poll_listener(listener, -1) & POLLHUP) break;
+            if (!receiver.audit) withdrawn(listener);
+            // Audit mode: the call will run when it is made again; nothing to report.
+        }
+    }
+    // Tell the init's main thread that nothing more can come from the filter.
+    char one = 1;
+    raw_syscall(SYS_write, receiver.finished_fd, (long)&one, 1, 0, 0);
+    return 0;  // glibc's clone ends just this thread
+}
+
+int xsb_receiver_start(const struct xsb_spawn_config *cfg, int control_fd, int announce_fd, int finished_fd) {
+    receiver.control_fd = control_fd;
+    receiver.announce_fd = announce_fd;
+    receiver.finished_fd = finished_fd;
+    receiver.audit = cfg->audit;
+    receiver.supervise_first_exec = cfg->supervise_first_exec;
+    __atomic_store_n(&receiver.exec_done, 0, __ATOMIC_RELEASE);
+    // SIGUSR1 interrupts a blocked RECV (no SA_RESTART). Only the receiver unblocks it; a
+    // process of the sandbox may send it to PID 1 too, which only costs the receiver a loop.
+    struct sigaction sa;
+    zero(&sa, sizeof sa);
+    sa.sa_handler = wake_up;
+    sigfillset(&sa.sa_mask);
+    if (sigaction(SIGUSR1, &sa, NULL) != 0) return -1;
+    // A thread glibc does not know: no TLS of its own (hence the raw syscalls), a static stack.
+    // It inherits the main thread's signal mask (every signal blocked).
+    receiver_tid = clone(receiver_main, receiver_stack + sizeof receiver_stack,
+                         CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM, NULL);
+    return receiver_tid > 0 ? 0 : -1;
+}
+
+void xsb_receiver_exec_done(void) { __atomic_store_n(&receiver.exec_done, 1, __ATOMIC_RELEASE); }
+
+void xsb_receiver_wake(void) {
+    if (receiver_tid > 0) (void)syscall(SYS_tgkill, getpid(), receiver_tid, SIGUSR1);
+}
