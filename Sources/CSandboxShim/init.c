@@ -344,11 +344,6 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd, const str
     (void)prctl(PR_SET_NAME, "xsb-init", 0, 0, 0);  // what ps shows; the spawner thread's name otherwise
 
     if (wait_for(control_fd, XSB_MSG_GO) != 0) _exit(127);
-    // Non-dumpable before anything of the sandbox runs: the program inside cannot read the
-    // init's memory (a copy of the supervisor's) or its fds through /proc. Not before GO: the
-    // supervisor writes our /proc/PID/uid_map, which non-dumpable would make root's.
-    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die(control_fd, XSB_STEP_INIT_PRIVACY, errno, "PR_SET_DUMPABLE");
-    hide_host_memory(hidden);
     // Nothing of the program runs before the init is in the sandbox's cgroups (children
     // inherit them). "0" moves the writing task itself; the init has a single thread.
     for (int i = 0; i < 4; i++) {
@@ -361,6 +356,12 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd, const str
     // Capabilities stay (uid 0 of this namespace is unmapped, so no root-to-user transition).
     if (syscall(SYS_setresgid, cfg->gid_inside, cfg->gid_inside, cfg->gid_inside) != 0) die(control_fd, XSB_STEP_USERNS_MAP, errno, "setresgid");
     if (syscall(SYS_setresuid, cfg->uid_inside, cfg->uid_inside, cfg->uid_inside) != 0) die(control_fd, XSB_STEP_USERNS_MAP, errno, "setresuid");
+    // Non-dumpable before anything of the sandbox runs: the program inside cannot read the
+    // init's memory (a copy of the supervisor's) or its fds through /proc. Not before GO: the
+    // supervisor writes our /proc/PID/uid_map, which non-dumpable would make root's; not before
+    // setresuid, which resets the flag to fs.suid_dumpable when the uid changes.
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die(control_fd, XSB_STEP_INIT_PRIVACY, errno, "PR_SET_DUMPABLE");
+    hide_host_memory(hidden);
     if (sethostname(cfg->hostname, xsb_string_length(cfg->hostname)) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, cfg->hostname);
     if (setdomainname("none", 4) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, "domainname");
     if (bring_up_loopback() != 0) die(control_fd, XSB_STEP_LOOPBACK, errno, "lo");
