@@ -241,6 +241,13 @@ static int64_t monotonic_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/// The supervisor is gone: take the sandbox down with it. SIGKILL first: our exit closes the
+/// seccomp listener, which would answer a waiting call with ENOSYS and let it run on.
+__attribute__((noreturn)) static void supervisor_gone(void) {
+    (void)kill(-1, SIGKILL);
+    _exit(1);
+}
+
 /// Serves the supervisor until the payload has ended. Then the sandbox ends: what the payload
 /// left is killed, and once the receiver thread has seen the last user of the filter go (so
 /// that a call it stopped in those last moments is still reported), the exit is reported and
@@ -309,7 +316,7 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload, int f
         if (fds[0].revents & POLLIN) {
             struct xsb_msg msg;
             ssize_t n = recv(control_fd, &msg, sizeof msg, 0);
-            if (n == 0) _exit(1);  // the supervisor is gone: take the sandbox down with it
+            if (n == 0) supervisor_gone();
             if (n != (ssize_t)sizeof msg) continue;
             int err = 0;
             switch (msg.type) {
@@ -332,7 +339,7 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload, int f
                 break;
             }
         } else if (fds[0].revents & (POLLHUP | POLLERR)) {
-            _exit(1);
+            supervisor_gone();
         }
     }
 }

@@ -93,21 +93,32 @@ static void send_message(uint32_t type, int32_t step, int32_t value, const char 
     } while (n == -EINTR);
 }
 
-/// Ends the sandbox: the init's exit takes every process of its PID namespace with it (the
-/// call that was stopped never runs: its task is killed while it waits for our answer).
+/// Stops the sandbox dead before anything is reported: SIGKILL to every other process of the
+/// PID namespace. The init's exit alone is not enough, and neither is the supervisor's SIGKILL
+/// of the init once it has read our report: the init's exit closes the listener before the
+/// kernel kills the namespace, and closing it answers a waiting call with ENOSYS, so the
+/// program would run on for a moment (long enough to reply on a connection). With SIGKILL
+/// already pending, no task returns to its program: the stopped call never runs.
+static void kill_sandbox(void) { raw_syscall(SYS_kill, -1, SIGKILL, 0, 0, 0); }
+
+/// Ends the sandbox (after kill_sandbox and the report): the init's exit ends the namespace.
 __attribute__((noreturn)) static void end_sandbox(void) {
     for (;;) raw_syscall(SYS_exit_group, 128 + 31, 0, 0, 0, 0);
 }
 
 static int is_exec(int nr) { return nr == SYS_execve || nr == SYS_execveat; }
 
+/// Whether the launch's own execve was let run ("no exec after start").
+static int first_exec_done;
+
 /// A call the policy kills: report it (by number, or XSB_UNNAMED_VIOLATION) and end the
 /// sandbox. MSG_DONTWAIT: ending the sandbox must not wait for a supervisor that stopped
 /// reading; only the name would be lost.
 __attribute__((noreturn)) static void violation(int nr) {
-    if (nr >= 0 && is_exec(nr) && !__atomic_load_n(&receiver.exec_done, __ATOMIC_ACQUIRE)) {
-        // The launch's own execve (nothing of the program has run yet): a policy that
-        // forbids execve. Fail the launch at once, and say why.
+    kill_sandbox();
+    if (nr >= 0 && is_exec(nr) && !first_exec_done && !__atomic_load_n(&receiver.exec_done, __ATOMIC_ACQUIRE)) {
+        // The launch's own execve (nothing of the program has run yet, and no execve was let
+        // run): a policy that forbids execve. Fail the launch at once, and say why.
         send_message(XSB_MSG_ERROR, XSB_STEP_EXEC, EPERM, "the policy's seccomp filter denies execve", MSG_DONTWAIT);
     } else {
         send_message(XSB_MSG_VIOLATION, 0, nr, "", MSG_DONTWAIT);
@@ -117,6 +128,7 @@ __attribute__((noreturn)) static void violation(int nr) {
 
 /// Fail closed: the listener cannot be read, so the filter cannot be enforced as written.
 __attribute__((noreturn)) static void broken(int err, const char *what) {
+    kill_sandbox();
     send_message(XSB_MSG_ERROR, XSB_STEP_SECCOMP, err, what, MSG_DONTWAIT);
     end_sandbox();
 }
@@ -137,7 +149,6 @@ static unsigned char audited_bits[1024 / 8];
 
 static void handle(int listener, const struct seccomp_notif *req) {
     int nr = req->data.nr;
-    static int first_exec_done;
     if (receiver.supervise_first_exec && !first_exec_done && is_exec(nr)) {
         // The launch's own execve: the first execve any task of this filter makes, since
         // the program (the only source of others) runs only after it.
@@ -197,8 +208,9 @@ static int receiver_main(void *unused) {
         // The fd appears in the shared fd table microseconds later (or never, when loading
         // failed: then the payload's vfork returns and exec_done is set).
         for (int round = 0;; round++) {
+            int done = __atomic_load_n(&receiver.exec_done, __ATOMIC_ACQUIRE);
             if (!(poll_listener(listener, -1) & POLLNVAL)) break;
-            if (__atomic_load_n(&receiver.exec_done, __ATOMIC_ACQUIRE)) {
+            if (done) {  // it was not there even after the vfork returned: it never will be
                 listener = -1;
                 break;
             }
