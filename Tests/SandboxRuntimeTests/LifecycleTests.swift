@@ -20,7 +20,9 @@ struct LifecycleTests {
     @Test("suspend stops every process of the sandbox, a forked grandchild too; resume continues them")
     func suspendResume() async throws {
         let output = OutputPipe()
-        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "60"], stdout: output.writeFD))
+        // 600 s, not 60: with the concurrency pool busy with other suites' blocking runs, this
+        // task has been seen to resume only after a minute, when a 60 s program had ended.
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
         defer { process.kill() }
         _ = output.waitFor("tick")
         let inside = process.processIdentifiers().dropFirst()  // all but the init
@@ -46,7 +48,7 @@ struct LifecycleTests {
             return
         }
         let output = OutputPipe()
-        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "60"], stdout: output.writeFD))
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
         defer { process.kill() }
         _ = output.waitFor("tick")
         let everyone = process.processIdentifiers()
