@@ -128,9 +128,6 @@ final class ExtensionProcessCore: Sendable {
         }
     }
 
-    /// Ended, or being ended: not to be handed out again.
-    var hasEnded: Bool { state.withLock { $0.phase == .ending || $0.phase == .ended } }
-
     /// Attaches another handle; false when the process is ending (launch a fresh one).
     func attach(handle: UUID, configuration: AppExtensionProcess.Configuration) -> Bool {
         let attached = state.withLock { state -> Bool in
