@@ -39,6 +39,8 @@ struct LaunchAuthorization: Sendable {
     /// The executable's fingerprint when it was checked: the running program must be that file.
     var expectedExecutable: FileFingerprint?
     var identifier: String
+    /// A `#!` script: the interpreter is the running program, the script the file it reads.
+    var isScript = false
 
     /// Checks `identity` now; throws ``DiscoveryError`` when it may not run.
     static func authorize(_ identity: AppExtensionIdentity) throws -> LaunchAuthorization {
@@ -92,7 +94,7 @@ struct LaunchAuthorization: Sendable {
         }
         if !mounts.isEmpty { environment[ExtensionEnvironment.resources] = ExtensionEnvironment.resourcesDirectory }
         return LaunchAuthorization(executable: current.executablePath, mounts: mounts, environment: environment,
-                                   expectedExecutable: fingerprint, identifier: id)
+                                   expectedExecutable: fingerprint, identifier: id, isScript: startsWithShebang(current.executablePath))
     }
 
     /// Throws unless `identity` is development-only or one that a monitor of this process
@@ -106,6 +108,14 @@ struct LaunchAuthorization: Sendable {
         }
     }
 
+    static func startsWithShebang(_ path: String) -> Bool {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var head: [UInt8] = [0, 0]
+        return read(fd, &head, 2) == 2 && head == [0x23, 0x21]
+    }
+
     /// After READY: the sandbox's program is the file that was checked (same device, inode,
     /// size, mtime and ctime). Closes the window between the check and the exec: a file swapped
     /// in or rewritten meanwhile is caught here, before any connection (docs/extensions.md).
@@ -114,8 +124,9 @@ struct LaunchAuthorization: Sendable {
         guard let payload = sandbox.processIdentifiers().dropFirst().first else {
             throw DiscoveryError.refused(identifier: identifier, reason: "its program is gone")
         }
-        let running = FileFingerprint.of("/proc/\(payload)/exe")
-        guard running == expected else {
+        if FileFingerprint.of("/proc/\(payload)/exe") == expected { return }
+        // A script: its interpreter runs, reading the file bound into the sandbox at this path.
+        guard isScript, FileFingerprint.of("/proc/\(payload)/root" + executable) == expected else {
             throw DiscoveryError.refused(identifier: identifier, reason: "the program that started is not the file that was checked (replaced during the launch)")
         }
     }

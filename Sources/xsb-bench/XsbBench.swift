@@ -32,8 +32,8 @@ struct XsbBench {
         let iterations = Int(option("--iterations") ?? "") ?? 200
         let rounds = Int(option("--rounds") ?? "") ?? 30
         let only = option("--only")
-        guard only == nil || only == "launch" || only == "ipc" else {
-            FileHandle.standardError.write(Data("xsb-bench: --only takes launch or ipc\n".utf8))
+        guard only == nil || only == "launch" || only == "ipc" || only == "discovery" else {
+            FileHandle.standardError.write(Data("xsb-bench: --only takes launch, ipc or discovery\n".utf8))
             exit(2)
         }
         let ownDirectory = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]).deletingLastPathComponent().path
@@ -51,7 +51,7 @@ struct XsbBench {
         var targets: [String: String] = [:]
         var table: [String] = []
 
-        if only != "ipc" {
+        if only == nil || only == "launch" {
             guard let bwrap = ["/usr/bin/bwrap", "/bin/bwrap"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
                 FileHandle.standardError.write(Data("xsb-bench: bubblewrap is missing (scripts/bench installs it)\n".utf8))
                 exit(2)
@@ -75,7 +75,7 @@ struct XsbBench {
             table.append("targets: launch_api_vs_bwrap <= 1.0, exec_cli_vs_bwrap <= 2.0")
         }
 
-        if only != "launch" {
+        if only == nil || only == "ipc" {
             for (path, product) in [(extensionPath, "xsb-echo-extension"), (pingpongPath, "xsb-pingpong")]
             where !FileManager.default.isExecutableFile(atPath: path) {
                 FileHandle.standardError.write(Data("xsb-bench: \(path) is missing (swift build --product \(product))\n".utf8))
@@ -152,7 +152,19 @@ struct XsbBench {
             table.append(row("kill_to_interruption_ms", String(format: "%8.3f ms", killToInterruption * 1000), "", nil, "-"))
             table.append("  kill(sandbox.pid, SIGKILL) of a freshly launched extension to its onInterruption callback")
         }
-        if only != "launch" && breakdown {
+        if only == nil || only == "discovery" {
+            let results = try await DiscoveryBench().run()
+            report["discovery_snapshot_ms_1000"] = rounded(results.snapshot * 1000)
+            report["discovery_snapshot_cold_ms_1000"] = rounded(results.snapshotCold * 1000)
+            report["discovery_update_ms"] = rounded(results.update * 1000)
+            if !table.isEmpty { table.append("") }
+            table.append("discovery (report only), median")
+            table.append(row("discovery_snapshot_ms_1000", String(format: "%8.1f ms", results.snapshot * 1000), "", nil, "-"))
+            table.append(String(format: "  Monitor start over 1,000 approved bundles (5 starts; the first, nothing hashed yet: %.1f ms)", results.snapshotCold * 1000))
+            table.append(row("discovery_update_ms", String(format: "%8.1f ms", results.update * 1000), "", nil, "-"))
+            table.append("  a bundle renamed into place -> the running monitor's update (\(results.updates) installs; includes the 10 ms debounce)")
+        }
+        if only != "launch" && only != "discovery" && breakdown {
             let bench = IPCBench(extensionPath: extensionPath, pingpongPath: pingpongPath,
                                  securityLevel: policyPath ?? "standard", rounds: rounds)
             let (lines, details) = try await Breakdown(bench: bench, policy: policy).run(rounds: max(rounds / 2, 1))
