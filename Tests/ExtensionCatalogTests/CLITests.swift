@@ -71,16 +71,19 @@ struct CLITests {
     }
 
     /// Writers take the lock for the whole read-modify-write: none loses another's change.
-    @Test func concurrentApprovalsAreAllKept() async throws {
+    @Test func concurrentApprovalsAreAllKept() throws {
         let world = try ExtensionWorld()
         let identifiers = (0..<8).map { "org.example.ext\($0)" }
         for identifier in identifiers { try world.install(identifier) }
-        try await withThrowingTaskGroup(of: ExtensionWorld.Output.self) { group in
-            for identifier in identifiers {
-                group.addTask { try world.cli(["approve", identifier]) }
-                group.addTask { try world.cli(["disable", identifier]) }
-            }
-            for try await output in group { #expect(output.status == 0, "\(output.stderr)") }
+        // All started before any is waited for: they run at once.
+        var running: [() throws -> ExtensionWorld.Output] = []
+        for identifier in identifiers {
+            running.append(try world.start(["approve", identifier]))
+            running.append(try world.start(["disable", identifier]))
+        }
+        for wait in running {
+            let output = try wait()
+            #expect(output.status == 0, "\(output.stderr)")
         }
         let state = try ApprovalStore(path: world.stateFile).load()
         #expect(Set(state.approvals.keys) == Set(identifiers))

@@ -101,6 +101,12 @@ final class ExtensionWorld: @unchecked Sendable {
 
     /// Runs the built `extsandbox` with this world's locations.
     func cli(_ arguments: [String]) throws -> Output {
+        try start(arguments)()
+    }
+
+    /// Starts the built `extsandbox`; the returned function waits for it. (Starting many first
+    /// and then waiting keeps concurrent runs from holding a concurrency-pool thread each.)
+    func start(_ arguments: [String]) throws -> () throws -> Output {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.cli)
         process.arguments = arguments
@@ -110,11 +116,13 @@ final class ExtensionWorld: @unchecked Sendable {
         process.standardError = err
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Output(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-                      stderr: String(decoding: stderr, as: UTF8.self))
+        return {
+            let stdout = out.fileHandleForReading.readDataToEndOfFile()
+            let stderr = err.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return Output(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+                          stderr: String(decoding: stderr, as: UTF8.self))
+        }
     }
 
     /// `extsandbox list --all --json`, as identifier → state.
