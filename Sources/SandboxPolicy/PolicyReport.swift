@@ -26,6 +26,10 @@ public enum PolicyReport {
             ? "allowed (execve as listed below)"
             : "no: the supervisor lets the sandbox's own launch through and kills any later execve or execveat"))
         out.append("  foreign arch:     kill  (i386 and x32 system calls, always)")
+        out.append("  built in:         wherever a call below would run (allow, log):")
+        out.append("                    errno EPERM   a mode with S_ISUID or S_ISGID in " + BuiltinRefusals.modeArguments.map { "\($0.syscall)(arg\($0.index))" }.joined(separator: " "))
+        out.append("                    errno ENOSYS  openat2 (its mode is in memory)")
+        out.append("                    errno EPERM   seccomp(SECCOMP_SET_MODE_FILTER), prctl(PR_SET_SECCOMP) but strict mode: no nested filters")
         out.append("  system calls:     \(named.count) named")
         out.append("")
 

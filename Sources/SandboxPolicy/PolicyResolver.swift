@@ -300,6 +300,10 @@ final class PolicyResolver {
         var conditional: [String: [PolicyLayer.RuleEntry]] = [:]
         for layer in layers {
             for rule in layer.rules {
+                if let reason = BuiltinRefusals.ineffectiveRule(syscall: rule.syscall, action: rule.action, conditions: rule.conditions) {
+                    error(rule.loc, "this rule cannot let \(rule.syscall) run: \(reason)")
+                    continue
+                }
                 if rule.conditions.isEmpty {
                     unconditional[rule.syscall] = rule
                 } else {

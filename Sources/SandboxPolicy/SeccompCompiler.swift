@@ -50,6 +50,9 @@ extension Policy {
     /// - Foreign architectures (i386 `int 0x80`, x32 syscall numbers) are killed in the kernel.
     /// - `clone3` always fails with `ENOSYS`, so the C library falls back to `clone`, whose flags
     ///   the filter can check; a policy that gives `clone3` another action is an error.
+    /// - Built-in refusals apply wherever the policy lets a call run (see ``BuiltinRefusals``):
+    ///   setuid and setgid mode bits fail with `EPERM`, `openat2` with `ENOSYS`, and a nested
+    ///   seccomp filter with `EPERM`; a `kill` or an `errno` of the policy always wins over them.
     /// - `execve` must be allowed without conditions (the sandbox execs its program after loading).
     /// - For a syscall with conditional rules, calls that match no condition get the syscall's
     ///   unconditional rule (if any), else the default action.
@@ -114,6 +117,9 @@ struct SeccompCompiler {
             }
             for c in rule.conditions where !(0...5).contains(c.index) {
                 throw fail("bad argument index \(c.index) in a rule for \(rule.syscall): system calls have arguments 0 to 5")
+            }
+            if !rule.conditions.isEmpty, let reason = BuiltinRefusals.ineffectiveRule(syscall: rule.syscall, action: rule.action, conditions: rule.conditions) {
+                throw fail("a rule that lets \(rule.syscall) run has no effect: \(reason)")
             }
             var p = plans[rule.syscall] ?? Plan(number: number)
             if rule.conditions.isEmpty {
@@ -220,9 +226,68 @@ struct SeccompCompiler {
             guard n > 0 else { throw fail("reading the exported BPF program failed") }
             done += n
         }
-        let filter = CompiledSeccompFilter(program: bytes)
-        try verify(filter, plans: plans)
+        let policyFilter = CompiledSeccompFilter(program: bytes)
+        try verify(policyFilter, plans: plans)
+        let program: [UInt8]
+        do {
+            program = try BuiltinRefusals.apply(to: bytes)
+        } catch {
+            throw fail("adding the built-in refusals: \(error.message)")
+        }
+        let filter = CompiledSeccompFilter(program: program)
+        try verifyBuiltins(filter, policyFilter: policyFilter, plans: plans)
         return filter
+    }
+
+    /// Checks the final program against the policy's own (already verified) program: it must
+    /// answer exactly the same, except that the built-in refusals turn some calls the policy lets
+    /// run into errors, and nothing else.
+    func verifyBuiltins(_ filter: CompiledSeccompFilter, policyFilter: CompiledSeccompFilter, plans: [(String, Plan)]) throws(PolicyError) {
+        let modes: [UInt64] = [0, 0o755, 0o4000, 0o2000, 0o6755, 0o4755, 0o1777, 0o177777,
+                               0xdead_beef_0000_0000 | 0o4755, 0xffff_ffff_0000_0000 | 0o755, 0x1_0000_0000 | 0o2000,
+                               0x1_0000_0000, 0xffff_ffff_ffff_ffff]
+        // Every named call once (the rewrite must leave them alone), the built-ins' calls with
+        // many argument values.
+        var samples: [(Int32, [UInt64])] = plans.map { ($0.1.number, [UInt64](repeating: 0, count: 6)) }
+        let builtinNumbers = BuiltinRefusals.modeArguments.map(\.number)
+            + [BuiltinRefusals.openat2Number, BuiltinRefusals.seccompNumber, BuiltinRefusals.prctlNumber]
+        for nr in builtinNumbers {
+            for index in 0...3 {
+                for mode in modes {
+                    var args = [UInt64](repeating: 0, count: 6)
+                    args[index] = mode
+                    samples.append((nr, args))
+                }
+            }
+            for (op, arg1) in [(1, 0), (0, 0), (2, 0), (22, 2), (22, 1), (22, 0x1_0000_0001), (22, 0), (0x1_0000_0016, 2)] as [(UInt64, UInt64)] {
+                samples.append((nr, [op, arg1, 0, 0, 0, 0]))
+            }
+        }
+        for (_, plan) in plans {
+            for rule in plan.conditional {
+                guard let args = rule.conditions.satisfyingArguments() else { continue }
+                samples.append((plan.number, args))
+                for index in 0...3 {
+                    var withSetID = args
+                    withSetID[index] |= 0o6000
+                    samples.append((plan.number, withSetID))
+                }
+            }
+        }
+        for (nr, args) in samples {
+            let own = policyFilter.evaluate(syscall: nr, arguments: args)
+            let want = BuiltinRefusals.combined(policy: own, syscall: nr, arguments: args)
+            let got = filter.evaluate(syscall: nr, arguments: args)
+            if got != want {
+                throw fail("internal error: with the built-in refusals the filter gives syscall \(nr)(\(args.map { "0x" + String($0, radix: 16) }.joined(separator: ", "))) action 0x\(String(got, radix: 16)), expected 0x\(String(want, radix: 16))")
+            }
+        }
+        if filter.evaluate(syscall: 39, arguments: [], architecture: SeccompReturn.archI386) != SeccompReturn.killProcess
+            || filter.evaluate(syscall: SeccompReturn.x32SyscallBit | 39, arguments: []) != SeccompReturn.killProcess
+            || filter.evaluate(syscall: SeccompReturn.x32SyscallBit | 90, arguments: [0, 0o4755]) != SeccompReturn.killProcess
+        {
+            throw fail("internal error: the compiled filter does not kill foreign-architecture system calls")
+        }
     }
 
     /// Checks the program against the plan at a few points, so a surprise in how libseccomp

@@ -1,0 +1,275 @@
+/// Refusals that every compiled filter carries, whatever the policy says: they apply wherever the
+/// policy would let the call run (`allow` or `log`), and never weaken a `kill` or an `errno`.
+///
+/// - Setuid and setgid bits can never be set from inside: a file with them, left in a writable
+///   bind, would give anyone on the host who runs it the sandbox caller's identity. Every call that
+///   takes a file mode (`chmod`, `fchmod`, `fchmodat`, `fchmodat2`, `open`, `openat`, `creat`,
+///   `mkdir`, `mkdirat`, `mknod`, `mknodat`) fails with `EPERM` when the mode has `S_ISUID` or
+///   `S_ISGID`. Only the low 32 bits of the mode argument are tested: the kernel reads the mode as
+///   a `umode_t`, so garbage in the upper half of the register changes nothing.
+/// - `openat2` fails with `ENOSYS`: its mode is in memory, which seccomp cannot read. The C library
+///   and programs fall back to `openat`.
+/// - No nested filters: `seccomp(SECCOMP_SET_MODE_FILTER, …)` and `prctl(PR_SET_SECCOMP, mode)`
+///   for any mode but `SECCOMP_MODE_STRICT` fail with `EPERM`. A filter the program stacks on
+///   ours could answer a call with an errno before our user notification ("kill") is seen, since
+///   the kernel takes the most restrictive of all filters' answers and an errno outranks a
+///   notification.
+///
+/// They are compiled as an epilogue: every return of `allow` or `log` in libseccomp's program
+/// becomes a jump to a small block that tests these calls and either refuses or returns the
+/// original action. So the built-ins only ever turn "the call runs" into "the call fails".
+enum BuiltinRefusals {
+    /// A system call whose argument `index` is a file mode.
+    struct ModeArgument: Sendable {
+        var syscall: String
+        /// The x86_64 number (fixed ABI; some libseccomp versions do not know `fchmodat2`).
+        var number: Int32
+        var index: Int
+    }
+
+    /// `S_ISUID | S_ISGID`.
+    static let setIDBits: UInt32 = 0o6000
+
+    static let modeArguments: [ModeArgument] = [
+        .init(syscall: "open", number: 2, index: 2),
+        .init(syscall: "mkdir", number: 83, index: 1),
+        .init(syscall: "creat", number: 85, index: 1),
+        .init(syscall: "chmod", number: 90, index: 1),
+        .init(syscall: "fchmod", number: 91, index: 1),
+        .init(syscall: "mknod", number: 133, index: 1),
+        .init(syscall: "openat", number: 257, index: 3),
+        .init(syscall: "mkdirat", number: 258, index: 2),
+        .init(syscall: "mknodat", number: 259, index: 2),
+        .init(syscall: "fchmodat", number: 268, index: 2),
+        .init(syscall: "fchmodat2", number: 452, index: 2),
+    ]
+
+    static let openat2Number: Int32 = 437
+    static let seccompNumber: Int32 = 317
+    static let prctlNumber: Int32 = 157
+    static let seccompSetModeFilter: UInt32 = 1  // SECCOMP_SET_MODE_FILTER
+    static let prSetSeccomp: UInt32 = 22  // PR_SET_SECCOMP
+    static let seccompModeStrict: UInt64 = 1  // SECCOMP_MODE_STRICT
+
+    static let eperm = SeccompReturn.errno | 1
+    static let enosys = SeccompReturn.errno | 38
+
+    /// Why each built-in exists, for messages, `policy show` and the docs.
+    static let setIDExplanation =
+        "setuid and setgid bits can never be set from inside: a file with them in a writable bind would run with the sandbox caller's identity for anyone on the host"
+    static let openat2Explanation =
+        "openat2 passes its mode in memory, which seccomp cannot read, so it always fails with ENOSYS (the C library and programs fall back to openat)"
+    static let nestedFilterExplanation =
+        "a program may not stack its own seccomp filter: one that answers with an errno would outrank the sandbox's kill"
+
+    /// The built-ins' answer for one native call, or `nil` when they leave it to the policy.
+    /// Mirrors the BPF epilogue, for the compiler's self-check and for tests.
+    static func refusal(syscall nr: Int32, arguments: [UInt64]) -> UInt32? {
+        func arg(_ i: Int) -> UInt64 { i < arguments.count ? arguments[i] : 0 }
+        func low(_ i: Int) -> UInt32 { UInt32(truncatingIfNeeded: arg(i)) }
+        if let m = modeArguments.first(where: { $0.number == nr }) {
+            return low(m.index) & setIDBits != 0 ? eperm : nil
+        }
+        switch nr {
+        case openat2Number: return enosys
+        case seccompNumber: return low(0) == seccompSetModeFilter ? eperm : nil
+        case prctlNumber: return low(0) == prSetSeccomp && arg(1) != seccompModeStrict ? eperm : nil
+        default: return nil
+        }
+    }
+
+    /// Whether a filter answer lets the call run (so the built-ins may refuse it instead).
+    static func runs(_ ret: UInt32) -> Bool {
+        let action = ret & SeccompReturn.actionMask
+        return action == SeccompReturn.allow || action == SeccompReturn.log
+    }
+
+    /// What the final filter must answer, given the policy's own answer.
+    static func combined(policy ret: UInt32, syscall nr: Int32, arguments: [UInt64]) -> UInt32 {
+        guard runs(ret), let refusal = refusal(syscall: nr, arguments: arguments) else { return ret }
+        return refusal
+    }
+
+    /// Why a rule that lets `syscall` run under `conditions` can never take effect (every call it
+    /// matches is refused by a built-in), or `nil`.
+    static func ineffectiveRule(syscall: String, action: SyscallAction, conditions: [ArgumentCondition]) -> String? {
+        guard action == .allow || action == .log else { return nil }
+        if syscall == "openat2" { return openat2Explanation }
+        guard let m = modeArguments.first(where: { $0.syscall == syscall }) else { return nil }
+        for c in conditions where c.index == m.index {
+            let forced: UInt64
+            switch c.op {
+            case .equal: forced = c.value
+            case .maskedEqual(let mask): forced = mask & c.value
+            default: continue
+            }
+            if UInt32(truncatingIfNeeded: forced) & setIDBits != 0 {
+                return "every call this rule matches has S_ISUID or S_ISGID in arg\(m.index), and \(setIDExplanation), so \(syscall) fails with EPERM"
+            }
+        }
+        return nil
+    }
+
+    struct RewriteFailure: Error {
+        var message: String
+    }
+
+    /// Rewrites libseccomp's program: each `ret ALLOW`/`ret LOG` becomes a jump into an epilogue
+    /// that applies the built-ins and then returns that same action.
+    static func apply(to program: [UInt8]) throws(RewriteFailure) -> [UInt8] {
+        guard program.count % 8 == 0, !program.isEmpty else { throw RewriteFailure(message: "malformed BPF program") }
+        var insns = stride(from: 0, to: program.count, by: 8).map { BPFInstruction(bytes: program, at: $0) }
+        // Every distinct "runs" return value gets one epilogue, appended in order of appearance.
+        var epilogueStart: [UInt32: Int] = [:]
+        var epilogues: [BPFInstruction] = []
+        var retargets: [(index: Int, value: UInt32)] = []
+        for (i, insn) in insns.enumerated() {
+            switch insn.code {
+            case BPFInstruction.retK:
+                guard runs(insn.k) else { continue }
+                if epilogueStart[insn.k] == nil {
+                    epilogueStart[insn.k] = insns.count + epilogues.count
+                    epilogues += try epilogue(returning: insn.k)
+                }
+                retargets.append((i, insn.k))
+            case BPFInstruction.retA:
+                throw RewriteFailure(message: "the BPF program returns a computed value, which the built-in refusals cannot follow")
+            default:
+                continue
+            }
+        }
+        for (index, value) in retargets {
+            let target = epilogueStart[value]!
+            insns[index] = BPFInstruction(code: BPFInstruction.ja, jt: 0, jf: 0, k: UInt32(target - index - 1))
+        }
+        // The kernel takes at most 4096 instructions; a longer program fails the launch at the
+        // seccomp step (it never runs without its filter).
+        insns += epilogues
+        return insns.flatMap(\.bytes)
+    }
+
+    /// The block that applies the built-ins and otherwise returns `ret`.
+    static func epilogue(returning ret: UInt32) throws(RewriteFailure) -> [BPFInstruction] {
+        var asm = BPFAssembler()
+        asm.loadAbsolute(4)  // seccomp_data.arch
+        asm.jumpIfEqual(SeccompReturn.archX86_64, then: "native", else: "return")
+        asm.label("native")
+        asm.loadAbsolute(0)  // seccomp_data.nr
+        for m in modeArguments {
+            asm.jumpIfEqual(UInt32(m.number), then: "mode\(m.index)", else: nil)
+        }
+        asm.jumpIfEqual(UInt32(openat2Number), then: "enosys", else: nil)
+        asm.jumpIfEqual(UInt32(seccompNumber), then: "seccomp", else: nil)
+        asm.jumpIfEqual(UInt32(prctlNumber), then: "prctl", else: nil)
+        asm.ret(ret)
+        // The low word of args[i] (little endian): the kernel reads the mode as a umode_t.
+        for index in Set(modeArguments.map(\.index)).sorted() {
+            asm.label("mode\(index)")
+            asm.loadAbsolute(UInt32(16 + 8 * index))
+            asm.jumpIfAnySet(setIDBits, then: "eperm", else: "return")
+        }
+        asm.label("seccomp")
+        asm.loadAbsolute(16)  // operation (unsigned int)
+        asm.jumpIfEqual(seccompSetModeFilter, then: "eperm", else: "return")
+        asm.label("prctl")
+        asm.loadAbsolute(16)  // option (int)
+        asm.jumpIfEqual(prSetSeccomp, then: "prctl-mode", else: "return")
+        asm.label("prctl-mode")
+        asm.loadAbsolute(24)  // arg2 (unsigned long), low word
+        asm.jumpIfEqual(UInt32(seccompModeStrict), then: "prctl-mode-high", else: "eperm")
+        asm.label("prctl-mode-high")
+        asm.loadAbsolute(28)  // arg2, high word
+        asm.jumpIfEqual(0, then: "return", else: "eperm")
+        asm.label("return")
+        asm.ret(ret)
+        asm.label("eperm")
+        asm.ret(eperm)
+        asm.label("enosys")
+        asm.ret(enosys)
+        return try asm.assemble()
+    }
+}
+
+/// One classic BPF instruction (struct sock_filter).
+struct BPFInstruction: Equatable {
+    var code: UInt16
+    var jt: UInt8
+    var jf: UInt8
+    var k: UInt32
+
+    static let ldAbsW: UInt16 = 0x20  // BPF_LD | BPF_W | BPF_ABS
+    static let ja: UInt16 = 0x05  // BPF_JMP | BPF_JA
+    static let jeqK: UInt16 = 0x15  // BPF_JMP | BPF_JEQ | BPF_K
+    static let jsetK: UInt16 = 0x45  // BPF_JMP | BPF_JSET | BPF_K
+    static let retK: UInt16 = 0x06  // BPF_RET | BPF_K
+    static let retA: UInt16 = 0x16  // BPF_RET | BPF_A
+
+    init(code: UInt16, jt: UInt8, jf: UInt8, k: UInt32) {
+        self.code = code
+        self.jt = jt
+        self.jf = jf
+        self.k = k
+    }
+
+    init(bytes: [UInt8], at o: Int) {
+        code = UInt16(bytes[o]) | UInt16(bytes[o + 1]) << 8
+        jt = bytes[o + 2]
+        jf = bytes[o + 3]
+        k = (0..<4).reduce(0) { $0 | UInt32(bytes[o + 4 + $1]) << (8 * UInt32($1)) }
+    }
+
+    var bytes: [UInt8] {
+        [UInt8(code & 0xff), UInt8(code >> 8), jt, jf] + (0..<4).map { UInt8(truncatingIfNeeded: k >> (8 * UInt32($0))) }
+    }
+}
+
+/// A tiny assembler for forward-only classic BPF with named labels.
+struct BPFAssembler {
+    private enum Item {
+        case insn(BPFInstruction, jt: String?, jf: String?)
+        case label(String)
+    }
+    private var items: [Item] = []
+
+    mutating func label(_ name: String) { items.append(.label(name)) }
+    mutating func loadAbsolute(_ offset: UInt32) {
+        items.append(.insn(.init(code: BPFInstruction.ldAbsW, jt: 0, jf: 0, k: offset), jt: nil, jf: nil))
+    }
+    /// `else: nil` falls through to the next instruction.
+    mutating func jumpIfEqual(_ value: UInt32, then: String?, else other: String?) {
+        items.append(.insn(.init(code: BPFInstruction.jeqK, jt: 0, jf: 0, k: value), jt: then, jf: other))
+    }
+    mutating func jumpIfAnySet(_ bits: UInt32, then: String?, else other: String?) {
+        items.append(.insn(.init(code: BPFInstruction.jsetK, jt: 0, jf: 0, k: bits), jt: then, jf: other))
+    }
+    mutating func ret(_ value: UInt32) {
+        items.append(.insn(.init(code: BPFInstruction.retK, jt: 0, jf: 0, k: value), jt: nil, jf: nil))
+    }
+
+    func assemble() throws(BuiltinRefusals.RewriteFailure) -> [BPFInstruction] {
+        var position: [String: Int] = [:]
+        var count = 0
+        for item in items {
+            switch item {
+            case .label(let name): position[name] = count
+            case .insn: count += 1
+            }
+        }
+        var out: [BPFInstruction] = []
+        for item in items {
+            guard case .insn(var insn, let jt, let jf) = item else { continue }
+            let pc = out.count
+            func offset(_ label: String?) throws(BuiltinRefusals.RewriteFailure) -> UInt8 {
+                guard let label else { return 0 }
+                guard let target = position[label], target > pc, target - pc - 1 <= 255 else {
+                    throw BuiltinRefusals.RewriteFailure(message: "internal error: bad jump to \(label) in the built-in refusals")
+                }
+                return UInt8(target - pc - 1)
+            }
+            insn.jt = try offset(jt)
+            insn.jf = try offset(jf)
+            out.append(insn)
+        }
+        return out
+    }
+}
