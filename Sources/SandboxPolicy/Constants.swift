@@ -15,7 +15,8 @@ public enum PolicyConstants {
         "CLONE_NEWPID": 0x2000_0000, "CLONE_NEWNET": 0x4000_0000,
         // socket(2) address families
         "AF_UNSPEC": 0, "AF_UNIX": 1, "AF_LOCAL": 1, "AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16,
-        "AF_PACKET": 17, "AF_VSOCK": 40, "AF_ALG": 38, "AF_BLUETOOTH": 31,
+        "AF_PACKET": 17, "AF_VSOCK": 40, "AF_ALG": 38, "AF_BLUETOOTH": 31, "AF_KEY": 15,
+        "AF_CAN": 29, "AF_TIPC": 30, "AF_RDS": 21, "AF_XDP": 44, "AF_MCTP": 45,
         // socket(2) types and flags
         "SOCK_STREAM": 1, "SOCK_DGRAM": 2, "SOCK_RAW": 3, "SOCK_RDM": 4, "SOCK_SEQPACKET": 5,
         "SOCK_NONBLOCK": 0x800, "SOCK_CLOEXEC": 0x80000,
@@ -43,9 +44,21 @@ public enum PolicyConstants {
         "PR_SET_NAME": 15, "PR_GET_NAME": 16, "PR_GET_SECCOMP": 21, "PR_SET_SECCOMP": 22,
         "PR_CAPBSET_READ": 23, "PR_CAPBSET_DROP": 24, "PR_SET_NO_NEW_PRIVS": 38,
         "PR_GET_NO_NEW_PRIVS": 39, "PR_SET_PTRACER": 0x5961_6d61, "PR_SET_VMA": 0x5356_4d41,
+        "PR_SET_MDWE": 65, "PR_GET_MDWE": 66,
+        // seccomp(2) operations and prctl(PR_SET_SECCOMP) modes
+        "SECCOMP_SET_MODE_STRICT": 0, "SECCOMP_SET_MODE_FILTER": 1, "SECCOMP_GET_ACTION_AVAIL": 2,
+        "SECCOMP_GET_NOTIF_SIZES": 3, "SECCOMP_MODE_STRICT": 1, "SECCOMP_MODE_FILTER": 2,
         // personality(2)
-        "PER_LINUX": 0, "ADDR_NO_RANDOMIZE": 0x0040000, "UNAME26": 0x0020000,
-        "PER_QUERY": 0xFFFF_FFFF,
+        "PER_LINUX": 0, "PER_LINUX32": 0x0008, "ADDR_NO_RANDOMIZE": 0x0040000, "UNAME26": 0x0020000,
+        "READ_IMPLIES_EXEC": 0x0400000, "ADDR_COMPAT_LAYOUT": 0x0200000, "MMAP_PAGE_ZERO": 0x0100000,
+        "ADDR_LIMIT_32BIT": 0x0800000, "SHORT_INODE": 0x1000000, "WHOLE_SECONDS": 0x2000000,
+        "STICKY_TIMEOUTS": 0x4000000, "ADDR_LIMIT_3GB": 0x8000000, "PER_QUERY": 0xFFFF_FFFF,
+        // netlink(7) protocols (socket's third argument with AF_NETLINK)
+        "NETLINK_ROUTE": 0, "NETLINK_SOCK_DIAG": 4, "NETLINK_AUDIT": 9, "NETLINK_KOBJECT_UEVENT": 15,
+        "NETLINK_GENERIC": 16,
+        // file mode bits (chmod(2), open(2), mkdir(2), mknod(2))
+        "S_ISUID": 0o4000, "S_ISGID": 0o2000, "S_ISVTX": 0o1000, "S_IFREG": 0o100000,
+        "S_IFCHR": 0o20000, "S_IFBLK": 0o60000, "S_IFIFO": 0o10000, "S_IFSOCK": 0o140000,
     ]
 
     /// errno names usable in `errno` actions.

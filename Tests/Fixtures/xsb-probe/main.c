@@ -75,6 +75,11 @@
 
 #include <linux/filter.h>
 #include <linux/keyctl.h>
+#include <linux/netlink.h>
+#include <linux/seccomp.h>
+#include <sys/mman.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
 #include <linux/perf_event.h>
 #include <linux/reboot.h>
 #include <linux/seccomp.h>
@@ -89,6 +94,18 @@
 #endif
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+#ifndef AF_VSOCK
+#define AF_VSOCK 40
+#endif
+#ifndef PR_GET_MDWE
+#define PR_GET_MDWE 66
 #endif
 #ifndef MAX_HANDLE_SZ
 #define MAX_HANDLE_SZ 128
@@ -1481,6 +1498,309 @@ static int t_cpu_spin(int argc, char **argv)
               (double)cpu.tv_sec + (double)cpu.tv_nsec / 1e9);
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Built-in refusals and the shipped levels' argument rules: each call must   */
+/* fail with one particular errno (the filter's answer), not just fail.       */
+/* ------------------------------------------------------------------------ */
+
+/* The call returned `rc`: blocked when it failed with `want`, ESCAPED when it
+ * succeeded, FAILED when something else stopped it (the test proves nothing). */
+static int expect_errno(long rc, int want, const char *what)
+{
+    if (rc != -1)
+        return escaped("%s succeeded (returned %ld)", what, rc);
+    if (errno == want)
+        return blocked(want, "%s", what);
+    return failed("%s failed with %s, expected %s", what, errno_name(errno),
+                  errno_name(want));
+}
+
+/* A fresh path in /tmp for this check (removed afterwards by the caller). */
+static void tmp_path(char *out, size_t outlen)
+{
+    snprintf(out, outlen, "/tmp/xsb-probe-%s-%ld", g_check, (long)getpid());
+}
+
+/* setid-chmod: chmod 06755 on our own file in a writable /tmp. */
+static int c_setid_chmod(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    char path[96];
+    tmp_path(path, sizeof path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    if (fd == -1)
+        return failed("create %s: %s", path, errno_name(errno));
+    close(fd);
+    long rc = chmod(path, 06755);
+    int err = errno;
+    struct stat st;
+    int mode = stat(path, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+    unlink(path);
+    errno = err;
+    if (rc == 0)
+        return escaped("chmod 06755 worked: mode %04o", mode);
+    return expect_errno(rc, EPERM, "chmod 06755");
+}
+
+/* setid-fchmod: fchmod 04755 on an open file; setid-fchmodat2: the newest chmod. */
+static int c_setid_fchmod(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    char path[96];
+    tmp_path(path, sizeof path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    if (fd == -1)
+        return failed("create %s: %s", path, errno_name(errno));
+    long rc = fchmod(fd, 04755);
+    int err = errno;
+    close(fd);
+    unlink(path);
+    errno = err;
+    return expect_errno(rc, EPERM, "fchmod 04755");
+}
+
+static int c_setid_fchmodat2(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    char path[96];
+    tmp_path(path, sizeof path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    if (fd == -1)
+        return failed("create %s: %s", path, errno_name(errno));
+    close(fd);
+    long rc = syscall(SYS_fchmodat2, AT_FDCWD, path, 02755, 0);
+    int err = errno;
+    unlink(path);
+    errno = err;
+    return expect_errno(rc, EPERM, "fchmodat2 02755");
+}
+
+/* setid-open: creating a file with mode 04755.  The umask would not strip
+ * S_ISUID, but the call itself must fail. */
+static int c_setid_open(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    char path[96];
+    tmp_path(path, sizeof path);
+    long rc = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 04755);
+    int err = errno;
+    if (rc >= 0) {
+        struct stat st;
+        int mode = fstat((int)rc, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+        close((int)rc);
+        unlink(path);
+        return escaped("open(O_CREAT, 04755) created a file with mode %04o", mode);
+    }
+    errno = err;
+    return expect_errno(rc, EPERM, "open(O_CREAT, 04755)");
+}
+
+/* setid-open-high: the mode with garbage in the upper 32 bits (the kernel
+ * reads a umode_t), through the raw system call. */
+static int c_setid_open_high(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    char path[96];
+    tmp_path(path, sizeof path);
+    long rc = syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                      0xdeadbeef00000000UL | 04755UL);
+    int err = errno;
+    if (rc >= 0) {
+        struct stat st;
+        int mode = fstat((int)rc, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+        close((int)rc);
+        unlink(path);
+        return escaped("openat with mode 0xdeadbeef00000000|04755 created mode %04o", mode);
+    }
+    errno = err;
+    return expect_errno(rc, EPERM, "openat(O_CREAT, 0xdeadbeef00000000|04755)");
+}
+
+static int c_setid_mkdir(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    char path[96];
+    tmp_path(path, sizeof path);
+    long rc = mkdir(path, 02755);
+    int err = errno;
+    if (rc == 0) {
+        rmdir(path);
+        return escaped("mkdir 02755 succeeded");
+    }
+    errno = err;
+    return expect_errno(rc, EPERM, "mkdir 02755");
+}
+
+static int c_setid_mknod(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    char path[96];
+    tmp_path(path, sizeof path);
+    long rc = mknod(path, S_IFREG | 04755, 0);
+    int err = errno;
+    if (rc == 0) {
+        unlink(path);
+        return escaped("mknod S_IFREG|04755 succeeded");
+    }
+    errno = err;
+    return expect_errno(rc, EPERM, "mknod S_IFREG|04755");
+}
+
+/* openat2 passes its mode in memory: it must fail with ENOSYS (libc then
+ * falls back to openat, whose mode the filter can read). */
+static int c_openat2(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    char path[96];
+    tmp_path(path, sizeof path);
+    struct { uint64_t flags, mode, resolve; } how = {O_WRONLY | O_CREAT | O_EXCL, 04755, 0};
+    long rc = syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+    int err = errno;
+    if (rc >= 0) {
+        close((int)rc);
+        unlink(path);
+        return escaped("openat2 created a file with mode 04755 requested");
+    }
+    errno = err;
+    return expect_errno(rc, ENOSYS, "openat2");
+}
+
+static int c_socket_vsock(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    long rc = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    return expect_errno(rc, EAFNOSUPPORT, "socket(AF_VSOCK)");
+}
+
+static int c_socket_netlink_uevent(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    long rc = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT);
+    return expect_errno(rc, EAFNOSUPPORT, "socket(AF_NETLINK, NETLINK_KOBJECT_UEVENT)");
+}
+
+/* socket-families: the families ordinary programs need still work. */
+static int c_socket_families(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    static const struct { int family, type, protocol; const char *name; } wanted[] = {
+        {AF_UNIX, SOCK_STREAM, 0, "unix"},
+        {AF_INET, SOCK_DGRAM, 0, "inet"},
+        {AF_INET6, SOCK_STREAM, 0, "inet6"},
+        {AF_NETLINK, SOCK_RAW, NETLINK_ROUTE, "netlink-route"},
+    };
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++) {
+        int fd = socket(wanted[i].family, wanted[i].type | SOCK_CLOEXEC, wanted[i].protocol);
+        if (fd == -1)
+            return failed("socket(%s): %s", wanted[i].name, errno_name(errno));
+        close(fd);
+    }
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == -1)
+        return failed("socketpair(AF_UNIX): %s", errno_name(errno));
+    close(pair[0]);
+    close(pair[1]);
+    return ok("unix inet inet6 netlink-route, socketpair unix");
+}
+
+static int c_personality(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    long rc = syscall(SYS_personality, (unsigned long)(PER_LINUX | READ_IMPLIES_EXEC));
+    return expect_errno(rc, EPERM, "personality(READ_IMPLIES_EXEC)");
+}
+
+/* prlimit-init: the sandbox init's limits must not change from inside. */
+static int c_prlimit_init(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    struct rlimit zero = {0, 0};
+    long rc = syscall(SYS_prlimit64, 1, RLIMIT_CORE, &zero, NULL);
+    return expect_errno(rc, EPERM, "prlimit64(1, RLIMIT_CORE)");
+}
+
+/* nested-filter: stacking a filter of our own (here one that allows all). */
+static int c_nested_filter(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_fprog prog = {1, &allow};
+    long rc = prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+    return expect_errno(rc, EPERM, "prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)");
+}
+
+static int c_nested_filter_seccomp(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_fprog prog = {1, &allow};
+    long rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+    return expect_errno(rc, EPERM, "seccomp(SECCOMP_SET_MODE_FILTER)");
+}
+
+/* A read-only file to map: our own executable. */
+static int open_self(void)
+{
+    return open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+}
+
+/* Runs the `ret` instruction written at `page`; returns only if it ran. */
+static void run_written_code(void *page)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    ((unsigned char *)page)[0] = 0xc3; /* ret */
+    ((void (*)(void))page)();
+#else
+    (void)page;
+#endif
+}
+
+/* wx-mmap: a private mapping of a read-only file, writable and executable at once. */
+static int t_wx_mmap(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    int fd = open_self();
+    if (fd == -1)
+        return failed("open /proc/self/exe: %s", errno_name(errno));
+    void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    close(fd);
+    if (page == MAP_FAILED)
+        return blocked(err, "mmap(file, PROT_WRITE|PROT_EXEC, MAP_PRIVATE)");
+    run_written_code(page);
+    return escaped("mapped a read-only file writable and executable and ran code written into it");
+}
+
+/* wx-mprotect: the same mapping writable first, then executable. */
+static int t_wx_mprotect(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    int fd = open_self();
+    if (fd == -1)
+        return failed("open /proc/self/exe: %s", errno_name(errno));
+    void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    close(fd);
+    if (page == MAP_FAILED)
+        return failed("mmap(file, PROT_READ|PROT_WRITE, MAP_PRIVATE): %s", errno_name(err));
+    ((unsigned char *)page)[0] = 0xc3;
+    if (mprotect(page, 4096, PROT_READ | PROT_EXEC) == -1)
+        return blocked(errno, "mprotect(PROT_READ|PROT_EXEC) after writing");
+    run_written_code(page);
+    return escaped("made a written page executable and ran it");
+}
+
+/* mdwe: the memory-deny-write-execute flags of this process (after execve). */
+static int t_mdwe(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    long flags = prctl(PR_GET_MDWE, 0, 0, 0, 0);
+    if (flags == -1)
+        return failed("prctl(PR_GET_MDWE): %s", errno_name(errno));
+    return ok("PR_GET_MDWE=%ld", flags);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The table                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1539,6 +1859,20 @@ static const struct check checks[] = {
     {"kill-host", BLOCKED, NULL, DANGEROUS, c_kill_host, ""},
     {"net-connect", BLOCKED, NULL, 0, c_net_connect, ""},
     {"abstract-unix", BLOCKED, NULL, 0, c_abstract_unix, "[NAME]"},
+    {"setid-chmod", BLOCKED, NULL, 0, c_setid_chmod, ""},
+    {"setid-fchmod", BLOCKED, NULL, 0, c_setid_fchmod, ""},
+    {"setid-fchmodat2", BLOCKED, NULL, 0, c_setid_fchmodat2, ""},
+    {"setid-open", BLOCKED, NULL, 0, c_setid_open, ""},
+    {"setid-open-high", BLOCKED, NULL, 0, c_setid_open_high, ""},
+    {"setid-mkdir", BLOCKED, NULL, 0, c_setid_mkdir, ""},
+    {"setid-mknod", BLOCKED, NULL, 0, c_setid_mknod, ""},
+    {"openat2", BLOCKED, NULL, 0, c_openat2, ""},
+    {"socket-vsock", BLOCKED, NULL, 0, c_socket_vsock, ""},
+    {"socket-netlink-uevent", BLOCKED, NULL, 0, c_socket_netlink_uevent, ""},
+    {"personality", BLOCKED, NULL, 0, c_personality, ""},
+    {"prlimit-init", BLOCKED, NULL, 0, c_prlimit_init, ""},
+    {"nested-filter", BLOCKED, NULL, 0, c_nested_filter, ""},
+    {"nested-filter-seccomp", BLOCKED, NULL, 0, c_nested_filter_seccomp, ""},
     /* ok-class */
     {"caps", OK, NULL, 0, c_caps, ""},
     {"nnp", OK, NULL, 0, c_nnp, ""},
@@ -1556,6 +1890,7 @@ static const struct check checks[] = {
     {"session", OK, NULL, 0, c_session, ""},
     {"env", OK, NULL, 0, c_env, ""},
     {"init-proc", OK, NULL, 0, c_init_proc, ""},
+    {"socket-families", OK, NULL, 0, c_socket_families, ""},
     /* tools: not assertions, not in `list` */
     {"sleep", TOOL, NULL, 0, t_sleep, "SECONDS"},
     {"fork-sleep", TOOL, NULL, 0, t_fork_sleep, "SECONDS"},
@@ -1566,6 +1901,11 @@ static const struct check checks[] = {
     {"cpu-spin", TOOL, NULL, 0, t_cpu_spin, "SECONDS"},
     {"kill-under-signals", TOOL, NULL, 0, t_kill_under_signals, "[ATTEMPTS]"},
     {"stacked-errno", TOOL, NULL, 0, t_stacked_errno, ""},
+    /* W^X checks for levels with memory-deny-write-execute (hardened); other
+     * levels allow these, so they are not in `list`. */
+    {"wx-mmap", TOOL, NULL, 0, t_wx_mmap, ""},
+    {"wx-mprotect", TOOL, NULL, 0, t_wx_mprotect, ""},
+    {"mdwe", TOOL, NULL, 0, t_mdwe, ""},
 };
 
 #define NCHECKS (sizeof checks / sizeof checks[0])
