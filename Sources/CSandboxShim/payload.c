@@ -1,5 +1,6 @@
 // The payload's last steps before exec, in the order that matters: session, signals, fds,
-// working directory, rlimits, capabilities, no_new_privs, seccomp (last), execve.
+// working directory, rlimits, capabilities, no_new_privs, memory-deny-write-execute, seccomp
+// (last), execve.
 //
 // It runs in a vfork child of the sandbox init that shares the init's fd table, so it never
 // closes an fd (that would close the init's too): it marks them close-on-exec instead.
@@ -22,6 +23,13 @@
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef PR_SET_MDWE
+#define PR_SET_MDWE 65
+#define PR_GET_MDWE 66
+#endif
+#ifndef PR_MDWE_REFUSE_EXEC_GAIN
+#define PR_MDWE_REFUSE_EXEC_GAIN (1UL << 0)
 #endif
 #ifndef PR_CAP_AMBIENT
 #define PR_CAP_AMBIENT 47
@@ -134,6 +142,21 @@ void xsb_payload_main(const struct xsb_spawn_config *cfg, int announce_fd, int s
     // precisely before the filter is in place.
     if (access(cfg->path, X_OK) != 0) fail(status_fd, XSB_STEP_EXEC, cfg->path);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(status_fd, XSB_STEP_NO_NEW_PRIVS, "prctl");
+
+    // Memory-deny-write-execute: no mapping may be writable and executable, and none may gain
+    // PROT_EXEC later. It is a property of the mm, kept across execve (the new mm inherits it;
+    // PR_MDWE_NO_INHERIT is not set) and fork, and cannot be cleared. This payload has its own mm
+    // (the vfork shares only the fd table), so the init is not affected. Fail closed: a kernel
+    // without it (before 6.3) refuses with EINVAL and the launch stops here.
+    if (cfg->memory_deny_write_execute) {
+        if (prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0L, 0L, 0L) != 0)
+            fail(status_fd, XSB_STEP_MEMORY_DENY_WRITE_EXECUTE, "prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN)");
+        int flags = prctl(PR_GET_MDWE, 0L, 0L, 0L, 0L);
+        if (flags < 0 || !(flags & (int)PR_MDWE_REFUSE_EXEC_GAIN)) {
+            if (flags >= 0) errno = EINVAL;
+            fail(status_fd, XSB_STEP_MEMORY_DENY_WRITE_EXECUTE, "prctl(PR_GET_MDWE)");
+        }
+    }
 
     if (cfg->bpf == NULL || cfg->bpf_instructions == 0 || cfg->bpf_instructions > 0xffff) {
         errno = EINVAL;

@@ -99,11 +99,22 @@ public struct SeccompPolicy: Sendable, Equatable {
     /// policy cannot be compiled in `.inKernel` mode: a filter keeps no state, so it cannot tell
     /// the launch from a later exec.
     public var allowExecAfterStart: Bool
+    /// Whether no page of the sandboxed program may ever be writable and executable, at once or in
+    /// turn (policy key `seccomp.memory-deny-write-execute`): the launch sets the kernel's
+    /// memory-deny-write-execute (`prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN)`) before loading
+    /// the filter, it survives `execve` and is inherited by children, and the launch fails if the
+    /// kernel refuses it. `mmap` with `PROT_WRITE|PROT_EXEC` and `mprotect` that adds `PROT_EXEC`
+    /// then fail with `EACCES`, for file mappings too.
+    public var memoryDenyWriteExecute: Bool
 
-    public init(defaultAction: SyscallAction = .killProcess, rules: [SyscallRule] = [], allowExecAfterStart: Bool = true) {
+    public init(
+        defaultAction: SyscallAction = .killProcess, rules: [SyscallRule] = [], allowExecAfterStart: Bool = true,
+        memoryDenyWriteExecute: Bool = false
+    ) {
         self.defaultAction = defaultAction
         self.rules = rules
         self.allowExecAfterStart = allowExecAfterStart
+        self.memoryDenyWriteExecute = memoryDenyWriteExecute
     }
 }
 

@@ -14,7 +14,7 @@
 ///
 ///     policy      = str name, opt str sourcePath, str description, seccomp, filesystem,
 ///                   u8 network (0 = none), environment, limits, list str composedFrom
-///     seccomp     = action default, list rule, u8 allowExecAfterStart (0/1)
+///     seccomp     = action default, list rule, u8 allowExecAfterStart (0/1), u8 memoryDenyWriteExecute (0/1)
 ///     rule        = str syscall, action, list condition, opt str justification
 ///     action      = u8 0 allow | 1 errno, u32 errno | 2 kill | 3 log
 ///     condition   = u8 index (0…5), u8 op (0 == | 1 != | 2 < | 3 <= | 4 > | 5 >= | 6 masked, u64 mask), u64 value
@@ -53,6 +53,7 @@ enum PolicyBinaryFormat {
             w.optionalString(rule.justification)
         }
         w.bool(policy.seccomp.allowExecAfterStart)
+        w.bool(policy.seccomp.memoryDenyWriteExecute)
 
         w.count(policy.filesystem.mounts.count)
         for mount in policy.filesystem.mounts {
@@ -129,6 +130,7 @@ enum PolicyBinaryFormat {
             rules.append(SyscallRule(syscall: syscall, action: action, conditions: conditions, justification: justification))
         }
         let allowExec = r.bool()
+        let memoryDenyWriteExecute = r.bool()
 
         var mounts: [MountEntry] = []
         for _ in 0..<r.count() where !r.failed {
@@ -174,7 +176,9 @@ enum PolicyBinaryFormat {
         guard !r.failed else { return nil }
         return Policy(
             name: name, sourcePath: sourcePath, description: description,
-            seccomp: SeccompPolicy(defaultAction: defaultAction, rules: rules, allowExecAfterStart: allowExec),
+            seccomp: SeccompPolicy(
+                defaultAction: defaultAction, rules: rules, allowExecAfterStart: allowExec,
+                memoryDenyWriteExecute: memoryDenyWriteExecute),
             filesystem: FilesystemPolicy(mounts: mounts, masked: masked), network: network,
             environment: EnvironmentPolicy(pass: pass, set: set), limits: limits, composedFrom: composedFrom)
     }
@@ -268,7 +272,7 @@ enum PolicyBinaryFormat {
 /// One entry of the CLI's policy cache: the resolved policy, its compiled filter, and what is
 /// needed to tell whether they are still what loading the file would give.
 ///
-///     entry = 8 bytes magic "xsbpolc" + format version (2), u64 length of the whole entry,
+///     entry = 8 bytes magic "xsbpolc" + format version (3), u64 length of the whole entry,
 ///             u64 checksum of everything after it (``PolicyBinaryFormat/checksum(_:)``),
 ///             bytes build stamp, resolution, policy, bytes filter program
 ///     resolution = list str searchDirectories, list (str path, bytes contents) files,
@@ -278,7 +282,7 @@ enum PolicyBinaryFormat {
 /// ``decode(_:buildStamp:)`` checks the form (and the build stamp); whether the entry still
 /// applies is ``PolicyResolution/isCurrent(searchPath:)``, which the caller must also ask.
 public enum PolicyCacheEntry {
-    static let magic: [UInt8] = Array("xsbpolc".utf8) + [2]  // 2: limits gained memory-scope
+    static let magic: [UInt8] = Array("xsbpolc".utf8) + [3]  // 2: limits gained memory-scope; 3: seccomp gained memory-deny-write-execute
     static let headerSize = 24
 
     public struct Contents: Sendable, Equatable {

@@ -50,6 +50,8 @@ struct PolicyLayer {
     var seccompBroken = false
     var defaultAction: (action: SyscallAction, loc: Loc)?
     var allowExecAfterStart: (value: Bool, loc: Loc)?
+    /// `seccomp.memory-deny-write-execute`, when this file sets it.
+    var memoryDenyWriteExecute: (value: Bool, loc: Loc)?
     var lists: [ListSection] = []
     var rules: [RuleEntry] = []
 
@@ -68,7 +70,7 @@ struct PolicyLayer {
 struct PolicyDocument {
     static let formatVersion = "1"
     static let topKeys = ["version", "description", "extends", "include", "seccomp", "filesystem", "network", "environment", "limits"]
-    static let seccompKeys = ["default", "allow-exec-after-start", "allow", "log", "errno", "kill", "rules"]
+    static let seccompKeys = ["default", "allow-exec-after-start", "memory-deny-write-execute", "allow", "log", "errno", "kill", "rules"]
     static let ruleKeys = ["syscall", "action", "when", "why"]
     static let filesystemKeys = ["ro-bind", "ro-bind-optional", "bind", "bind-optional", "tmpfs", "mask"]
     static let environmentKeys = ["pass", "set"]
@@ -286,6 +288,14 @@ struct PolicyDocument {
                 case "false": layer.allowExecAfterStart = (false, here(value))
                 default:
                     diag.error(value, "allow-exec-after-start is true or false, found \"\(text)\"")
+                }
+            case "memory-deny-write-execute":
+                guard let text = reader.string(value, what: "memory-deny-write-execute") else { continue }
+                switch text {
+                case "true": layer.memoryDenyWriteExecute = (true, here(value))
+                case "false": layer.memoryDenyWriteExecute = (false, here(value))
+                default:
+                    diag.error(value, "memory-deny-write-execute is true or false, found \"\(text)\"")
                 }
             case "allow": layer.lists.append(.init(section: "allow", action: .allow, items: parseList(value, section: "allow")))
             case "log": layer.lists.append(.init(section: "log", action: .log, items: parseList(value, section: "log")))

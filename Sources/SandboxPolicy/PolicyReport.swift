@@ -25,6 +25,9 @@ public enum PolicyReport {
         out.append("  exec after start: " + (seccomp.allowExecAfterStart
             ? "allowed (execve as listed below)"
             : "no: the supervisor lets the sandbox's own launch through and kills any later execve or execveat"))
+        out.append("  W^X memory:       " + (seccomp.memoryDenyWriteExecute
+            ? "memory-deny-write-execute: no page is writable and executable, at once or in turn (PR_SET_MDWE)"
+            : "not enforced (memory-deny-write-execute: false)"))
         out.append("  foreign arch:     kill  (i386 and x32 system calls, always)")
         out.append("  built in:         wherever a call below would run (allow, log):")
         out.append("                    errno EPERM   a mode with S_ISUID or S_ISGID in " + BuiltinRefusals.modeArguments.map { "\($0.syscall)(arg\($0.index))" }.joined(separator: " "))

@@ -238,9 +238,11 @@ final class PolicyResolver {
         }
         var defaultSetting: (action: SyscallAction, loc: Loc)?
         var execSetting: (value: Bool, loc: Loc)?
+        var memoryDenyWriteExecute = false
         for layer in layers {
             if let d = layer.defaultAction { defaultSetting = d }
             if let e = layer.allowExecAfterStart { execSetting = e }
+            if let m = layer.memoryDenyWriteExecute { memoryDenyWriteExecute = m.value }
         }
         guard let (defaultAction, defaultLoc) = defaultSetting else {
             if !broken {
@@ -393,7 +395,9 @@ final class PolicyResolver {
                 out.append(SyscallRule(syscall: sys, action: c.action, conditions: c.conditions, justification: c.why))
             }
         }
-        return SeccompPolicy(defaultAction: defaultAction, rules: out, allowExecAfterStart: allowExec)
+        return SeccompPolicy(
+            defaultAction: defaultAction, rules: out, allowExecAfterStart: allowExec,
+            memoryDenyWriteExecute: memoryDenyWriteExecute)
     }
 
     /// A dangerous system call may run only through a rule that says why.

@@ -117,6 +117,7 @@ public final class Supervisor: Sendable {
         config.cgroup_tasks_fds = (tasks.count > 0 ? tasks[0] : -1, tasks.count > 1 ? tasks[1] : -1, tasks.count > 2 ? tasks[2] : -1, -1)
         config.cgroup_directory_fd = cgroup?.directoryDescriptor ?? -1
         config.audit = configuration.auditSeccomp ? 1 : 0
+        config.memory_deny_write_execute = configuration.policy.seccomp.memoryDenyWriteExecute ? 1 : 0
         config.controlling_terminal = configuration.controllingTerminal ? 1 : 0
         config.supervise_first_exec = Self.filterSupervisesExec(configuration.policy) ? 1 : 0
         config.cap_last_cap = capLastCap

@@ -155,6 +155,8 @@ struct BrokenPolicyTests {
                line: 6, column: 7, message: "a rule needs \"action\""),
         Broken(label: "network mode not supported yet", yaml: minimalPolicy + "\nnetwork: host\n", line: 5, column: 10,
                message: "network mode \"host\" is not supported yet; the only mode is \"none\""),
+        Broken(label: "memory-deny-write-execute is not a boolean", yaml: header + "\n  memory-deny-write-execute: yes\n  allow: [\"@default\"]\n",
+               line: 4, column: 30, message: "memory-deny-write-execute is true or false, found \"yes\""),
         Broken(label: "exec-after-start is not a boolean", yaml: header + "\n  allow-exec-after-start: no\n  allow: [\"@default\"]\n",
                line: 4, column: 27, message: "allow-exec-after-start is true or false, found \"no\""),
         Broken(label: "execve allowed by name without exec after start", yaml: header + "\n  allow-exec-after-start: false\n  allow: [\"@default\", execveat]\n",

@@ -70,7 +70,7 @@ struct PolicyCacheEntryTests {
                     SyscallRule(syscall: "kill", action: .errno(-1)),
                     SyscallRule(syscall: "clone3", action: .errno(38), justification: PolicyDocument.clone3Explanation),
                 ],
-                allowExecAfterStart: false),
+                allowExecAfterStart: false, memoryDenyWriteExecute: true),
             filesystem: FilesystemPolicy(
                 mounts: [
                     .bind(source: "/usr", destination: "/usr", writable: false, optional: false),
@@ -166,7 +166,8 @@ struct PolicyCacheEntryTests {
         #expect(PolicyCacheEntry.decode(resealed { $0.append(0) }, buildStamp: Self.stamp) == nil, "trailing byte")
         #expect(PolicyCacheEntry.decode(resealed { $0.removeLast() }, buildStamp: Self.stamp) == nil, "short filter")
         #expect(PolicyCacheEntry.decode(resealed { $0[7] = 1 }, buildStamp: Self.stamp) == nil, "format version (1: before memory-scope)")
-        #expect(PolicyCacheEntry.decode(resealed { $0[7] = 3 }, buildStamp: Self.stamp) == nil, "format version")
+        #expect(PolicyCacheEntry.decode(resealed { $0[7] = 2 }, buildStamp: Self.stamp) == nil, "format version (2: before memory-deny-write-execute)")
+        #expect(PolicyCacheEntry.decode(resealed { $0[7] = 4 }, buildStamp: Self.stamp) == nil, "format version")
         // Any resealed change decodes to nil or to some entry; it never crashes or reads out of bounds.
         for position in stride(from: 24, to: bytes.count, by: 29) {
             for value: UInt8 in [0, 1, 2, 7, 0x80, 0xff] {

@@ -39,6 +39,42 @@ struct PolicyLevelTests {
         #expect(exit.status == 5, "\(exit.stderr)")
     }
 
+    @Test("hardened: no page is writable and executable, at once or in turn", arguments: Fixtures.Caller.allCases)
+    func hardenedWriteXorExecute(caller: Fixtures.Caller) throws {
+        // A private mapping of a read-only file (the probe's own executable): writable and
+        // executable at once (mmap), or written and then made executable (mprotect).
+        for check in ["wx-mmap", "wx-mprotect"] {
+            let result = try Self.exec("hardened", [Fixtures.probe, check], as: caller)
+            #expect(result.status == 0, "\(check): \(result.stdout)\(result.stderr)")
+            #expect(result.stdout.contains("\(check): blocked (EACCES)"), "\(result.stdout)\(result.stderr)")
+        }
+    }
+
+    @Test("memory-deny-write-execute is set before the filter and survives the program's execve")
+    func memoryDenyWriteExecuteSurvivesExec() throws {
+        // As root only: the policy file lives in a directory only its owner may read (the hardened
+        // test above runs as both callers).
+        let caller = Fixtures.Caller.root
+        let dir = try TestPaths.makePolicyDirectory("mdwe").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nseccomp:\n  memory-deny-write-execute: true\n"
+            .write(toFile: dir + "/mdwe.yaml", atomically: true, encoding: .utf8)
+        func run(_ argv: [String], policy: String) throws -> Fixtures.Output {
+            try Fixtures.run([Fixtures.cli, "exec", "--policy", policy, "--"] + argv, as: caller)
+        }
+        // Asked from inside, after the launch's execve: PR_MDWE_REFUSE_EXEC_GAIN (1).
+        let flags = try run([Fixtures.probe, "mdwe"], policy: dir + "/mdwe.yaml")
+        #expect(flags.status == 0, "\(flags.stdout)\(flags.stderr)")
+        #expect(flags.stdout == "mdwe: ok PR_GET_MDWE=1\n", "\(flags.stdout)\(flags.stderr)")
+        let refused = try run([Fixtures.probe, "wx-mmap"], policy: dir + "/mdwe.yaml")
+        #expect(refused.stdout.contains("wx-mmap: blocked (EACCES)"), "\(refused.stdout)\(refused.stderr)")
+        // Without it the same mapping works (and the code written into it runs): the check is real.
+        let plain = try run([Fixtures.probe, "mdwe"], policy: Fixtures.standardPolicyPath)
+        #expect(plain.stdout == "mdwe: ok PR_GET_MDWE=0\n", "\(plain.stdout)\(plain.stderr)")
+        let allowed = try run([Fixtures.probe, "wx-mmap"], policy: Fixtures.standardPolicyPath)
+        #expect(allowed.status == 1 && allowed.stdout.contains("wx-mmap: ESCAPED"), "\(allowed.stdout)\(allowed.stderr)")
+    }
+
     @Test("audit mode under restricted lets a later exec run and reports it")
     func auditRestricted() throws {
         let result = try Self.exec("restricted", ["/bin/sh", "-c", "/bin/echo via-exec"], options: ["--audit"])

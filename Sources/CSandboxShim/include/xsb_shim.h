@@ -56,6 +56,7 @@ enum xsb_step {
     XSB_STEP_EXEC,
     XSB_STEP_TIMEOUT,
     XSB_STEP_INIT_PRIVACY,
+    XSB_STEP_MEMORY_DENY_WRITE_EXECUTE,
     XSB_STEP_COUNT
 };
 
@@ -133,6 +134,9 @@ struct xsb_spawn_config {
     int supervise_first_exec;
     /// Audit mode: every notified call continues (and is reported) instead of killing.
     int audit;
+    /// Set the kernel's memory-deny-write-execute (PR_SET_MDWE) before the filter: no page of
+    /// the program may become writable and executable, at once or in turn.
+    int memory_deny_write_execute;
     /// 1: the first of the payload's fds 0–2 that is a terminal becomes its controlling terminal
     /// (TIOCSCTTY, after setsid). Only for a pseudo-terminal the caller owns and relays (the
     /// CLI's): never the caller's own terminal. 0: none.
