@@ -26,6 +26,18 @@ struct KillRobustnessTests {
         }
     }
 
+    /// An ERRNO action outranks USER_NOTIF, so a filter the program stacks on its own could
+    /// turn a kill-listed call into a plain error. Every compiled filter refuses to let a
+    /// filter be installed; were one installed anyway, the call must still kill.
+    @Test("a filter the program stacks cannot turn a kill into an errno", arguments: Fixtures.Caller.allCases)
+    func stackedFilter(caller: Fixtures.Caller) throws {
+        let result = try Fixtures.exec([Fixtures.probe, "stacked-errno"], as: caller)
+        let context = Comment(rawValue: "as \(caller): status \(result.status)\nstdout: \(result.stdout)\nstderr: \(result.stderr)")
+        let refused = result.status == 0 && result.stdout.contains("stacked-errno: blocked (EPERM)")
+        let killed = result.status == 128 + SIGSYS && result.stderr.contains("killed: seccomp violation: ptrace")
+        #expect(refused || killed, context)
+    }
+
     static func offThePool<Value: Sendable>(_ body: @escaping @Sendable () throws -> Value) async throws -> Value {
         try await withCheckedThrowingContinuation { continuation in
             Thread { continuation.resume(with: Result { try body() }) }.start()
