@@ -8,8 +8,9 @@ import Glibc
 /// of the path, from `/` down, is opened with `openat(…, openPathOnly | O_NOFOLLOW)` relative to the
 /// directory fd already checked, and checked with `fstat` on the fd it opened:
 /// - it is owned by root or by the caller (the effective uid);
-/// - it is not writable by its group or by others. A sticky world-writable directory such as
-///   `/tmp` is refused too: anyone can create there the very name that is looked up.
+/// - it is not writable by its group or by others, unless it is a sticky directory (such as
+///   `/tmp`): there others may add names but cannot rename or remove ours, and every name the
+///   walk takes from it is checked in turn (a name someone else created is theirs, and refused).
 ///
 /// A symbolic link is followed only when it is owned by root or the caller and sits in a
 /// directory that passed the checks (so no one else could have placed or swapped it); its target
@@ -140,11 +141,11 @@ package enum TrustedPath {
         }
         // A symbolic link's own mode is always 0777 and means nothing.
         if isLink { return nil }
+        // A sticky directory (/tmp): others may create names in it but cannot rename or remove
+        // ours, and the walk checks the owner of every name it takes from it.
+        if info.st_mode & S_IFMT == S_IFDIR && info.st_mode & S_ISVTX != 0 { return nil }
         let mode = "mode " + String(info.st_mode & 0o7777, radix: 8)
-        if info.st_mode & S_IWOTH != 0 {
-            let sticky = info.st_mode & S_ISVTX != 0 ? ", sticky: anyone can still create the names looked up in it" : ""
-            return "is writable by others (\(mode)\(sticky))"
-        }
+        if info.st_mode & S_IWOTH != 0 { return "is writable by others (\(mode))" }
         if info.st_mode & S_IWGRP != 0 { return "is writable by its group (gid \(info.st_gid), \(mode))" }
         return nil
     }

@@ -41,8 +41,10 @@ struct PolicyTrustCLITests {
                                       environment: Self.plainEnvironment)
         #expect(!result.stdout.contains("PLANTED=yes"), "the planted policy was loaded: \(result.stdout)")
         #expect(result.status != 0)
-        // It says where it looked, and that the place is refused.
-        #expect(result.stderr.contains("refused: /tmp is writable by others (mode 1777, sticky"), "\(result.stderr)")
+        // It says where it looked: the planted place is refused, or (a copy right in the planted
+        // directory, whose prefix's share directory does not exist) not looked at at all.
+        #expect(result.stderr.contains("refused: \(dir) is writable by others (mode 777)")
+                || (executable == "extsandbox" && result.stderr.contains("no policy named \"standard\"")), "\(result.stderr)")
     }
 
     @Test("a group-writable policy file is refused, with its path", arguments: Fixtures.Caller.allCases)
@@ -138,7 +140,7 @@ struct PolicyTrustCLITests {
         #expect(Self.cacheEntries(dir + "/theirs/cache").isEmpty, "a cache was used under another user's directory")
     }
 
-    @Test("the cache refuses a directory others can write, and one under /tmp")
+    @Test("the cache refuses a directory its group or others can write")
     func cacheRefusesWritableDirectories() throws {
         let dir = try TestPaths.makePolicyDirectory("writable-cache").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -149,8 +151,7 @@ struct PolicyTrustCLITests {
 
         let tmp = try Self.makeWorldWritableDirectory()
         defer { try? FileManager.default.removeItem(atPath: tmp) }
-        chmod(tmp, 0o700)
         #expect(try Self.runWithCache(tmp).status == 0)
-        #expect(!FileManager.default.fileExists(atPath: tmp + "/extsandbox"), "a cache under /tmp was used")
+        #expect(!FileManager.default.fileExists(atPath: tmp + "/extsandbox"), "a world-writable cache home was used")
     }
 }

@@ -19,10 +19,9 @@ public enum TestPaths {
         return environment
     }
 
-    /// A fresh directory for policy files (and policy caches): under the checkout's `.build`, not
-    /// /tmp, because policies are refused under a directory that others can write (a sticky
-    /// world-writable /tmp included). Mode 755, owned by the test's user, so that user `nobody`
-    /// can read what the tests put there.
+    /// A fresh directory for policy files (and policy caches): under the checkout's `.build`, so
+    /// that it passes the policy ownership checks wherever the checkout is. Mode 755, owned by the
+    /// test's user, so that user `nobody` can read what the tests put there.
     public static func makePolicyDirectory(_ label: String = "policies") throws -> URL {
         let base = packageRoot.appendingPathComponent(".build/xsb-test-policies")
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
