@@ -13,13 +13,17 @@ struct PerHandleLifecycleTests {
         let identity = HostFixtures.identity()
         let first = Recorder(), second = Recorder()
         let a = try await AppExtensionProcess(configuration: .init(
-            identity: identity, onInterruption: first.onInterruption, onEvent: first.onEvent, suspendAfter: .milliseconds(50)))
+            // Long enough that the second handle attaches before the idle suspension even when
+            // the suite's parallel tests load the machine (with 50 ms it sometimes came after,
+            // and a handle never hears of a suspension that happened before it existed).
+            identity: identity, onInterruption: first.onInterruption, onEvent: first.onEvent, suspendAfter: .milliseconds(1000)))
         defer { a.invalidate() }
         let b = try await AppExtensionProcess(configuration: .init(
             identity: identity, onInterruption: second.onInterruption, onEvent: second.onEvent))
         defer { b.invalidate() }
         #expect(a.sandbox.pid == b.sandbox.pid)
         #expect(second.recordedEvents.first == .reused)
+        #expect(!first.recordedEvents.contains(.suspended), "suspended before the second handle attached: \(first.recordedEvents)")
         // Never connected: suspended by the launching handle's timer; both handles hear it.
         #expect(await HostFixtures.eventually { first.recordedEvents.contains(.suspended) && second.recordedEvents.contains(.suspended) },
                 "\(first.recordedEvents) \(second.recordedEvents)")
