@@ -69,6 +69,10 @@ struct ExecCommand: AsyncParsableCommand {
         "Audit the seccomp policy: calls it would kill are allowed and listed at exit (isolation otherwise unchanged). The program runs WITHOUT the policy's kills: for writing policies, never for untrusted code."))
     var audit = false
 
+    @Flag(name: .long, help: ArgumentHelp(
+        "Print the sandbox's lifecycle on stderr: its launch (policy, the init's pid, the program's pid inside) and how it ended (exit, signal, seccomp violation with the syscall, limit hit)."))
+    var verbose = false
+
     @Argument(parsing: .captureForPassthrough, help: ArgumentHelp(
         "The program and its arguments. Put `--` before them when they start with a dash.", valueName: "program [args…]"))
     var command: [String] = []
@@ -83,7 +87,7 @@ struct ExecCommand: AsyncParsableCommand {
     var request: ExecRequest {
         ExecRequest(
             policy: policy, readOnlyBinds: readOnlyBinds, writableBinds: writableBinds, environment: environment,
-            workingDirectory: workingDirectory, audit: audit,
+            workingDirectory: workingDirectory, audit: audit, verbose: verbose,
             words: command.first == "--" ? Array(command.dropFirst()) : command)
     }
 
@@ -152,6 +156,9 @@ struct ExecCommand: AsyncParsableCommand {
             throw ExitCode(125)
         }
 
+        if request.verbose {
+            Self.complain("launched \(executable) in a '\(loadedPolicy.name)' sandbox (init pid \(process.pid), program pid \(process.payloadPIDInside) inside)")
+        }
         let forwarders = Self.forwardSignals(to: process)
         do {
             try streams.launched()  // raw mode from here: the CLI now outlives the forwarded signals
@@ -167,7 +174,7 @@ struct ExecCommand: AsyncParsableCommand {
         forwarders.forEach { $0.cancel() }
         switch termination {
         case .exited, .signaled:
-            break
+            if request.verbose { Self.complain("\(executable) ended: \(termination)") }
         default:
             Self.complain("\(executable) killed: \(termination)")
         }

@@ -6,6 +6,8 @@ struct ExecRequest: Equatable {
     var environment: [String] = []
     var workingDirectory = "/"
     var audit = false
+    /// Print the sandbox's lifecycle on stderr (launch with policy and pids, how it ended).
+    var verbose = false
     /// The program and its arguments (never empty).
     var words: [String] = []
 
@@ -35,9 +37,9 @@ struct ExecRequest: Equatable {
                 inlineValue = nil
             }
             index += 1
-            if name == "audit" {
-                guard inlineValue == nil, seen.insert("audit").inserted else { return nil }
-                request.audit = true
+            if name == "audit" || name == "verbose" {
+                guard inlineValue == nil, seen.insert(String(name)).inserted else { return nil }
+                if name == "audit" { request.audit = true } else { request.verbose = true }
                 continue
             }
             let value: String

@@ -14,13 +14,14 @@ struct ExecRequestTests {
         ["--policy=./my.yaml", "--audit", "--", "/bin/ls", "-l"],
         ["--ro-bind", "/a", "--ro-bind=/b:/c", "--bind", "/d:/e", "--env", "A=1", "--env=B==2", "--chdir", "/tmp", "prog", "arg"],
         ["--audit", "--chdir=/work", "--", "--", "x"],
+        ["--verbose", "--audit", "/bin/true"],
         ["--env", "EMPTY=", "--", "python3", "-c", "print(1)"],
     ]
 
     /// Shapes the quick parser leaves to ArgumentParser (help, errors, anything unusual).
     static let declined: [[String]] = [
         [], ["--"], ["--help"], ["-h"], ["--", "--help"], ["--policy"], ["--policy", "--", "x"],
-        ["--policy", "a", "--policy", "b", "x"], ["--audit", "--audit", "x"], ["--audit=yes", "x"],
+        ["--policy", "a", "--policy", "b", "x"], ["--audit", "--audit", "x"], ["--verbose", "--verbose", "x"], ["--verbose=1", "x"], ["--audit=yes", "x"],
         ["--env", "NOEQUALS", "x"], ["--env", "=v", "x"], ["--unknown", "x"], ["-x", "prog"],
         ["--chdir=", "x"], ["--version"], ["--policy", "-standard", "x"],
     ]

@@ -289,3 +289,18 @@ struct AuditWarningTests {
         #expect(warning.contains("never to run untrusted code"), "\(result.stderr)")
     }
 }
+
+@Suite("CLI: --verbose")
+struct VerboseTests {
+    @Test("--verbose prints the launch (policy, pids) and how the sandbox ended; quiet without it")
+    func lifecycleOnStderr() throws {
+        let ran = try Fixtures.exec(["/bin/sh", "-c", "exit 3"], options: ["--verbose"])
+        #expect(ran.status == 3, "\(ran.stderr)")
+        #expect(ran.stderr.contains("launched /bin/sh in a 'standard' sandbox (init pid "), "\(ran.stderr)")
+        #expect(ran.stderr.contains("/bin/sh ended: exited with status 3"), "\(ran.stderr)")
+        let killed = try Fixtures.exec(["/usr/bin/env", "true"], options: ["--verbose", "--policy", "restricted"])
+        #expect(killed.stderr.contains("launched /usr/bin/env in a 'restricted' sandbox"), "\(killed.stderr)")
+        let quiet = try Fixtures.exec(["/bin/true"])
+        #expect(!quiet.stderr.contains("launched"), "\(quiet.stderr)")
+    }
+}
