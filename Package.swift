@@ -99,7 +99,7 @@ let package = Package(
 
         // Fuzz targets' entry points (docs/fuzzing.md): built into libFuzzer executables by the
         // separate Fuzz/ package, and replayed over the checked-in seed corpora by FuzzCorpusTests.
-        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "ExtSandboxWire"]),
+        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "ExtSandboxWire", "ExtensionCatalog"]),
         .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing"]),
         // Paths shared by the test targets that run the package's executables.
         .target(name: "TestSupport", path: "Tests/TestSupport"),

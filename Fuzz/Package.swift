@@ -12,7 +12,7 @@ let targets = [
     "policy-yaml",
     "docker-import",
     "policy-cache",
-    // SLOT(bundle-manifest): add "bundle-manifest" here once ExtSandboxFuzzing has its entry point.
+    "bundle-manifest",
 ]
 
 // The library targets come from the main package through symlinks (Sources/X -> ../../Sources/X)
@@ -25,9 +25,11 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CSeccomp", pkgConfig: "libseccomp"),
         .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1"),
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto"),
         .target(name: "SandboxPolicy", dependencies: ["CSeccomp", "CYAML"]),
         .target(name: "ExtSandboxWire"),
-        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "ExtSandboxWire"]),
+        .target(name: "ExtensionCatalog", dependencies: ["SandboxPolicy", "CCrypto"]),
+        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "ExtSandboxWire", "ExtensionCatalog"]),
         // libFuzzer's driver behind SwiftPM's renamed `main` (Sources/FuzzDriver/include/FuzzDriver.h).
         .target(name: "FuzzDriver"),
     ] + targets.map { name in

@@ -18,10 +18,9 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case dockerImport = "docker-import"
     /// ``PolicyCacheEntry/decode(_:buildStamp:)``: the CLI's binary policy cache.
     case policyCache = "policy-cache"
-    // SLOT(bundle-manifest): the bundle-manifest loader (issue 10, being written by the discovery
-    // helper) gets its target here: a case `bundleManifest = "bundle-manifest"`, a file
-    // BundleManifestFuzzing.swift with its entry point, a line in `run(_:)`, an executable in
-    // Fuzz/Package.swift, a seed corpus in Fuzz/corpus/bundle-manifest/ and a name in scripts/fuzz.
+    /// ``ExtensionManifest``, ``BundleValidator`` and ``PointDeclarationFile``: a bundle's
+    /// `extension.yaml` (validated in a bundle directory) and a point declaration file.
+    case bundleManifest = "bundle-manifest"
 
     /// Runs one input through the target.
     public func run(_ input: UnsafeRawBufferPointer) {
@@ -31,6 +30,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .policyYAML: PolicyFuzzing.policyYAML(input)
         case .dockerImport: PolicyFuzzing.dockerImport(input)
         case .policyCache: PolicyFuzzing.policyCache(input)
+        case .bundleManifest: BundleManifestFuzzing.bundleManifest(input)
         }
     }
 
