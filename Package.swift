@@ -110,6 +110,11 @@ let package = Package(
         .testTarget(
             name: "ExtensionCatalogTests",
             dependencies: ["ExtensionCatalog", "ExtSandbox", "SandboxRuntime", "extsandbox", "TestSupport"]),
+        // Host-level faults (issue 14): the host SIGKILLed, launch/use/invalidate cycles, bombs in
+        // one sandbox; runs xsb-bench as a child host and the probe (built with the package) as the bomb.
+        .testTarget(
+            name: "ScaleFaultTests",
+            dependencies: ["ExtSandbox", "SandboxRuntime", "SandboxPolicy", "TestSupport", "xsb-bench"]),
         .testTarget(
             name: "SandboxRuntimeTests",
             dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport"]),

@@ -46,6 +46,29 @@ struct XsbBench {
         let policy = try policyPath.map { try PolicyLoader.load(file: $0) }
             ?? PolicyLoader.load(nameOrPath: "standard", searchPath: .default(executablePath: ownDirectory + "/xsb-bench"))
 
+        // Scale and host-level faults (ScaleBench, ScaleFaults): a `hardened` point by default.
+        let scalePolicy = option("--scale-policy")
+            ?? policyPath.map { URL(fileURLWithPath: $0).deletingLastPathComponent().path + "/hardened.yaml" } ?? "hardened"
+        let faults = ScaleFaults(extensionPath: extensionPath, policyPath: scalePolicy)
+        if let count = Int(option("--child-host") ?? "") {
+            try await faults.childHost(extensions: count)
+        }
+        if let count = Int(option("--cycles-only") ?? "") {
+            let outcome = await faults.cycles(count)
+            let data = try JSONSerialization.data(withJSONObject: outcome.json, options: [.prettyPrinted, .sortedKeys])
+            print(String(decoding: data, as: UTF8.self))
+            exit(outcome.met ? 0 : 1)
+        }
+        if arguments.contains("--scale") || arguments.contains("--faults") {
+            let steps = (option("--scale-steps") ?? "10,100,1000,10000").split(separator: ",").compactMap { Int($0) }
+            let bigHost = Int(option("--big-host") ?? "") ?? 100
+            let cycles = Int(option("--cycles") ?? "") ?? 10_000
+            try await runScale(scale: arguments.contains("--scale"), faults: arguments.contains("--faults"), json: json,
+                               bench: ScaleBench(extensionPath: extensionPath, policyPath: scalePolicy, steps: steps, bigHostExtensions: bigHost),
+                               faults: faults, cycles: cycles)
+            return
+        }
+
         let loadBefore = loadAverage()
         var report: [String: Any] = ["cgroup_limits": Supervisor.shared.hasCgroupLimits]
         var targets: [String: String] = [:]
@@ -179,6 +202,51 @@ struct XsbBench {
         table.append(String(format: "load average (1 min) before %.2f, after %.2f, on %d CPUs", loadBefore, loadAfter,
                             sysconf(Int32(_SC_NPROCESSORS_ONLN))))
 
+        if json {
+            let data = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
+            print(String(decoding: data, as: UTF8.self))
+        } else {
+            print(table.joined(separator: "\n"))
+        }
+    }
+
+    /// `--scale` and/or `--faults`: the table (or JSON) of each, with met/MISSED per target.
+    static func runScale(scale: Bool, faults: Bool, json: Bool, bench: ScaleBench, faults runner: ScaleFaults, cycles: Int) async throws {
+        let loadBefore = loadAverage()
+        var report: [String: Any] = ["cgroup_limits": Supervisor.shared.hasCgroupLimits]
+        var targets: [String: String] = [:]
+        var table: [String] = []
+        if scale {
+            let outcome = try await bench.run()
+            let scaleReport = ScaleReport(outcome, bench: bench)
+            report.merge(scaleReport.json) { $1 }
+            targets.merge(scaleReport.targets) { $1 }
+            table += scaleReport.lines
+        }
+        if faults {
+            func verdict(_ met: Bool) -> String { met ? "met" : "MISSED" }
+            if !table.isEmpty { table.append("") }
+            let kill = try runner.hostKill(extensions: 50)
+            report["faults_host_kill"] = kill.json
+            targets["faults_host_kill_gone_ms"] = "<= 1000, no survivor"
+            table.append("faults: host SIGKILLed with 50 extensions running (\(kill.processes) sandboxed processes)")
+            table.append(String(format: "  all gone after %@; survivors %d  %@", kill.goneMs.map { String(format: "%.1f ms", $0) } ?? "more than 5 s",
+                                kill.survivors.count, verdict(kill.met)))
+            let outcome = await runner.cycles(cycles)
+            report["faults_cycles"] = outcome.json
+            targets["faults_cycles"] = "no growth in fds, threads, children, zombies, cgroups, mounts; anonymous memory <= \(ScaleFaults.memoryGrowthBoundKiB) KiB"
+            table.append(String(format: "faults: %d launch/use/invalidate cycles (%d at a time) in %.1f s, %.1f ms per cycle, %d failed",
+                                outcome.cycles, outcome.workers, outcome.seconds,
+                                outcome.cycles > 0 ? outcome.seconds * 1000 * Double(outcome.workers) / Double(outcome.cycles) : 0, outcome.failed))
+            table.append("  growth: " + outcome.growth.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+                         + " (anonymous memory bound \(ScaleFaults.memoryGrowthBoundKiB) KiB)  " + verdict(outcome.met))
+            for (message, count) in outcome.failures.sorted(by: { $0.value > $1.value }).prefix(5) { table.append("  failure x\(count): \(message)") }
+        }
+        report["targets"] = targets
+        let loadAfter = loadAverage()
+        report["load_average_1m"] = ["before": rounded(loadBefore), "after": rounded(loadAfter)]
+        table.append(String(format: "load average (1 min) before %.2f, after %.2f, on %d CPUs; MemAvailable %d MiB",
+                            loadBefore, loadAfter, sysconf(Int32(_SC_NPROCESSORS_ONLN)), ScaleSystem.memoryAvailable() / 1024))
         if json {
             let data = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
             print(String(decoding: data, as: UTF8.self))

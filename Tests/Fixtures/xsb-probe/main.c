@@ -33,7 +33,7 @@
  *                         blocked (exit 0) when the kernel lacks that ABI.
  *
  * Checks that could harm a host (mount, umount2, pivot_root, reboot, kexec_load,
- * swapon, acct, kill-host, memory-bomb, fork-bomb) refuse to run (exit 2) when
+ * swapon, acct, kill-host, memory-bomb, fork-bomb, tmp-fill) refuse to run (exit 2) when
  * the probe is in the initial user or PID namespace, i.e. clearly not inside a
  * sandbox.  XSB_PROBE_UNSAFE=1 overrides that guard.
  *
@@ -1460,26 +1460,115 @@ static int t_memory_bomb(int argc, char **argv)
     }
 }
 
-/* fork-bomb [MAX]: fork until fork fails (pids.max / RLIMIT_NPROC). */
+/* An optional HOLD_S argument (0..3600): how long a bomb stays at its peak
+ * after reporting it, so that a test can check the host and other sandboxes
+ * meanwhile. */
+static int hold_argument(int argc, char **argv, int index, double *out)
+{
+    long v = 0;
+    if (argc > index && parse_long(argv[index], 0, 3600, &v))
+        return usage_error("bad HOLD_S '%s'", argv[index]);
+    *out = (double)v;
+    return 0;
+}
+
+/* fork-bomb [MAX [HOLD_S]]: fork until fork fails (pids.max / RLIMIT_NPROC);
+ * MAX 0 means no maximum. The children live max(5, HOLD_S) seconds; the
+ * parent reports, then holds HOLD_S seconds. */
 static int t_fork_bomb(int argc, char **argv)
 {
     long max = 0;
-    if (argc > 0 && parse_long(argv[0], 1, LONG_MAX, &max))
+    double hold = 0;
+    if (argc > 0 && parse_long(argv[0], 0, LONG_MAX, &max))
         return usage_error("bad MAX '%s'", argv[0]);
+    if (hold_argument(argc, argv, 1, &hold))
+        return 2;
     fflush(stdout);
     long count = 0;
+    int rc;
     for (;;) {
-        if (max && count >= max)
-            return ok("stopped at the requested %ld children", count);
+        if (max && count >= max) {
+            rc = ok("stopped at the requested %ld children", count);
+            break;
+        }
         pid_t pid = fork();
         if (pid == 0) {
-            sleep_seconds(5);
+            sleep_seconds(hold > 5 ? hold : 5);
             _exit(0);
         }
-        if (pid == -1)
-            return ok("fork failed (%s) after %ld children", errno_name(errno), count);
+        if (pid == -1) {
+            rc = ok("fork failed (%s) after %ld children", errno_name(errno), count);
+            break;
+        }
         count++;
     }
+    sleep_seconds(hold);
+    return rc;
+}
+
+/* tmp-fill [HOLD_S]: write 1 MiB blocks to a file in /tmp until the file
+ * system is full (ENOSPC; EFBIG or EDQUOT for a file-size limit or quota),
+ * report how much went in, then hold HOLD_S seconds with /tmp full. */
+static int t_tmp_fill(int argc, char **argv)
+{
+    double hold = 0;
+    if (hold_argument(argc, argv, 0, &hold))
+        return 2;
+    /* A file-size limit would stop the file before /tmp is full: SIGXFSZ must
+     * not kill us, the write fails with EFBIG instead. */
+    signal(SIGXFSZ, SIG_IGN);
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/xsb-probe-tmp-fill-%ld", (long)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return failed("open %s: %s", path, errno_name(errno));
+    static char block[1 << 20];
+    memset(block, 0x5A, sizeof block);
+    long long total = 0;
+    int err = 0;
+    for (;;) {
+        ssize_t n = write(fd, block, sizeof block);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            err = errno;
+            break;
+        }
+        if (n == 0) {
+            err = ENOSPC;
+            break;
+        }
+        total += n;
+    }
+    int rc = ok("/tmp full (%s) after %lld MiB", errno_name(err), total >> 20);
+    sleep_seconds(hold);
+    close(fd);
+    unlink(path);
+    return rc;
+}
+
+/* fd-exhaust [HOLD_S]: open /dev/null until no descriptor is left (EMFILE
+ * for RLIMIT_NOFILE, ENFILE for the machine), report, then hold HOLD_S
+ * seconds with every descriptor taken. */
+static int t_fd_exhaust(int argc, char **argv)
+{
+    double hold = 0;
+    if (hold_argument(argc, argv, 0, &hold))
+        return 2;
+    long count = 0;
+    int err;
+    for (;;) {
+        int fd = open("/dev/null", O_RDONLY);
+        if (fd < 0) {
+            err = errno;
+            break;
+        }
+        count++;
+    }
+    /* stdout is open, so the report still goes out. */
+    int rc = ok("open failed (%s) after %ld descriptors", errno_name(err), count);
+    sleep_seconds(hold);
+    return rc;
 }
 
 static int t_cpu_spin(int argc, char **argv)
@@ -1897,7 +1986,9 @@ static const struct check checks[] = {
     {"crash", TOOL, NULL, 0, t_crash, ""},
     {"exit", TOOL, NULL, 0, t_exit, "N"},
     {"memory-bomb", TOOL, NULL, DANGEROUS, t_memory_bomb, "[MAX_MIB]"},
-    {"fork-bomb", TOOL, NULL, DANGEROUS, t_fork_bomb, "[MAX]"},
+    {"fork-bomb", TOOL, NULL, DANGEROUS, t_fork_bomb, "[MAX [HOLD_S]]"},
+    {"tmp-fill", TOOL, NULL, DANGEROUS, t_tmp_fill, "[HOLD_S]"},
+    {"fd-exhaust", TOOL, NULL, 0, t_fd_exhaust, "[HOLD_S]"},
     {"cpu-spin", TOOL, NULL, 0, t_cpu_spin, "SECONDS"},
     {"kill-under-signals", TOOL, NULL, 0, t_kill_under_signals, "[ATTEMPTS]"},
     {"stacked-errno", TOOL, NULL, 0, t_stacked_errno, ""},

@@ -1,0 +1,107 @@
+import Foundation
+import Glibc
+
+/// The scale bench's outcome as the table `scripts/bench --scale` prints and the keys its
+/// `--json` report carries (issue 14's targets).
+struct ScaleReport {
+    var lines: [String] = []
+    var json: [String: Any] = [:]
+    var targets: [String: String] = [:]
+
+    init(_ outcome: ScaleBench.Outcome, bench: ScaleBench) {
+        let steps = outcome.steps
+        func step(_ n: Int) -> ScaleBench.Step? { steps.first { $0.target == n && $0.extensions == n && $0.stopped == nil } }
+        // The largest number that ran at once with every one answering.
+        let complete = steps.filter { $0.extensions > 0 && $0.answered == $0.extensions }
+        let largest = complete.max { $0.extensions < $1.extensions }
+        let threads = steps.filter { $0.extensions > 0 }.map(\.hostThreads)
+        let threadsConstant = threads.isEmpty ? false : (threads.max()! - threads.min()! <= 1)
+        let rateRatio: Double? = {
+            guard let small = step(10), let large = step(1_000), small.burstLaunchesPerSecond > 0 else { return nil }
+            return large.burstLaunchesPerSecond / small.burstLaunchesPerSecond
+        }()
+        let rttRatio: Double? = step(1_000).flatMap { $0.rttMedianUs > 0 ? $0.rttP99Us / $0.rttMedianUs : nil }
+        let big = outcome.bigHost
+
+        func put(_ key: String, _ value: Double?) { json[key] = value.map(ScaleBench.rounded) ?? NSNull() }
+        json["scale_extensions"] = largest?.extensions ?? 0
+        json["scale_failed"] = outcome.failures.count
+        put("host_fds_per_extension", largest?.hostFDsPerExtension)
+        put("host_kib_per_extension", largest?.hostKiBPerExtension)
+        json["host_threads"] = Dictionary(uniqueKeysWithValues: steps.filter { $0.extensions > 0 }.map { ("\($0.extensions)", $0.hostThreads) })
+        json["host_threads_constant"] = threadsConstant
+        put("machine_kib_per_extension", largest?.machineKiBPerExtension)
+        put("machine_kib_per_extension_big_host", big.flatMap { $0.extensions > 0 ? $0.machineKiBPerExtension : nil })
+        put("launch_rate_ratio_1000_vs_10", rateRatio)
+        put("rtt_p99_vs_median_1000", rttRatio)
+        var failureMessages: [[String: Any]] = []
+        for (message, count) in outcome.failures.messages.sorted(by: { $0.value > $1.value }).prefix(20) {
+            failureMessages.append(["message": message, "count": count])
+        }
+        json["scale"] = [
+            "policy": bench.policyPath, "extension": bench.extensionPath, "concurrency": bench.concurrency,
+            "steps": steps.map(\.json), "big_host": big.map { step -> [String: Any] in
+                var details = step.json
+                details["heap_mib"] = bench.bigHostHeapBytes >> 20
+                return details
+            } ?? NSNull(),
+            "limits_raised": outcome.limitsRaised, "limits_hit": outcome.failures.limitsHit,
+            "failures": failureMessages, "left_behind": outcome.leftBehind,
+            "memory_recovered_kib_per_extension_at_teardown": ScaleBench.rounded(outcome.memoryRecoveredKiBPerExtension),
+            "memory_floor_mib": bench.memoryFloorKiB / 1024,
+        ] as [String: Any]
+
+        // The issue's target, whatever steps this run was asked for.
+        let goal = 10_000
+        targets = [
+            "scale_extensions": ">= \(goal)", "scale_failed": "== 0", "host_fds_per_extension": "<= 2",
+            "host_kib_per_extension": "<= 64", "host_threads_constant": "true", "machine_kib_per_extension": "<= 512",
+            "machine_kib_per_extension_big_host": "<= 512", "launch_rate_ratio_1000_vs_10": ">= 0.8",
+            "rtt_p99_vs_median_1000": "<= 4",
+        ]
+
+        lines.append("scale: the echo extension at a `hardened` point through the host API, each answering; N alive")
+        lines.append("N alive  launches/s  one more ms  RTT med us  RTT p99 us  host fds/ext  host KiB/ext  threads  machine KiB/ext  ext PSS KiB")
+        for step in steps {
+            if step.extensions > 0 && step.answered > 0 {
+                lines.append(String(format: "%7d  %10.1f  %11.1f  %10.1f  %10.1f  %12.2f  %12.1f  %7d  %15.0f  %11.0f",
+                                    step.extensions, step.burstLaunchesPerSecond, step.oneMoreLaunchMs, step.rttMedianUs, step.rttP99Us,
+                                    step.hostFDsPerExtension, step.hostKiBPerExtension, step.hostThreads,
+                                    step.machineKiBPerExtension, step.programPSSKiB))
+            }
+            if let stopped = step.stopped { lines.append("  step \(step.target) stopped at \(step.extensions) alive: \(stopped)") }
+        }
+        if let big {
+            lines.append(String(format: "big host (%d MiB heap rewritten before each launch): %d alive, machine %.0f KiB/ext, ext PSS %.0f KiB",
+                                bench.bigHostHeapBytes >> 20, big.extensions, big.machineKiBPerExtension, big.programPSSKiB))
+            if let stopped = big.stopped { lines.append("  stopped: \(stopped)") }
+        }
+        func verdict(_ met: Bool) -> String { met ? "met" : "MISSED" }
+        func row(_ key: String, _ value: Double?, _ target: String, _ met: (Double) -> Bool) {
+            let text = value.map { String(format: "%10.2f", $0) } ?? "         -"
+            lines.append(key.padding(toLength: 36, withPad: " ", startingAt: 0) + text + "  " + target.padding(toLength: 10, withPad: " ", startingAt: 0)
+                         + (value.map { verdict(met($0)) } ?? "MISSED (not measured)"))
+        }
+        lines.append("")
+        lines.append("metric                                   value  target")
+        row("scale_extensions", Double(largest?.extensions ?? 0), ">= \(goal)") { $0 >= Double(goal) }
+        row("scale_failed", Double(outcome.failures.count), "== 0") { $0 == 0 }
+        row("host_fds_per_extension", largest?.hostFDsPerExtension, "<= 2") { $0 <= 2 }
+        row("host_kib_per_extension", largest?.hostKiBPerExtension, "<= 64") { $0 <= 64 }
+        lines.append("host_threads_constant".padding(toLength: 36, withPad: " ", startingAt: 0)
+                     + "\(threads)".padding(toLength: 12, withPad: " ", startingAt: 0) + "constant  " + verdict(threadsConstant))
+        row("machine_kib_per_extension", largest?.machineKiBPerExtension, "<= 512") { $0 <= 512 }
+        row("machine_kib_per_extension_big_host", big.flatMap { $0.extensions > 0 ? $0.machineKiBPerExtension : nil }, "<= 512") { $0 <= 512 }
+        row("launch_rate_ratio_1000_vs_10", rateRatio, ">= 0.8") { $0 >= 0.8 }
+        row("rtt_p99_vs_median_1000", rttRatio, "<= 4") { $0 <= 4 }
+        lines.append("limits raised: " + (outcome.limitsRaised.isEmpty ? "none" : outcome.limitsRaised.joined(separator: ", ")))
+        lines.append("limits hit: " + (outcome.failures.limitsHit.isEmpty ? "none" : outcome.failures.limitsHit.joined(separator: "; ")))
+        for (message, count) in outcome.failures.messages.sorted(by: { $0.value > $1.value }).prefix(5) {
+            lines.append("  failure x\(count): \(message)")
+        }
+        let left = outcome.leftBehind.filter { $0.value != 0 }
+        lines.append("left behind: " + (left.isEmpty ? "nothing" : left.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")))
+        lines.append(String(format: "memory given back at teardown: %.0f KiB per extension (MemAvailable; the machine is shared)",
+                            outcome.memoryRecoveredKiBPerExtension))
+    }
+}

@@ -1,0 +1,200 @@
+import Glibc
+import SandboxPolicy
+
+/// What the scale bench and the fault runs read from /proc and /sys: the machine's memory, this
+/// host's own resources, a process's state and memory, and what a host may leave behind.
+enum ScaleSystem {
+    /// A field of /proc/meminfo in KiB (`MemAvailable`, `PageTables`, `SUnreclaim`, …).
+    static func meminfo(_ field: String) -> Int? {
+        guard let text = SystemFiles.text("/proc/meminfo") else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
+            return Int(line.dropFirst(field.count + 1).split(separator: " ").first ?? "")
+        }
+        return nil
+    }
+
+    /// MemAvailable in KiB: the median of `samples` reads 20 ms apart, since the machine is shared
+    /// and other programs' memory moves while we measure.
+    static func memoryAvailable(samples: Int = 1) -> Int {
+        var values: [Int] = []
+        for index in 0..<max(samples, 1) {
+            if index > 0 { usleep(20_000) }
+            values.append(meminfo("MemAvailable") ?? 0)
+        }
+        values.sort()
+        return values[values.count / 2]
+    }
+
+    /// A `Key: value kB` field of /proc/PID/status (`Threads`, `RssAnon`, `VmPTE`, …).
+    static func status(_ field: String, of pid: String = "self") -> Int? {
+        guard let text = SystemFiles.text("/proc/\(pid)/status") else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
+            return Int(line.dropFirst(field.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" }).first ?? "")
+        }
+        return nil
+    }
+
+    /// Proportional set size of a process in KiB (/proc/PID/smaps_rollup), nil once it is gone.
+    static func proportionalSetSize(of pid: pid_t) -> Int? {
+        guard let text = SystemFiles.text("/proc/\(pid)/smaps_rollup") else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix("Pss:") {
+            return Int(line.dropFirst(4).split(separator: " ").first ?? "")
+        }
+        return nil
+    }
+
+    /// This process's open file descriptors.
+    static func openFileDescriptors() -> Int {
+        (SystemFiles.entries("/proc/self/fd") ?? []).count
+    }
+
+    /// Lines of a /proc file of this process (`maps`, `mountinfo`).
+    static func lineCount(_ file: String) -> Int {
+        guard let text = SystemFiles.text("/proc/self/\(file)", limit: 64 << 20) else { return -1 }
+        return text.split(separator: "\n").count
+    }
+
+    /// The one-letter state of a process ("R", "S", "Z", …) and its start time in clock ticks
+    /// since boot (which tells a reused pid from the original), nil when it is gone.
+    static func processState(_ pid: pid_t) -> (state: String, startTime: UInt64)? {
+        guard let stat = SystemFiles.text("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else { return nil }
+        let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+        guard fields.count > 19, let start = UInt64(fields[19]) else { return nil }
+        return (String(fields[0]), start)
+    }
+
+    /// Direct children of this process (every thread's) that are zombies: ended, never reaped.
+    static func zombieChildren() -> [pid_t] {
+        var children: [pid_t] = []
+        for task in SystemFiles.entries("/proc/self/task") ?? [] {
+            let text = SystemFiles.text("/proc/self/task/\(task)/children") ?? ""
+            children += text.split(separator: " ").compactMap { pid_t($0) }
+        }
+        return children.filter { processState($0)?.state == "Z" }
+    }
+
+    /// Cgroup directories named after `host` (the runtime's `extsandbox-PID-N`) under this
+    /// process's own memory and pids cgroups (v1) or its unified cgroup (v2).
+    static func cgroupDirectories(of host: pid_t = getpid()) -> [String] {
+        guard let membership = SystemFiles.text("/proc/self/cgroup") else { return [] }
+        var parents: Set<String> = []
+        for line in membership.split(separator: "\n") {
+            let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard fields.count == 3 else { continue }
+            if fields[1].isEmpty { parents.insert("/sys/fs/cgroup" + fields[2]) }
+            for controller in fields[1].split(separator: ",") where controller == "memory" || controller == "pids" {
+                parents.insert("/sys/fs/cgroup/\(controller)" + fields[2])
+            }
+        }
+        return parents.sorted().flatMap { parent in
+            (SystemFiles.entries(parent) ?? []).filter { $0.hasPrefix("extsandbox-\(host)-") }.map { "\(parent)/\($0)" }
+        }
+    }
+
+    /// The names of this process's threads, sorted (which kind of thread came or went).
+    static func threadNames() -> [String] {
+        (SystemFiles.entries("/proc/self/task") ?? []).compactMap { task in
+            SystemFiles.text("/proc/self/task/\(task)/comm")?.split(separator: "\n").first.map(String.init)
+        }.sorted()
+    }
+
+    /// The host's resources at one moment.
+    struct HostSample {
+        var fileDescriptors: Int
+        var threads: Int
+        /// Anonymous resident memory (the heap, stacks) in KiB.
+        var anonymousKiB: Int
+        var memoryMaps: Int
+        var mounts: Int
+        var zombies: Int
+        var cgroups: Int
+
+        static func now() -> HostSample {
+            HostSample(fileDescriptors: openFileDescriptors(), threads: status("Threads") ?? -1,
+                       anonymousKiB: status("RssAnon") ?? -1, memoryMaps: lineCount("maps"),
+                       mounts: lineCount("mountinfo"), zombies: zombieChildren().count, cgroups: cgroupDirectories().count)
+        }
+    }
+}
+
+/// The limits a host of thousands of extensions runs into, raised where this process may raise
+/// them, and put back as they were by ``restore()``.
+///
+/// Per process: RLIMIT_NOFILE and RLIMIT_NPROC (soft to hard; as root the hard NOFILE limit too,
+/// up to fs.nr_open). Machine-wide, as root, only what the next step's number of extensions
+/// needs, from what the previous step measured: the namespace counts of /proc/sys/user,
+/// kernel.pid_max, kernel.threads-max, vm.max_map_count.
+final class ScaleLimits {
+    struct Change {
+        var name: String
+        var before: String
+        var after: String
+    }
+
+    private(set) var changes: [Change] = []
+    private var restoreActions: [() -> Void] = []
+
+    /// Raises the per-process limits (soft to hard), and as root the machine-wide ones that
+    /// `extensions` running extensions would exceed: each has `tasksPerExtension` tasks (the
+    /// init, the program and its threads: pids), one namespace of each kind, and costs the host
+    /// `mapsPerExtension` memory maps.
+    func raise(extensions: Int, tasksPerExtension: Double, mapsPerExtension: Double) {
+        raiseResource(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), name: "RLIMIT_NOFILE",
+                      rootHard: Int(SystemFiles.text("/proc/sys/fs/nr_open")?.split(separator: "\n").first ?? "") ?? 1 << 20)
+        raiseResource(__rlimit_resource_t(__RLIMIT_NPROC.rawValue), name: "RLIMIT_NPROC", rootHard: nil)
+        guard geteuid() == 0, extensions > 0 else { return }
+        // The namespaces already in use are not counted anywhere we can read: keep a wide margin.
+        for kind in ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup"] {
+            raiseSysctl("/proc/sys/user/max_\(kind)_namespaces", toAtLeast: extensions + 10_000)
+        }
+        // Tasks on the machine now (the 4th field of /proc/loadavg: running/total) plus ours.
+        let loadavg = SystemFiles.text("/proc/loadavg")?.split(separator: " ") ?? []
+        let tasksNow = loadavg.count > 3 ? Int(loadavg[3].split(separator: "/").last ?? "") ?? 0 : 0
+        let tasks = tasksNow + Int((Double(extensions) * tasksPerExtension).rounded(.up)) + 4_096
+        raiseSysctl("/proc/sys/kernel/pid_max", toAtLeast: min(tasks, 4_194_304))
+        raiseSysctl("/proc/sys/kernel/threads-max", toAtLeast: tasks)
+        let maps = ScaleSystem.lineCount("maps") + Int((Double(extensions) * mapsPerExtension).rounded(.up)) + 1_024
+        raiseSysctl("/proc/sys/vm/max_map_count", toAtLeast: maps)
+    }
+
+    private func raiseResource(_ resource: __rlimit_resource_t, name: String, rootHard: Int?) {
+        var limit = rlimit()
+        guard getrlimit(resource, &limit) == 0 else { return }
+        let before = limit
+        if geteuid() == 0, let rootHard, limit.rlim_max != rlim_t.max, Int(limit.rlim_max) < rootHard {
+            limit.rlim_max = rlim_t(rootHard)
+        }
+        limit.rlim_cur = limit.rlim_max
+        guard limit.rlim_cur != before.rlim_cur || limit.rlim_max != before.rlim_max, setrlimit(resource, &limit) == 0 else { return }
+        func text(_ value: rlimit) -> String {
+            func one(_ v: rlim_t) -> String { v == rlim_t.max ? "unlimited" : "\(v)" }
+            return "\(one(value.rlim_cur))/\(one(value.rlim_max))"
+        }
+        changes.append(Change(name: name, before: text(before), after: text(limit)))
+        restoreActions.append { var old = before; _ = setrlimit(resource, &old) }
+    }
+
+    private func raiseSysctl(_ path: String, toAtLeast wanted: Int) {
+        guard let text = SystemFiles.text(path), let current = Int(text.split(separator: "\n").first ?? "") else { return }
+        guard current < wanted, Self.write(path, "\(wanted)") else { return }
+        let name = path.dropFirst("/proc/sys/".count).split(separator: "/").joined(separator: ".")
+        changes.append(Change(name: name, before: "\(current)", after: "\(wanted)"))
+        restoreActions.append { _ = Self.write(path, "\(current)") }
+    }
+
+    private static func write(_ path: String, _ value: String) -> Bool {
+        let fd = open(path, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return value.withCString { Glibc.write(fd, $0, strlen($0)) } == strlen(value)
+    }
+
+    /// Puts every changed limit back, the last change first.
+    func restore() {
+        for action in restoreActions.reversed() { action() }
+        restoreActions = []
+    }
+
+    /// The limits as one line each.
+    var descriptions: [String] { changes.map { "\($0.name) \($0.before) -> \($0.after)" } }
+}
