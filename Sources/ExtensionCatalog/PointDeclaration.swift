@@ -63,7 +63,8 @@ public struct PointDeclarationFile: Sendable, Hashable {
             "host: \(YAMLText.quoted(hostIdentifier))",
         ]
         if let bundlePath { lines.append("bundle: \(YAMLText.quoted(bundlePath))") }
-        lines.append("points:")
+        // `points:` alone would be a null, which parse refuses ("'points' must be a list").
+        lines.append(points.isEmpty ? "points: []" : "points:")
         for point in points {
             lines.append("  - name: \(YAMLText.quoted(point.name))")
             lines.append("    user-interface: \(point.hasUserInterface)")

@@ -39,6 +39,13 @@ struct PointDefinitionTests {
         #expect(file.points[0].restriction == .none && file.points[0].hasUserInterface && file.points[0].securityLevel == "hardened")
     }
 
+    /// Found by the bundle-manifest fuzz target: a host without points wrote `points:` (a null),
+    /// a file its own parser then refused.
+    @Test func aDeclarationWithoutPointsReadsBack() throws {
+        let file = PointDeclarationFile(hostIdentifier: "org.example.host", points: [])
+        #expect(try PointDeclarationFile.parse(file.rendered(), path: "h.appext") == file)
+    }
+
     @Test func aBrokenDeclarationFileNamesItsLine() throws {
         let text = "schema: 1\nhost: org.example.host\npoints:\n  - name: org.example.p\n    scope: everywhere\n"
         #expect {
