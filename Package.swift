@@ -95,14 +95,15 @@ let package = Package(
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
-        .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire"]),
+        .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire", "TestSupport"]),
 
         // Fuzz targets' entry points (docs/fuzzing.md): built into libFuzzer executables by the
         // separate Fuzz/ package, and replayed over the checked-in seed corpora by FuzzCorpusTests.
         .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "ExtSandboxWire", "ExtensionCatalog"]),
         .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing"]),
-        // Paths shared by the test targets that run the package's executables.
-        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        // One finder for the package's paths (build products, fixtures, Policies, the CLI) and the
+        // fixtures every test target shares (running executables as root or nobody, extension worlds).
+        .target(name: "TestSupport", dependencies: ["ExtensionCatalog"], path: "Tests/TestSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: [
             "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
@@ -118,5 +119,17 @@ let package = Package(
         .testTarget(
             name: "SandboxRuntimeTests",
             dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport"]),
+        // The SDK's runtime, driven over the wire through the echo fixture built with it (a static
+        // executable: `swift build --build-tests` builds it; depending on it would link it in here).
+        .testTarget(
+            name: "ExtSandboxExtensionTests",
+            dependencies: ["ExtSandboxExtension", "ExtSandboxWire", "SandboxPolicy", "SandboxRuntime", "TestSupport"]),
+        // The CLI: its argument parsing in process, everything else on the built binary.
+        .testTarget(
+            name: "extsandboxTests",
+            dependencies: [
+                "extsandbox", "SandboxPolicy", "xsb-probe", "TestSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]),
     ]
 )

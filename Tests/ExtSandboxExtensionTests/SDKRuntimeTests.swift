@@ -5,6 +5,7 @@ import SandboxPolicy
 import SandboxRuntime
 import Synchronization
 import Testing
+import TestSupport
 
 /// The SDK's runtime (`ExtensionRuntime`) driven over the wire by a host written here, in ways the
 /// host API never does: a HELLO sent only after the CONNECT, many CONNECTs back to back, and
@@ -19,9 +20,9 @@ struct SDKRuntimeTests {
         private var nextConnection: UInt64 = 1
 
         init() async throws {
-            let policy = try PolicyLoader.load(file: HostFixtures.policiesDirectory + "/standard.yaml")
+            let policy = try PolicyLoader.load(file: TestPaths.standardPolicyPath)
             let (host, ext) = try FrameSocket.makeSocketPair()
-            let executable = HostFixtures.productsDirectory + "/xsb-echo-extension"
+            let executable = TestPaths.echoExtension
             let sandbox = try await Supervisor.shared.launch(SandboxConfiguration(
                 executable: executable, environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
                 policy: policy, standardInput: .null, extraFileDescriptors: [ext]))

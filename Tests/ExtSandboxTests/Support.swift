@@ -6,8 +6,8 @@ import Synchronization
 import TestSupport
 
 enum HostFixtures {
-    static let productsDirectory = TestPaths.productsDirectory(containing: "xsb-echo-extension")
-    static let policiesDirectory = TestPaths.policiesDirectory
+    static var productsDirectory: String { TestPaths.productsDirectory }
+    static var policiesDirectory: String { TestPaths.policiesDirectory }
 
     /// The echo fixture under a policy level; a fresh identifier per call, so tests do not
     /// share processes unless they mean to.

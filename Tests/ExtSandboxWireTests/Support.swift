@@ -1,14 +1,11 @@
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 @testable import ExtSandboxWire
 
-/// The repository root, from this file's path (Tests/ExtSandboxWireTests/Support.swift).
-let repositoryRoot: String = {
-    var url = URL(fileURLWithPath: #filePath)
-    for _ in 0..<3 { url.deleteLastPathComponent() }
-    return url.path
-}()
+/// The repository root (found by TestSupport's one finder).
+let repositoryRoot: String = TestPaths.packageRoot.path
 
 /// A descriptor whose closing can be observed without racing other tests for fd numbers: the
 /// write end of a pipe. Once every copy of it is closed, the read end sees end of file.

@@ -2,6 +2,7 @@ import ExtensionCatalog
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 
 /// The owner's approvals: pinned to content, stored atomically, never guessed.
 @Suite("approvals")

@@ -2,6 +2,7 @@ import ExtensionCatalog
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 
 /// Broken, inconsistent and unsafe bundles are reported with the file, line and reason.
 @Suite("bundle validation")

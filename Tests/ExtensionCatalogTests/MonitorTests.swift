@@ -10,7 +10,7 @@ import TestSupport
 /// and by the CLI in another process; launches through `AppExtensionProcess`.
 @Suite("discovery monitor")
 struct MonitorTests {
-    static let products = TestPaths.productsDirectory(containing: "xsb-echo-extension")
+    static let products = TestPaths.productsDirectory
     static let echo = products + "/xsb-echo-extension"
     static let standard = TestPaths.policiesDirectory + "/standard.yaml"
 

@@ -2,6 +2,7 @@ import ExtensionCatalog
 import ExtSandbox
 import Foundation
 import Testing
+import TestSupport
 
 extension AppExtensionPoint {
     @Definition static var sample: AppExtensionPoint {

@@ -3,6 +3,7 @@ import CSeccomp
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 @testable import SandboxPolicy
 
 let shippedLevels = ["standard", "restricted", "hardened"]
@@ -44,18 +45,6 @@ private func rawSyscall(_ name: String, _ a: [UInt] = []) -> Int {
     let args = a + [UInt](repeating: 0, count: 6 - a.count)
     let r = xsb_raw_syscall6(Int(nr), args[0], args[1], args[2], args[3], args[4], args[5])
     return r < 0 ? -Int(errno) : r
-}
-
-/// The extsandbox executable next to the test runner (a dynamically linked Swift program).
-func builtExecutable(_ name: String) -> String? {
-    let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-    var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
-    while url.path != "/" {
-        let candidate = url.appendingPathComponent(name).path
-        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        url = url.deletingLastPathComponent()
-    }
-    return nil
 }
 
 @Suite("Shipped levels")
@@ -212,7 +201,8 @@ struct ShippedLevelExitTests {
     @Test func hardenedLetsASwiftProgramStart() async {
         // extsandbox itself: dynamically linked against the Swift runtime and Foundation.
         await #expect(processExitsWith: .success) {
-            guard let cli = builtExecutable("extsandbox") else { exit(96) }
+            let cli = TestPaths.cli
+            guard access(cli, X_OK) == 0 else { exit(96) }
             install("hardened")
             execQuietly([cli, "--help"])
         }

@@ -2,11 +2,10 @@ import Foundation
 import TestSupport
 @testable import SandboxPolicy
 
-/// The package's root directory (this file is Tests/SandboxPolicyTests/Support.swift).
-let packageRoot: URL = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+/// The package's root directory (found by TestSupport's one finder).
+let packageRoot: URL = TestPaths.packageRoot
 
-let standardPolicyPath = packageRoot.appendingPathComponent("Policies/standard.yaml").path
+let standardPolicyPath = TestPaths.standardPolicyPath
 
 /// Every problem of a policy given as text, reported against "t.yaml".
 func problems(_ yaml: String) -> [PolicyError] {

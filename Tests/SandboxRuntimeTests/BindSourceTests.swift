@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 @testable import SandboxRuntime
 import Testing
+import TestSupport
 
 /// A flag shared with a plain thread.
 final class SharedValue<Value: Sendable>: @unchecked Sendable {

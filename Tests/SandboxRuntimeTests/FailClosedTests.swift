@@ -4,6 +4,7 @@ import Glibc
 import SandboxPolicy
 @testable import SandboxRuntime
 import Testing
+import TestSupport
 
 /// When an isolation step cannot be set up, the launch fails naming the step, and nothing runs.
 @Suite("Fail closed")

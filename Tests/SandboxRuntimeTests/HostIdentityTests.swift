@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 @testable import SandboxRuntime
 import Testing
+import TestSupport
 
 /// Issue 9 item 1a: a root caller's sandbox is never host root.
 @Suite("Host identity")

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// The hostile probe tries every forbidden thing from inside the sandbox, once as root and
 /// once as an unprivileged caller (through setpriv), and each attempt must be blocked.

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 
 /// "Kill" means kill: a call the policy kills ends the sandbox whatever the program does
 /// around it (issue 9, item 3).

@@ -4,6 +4,7 @@ import Glibc
 import SandboxPolicy
 @testable import SandboxRuntime
 import Testing
+import TestSupport
 
 @Suite("Lifecycle: exit, suspend, resume, kill, die with the supervisor")
 struct LifecycleTests {

@@ -1,22 +1,20 @@
 import ExtensionCatalog
 import Foundation
 import Glibc
-import Testing
-import TestSupport
 
 /// A throw-away world of extension locations: a host bundle with its `Extensions/`, an external
 /// directory, a points directory with the host's declaration, and an approvals file.
-final class ExtensionWorld: @unchecked Sendable {
-    let root: String
-    let hostBundle: String
-    let external: String
-    let points: String
-    let stateFile: String
-    static let hostIdentifier = "org.example.host"
-    static let openPoint = "org.example.host.text"
-    static let appOnlyPoint = "org.example.host.private"
+public final class ExtensionWorld: @unchecked Sendable {
+    public let root: String
+    public let hostBundle: String
+    public let external: String
+    public let points: String
+    public let stateFile: String
+    public static let hostIdentifier = "org.example.host"
+    public static let openPoint = "org.example.host.text"
+    public static let appOnlyPoint = "org.example.host.private"
 
-    init() throws {
+    public init() throws {
         var template = Array("/tmp/xsb-discovery-XXXXXX".utf8CString)
         guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else { throw POSIXError(.EIO) }
         root = String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
@@ -37,11 +35,11 @@ final class ExtensionWorld: @unchecked Sendable {
 
     deinit { try? FileManager.default.removeItem(atPath: root) }
 
-    var locations: ExtensionLocations {
+    public var locations: ExtensionLocations {
         ExtensionLocations(hostBundle: hostBundle, external: [external], pointDirectories: [points], stateFile: stateFile)
     }
 
-    var environment: [String: String] {
+    public var environment: [String: String] {
         var environment = ProcessInfo.processInfo.environment
         environment["EXTSANDBOX_EXTENSION_DIRS"] = external
         environment["EXTSANDBOX_POINT_DIRS"] = points
@@ -49,7 +47,7 @@ final class ExtensionWorld: @unchecked Sendable {
         return environment
     }
 
-    func write(_ path: String, _ text: String, mode: mode_t = 0o644) throws {
+    public func write(_ path: String, _ text: String, mode: mode_t = 0o644) throws {
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try text.write(toFile: path, atomically: false, encoding: .utf8)
         chmod(path, mode)
@@ -58,7 +56,7 @@ final class ExtensionWorld: @unchecked Sendable {
     /// Builds a bundle in `directory` named `<last part of identifier>.appex`, with a shell script
     /// as its executable (or `executableSource` copied in), and returns its path.
     @discardableResult
-    func install(_ identifier: String, point: String = ExtensionWorld.openPoint, in directory: String? = nil,
+    public func install(_ identifier: String, point: String = ExtensionWorld.openPoint, in directory: String? = nil,
                  manifest: String? = nil, executableSource: String? = nil, script: String = "exit 0",
                  viaRename: Bool = false) throws -> String {
         let directory = directory ?? external
@@ -86,29 +84,24 @@ final class ExtensionWorld: @unchecked Sendable {
     }
 
     /// Replaces the bundle's executable the way installers do (new file, rename over).
-    func replaceExecutable(of bundle: String, script: String = "exit 1") throws {
+    public func replaceExecutable(of bundle: String, script: String = "exit 1") throws {
         try write(bundle + "/bin/.run.new", "#!/bin/sh\n\(script)\n", mode: 0o755)
         rename(bundle + "/bin/.run.new", bundle + "/bin/run")
     }
 
-    struct Output {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-    }
+    public typealias Output = Fixtures.Output
 
-    static let cli = TestPaths.productsDirectory(containing: "extsandbox") + "/extsandbox"
 
     /// Runs the built `extsandbox` with this world's locations.
-    func cli(_ arguments: [String]) throws -> Output {
+    public func cli(_ arguments: [String]) throws -> Output {
         try start(arguments)()
     }
 
     /// Starts the built `extsandbox`; the returned function waits for it. (Starting many first
     /// and then waiting keeps concurrent runs from holding a concurrency-pool thread each.)
-    func start(_ arguments: [String]) throws -> () throws -> Output {
+    public func start(_ arguments: [String]) throws -> () throws -> Output {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.cli)
+        process.executableURL = URL(fileURLWithPath: TestPaths.cli)
         process.arguments = arguments
         process.environment = environment
         let out = Pipe(), err = Pipe()
@@ -126,7 +119,7 @@ final class ExtensionWorld: @unchecked Sendable {
     }
 
     /// `extsandbox list --all --json`, as identifier → state.
-    func states() throws -> [String: String] {
+    public func states() throws -> [String: String] {
         let output = try cli(["list", "--all", "--json"])
         guard output.status == 0 else { throw CLIFailure(output: output.stderr) }
         let rows = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [[String: Any]] ?? []
@@ -135,5 +128,8 @@ final class ExtensionWorld: @unchecked Sendable {
         return states
     }
 
-    struct CLIFailure: Error { var output: String }
+    public struct CLIFailure: Error {
+        public var output: String
+        public init(output: String) { self.output = output }
+    }
 }

@@ -32,14 +32,35 @@ public enum TestPaths {
         return url
     }
 
-    /// The directory of the package's executables: the nearest ancestor of the test runner's
-    /// directory that holds `marker` (on some layouts the runner sits inside a .xctest bundle).
-    public static func productsDirectory(containing marker: String) -> String {
+    /// The checkout's test fixtures (Tests/Fixtures: sources of fixture executables, scripts).
+    public static let fixturesDirectory: String = packageRoot.appendingPathComponent("Tests/Fixtures").path
+
+    /// The shipped standard policy of the checkout.
+    public static var standardPolicyPath: String { policiesDirectory + "/standard.yaml" }
+
+    /// The directory of the package's built executables (the CLI, fixtures, examples): SwiftPM puts
+    /// them next to the test runner, or (on some layouts, where the runner sits inside a .xctest
+    /// bundle) in the nearest ancestor directory that holds the `extsandbox` executable.
+    public static let productsDirectory: String = {
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
-        while url.path != "/" && !FileManager.default.fileExists(atPath: url.appendingPathComponent(marker).path) {
+        let runnerDirectory = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        var url = runnerDirectory
+        while url.path != "/" {
+            if FileManager.default.isExecutableFile(atPath: url.appendingPathComponent("extsandbox").path) { return url.path }
             url = url.deletingLastPathComponent()
         }
-        return url.path
-    }
+        return runnerDirectory.path
+    }()
+
+    /// A built executable of the package (a product name, e.g. "xsb-echo-extension").
+    public static func product(_ name: String) -> String { productsDirectory + "/" + name }
+
+    /// The built `extsandbox` CLI (a debug build, dynamically linked against the Swift runtime).
+    public static var cli: String { product("extsandbox") }
+
+    /// The probe fixture (Tests/Fixtures/xsb-probe): tries one forbidden thing per invocation.
+    public static var probe: String { product("xsb-probe") }
+
+    /// The echo extension fixture (Tests/Fixtures/xsb-echo-extension), built with the SDK.
+    public static var echoExtension: String { product("xsb-echo-extension") }
 }

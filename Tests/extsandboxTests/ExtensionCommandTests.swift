@@ -2,6 +2,7 @@ import ExtensionCatalog
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 
 /// `extsandbox list|approve|revoke|enable|disable`, run as the built binary.
 @Suite("extsandbox list/approve")

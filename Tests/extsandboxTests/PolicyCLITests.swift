@@ -1,41 +1,58 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import SandboxPolicy
+
+/// A Docker/OCI profile with the structures the importer handles (the same as DockerImportTests').
+private let dockerProfileJSON = """
+    {
+      "defaultAction": "SCMP_ACT_ERRNO",
+      "defaultErrnoRet": 1,
+      "archMap": [
+        { "architecture": "SCMP_ARCH_X86_64", "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"] },
+        { "architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"] }
+      ],
+      "syscalls": [
+        {
+          "names": ["accept4", "arch_prctl", "brk", "close", "execve", "exit", "exit_group", "fstat", "futex",
+                    "getpid", "getrandom", "mmap", "mprotect", "munmap", "newfstatat", "openat", "prlimit64",
+                    "read", "rseq", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "set_robust_list",
+                    "set_tid_address", "write", "_llseek", "chown32", "clone3"],
+          "action": "SCMP_ACT_ALLOW",
+          "comment": "what every program needs"
+        },
+        { "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 0, "op": "SCMP_CMP_EQ" }] },
+        { "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 8, "op": "SCMP_CMP_EQ" }] },
+        {
+          "names": ["clone"], "action": "SCMP_ACT_ALLOW",
+          "args": [{ "index": 0, "value": 2114060288, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
+          "comment": "s390 parameter ordering for clone is different",
+          "excludes": { "caps": ["CAP_SYS_ADMIN"], "arches": ["s390", "s390x"] }
+        },
+        {
+          "names": ["clone"], "action": "SCMP_ACT_ALLOW",
+          "args": [{ "index": 1, "value": 2114060288, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
+          "includes": { "arches": ["s390", "s390x"] }
+        },
+        { "names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 40, "op": "SCMP_CMP_NE" }] },
+        { "names": ["ptrace"], "action": "SCMP_ACT_ALLOW", "includes": { "minKernel": "4.8" } },
+        { "names": ["mount", "umount2", "unshare"], "action": "SCMP_ACT_ALLOW", "includes": { "caps": ["CAP_SYS_ADMIN"] } },
+        { "names": ["chmod", "fchmod", "fchmodat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13, "comment": "no permission changes" },
+        { "names": ["kexec_load"], "action": "SCMP_ACT_KILL_PROCESS" },
+        { "names": ["sync"], "action": "SCMP_ACT_NOTIFY" }
+      ]
+    }
+    """
 
 /// `extsandbox policy …`, run as the built binary next to the test runner.
 @Suite("extsandbox policy")
 struct PolicyCLITests {
-    struct Output {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-    }
-
-    static func run(_ arguments: [String]) throws -> Output {
-        let cli = try #require(builtExecutable("extsandbox"), "the extsandbox executable is not built next to the test runner")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: cli)
-        process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        environment["EXTSANDBOX_POLICIES_DIR"] = packageRoot.appendingPathComponent("Policies").path
-        process.environment = environment
-        let outFile = try makeTemporaryDirectory().appendingPathComponent("out")
-        let errFile = outFile.deletingLastPathComponent().appendingPathComponent("err")
-        _ = FileManager.default.createFile(atPath: outFile.path, contents: nil)
-        _ = FileManager.default.createFile(atPath: errFile.path, contents: nil)
-        process.standardOutput = try FileHandle(forWritingTo: outFile)
-        process.standardError = try FileHandle(forWritingTo: errFile)
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        return Output(
-            status: process.terminationStatus,
-            stdout: try String(contentsOf: outFile, encoding: .utf8),
-            stderr: try String(contentsOf: errFile, encoding: .utf8))
+    static func run(_ arguments: [String]) throws -> Fixtures.Output {
+        try Fixtures.run([TestPaths.cli] + arguments, environment: TestPaths.environmentWithPolicies())
     }
 
     @Test func checkReportsEveryProblemOfEveryFileAndFails() throws {
-        let dir = try makeTemporaryDirectory()
+        let dir = try TestPaths.makePolicyDirectory("policy-cli")
         let first = dir.appendingPathComponent("first.yaml").path
         let second = dir.appendingPathComponent("second.yaml").path
         try """
@@ -53,7 +70,7 @@ struct PolicyCLITests {
         #expect(lines.count == 4, "\(out.stdout)")
         #expect(lines.first == "\(first):4:23: unknown system call \"opnat\"; did you mean \"openat\"?")
         #expect(lines.dropFirst().first?.hasPrefix("\(first):6:11: bad value \"lots\" for memory") == true)
-        let standard = try PolicyLoader.load(file: standardPolicyPath)
+        let standard = try PolicyLoader.load(file: TestPaths.standardPolicyPath)
         let instructions = try standard.compileSeccompFilter(mode: .supervised).instructionCount
         let named = Set(standard.seccomp.rules.map(\.syscall)).count
         #expect(lines.dropFirst(2).first?.hasSuffix("standard.yaml: ok (default kill, \(named) system calls named, \(instructions) BPF instructions)") == true, "\(lines)")
@@ -73,7 +90,7 @@ struct PolicyCLITests {
         #expect(out.status == 0, "\(out.stderr)")
         let text = out.stdout
         #expect(text.hasPrefix("# standard: Ordinary programs: shells and pipelines"))
-        let standard = try PolicyLoader.load(file: standardPolicyPath)
+        let standard = try PolicyLoader.load(file: TestPaths.standardPolicyPath)
         let supervised = try standard.compileSeccompFilter(mode: .supervised).instructionCount
         let inKernel = try standard.compileSeccompFilter(mode: .inKernel).instructionCount
         #expect(text.contains("# filter:    \(supervised) BPF instructions as the supervisor loads it; \(inKernel) for the kernel alone"))
@@ -105,16 +122,16 @@ struct PolicyCLITests {
     @Test func listShowsTheSearchPathAndEveryLevel() throws {
         let out = try Self.run(["policy", "list"])
         #expect(out.status == 0, "\(out.stderr)")
-        let policies = packageRoot.appendingPathComponent("Policies").path
+        let policies = TestPaths.policiesDirectory
         #expect(out.stdout.contains("  1. \(policies)  (the install's policies)"))
         #expect(out.stdout.contains("  2. /etc/extsandbox/policies  (the admin's policies"))
-        for level in shippedLevels {
+        for level in ["standard", "restricted", "hardened"] {
             #expect(out.stdout.contains(level.padding(toLength: 12, withPad: " ", startingAt: 0)), "\(level)")
         }
     }
 
     @Test func importDockerWritesALoadablePolicy() throws {
-        let dir = try makeTemporaryDirectory()
+        let dir = try TestPaths.makePolicyDirectory("policy-cli")
         let json = dir.appendingPathComponent("profile.json").path
         try dockerProfileJSON.write(toFile: json, atomically: true, encoding: .utf8)
         let out = try Self.run(["policy", "import-docker", json])

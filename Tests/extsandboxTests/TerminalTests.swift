@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 
 /// Runs the CLI the way a person does: on a terminal (a pseudo-terminal this harness owns, the
 /// CLI's controlling terminal, its session's foreground job), and looks at that terminal from
