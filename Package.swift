@@ -100,7 +100,7 @@ let package = Package(
         // Fuzz targets' entry points (docs/fuzzing.md): built into libFuzzer executables by the
         // separate Fuzz/ package, and replayed over the checked-in seed corpora by FuzzCorpusTests.
         .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "ExtSandboxWire", "ExtensionCatalog"]),
-        .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing"]),
+        .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing", "TestSupport"]),
         // One finder for the package's paths (build products, fixtures, Policies, the CLI) and the
         // fixtures every test target shares (running executables as root or nobody, extension worlds).
         .target(name: "TestSupport", dependencies: ["ExtensionCatalog"], path: "Tests/TestSupport"),

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import SandboxRuntime
 import Testing
+import TestSupport
 
 /// A misbehaving extension must never hurt the host: each kind of bad input closes that
 /// connection with a clear error, its pending request fails once, memory and fds stay
@@ -10,8 +11,7 @@ import Testing
 @Suite("Malformed input from an extension")
 struct MalformedInputTests {
     static let script: String = {
-        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/misbehaving_extension.py").path
+        let path = TestPaths.fixturesDirectory + "/misbehaving_extension.py"
         return (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
     }()
 
@@ -115,8 +115,8 @@ struct MalformedInputTests {
 struct PythonExtensionTests {
     @Test("the Python example answers through the host API")
     func pythonEcho() async throws {
-        let script = try String(contentsOfFile: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Examples/python-echo/extension.py").path, encoding: .utf8)
+        let script = try String(
+            contentsOfFile: TestPaths.packageRoot.appendingPathComponent("Examples/python-echo/extension.py").path, encoding: .utf8)
         let identity = AppExtensionIdentity.developmentOnly(
             bundleIdentifier: "com.example.python-echo.\(UUID().uuidString)", executablePath: "/usr/bin/python3",
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),

@@ -1,15 +1,14 @@
 import ExtSandboxFuzzing
 import Foundation
 import Testing
+import TestSupport
 
 /// The checked-in seed corpora (Fuzz/corpus/TARGET/) replayed through the fuzz targets' entry
 /// points: cheap, and it keeps the entry points compiling and the seeds meaningful. Fuzzing
 /// itself is `scripts/fuzz` (docs/fuzzing.md), never part of this suite.
 @Suite("Fuzz corpora")
 struct FuzzCorpusTests {
-    static let fuzzDirectory = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Fuzz")
+    static let fuzzDirectory = TestPaths.packageRoot.appendingPathComponent("Fuzz")
 
     static func corpus(_ target: FuzzTarget) -> [URL] {
         let dir = fuzzDirectory.appendingPathComponent("corpus").appendingPathComponent(target.rawValue)

@@ -12,10 +12,9 @@ import Testing
 /// host API with real sandboxes.
 @Suite("Host-level faults", .serialized)
 struct ScaleFaultTests {
-    static let productsDirectory = TestPaths.productsDirectory(containing: "xsb-bench")
-    static var bench: String { productsDirectory + "/xsb-bench" }
-    static var echo: String { productsDirectory + "/xsb-echo-extension" }
-    static var probe: String { productsDirectory + "/xsb-probe" }
+    static var bench: String { TestPaths.product("xsb-bench") }
+    static var echo: String { TestPaths.echoExtension }
+    static var probe: String { TestPaths.probe }
     static let hardened = TestPaths.policiesDirectory + "/hardened.yaml"
 
     /// Cycles in the suite: about 30 ms each (two at a time) on a loaded 2-core machine, so about
