@@ -130,8 +130,12 @@ enum YAMLText {
             case "\n": out += "\\n"
             case "\t": out += "\\t"
             default:
-                if scalar.value < 0x20 || scalar.value == 0x7f {
+                // Escaped: C0 and C1 controls (NEL, U+0085, is a line break to YAML readers),
+                // the Unicode line and paragraph separators, and the byte-order mark.
+                if scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value) {
                     out += "\\x" + String(scalar.value, radix: 16).leftPadded(to: 2)
+                } else if [0x2028, 0x2029, 0xfeff].contains(scalar.value) {
+                    out += "\\u" + String(scalar.value, radix: 16).leftPadded(to: 4)
                 } else {
                     out.unicodeScalars.append(scalar)
                 }

@@ -47,6 +47,15 @@ struct PointDefinitionTests {
         #expect(try PointDeclarationFile.parse(file.rendered(), path: "h.appext") == file)
     }
 
+    /// Found by the bundle-manifest fuzz target: a security level holding NEL (U+0085) was
+    /// written raw inside quotes, and a YAML reader takes NEL for a line break.
+    @Test func lineBreaksOfEveryKindAreEscaped() throws {
+        let level = "a\u{85}b\u{2028}c\u{2029}d\u{feff}e\u{9f}\n\t\"\\"
+        let file = PointDeclarationFile(
+            hostIdentifier: "org.example.host", points: [ExtensionPointDeclaration(name: "org.example.p", securityLevel: level)])
+        #expect(try PointDeclarationFile.parse(file.rendered(), path: "h.appext") == file)
+    }
+
     @Test func aBrokenDeclarationFileNamesItsLine() throws {
         let text = "schema: 1\nhost: org.example.host\npoints:\n  - name: org.example.p\n    scope: everywhere\n"
         #expect {
