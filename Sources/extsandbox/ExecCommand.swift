@@ -102,7 +102,8 @@ struct ExecCommand: AsyncParsableCommand {
         // Read once: the program lookup, the policy search path and the cache use it too.
         let callerEnvironment = SystemFiles.environment()
         guard let executable = Self.resolve(program, searchPath: callerEnvironment["PATH"]) else {
-            Self.complain("\(program): command not found")
+            printError("\(program): command not found",
+                       hint: program.contains("/") ? "check the path and that it is executable" : "give its path (./\(program)) or add its directory to PATH")
             throw ExitCode(127)
         }
 
@@ -111,7 +112,7 @@ struct ExecCommand: AsyncParsableCommand {
         do {
             (loadedPolicy, filter) = try Self.loadPolicy(request.policy, environment: callerEnvironment)
         } catch {
-            Self.complain("policy: \(error)")
+            printError("policy: \(error)", hint: ErrorAdvice.policy(error, nameOrPath: request.policy))
             throw ExitCode(125)
         }
 
@@ -152,7 +153,7 @@ struct ExecCommand: AsyncParsableCommand {
             process = try await Supervisor.shared.launch(configuration)
         } catch {
             streams.abandon()
-            Self.complain("cannot start \(program): \(error)")
+            printError("cannot start \(program): \(error)", hint: ErrorAdvice.launch(error))
             throw ExitCode(125)
         }
 

@@ -18,9 +18,12 @@ enum ExtensionCommands {
 
     static func inventory() throws -> ExtensionInventory {
         do throws(CatalogProblem) {
+            // Hashing every external bundle's executable can take a while: say so on a terminal.
+            let progress = ProgressLine("reading installed extensions")
+            defer { progress.finish() }
             return try ExtensionInventory.load(.standard(hostBundle: nil))
         } catch {
-            printError("\(error)")
+            printError("\(error)", hint: ErrorAdvice.catalog(error))
             throw ExitCode.failure
         }
     }
@@ -29,7 +32,8 @@ enum ExtensionCommands {
     static func find(_ identifier: String, in inventory: ExtensionInventory) throws -> ExtensionInventory.Item {
         let matches = inventory.items(withIdentifier: identifier)
         guard let item = matches.first(where: { if case .invalid = $0.status { return false } else { return true } }) ?? matches.first else {
-            printError("no installed extension has the identifier \(identifier) (extsandbox list --all shows every one)")
+            printError("no installed extension has the identifier \(identifier)",
+                       hint: "`extsandbox list --all` shows every installed extension with its identifier")
             throw ExitCode.failure
         }
         return item
@@ -40,7 +44,7 @@ enum ExtensionCommands {
         do throws(CatalogProblem) {
             try store.update { (state: inout ApprovalState) throws(CatalogProblem) in change(&state) }
         } catch {
-            printError("\(error)")
+            printError("\(error)", hint: ErrorAdvice.catalog(error))
             throw ExitCode.failure
         }
     }
@@ -58,6 +62,17 @@ struct ListCommand: ParsableCommand {
             with the file, line and reason; never launched). Invalid bundles are shown with --all.
 
             \(ExtensionCommands.locationHelp)
+
+            --json prints an array with one object per extension; these field names are stable \
+            (a field whose value is unknown, e.g. for a bundle whose manifest cannot be read, is \
+            left out): identifier, name (display name), version, point, host (the host that \
+            declares the point), state (enabled, disabled, unapproved or invalid), reason (why it \
+            is unapproved or invalid), level (the point's security level), origin (bundled or \
+            external), path (the bundle's directory).
+
+            Output: an aligned table, the STATE column coloured when standard output is a \
+            terminal and NO_COLOR is not set; a progress line on standard error (a terminal only) \
+            while reading the bundles takes longer than a second.
 
             Examples:
               extsandbox list
@@ -101,37 +116,33 @@ struct ListCommand: ParsableCommand {
                        path: item.entry.path)
         }
         if json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            print(String(decoding: try encoder.encode(rows), as: UTF8.self))
+            try JSONOutput.print(rows)
             return
         }
         if rows.isEmpty {
             print("No extensions installed.")
         } else {
-            let header = ["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION"]
-            let table = rows.map { [$0.identifier ?? "?", $0.point ?? "?", $0.state, $0.level ?? "-", $0.origin, $0.version ?? "-"] }
-            let widths = header.indices.map { column in ([header] + table).map { $0[column].count }.max() ?? 0 }
-            func line(_ cells: [String]) -> String {
-                cells.enumerated().map { $0.element + String(repeating: " ", count: widths[$0.offset] + 2 - $0.element.count) }.joined()
-                    .trimmingTrailingSpaces()
+            var table = Table(["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION"])
+            for row in rows {
+                let note = row.reason.map { "\(row.state == "invalid" ? "why" : "note"): \($0)" }
+                table.add([row.identifier ?? "?", row.point ?? "?", row.state, row.level ?? "-", row.origin, row.version ?? "-"],
+                          colors: [2: Self.color(ofState: row.state)], notes: note.map { [$0] } ?? [])
             }
-            print(line(header))
-            for (row, cells) in zip(rows, table) {
-                print(line(cells))
-                if let reason = row.reason { print("    \(row.state == "invalid" ? "why" : "note"): \(reason)") }
-            }
+            print(table.render(), terminator: "")
         }
         let hidden = inventory.items.count - shown.count
         if hidden > 0 { print("\(hidden) invalid bundle\(hidden == 1 ? "" : "s") not shown (extsandbox list --all)") }
     }
 }
 
-extension String {
-    func trimmingTrailingSpaces() -> String {
-        var s = Substring(self)
-        while s.last == " " { s = s.dropLast() }
-        return String(s)
+extension ListCommand {
+    static func color(ofState state: String) -> OutputStyle.Color {
+        switch state {
+        case "enabled": return .green
+        case "unapproved": return .yellow
+        case "invalid": return .red
+        default: return .dim
+        }
     }
 }
 
@@ -156,7 +167,7 @@ struct ApproveCommand: ParsableCommand {
         let bundle: ValidatedBundle
         switch item.status {
         case .invalid(let problem):
-            printError("\(identifier) is invalid and cannot be approved: \(problem)")
+            printError("\(identifier) is invalid and cannot be approved: \(problem)", hint: ErrorAdvice.catalog(problem))
             throw ExitCode.failure
         default:
             bundle = try item.entry.bundle.get()
@@ -167,9 +178,11 @@ struct ApproveCommand: ParsableCommand {
         }
         let approval: ApprovalState.Approval
         do throws(CatalogProblem) {
+            let progress = ProgressLine("hashing the executable and manifest of \(identifier)")
+            defer { progress.finish() }
             approval = try ExtensionCatalog.currentApproval(of: bundle)
         } catch {
-            printError("\(error)")
+            printError("\(error)", hint: ErrorAdvice.catalog(error))
             throw ExitCode.failure
         }
         try ExtensionCommands.update { $0.approvals[identifier] = approval }

@@ -53,56 +53,110 @@ struct PolicyCommand: ParsableCommand {
                 resolved), or $EXTSANDBOX_POLICIES_DIR when set (for a checkout's Policies \
                 directory). Every policy directory and file, and every directory above them, must \
                 be owned by root or by you and not writable by group or others; a directory that \
-                is not is marked "refused" with the reason, and nothing is loaded from it.
+                is not is marked "refused" with the reason, and nothing is loaded from it; the \
+                exit status is then 1.
+
+                --json prints one object with stable field names: directories (the search path \
+                in order: path, role "install" or "admin", status "present", "missing" or \
+                "refused", reason when refused) and policies (sorted by name: name, file (the one \
+                that wins), description, broken (true when it does not load), shadowed (the files \
+                it overrides)).
 
                 Examples:
                   extsandbox policy list
+                  extsandbox policy list --json
                   EXTSANDBOX_POLICIES_DIR=$PWD/Policies extsandbox policy list
                 """)
 
+        @Flag(name: .long, help: "Print a JSON object instead of the search path and the table.")
+        var json = false
+
+        /// One directory of the search path, as `--json` prints it.
+        struct Directory: Codable {
+            var path: String
+            var role: String
+            var status: String
+            var reason: String?
+        }
+
+        /// One policy name, as `--json` prints it.
+        struct Entry: Codable {
+            var name: String
+            var file: String
+            var description: String
+            var broken: Bool
+            var shadowed: [String]
+        }
+
+        struct Listing: Codable {
+            var directories: [Directory]
+            var policies: [Entry]
+        }
+
         func run() throws {
             let path = PolicyCommand.searchPath
-            print("Search path (a later directory wins):")
-            var refused = false
-            for (i, dir) in path.directories.enumerated() {
-                let role = dir == PolicySearchPath.systemDirectory ? "the admin's policies" : "the install's policies"
+            let directories = path.directories.map { dir -> Directory in
+                let role = dir == PolicySearchPath.systemDirectory ? "admin" : "install"
                 switch PolicySearchPath.status(ofDirectory: dir) {
-                case .present:
-                    print("  \(i + 1). \(dir)  (\(role))")
-                case .missing:
-                    print("  \(i + 1). \(dir)  (\(role); does not exist)")
-                case .refused(let reason):
-                    refused = true
-                    print("  \(i + 1). \(dir)  (\(role); REFUSED: \(reason))")
+                case .present: return Directory(path: dir, role: role, status: "present")
+                case .missing: return Directory(path: dir, role: role, status: "missing")
+                case .refused(let reason): return Directory(path: dir, role: role, status: "refused", reason: reason)
+                }
+            }
+            let refused = directories.contains { $0.status == "refused" }
+            let entries = path.entries()
+            let winners = Dictionary(entries.filter(\.isEffective).map { ($0.name, $0.file) }, uniquingKeysWith: { a, _ in a })
+            let names = Set(entries.map(\.name)).sorted()
+            let policies = ProgressLine.during("loading policies") { progress in
+                names.enumerated().map { index, name -> Entry in
+                    progress.update("loading \(name) (\(index + 1) of \(names.count))")
+                    let winner = winners[name]!
+                    let shadowed = entries.filter { $0.name == name && !$0.isEffective }.map(\.file)
+                    do {
+                        let policy = try PolicyLoader.load(file: winner, searchPath: path)
+                        let text = policy.description.split(whereSeparator: \.isNewline).joined(separator: " ")
+                        return Entry(name: name, file: winner, description: text, broken: false, shadowed: shadowed)
+                    } catch {
+                        return Entry(name: name, file: winner, description: "", broken: true, shadowed: shadowed)
+                    }
+                }
+            }
+            if json {
+                try JSONOutput.print(Listing(directories: directories, policies: policies))
+                if refused { throw ExitCode(1) }
+                return
+            }
+
+            let style = OutputStyle.standardOutput
+            print("Search path (a later directory wins):")
+            for (i, dir) in directories.enumerated() {
+                let role = dir.role == "admin" ? "the admin's policies" : "the install's policies"
+                switch dir.status {
+                case "missing": print("  \(i + 1). \(dir.path)  (\(role); does not exist)")
+                case "refused": print("  \(i + 1). \(dir.path)  (\(role); \(style.paint("REFUSED", .red)): \(dir.reason ?? ""))")
+                default: print("  \(i + 1). \(dir.path)  (\(role))")
                 }
             }
             print("  A name with \"/\" or ending in .yaml is a path, used as is (extsandbox exec --policy ./mine.yaml).")
             print("")
 
-            let entries = path.entries()
-            guard !entries.isEmpty else {
+            guard !policies.isEmpty else {
                 print("No policies found.")
                 if refused { throw ExitCode(1) }
                 return
             }
-            let winners = Dictionary(entries.filter(\.isEffective).map { ($0.name, $0.file) }, uniquingKeysWith: { a, _ in a })
-            let nameWidth = max(12, (entries.map(\.name.count).max() ?? 0) + 2)
-            for name in Set(entries.map(\.name)).sorted() {
-                let winner = winners[name]!
-                let summary: String
-                do {
-                    let policy = try PolicyLoader.load(file: winner, searchPath: path)
-                    let text = policy.description.split(whereSeparator: \.isNewline).joined(separator: " ")
-                    summary = text.count > 90 ? String(text.prefix(89)) + "…" : text
-                } catch {
-                    summary = "BROKEN: \(error.additional.count + 1) problem(s); run `extsandbox policy check \(name)`"
+            var table = Table(["NAME", "FILE"])
+            for entry in policies {
+                var notes: [String] = []
+                if entry.broken {
+                    notes.append(style.paint("BROKEN", .red) + ": run `extsandbox policy check \(entry.name)` for its problems")
+                } else if !entry.description.isEmpty {
+                    notes.append(entry.description.count > 90 ? String(entry.description.prefix(89)) + "…" : entry.description)
                 }
-                print(name + String(repeating: " ", count: max(1, nameWidth - name.count)) + winner)
-                if !summary.isEmpty { print(String(repeating: " ", count: nameWidth) + summary) }
-                for shadowed in entries where shadowed.name == name && !shadowed.isEffective {
-                    print(String(repeating: " ", count: nameWidth) + "shadowed: \(shadowed.file)")
-                }
+                notes += entry.shadowed.map { "shadowed: \($0)" }
+                table.add([entry.name, entry.file], notes: notes)
             }
+            print(table.render(style), terminator: "")
             // A refused directory makes every lookup by name fail: say so in the status too.
             if refused { throw ExitCode(1) }
         }
@@ -122,8 +176,15 @@ struct PolicyCommand: ParsableCommand {
 
                 Exit status: 0 when every policy is valid, 1 when any has a problem.
 
+                --json prints an array, one object per policy named, with stable field names: \
+                policy (as given), file (the file it named; absent when none was found), ok, \
+                problems (each with file, line, column (0 when unknown) and message) and, for a \
+                valid policy, defaultAction, namedSyscalls, instructions (of the BPF filter) and \
+                files (how many files it is made from).
+
                 Examples:
                   extsandbox policy check standard
+                  extsandbox policy check --json ./my-policy.yaml
                   extsandbox policy check Policies/*.yaml /etc/extsandbox/policies/*.yaml
                   extsandbox policy check ./my-policy.yaml && extsandbox exec --policy ./my-policy.yaml -- ./tool
                 """)
@@ -135,38 +196,82 @@ struct PolicyCommand: ParsableCommand {
             if policies.isEmpty { throw ValidationError("Name at least one policy file to check.") }
         }
 
+        @Flag(name: .long, help: "Print a JSON array, one object per policy, instead of the report.")
+        var json = false
+
+        /// One problem, as `--json` prints it (line and column 0 when it concerns the whole file).
+        struct Problem: Codable {
+            var file: String
+            var line: Int
+            var column: Int
+            var message: String
+        }
+
+        /// One checked policy, as `--json` prints it.
+        struct Result: Codable {
+            var policy: String
+            var file: String?
+            var ok: Bool
+            var problems: [Problem]
+            var defaultAction: String?
+            var namedSyscalls: Int?
+            var instructions: Int?
+            var files: Int?
+        }
+
         func run() throws {
-            var failed = 0
-            for item in policies {
-                let file: String
-                do {
-                    file = try PolicyCommand.file(for: item)
-                } catch {
-                    print("\(error)")
-                    failed += 1
-                    continue
+            let results = ProgressLine.during("checking policies") { progress in
+                policies.enumerated().map { index, item in
+                    progress.update("checking \(item) (\(index + 1) of \(policies.count))")
+                    return Self.check(item)
                 }
-                let problems = PolicyLoader.check(file: file, searchPath: PolicyCommand.searchPath)
-                if !problems.isEmpty {
-                    for p in problems { print("\(p.location): \(p.message)") }
-                    failed += 1
-                    continue
-                }
-                do {
-                    let policy = try PolicyLoader.load(file: file, searchPath: PolicyCommand.searchPath)
-                    let filter = try policy.compileSeccompFilter(mode: .supervised)
-                    let named = Set(policy.seccomp.rules.map(\.syscall)).count
-                    var made = ""
-                    if policy.composedFrom.count > 1 { made = ", made from \(policy.composedFrom.count) files" }
-                    print("\(file): ok (default \(policy.seccomp.defaultAction), \(named) system calls named, \(filter.instructionCount) BPF instructions\(made))")
-                } catch {
-                    print("\(error)")
-                    failed += 1
+            }
+            let failed = results.filter { !$0.ok }.count
+            if json {
+                try JSONOutput.print(results)
+            } else {
+                let style = OutputStyle.standardOutput
+                for result in results {
+                    for p in result.problems {
+                        let location = p.line <= 0 ? p.file : p.column <= 0 ? "\(p.file):\(p.line)" : "\(p.file):\(p.line):\(p.column)"
+                        print("\(location): \(p.message)")
+                    }
+                    if result.ok, let file = result.file, let instructions = result.instructions {
+                        let made = (result.files ?? 1) > 1 ? ", made from \(result.files!) files" : ""
+                        print("\(file): \(style.paint("ok", .green)) (default \(result.defaultAction ?? "?"), \(result.namedSyscalls ?? 0) system calls named, \(instructions) BPF instructions\(made))")
+                    }
                 }
             }
             if failed > 0 {
                 PolicyCommand.complain("\(failed) of \(policies.count) \(policies.count == 1 ? "policy has" : "policies have") problems")
                 throw ExitCode(1)
+            }
+        }
+
+        /// Checks one policy: every problem of every file, else the compiled filter's summary.
+        static func check(_ item: String) -> Result {
+            func failure(_ errors: [PolicyError], file: String?) -> Result {
+                let problems = errors.flatMap { [$0] + $0.additional }.map {
+                    Problem(file: $0.file, line: $0.line, column: $0.column, message: $0.message)
+                }
+                return Result(policy: item, file: file, ok: false, problems: problems)
+            }
+            let file: String
+            do {
+                file = try PolicyCommand.file(for: item)
+            } catch {
+                return failure([error], file: nil)
+            }
+            let problems = PolicyLoader.check(file: file, searchPath: PolicyCommand.searchPath)
+            if !problems.isEmpty { return failure(problems, file: file) }
+            do {
+                let policy = try PolicyLoader.load(file: file, searchPath: PolicyCommand.searchPath)
+                let filter = try policy.compileSeccompFilter(mode: .supervised)
+                return Result(policy: item, file: file, ok: true, problems: [], defaultAction: "\(policy.seccomp.defaultAction)",
+                              namedSyscalls: Set(policy.seccomp.rules.map(\.syscall)).count,
+                              instructions: filter.instructionCount, files: policy.composedFrom.count)
+            } catch {
+                return failure([error], file: file)
             }
         }
     }
@@ -200,7 +305,7 @@ struct PolicyCommand: ParsableCommand {
                 let loaded = try PolicyLoader.load(nameOrPath: policy, searchPath: PolicyCommand.searchPath)
                 print(PolicyReport.show(loaded, everySyscall: all), terminator: "")
             } catch {
-                print("\(error)")
+                printError("\(error)", hint: ErrorAdvice.policy(error, nameOrPath: policy))
                 throw ExitCode(1)
             }
         }

@@ -1,0 +1,77 @@
+import ExtensionCatalog
+import SandboxPolicy
+import SandboxRuntime
+
+/// Writes an error and, on the next line, what to do about it:
+/// `extsandbox: MESSAGE` then `extsandbox: hint: WHAT TO DO`.
+func printError(_ message: String, hint: String?) {
+    printError(message)
+    if let hint { printError("hint: \(hint)") }
+}
+
+/// What to do about the CLI's common failures: the error names the file, the extension or the
+/// step; the advice is the line after it.
+enum ErrorAdvice {
+    /// For a policy that could not be found, trusted or loaded (`nameOrPath` as the user gave it).
+    static func policy(_ error: any Error, nameOrPath: String) -> String {
+        let message = (error as? PolicyError)?.message ?? "\(error)"
+        if message.contains("refused: ") {
+            return "make the directory named above (and every one above it) owned by you or root and not writable by "
+                + "group or others (chmod go-w DIR), or move the policy to one that is; `extsandbox policy list` shows "
+                + "which policy directories are refused"
+        }
+        if message.hasPrefix("no policy named") || message.hasPrefix("not a policy name") {
+            return "`extsandbox policy list` shows the policies found by name; for a file elsewhere give its path "
+                + "(--policy ./\(nameOrPath).yaml)"
+        }
+        if message == "no such policy file" || message.hasSuffix("not a policy file") {
+            return "check the path, or name a policy (`extsandbox policy list` shows them)"
+        }
+        return "`extsandbox policy check \(nameOrPath)` lists every problem of the policy with its line"
+    }
+
+    /// For a sandbox that could not be set up, by the launch step that failed.
+    static func launch(_ error: any Error) -> String? {
+        guard let error = error as? SandboxError else { return nil }
+        switch error.stepName {
+        case "bind mount", "symlink", "file creation":
+            return "check that every --ro-bind/--bind source and every path the policy binds exists and is readable "
+                + "by the sandbox's user (nobody, 65534, when you run as root)"
+        case "clone3 into new namespaces", "user namespace id mapping":
+            return "this kernel refuses new user namespaces to you: allow unprivileged ones "
+                + "(sysctl kernel.unprivileged_userns_clone=1, or kernel.apparmor_restrict_unprivileged_userns=0) "
+                + "or run as root"
+        case "cgroup", "cgroup attach", "cgroup namespace":
+            return "a policy's memory limit needs a cgroup you may create: run as root, under "
+                + "`systemd-run --user --scope -p Delegate=yes -- extsandbox exec …`, or say memory-scope: per-process "
+                + "in the policy"
+        case "working directory":
+            return "--chdir must name a directory visible inside the sandbox (bind it with --ro-bind or --bind)"
+        case "execve":
+            return "check that the program, its interpreter (#!) and its libraries are visible in the sandbox and "
+                + "executable by its user (nobody, 65534, when you run as root); `extsandbox policy show` lists the binds"
+        case "seccomp filter":
+            return "`extsandbox policy check` the policy; a filter the kernel refuses is a bug worth reporting"
+        case "resource limit":
+            return "the policy's limits exceed your hard limits (ulimit -H -a); lower them in the policy"
+        default:
+            return "`extsandbox exec --verbose` shows the sandbox's lifecycle; docs/architecture.md describes each launch step"
+        }
+    }
+
+    /// For a broken, inconsistent or unsafe bundle, declaration or approvals file.
+    static func catalog(_ problem: CatalogProblem) -> String {
+        let approvals = ExtensionLocations.standard(hostBundle: nil).stateFile
+        if problem.file == approvals || problem.file.hasPrefix(approvals + ".") {
+            return "fix or delete that line of the approvals file (extsandbox approve, revoke, enable and disable "
+                + "rewrite it); EXTSANDBOX_STATE_FILE names another"
+        }
+        switch problem.kind {
+        case .unsafe:
+            return "make it writable only by its owner, and owned by you or root (chmod go-w \(problem.file))"
+        case .broken, .inconsistent:
+            return "fix the file (docs/extensions.md describes extension.yaml and the point declarations); "
+                + "`extsandbox list --all` shows every invalid bundle with why"
+        }
+    }
+}
