@@ -75,8 +75,6 @@ final class ExtensionProcessCore: Sendable {
         var idleTask: Task<Void, Never>?
         /// The last queued transition; each waits for the one before it.
         var transitions: Task<Bool, Never>?
-        /// A socket pair made ahead for the next connection (see ``connect(handle:timeout:sendQueueLimit:handlers:)``).
-        var spare: (host: Int32, extension: Int32)?
     }
 
     private let state: Mutex<State>
@@ -205,7 +203,7 @@ final class ExtensionProcessCore: Sendable {
         }
         var handedOver = false
         do {
-            let (hostFD, extensionFD) = try state.withLock { $0.spare.take() } ?? FrameSocket.makeSocketPair()
+            let (hostFD, extensionFD) = try SpareSocketPair.take()
             // The host's HELLO goes into the socket before the extension has its end: it finds
             // the HELLO there as soon as it takes the connection.
             let connection = ExtensionConnection(
@@ -257,7 +255,7 @@ final class ExtensionProcessCore: Sendable {
             }
             // While the extension takes the connection, make the socket pair for the next one:
             // a socketpair costs about a sixth of a connection's set-up, here it costs none of it.
-            prepareSpareSocketPair()
+            SpareSocketPair.prepare()
             try await connection.handshake(timeout: timeout)
             let counted = state.withLock { state -> Bool in
                 guard state.slots[connectionID] != nil else { return false }
@@ -427,21 +425,6 @@ final class ExtensionProcessCore: Sendable {
         Supervisor.shared.monitor.remove(fd: control.descriptor, token: token)
     }
 
-    /// Makes the spare socket pair unless there is one (or the process has ended). Best effort:
-    /// without one, the next connection makes its own.
-    private func prepareSpareSocketPair() {
-        guard state.withLock({ $0.spare == nil && $0.phase == .running }), let pair = try? FrameSocket.makeSocketPair() else { return }
-        let unused: (Int32, Int32)? = state.withLock { state in
-            guard state.spare == nil, state.phase == .running else { return pair }
-            state.spare = (pair.0, pair.1)
-            return nil
-        }
-        if let unused {
-            close(unused.0)
-            close(unused.1)
-        }
-    }
-
     /// Each attached handle's `onEvent`.
     private func emit(_ event: AppExtensionLifecycleEvent) {
         logger.debug("extension \(event)")
@@ -459,10 +442,6 @@ final class ExtensionProcessCore: Sendable {
             stopWatchingControl(&state)
             state.control?.close()
             state.control = nil
-            if let spare = state.spare.take() {
-                close(spare.host)
-                close(spare.extension)
-            }
             let live = state.slots.values.compactMap(\.connection.connection)
             established = state.slots.values.filter(\.established).count
             state.slots.removeAll()

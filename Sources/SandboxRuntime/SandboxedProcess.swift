@@ -24,10 +24,16 @@ public final class SandboxedProcess: Sendable {
         var payloadStatus: Int32?
         var violation: Termination?
         var killCause: KillCause?
-        var pidfd: Int32
+        /// The init's control socket: messages, and its hang-up is the init's exit (the host
+        /// holds no pidfd per sandbox: InitProcess.swift). -1 once closed.
         var controlFD: Int32
-        var tokens: [Int32: UInt64] = [:]
+        var controlToken: UInt64?
+        /// A pidfd opened only for the moments between the hang-up and the exit being
+        /// reapable, with its registration.
+        var exitWatch: (fd: Int32, token: UInt64)?
         var audited: Set<String> = []
+        /// Set once the cgroups are gone too: what waitForExit() returns.
+        var finished: Termination?
     }
 
     private let state: Mutex<State>
@@ -39,14 +45,16 @@ public final class SandboxedProcess: Sendable {
         payloadPIDInside = result.payload_pid
         self.monitor = monitor
         self.cgroup = cgroup
-        var initial = State(pidfd: result.pidfd, controlFD: result.control_fd)
+        // The pidfd served the launch; from now on the control socket tells the exit.
+        if result.pidfd >= 0 { close(result.pidfd) }
+        var initial = State(controlFD: result.control_fd)
         withUnsafeBytes(of: result.audited) { raw in
             for number in raw.bindMemory(to: Int32.self).prefix(Int(result.audited_count)) {
                 initial.audited.insert(Self.syscallName(number))
             }
         }
         // The program was stopped by its filter before the launch returned: same as later.
-        if result.early_violation != Int32(XSB_NO_VIOLATION) { Self.recordViolation(result.early_violation, in: &initial) }
+        if result.early_violation != Int32(XSB_NO_VIOLATION) { Self.recordViolation(result.early_violation, pid: pid, in: &initial) }
         state = Mutex(initial)
     }
 
@@ -59,43 +67,38 @@ public final class SandboxedProcess: Sendable {
 
     /// `number` is a syscall number, or XSB_UNNAMED_VIOLATION for a call a signal withdrew
     /// before the init could read it.
-    private static func recordViolation(_ number: Int32, in state: inout State) {
+    private static func recordViolation(_ number: Int32, pid: pid_t, in state: inout State) {
         if state.violation == nil {
             let name = number >= 0 ? syscallName(number) : nil
             state.violation = .seccompViolation(syscall: name)
         }
         // The init is ending the sandbox already (the call never runs: its task is killed
         // while it waits for an answer); the SIGKILL makes sure.
-        if state.termination == nil { _ = xsb_pidfd_send_signal(state.pidfd, SIGKILL) }
+        if state.termination == nil { InitProcess.signal(SIGKILL, pid: pid, controlFD: state.controlFD) }
     }
 
     /// Starts watching; until then nothing is delivered. Called once by the supervisor.
     func startMonitoring() throws {
-        let (pidfd, control) = state.withLock { ($0.pidfd, $0.controlFD) }
-        let handlers: [(Int32, EventMonitor.Handler)] = [
-            (control, { [self] events in self.controlReadable(events) }),
-            (pidfd, { [self] _ in self.initExited() }),
-        ]
-        for (fd, handler) in handlers {
-            // Each token is recorded at once, so a failure half-way leaves nothing registered.
-            let token = try monitor.add(fd: fd, handler: handler)
-            state.withLock { $0.tokens[fd] = token }
+        // Added under the lock: the handler (which takes it) cannot run before the token is
+        // recorded, or it could not remove its registration.
+        try state.withLock { state in
+            state.controlToken = try monitor.add(fd: state.controlFD) { [self] events in self.controlReadable(events) }
         }
     }
 
     /// Undoes a launch whose monitoring could not start: kill, reap, close, remove the cgroup.
     func abandon() {
-        state.withLock { state in
-            for (fd, token) in state.tokens { monitor.remove(fd: fd, token: token) }
-            state.tokens.removeAll()
-            _ = xsb_pidfd_send_signal(state.pidfd, SIGKILL)
-            _ = xsb_pidfd_wait(state.pidfd)
-            for fd in [state.pidfd, state.controlFD] where fd >= 0 { close(fd) }
-            state.pidfd = -1
-            state.controlFD = -1
+        let (control, token) = state.withLock { state in
+            InitProcess.signal(SIGKILL, pid: pid, controlFD: state.controlFD)
             state.termination = .killed
+            defer { state.controlFD = -1; state.controlToken = nil }
+            return (state.controlFD, state.controlToken)
         }
+        if let token { monitor.remove(fd: control, token: token) }
+        InitProcess.reapBlocking(pid)
+        if control >= 0 { close(control) }
         cgroup?.remove()
+        state.withLock { $0.finished = .killed }
     }
 
     /// Whether the sandbox still runs.
@@ -105,7 +108,7 @@ public final class SandboxedProcess: Sendable {
     public func waitForExit() async -> Termination {
         await withCheckedContinuation { continuation in
             state.withLock { state in
-                if let termination = state.termination {
+                if let termination = state.finished {
                     continuation.resume(returning: termination)
                 } else {
                     state.exitWaiters.append(continuation)
@@ -127,7 +130,7 @@ public final class SandboxedProcess: Sendable {
         state.withLock { state in
             guard state.termination == nil else { return }
             if state.killCause == nil { state.killCause = cause }
-            _ = xsb_pidfd_send_signal(state.pidfd, SIGKILL)
+            InitProcess.signal(SIGKILL, pid: pid, controlFD: state.controlFD)
         }
     }
 
@@ -184,23 +187,32 @@ public final class SandboxedProcess: Sendable {
     // MARK: Monitor-thread handlers
 
     private func controlReadable(_ events: UInt32) {
-        drainControl()
-        if events & UInt32(XSB_EPOLLHUP | XSB_EPOLLERR) != 0 {
-            state.withLock { state in
-                if let token = state.tokens.removeValue(forKey: state.controlFD) { monitor.remove(fd: state.controlFD, token: token) }
-            }
+        let endOfFile = drainControl()
+        guard endOfFile || events & UInt32(XSB_EPOLLHUP | XSB_EPOLLERR) != 0 else { return }
+        // The init has closed its end: it is exiting. Level-triggered, the hang-up would wake
+        // this thread again and again: stop watching the socket (every message is read).
+        let (control, token) = state.withLock { state in
+            defer { state.controlToken = nil }
+            return (state.controlFD, state.controlToken)
         }
+        if let token { monitor.remove(fd: control, token: token) }
+        initExiting()
     }
 
-    private func drainControl() {
+    /// Reads every pending message. Returns true at end of file (the init has exited).
+    @discardableResult
+    private func drainControl() -> Bool {
         state.withLock { state in
             var message = xsb_msg()
-            while state.controlFD >= 0, xsb_recv_msg(state.controlFD, &message) == 1 {
+            while state.controlFD >= 0 {
+                let got = xsb_recv_msg(state.controlFD, &message)
+                if got < 0 { return got == -EPIPE }
+                if got == 0 { return false }
                 switch message.type {
                 case UInt32(XSB_MSG_EXIT.rawValue):
                     state.payloadStatus = message.value
                 case UInt32(XSB_MSG_VIOLATION.rawValue):
-                    Self.recordViolation(message.value, in: &state)
+                    Self.recordViolation(message.value, pid: pid, in: &state)
                 case UInt32(XSB_MSG_AUDITED.rawValue):
                     state.audited.insert(Self.syscallName(message.value))
                 case UInt32(XSB_MSG_ACK.rawValue):
@@ -211,33 +223,71 @@ public final class SandboxedProcess: Sendable {
                     break
                 }
             }
+            return false
         }
     }
 
+    /// The control socket has hung up: reap the init, or watch it until it can be reaped.
+    private func initExiting() {
+        switch InitProcess.reap(pid) {
+        case .exited, .gone:
+            initExited()
+        case .running:
+            // Still our unreaped child (waitpid just said so): the pid is its own.
+            let pidfd = InitProcess.openPidfd(pid)
+            guard pidfd >= 0 else { return initExited() }
+            do {
+                // Level-triggered: if it became reapable meanwhile, this fires at once.
+                let token = try monitor.add(fd: pidfd) { [self] _ in
+                    if InitProcess.reap(pid) != .running { initExited() }
+                }
+                state.withLock { $0.exitWatch = (pidfd, token) }
+            } catch {
+                // No registration: wait here (the init is in its last moments).
+                close(pidfd)
+                InitProcess.reapBlocking(pid)
+                initExited()
+            }
+        }
+    }
+
+    /// The init is reaped: every process of the namespace is gone.
     private func initExited() {
-        var status: Int32 = 0
-        let reaped = state.withLock { xsb_pidfd_reap($0.pidfd, &status) }
-        // 0: a spurious wake-up, it still runs. An error (ECHILD: the host reaped it itself,
-        // SIGCHLD ignored or waitpid(-1)) means it is gone too: finish, or the level-triggered
-        // pidfd would spin the monitor thread and nobody would learn of the end.
-        guard reaped != 0 else { return }
-        drainControl()
         let memoryHit = cgroup?.memoryLimitHit ?? false
-        let (termination, waiters, acks) = state.withLock { state -> (Termination, [CheckedContinuation<Termination, Never>], [CheckedContinuation<Int32, any Error>]) in
+        let (termination, control, watch) = state.withLock { state in
             let termination = Self.termination(state: state, memoryLimitHit: memoryHit)
             state.termination = termination
-            for (fd, token) in state.tokens { monitor.remove(fd: fd, token: token) }
-            state.tokens.removeAll()
-            for fd in [state.pidfd, state.controlFD] where fd >= 0 { close(fd) }
-            state.pidfd = -1
-            state.controlFD = -1
-            let waiters = state.exitWaiters, acks = state.ackWaiters.map(\.continuation)
-            state.exitWaiters.removeAll()
-            state.ackWaiters.removeAll()
-            return (termination, waiters, acks)
+            defer {
+                state.controlFD = -1
+                state.controlToken = nil
+                state.exitWatch = nil
+            }
+            return (termination, (state.controlFD, state.controlToken), state.exitWatch)
         }
-        // Every process of the namespace is gone once its init is reaped: the cgroup is empty.
-        cgroup?.remove()
+        if let token = control.1 { monitor.remove(fd: control.0, token: token) }
+        if control.0 >= 0 { close(control.0) }
+        if let watch {
+            monitor.remove(fd: watch.fd, token: watch.token)
+            close(watch.fd)
+        }
+        guard let cgroup else { return finish(termination) }
+        // rmdir may need retries while the kernel lets go of the cgroup: never on this thread.
+        Task.detached { [self] in
+            cgroup.remove()
+            finish(termination)
+        }
+    }
+
+    /// Everything of the sandbox is gone (processes, fds, cgroups): tell the waiters.
+    private func finish(_ termination: Termination) {
+        let (waiters, acks) = state.withLock { state in
+            state.finished = termination
+            defer {
+                state.exitWaiters.removeAll()
+                state.ackWaiters.removeAll()
+            }
+            return (state.exitWaiters, state.ackWaiters.map(\.continuation))
+        }
         for ack in acks { ack.resume(throwing: SandboxError(step: .control, errorNumber: ESRCH, detail: "the sandbox has ended")) }
         for waiter in waiters { waiter.resume(returning: termination) }
     }
