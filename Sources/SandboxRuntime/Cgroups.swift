@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import SandboxPolicy
 
 /// Memory and process-count limits for a whole sandbox through cgroups, nested only under the
@@ -82,7 +83,7 @@ struct CgroupSupport: Sendable {
     /// Creates the cgroups of one sandbox with its limits. Any failure after creation fails
     /// the launch (and removes what was made).
     func makeSandboxCgroup(name: String, memoryBytes: UInt64?, processes: UInt64?) throws -> SandboxCgroup {
-        let group = SandboxCgroup()
+        var group = SandboxCgroup.Builder()
         do {
             switch layout {
             case .v2(let parent):
@@ -98,6 +99,7 @@ struct CgroupSupport: Sendable {
                     group.limitsProcesses = true
                 }
                 try group.openDirectory(dir)
+                group.oomControl = "\(dir)/memory.events"
             case .v1(let memoryParent, let pidsParent):
                 if let memoryParent, let memoryBytes {
                     let dir = try group.create("\(memoryParent)/\(name)")
@@ -113,65 +115,99 @@ struct CgroupSupport: Sendable {
                     try group.openTasks(dir)
                 }
             }
-            if case .v2 = layout, let dir = group.directories.first { group.oomControl = "\(dir)/memory.events" }
         } catch {
-            group.remove()
+            group.build().remove()
             throw error
         }
-        return group
+        return group.build()
     }
 }
 
-/// The cgroup directories of one sandbox. Removed when the sandbox has ended.
-final class SandboxCgroup: @unchecked Sendable {
-    private(set) var directories: [String] = []
-    /// v1: the `tasks` files the sandbox's init writes "0" to, moving itself (see xsb_shim.h).
-    private(set) var tasksFileDescriptors: [Int32] = []
-    /// v2: the directory the init is cloned into (CLONE_INTO_CGROUP), or -1.
-    private(set) var directoryDescriptor: Int32 = -1
-    /// The file whose `oom_kill` counter tells that the memory limit killed something.
-    var oomControl: String?
+/// The cgroup directories of one sandbox, removed when the sandbox has ended.
+///
+/// What the launch decided (directories, limits) is fixed once built; what changes later (the
+/// launch's fds, closed once the init has joined; the directories, removed once) is guarded.
+final class SandboxCgroup: Sendable {
+    /// Collects the directories and fds while the cgroups are made (one thread).
+    struct Builder {
+        var directories: [String] = []
+        var tasksFileDescriptors: [Int32] = []
+        var directoryDescriptor: Int32 = -1
+        var oomControl: String?
+        var limitsProcesses = false
+        var limitsMemory = false
 
-    func create(_ path: String) throws -> String {
-        guard mkdir(path, 0o755) == 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "mkdir \(path)") }
-        directories.append(path)
-        return path
-    }
-
-    func write(_ path: String, _ value: String) throws {
-        let fd = open(path, O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: path) }
-        defer { close(fd) }
-        let bytes = Array(value.utf8)
-        guard Glibc.write(fd, bytes, bytes.count) == bytes.count else {
-            throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(path) = \(value)")
+        mutating func create(_ path: String) throws -> String {
+            guard mkdir(path, 0o755) == 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "mkdir \(path)") }
+            directories.append(path)
+            return path
         }
+
+        func write(_ path: String, _ value: String) throws {
+            let fd = open(path, O_WRONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: path) }
+            defer { close(fd) }
+            let bytes = Array(value.utf8)
+            guard Glibc.write(fd, bytes, bytes.count) == bytes.count else {
+                throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(path) = \(value)")
+            }
+        }
+
+        mutating func openTasks(_ dir: String) throws {
+            let fd = open("\(dir)/tasks", O_WRONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(dir)/tasks") }
+            tasksFileDescriptors.append(fd)
+        }
+
+        mutating func openDirectory(_ dir: String) throws {
+            let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: dir) }
+            directoryDescriptor = fd
+        }
+
+        func build() -> SandboxCgroup { SandboxCgroup(self) }
     }
 
-    func openTasks(_ dir: String) throws {
-        let fd = open("\(dir)/tasks", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(dir)/tasks") }
-        tasksFileDescriptors.append(fd)
+    private struct LaunchDescriptors {
+        var tasks: [Int32]
+        var directory: Int32
     }
 
-    func openDirectory(_ dir: String) throws {
-        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: dir) }
-        directoryDescriptor = fd
-    }
-
-    /// Closes what the launch needed; the directories stay until ``remove()``.
-    func closeDescriptors() {
-        for fd in tasksFileDescriptors { close(fd) }
-        tasksFileDescriptors.removeAll()
-        if directoryDescriptor >= 0 { close(directoryDescriptor) }
-        directoryDescriptor = -1
-    }
-
+    /// The directories, in the order they were made.
+    let directories: [String]
     /// Whether a pids controller limits this sandbox's processes.
-    var limitsProcesses = false
+    let limitsProcesses: Bool
     /// Whether a memory controller limits this sandbox's memory as a whole.
-    var limitsMemory = false
+    let limitsMemory: Bool
+    /// The file whose `oom_kill` counter tells that the memory limit killed something.
+    let oomControl: String?
+    private let descriptors: Mutex<LaunchDescriptors>
+    /// The directories not removed yet.
+    private let remaining: Mutex<[String]>
+
+    private init(_ builder: Builder) {
+        directories = builder.directories
+        limitsProcesses = builder.limitsProcesses
+        limitsMemory = builder.limitsMemory
+        oomControl = builder.oomControl
+        descriptors = Mutex(LaunchDescriptors(tasks: builder.tasksFileDescriptors, directory: builder.directoryDescriptor))
+        remaining = Mutex(builder.directories)
+    }
+
+    /// v1: the `tasks` files the sandbox's init writes "0" to, moving itself (see xsb_shim.h).
+    var tasksFileDescriptors: [Int32] { descriptors.withLock { $0.tasks } }
+    /// v2: the directory the init is cloned into (CLONE_INTO_CGROUP), or -1.
+    var directoryDescriptor: Int32 { descriptors.withLock { $0.directory } }
+
+    /// Closes what the launch needed (once); the directories stay until ``remove()``.
+    func closeDescriptors() {
+        let (tasks, directory) = descriptors.withLock { fds in
+            defer { fds = LaunchDescriptors(tasks: [], directory: -1) }
+            return (fds.tasks, fds.directory)
+        }
+        for fd in tasks { close(fd) }
+        if directory >= 0 { close(directory) }
+    }
 
     /// Whether the kernel's OOM killer acted inside this cgroup.
     var memoryLimitHit: Bool {
@@ -182,18 +218,25 @@ final class SandboxCgroup: @unchecked Sendable {
         return false
     }
 
-    /// Closes the files and removes the directories; the processes are gone by then (the
-    /// init's exit takes its whole PID namespace with it), but the kernel may need a moment.
-    func remove() {
+    /// Tries once to remove every directory left (never blocks: for the monitor thread).
+    /// Returns true when none is left. The processes are gone by then (the init's exit takes
+    /// its whole PID namespace with it), but the kernel may need a moment to let go (EBUSY).
+    func removeOnce() -> Bool {
         closeDescriptors()
-        for dir in directories.reversed() {
-            var attempts = 0
-            while rmdir(dir) != 0 && errno == EBUSY && attempts < 200 {
-                attempts += 1
-                usleep(1000)
-            }
+        return remaining.withLock { left in
+            left = left.reversed().filter { rmdir($0) != 0 && errno == EBUSY }.reversed()
+            return left.isEmpty
         }
-        directories.removeAll()
+    }
+
+    /// Closes the files and removes the directories, retrying for up to a second while the
+    /// kernel says EBUSY (a directory still busy then is left to the next supervisor's sweep).
+    /// Blocks: never on the monitor thread.
+    func remove() {
+        for _ in 0..<1000 {
+            if removeOnce() { return }
+            usleep(1000)
+        }
     }
 }
 

@@ -58,6 +58,9 @@ public final class SandboxedProcess: Sendable {
         state = Mutex(initial)
     }
 
+    /// The sandbox's cgroup directories (removed by the time ``waitForExit()`` returns).
+    var cgroupDirectories: [String] { cgroup?.directories ?? [] }
+
     /// Audit mode: the syscalls the policy would have killed, sorted by name.
     public var auditedSyscalls: [String] { state.withLock { $0.audited.sorted() } }
 
@@ -270,11 +273,20 @@ public final class SandboxedProcess: Sendable {
             monitor.remove(fd: watch.fd, token: watch.token)
             close(watch.fd)
         }
-        guard let cgroup else { return finish(termination) }
-        // rmdir may need retries while the kernel lets go of the cgroup: never on this thread.
-        Task.detached { [self] in
-            cgroup.remove()
-            finish(termination)
+        // The cgroups go before anyone hears of the end. rmdir usually succeeds at once; when
+        // the kernel still holds a cgroup (EBUSY) the retries run on a thread of their own:
+        // nothing on the monitor thread may block.
+        guard let cgroup, !cgroup.removeOnce() else { return finish(termination) }
+        do {
+            try DetachedThread.start(name: "xsb-cgroup-rm", stackSize: 256 << 10) { [self] in
+                cgroup.remove()
+                finish(termination)
+            }
+        } catch {
+            Task.detached { [self] in
+                cgroup.remove()
+                finish(termination)
+            }
         }
     }
 
