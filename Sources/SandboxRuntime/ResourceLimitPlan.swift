@@ -23,7 +23,16 @@ struct ResourceLimitPlan {
         add(XSB_RLIMIT_AS, limits.memoryBytes)
         add(XSB_RLIMIT_NPROC, limits.processes)
         add(XSB_RLIMIT_CPU, limits.cpuSeconds)
-        add(XSB_RLIMIT_NOFILE, limits.openFiles)
+        if limits.openFiles != nil {
+            add(XSB_RLIMIT_NOFILE, limits.openFiles)
+        } else {
+            // The supervisor raised its own soft limit (FileDescriptorLimit): the sandbox gets
+            // the one the process started with, as it would have without the raise.
+            let original = FileDescriptorLimit.original
+            var current = rlimit()
+            getrlimit(__rlimit_resource_t(XSB_RLIMIT_NOFILE), &current)
+            result.append(xsb_rlimit(resource: Int32(XSB_RLIMIT_NOFILE), soft: UInt64(min(original.rlim_cur, current.rlim_max)), hard: UInt64(current.rlim_max)))
+        }
         add(XSB_RLIMIT_FSIZE, limits.fileSizeBytes)
         // No core files: they would land in the sandbox's writable places with its memory.
         add(XSB_RLIMIT_CORE, 0)

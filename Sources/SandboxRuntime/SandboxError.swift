@@ -21,11 +21,17 @@ public struct SandboxError: Error, Sendable, Equatable, CustomStringConvertible 
     /// `errno` of the failing call, 0 when there is none.
     public var errorNumber: Int32
     public var detail: String
+    /// What to do about it, when the cause is one a caller can act on: the host (EMFILE) or
+    /// the system (ENFILE) out of file descriptors says how many are open and the limit.
+    public var advice: String?
 
     public init(step: Step, errorNumber: Int32 = 0, detail: String) {
         self.step = step
         self.errorNumber = errorNumber
         self.detail = detail
+        if step != .configuration && FileDescriptorLimit.isExhaustion(errorNumber) {
+            advice = FileDescriptorLimit.exhaustionAdvice(errorNumber)
+        }
     }
 
     /// The step's name, e.g. "bind mount" or "seccomp filter".
@@ -43,6 +49,7 @@ public struct SandboxError: Error, Sendable, Equatable, CustomStringConvertible 
         var text = "\(stepName) failed"
         if !detail.isEmpty { text += ": \(detail)" }
         if errorNumber != 0 { text += ": \(String(cString: strerror(errorNumber))) (errno \(errorNumber))" }
+        if let advice { text += ": \(advice)" }
         return text
     }
 

@@ -238,7 +238,7 @@ public final class SandboxedProcess: Sendable {
         case .running:
             // Still our unreaped child (waitpid just said so): the pid is its own.
             let pidfd = InitProcess.openPidfd(pid)
-            guard pidfd >= 0 else { return initExited() }
+            guard pidfd >= 0 else { return reapOffThisThread() }  // EMFILE: a host at its limit
             do {
                 // Level-triggered: if it became reapable meanwhile, this fires at once.
                 let token = try monitor.add(fd: pidfd) { [self] _ in
@@ -246,8 +246,22 @@ public final class SandboxedProcess: Sendable {
                 }
                 state.withLock { $0.exitWatch = (pidfd, token) }
             } catch {
-                // No registration: wait here (the init is in its last moments).
                 close(pidfd)
+                reapOffThisThread()
+            }
+        }
+    }
+
+    /// Without a pidfd to watch: a thread of its own waits for the exit (the init is in its last
+    /// moments, but the kernel may still be tearing down its namespace: not on this thread).
+    private func reapOffThisThread() {
+        do {
+            try DetachedThread.start(name: "xsb-reap", stackSize: 256 << 10) { [self] in
+                InitProcess.reapBlocking(pid)
+                initExited()
+            }
+        } catch {
+            Task.detached { [self] in
                 InitProcess.reapBlocking(pid)
                 initExited()
             }

@@ -33,6 +33,7 @@ public final class Supervisor: Sendable {
     }
 
     init(cgroups: CgroupSupport?) throws {
+        FileDescriptorLimit.raise()
         spawner = try SpawnerThread()
         monitor = try EventMonitor()
         self.cgroups = cgroups
