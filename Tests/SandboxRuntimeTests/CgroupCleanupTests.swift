@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 @testable import SandboxRuntime
+import TestSupport
 import Testing
 
 @Suite("Cgroups are removed when the sandbox ends")

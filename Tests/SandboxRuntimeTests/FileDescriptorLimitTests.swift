@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import SandboxPolicy
 @testable import SandboxRuntime
+import TestSupport
 import Testing
 
 /// RLIMIT_NOFILE: raised at start; a launch past it fails clearly and leaves nothing behind.
