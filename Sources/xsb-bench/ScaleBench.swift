@@ -73,6 +73,7 @@ struct ScaleBench: Sendable {
         var programPSSKiB = 0.0
         var initPSSKiB = 0.0
         var machineKiBPerExtension = 0.0
+        var accountedKiBPerExtension = 0.0
         var tasksPerExtension = 0.0
         var hostMapsPerExtension = 0.0
         var meminfoKiBPerExtension: [String: Double] = [:]
@@ -86,6 +87,7 @@ struct ScaleBench: Sendable {
                 "host_kib_per_extension": rounded(hostKiBPerExtension), "host_threads": hostThreads,
                 "memavailable_drop_kib": memoryAvailableDropKiB, "extension_pss_kib": rounded(programPSSKiB),
                 "init_pss_kib": rounded(initPSSKiB), "machine_kib_per_extension": rounded(machineKiBPerExtension),
+                "accounted_kib_per_extension": rounded(accountedKiBPerExtension),
                 "tasks_per_extension": rounded(tasksPerExtension), "host_maps_per_extension": rounded(hostMapsPerExtension),
                 "meminfo_kib_per_extension": meminfoKiBPerExtension.mapValues(rounded),
             ]
@@ -337,6 +339,10 @@ struct ScaleBench: Sendable {
         step.initPSSKiB = initPSS.isEmpty ? 0 : initPSS.reduce(0, +) / Double(initPSS.count)
         step.tasksPerExtension = tasks.isEmpty ? 0 : tasks.reduce(0, +) / Double(tasks.count)
         step.machineKiBPerExtension = Double(step.memoryAvailableDropKiB) / Double(count) - step.programPSSKiB
+        // A cross-check little moved by other programs on a shared machine: the init's own memory
+        // and the kernel's page tables, stacks and unreclaimable slab the N sandboxes added.
+        step.accountedKiBPerExtension = step.initPSSKiB + ["PageTables", "KernelStack", "SUnreclaim"]
+            .reduce(0) { $0 + (step.meminfoKiBPerExtension[$1] ?? 0) }
 
         // Every extension answers; round trips round-robin over all of them.
         let message = ExtensionMessage([UInt8](repeating: UInt8(ascii: "x"), count: 64))
@@ -405,6 +411,7 @@ struct ScaleBench: Sendable {
         await Self.end([try await launch("xsb-bench.scale.warmup")])
         try? await Task.sleep(for: .seconds(1))
         let base = ScaleSystem.HostSample.now()
+        let baseThreadNames = ScaleSystem.threadNames()
         let fields = ["PageTables", "SUnreclaim", "KernelStack", "AnonPages", "Shmem", "Slab"]
         var baseMeminfo: [String: Int] = [:]
         for field in fields { baseMeminfo[field] = ScaleSystem.meminfo(field) }
@@ -472,10 +479,13 @@ struct ScaleBench: Sendable {
         // Nothing may be left: processes, fds, cgroups, zombies.
         await settle(base: base)
         let after = ScaleSystem.HostSample.now()
+        let ownThreads = { (names: [String]) in names.filter { !ScaleFaults.CycleOutcome.isDispatchWorker($0) }.count }
         outcome.leftBehind = [
             "sandboxes_not_ended": notEnded + notEndedBig,
             "fds": after.fileDescriptors - base.fileDescriptors,
-            "threads": after.threads - base.threads,
+            // libdispatch's workers come and go with load (ScaleFaults.dispatchWorkerSlack).
+            "threads_not_dispatch_workers": ownThreads(ScaleSystem.threadNames()) - ownThreads(baseThreadNames),
+            "dispatch_workers": (after.threads - base.threads) - (ownThreads(ScaleSystem.threadNames()) - ownThreads(baseThreadNames)),
             "cgroups": after.cgroups,
             "zombies": after.zombies,
             "mounts": after.mounts - base.mounts,

@@ -10,6 +10,9 @@ import SandboxRuntime
 ///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|ipc|discovery] [--breakdown]
 ///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
 ///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N) [--policy PATH] [--extension PATH]
+///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N]] [--faults [--cycles N]] [--json]
+///               [--scale-policy PATH] [--extension PATH]
+///     xsb-bench --cycles-only N | --child-host N    (for ScaleFaultTests)
 ///
 /// `--iterations` counts launch runs (default 200), `--rounds` interleaved IPC rounds (default
 /// 30; see ``IPCBench``). `--breakdown` adds where a round trip's time goes (see
@@ -17,7 +20,10 @@ import SandboxRuntime
 /// (`xsb-pingpong`) default to the files next to this executable. `--profile-rtt N` only runs N
 /// host-API round trips, `--profile-connect N` only N connects (each followed by its first reply),
 /// `--profile-tp N` only N throughput samples, and prints their median: for `perf record`
-/// sessions and A/B runs.
+/// sessions and A/B runs. `--scale` and `--faults` measure scale and host-level faults over the
+/// host API at a `hardened` point (``ScaleBench``, ``ScaleFaults``); `--cycles-only N` prints one
+/// cycle run as JSON (exit 1 if something grew), `--child-host N` launches N extensions, prints
+/// their pids and waits to be killed.
 @main
 struct XsbBench {
     static func main() async throws {
