@@ -240,7 +240,8 @@ struct ScaleBench: Sendable {
     /// a big heap, rewritten before each launch). Stops early, saying why, when the machine's
     /// memory would go below the floor, after 10 failures in a row, or past the time limit.
     func grow(_ alive: inout [Running], to target: Int, nextIndex: inout Int, failures: inout Failures,
-              heap: BigHeap?, phaseStart: (available: Int, alive: Int)) async -> (stopped: String?, seconds: Double) {
+              heap: BigHeap?, phaseStart: (available: Int, alive: Int), floorKiB: Int? = nil,
+              project: Bool = true) async -> (stopped: String?, seconds: Double) {
         let start = now()
         var stopped: String?
         var consecutiveFailures = 0
@@ -249,7 +250,8 @@ struct ScaleBench: Sendable {
             var inFlight = 0
             while true {
                 while stopped == nil && alive.count + inFlight < target && inFlight < width {
-                    if let reason = memoryStop(alive: alive.count + inFlight, target: target, phaseStart: phaseStart) {
+                    if let reason = memoryStop(alive: alive.count + inFlight, target: target, phaseStart: phaseStart,
+                                               floorKiB: floorKiB ?? memoryFloorKiB, project: project) {
                         stopped = reason
                         break
                     }
@@ -282,14 +284,14 @@ struct ScaleBench: Sendable {
 
     /// Why the next launch must not start: MemAvailable near the floor, or the launches still to
     /// come, at the cost per extension seen so far in this phase, would take it below the floor.
-    func memoryStop(alive: Int, target: Int, phaseStart: (available: Int, alive: Int)) -> String? {
+    func memoryStop(alive: Int, target: Int, phaseStart: (available: Int, alive: Int), floorKiB: Int, project: Bool) -> String? {
         let available = ScaleSystem.memoryAvailable()
         let margin = 256 << 10
-        if available < memoryFloorKiB + margin {
-            return "memory: MemAvailable \(available / 1024) MiB is within 256 MiB of the \(memoryFloorKiB / 1024) MiB floor at \(alive) alive"
+        if available < floorKiB + margin {
+            return "memory: stopped at \(alive) alive, MemAvailable \(available / 1024) MiB is within 256 MiB of \(floorKiB / 1024) MiB"
         }
         let launched = alive - phaseStart.alive
-        guard launched >= 10 else { return nil }
+        guard project, launched >= 10 else { return nil }
         let perExtension = max(phaseStart.available - available, 0) / launched
         let projected = available - perExtension * (target - alive)
         if projected < memoryFloorKiB {
@@ -421,27 +423,27 @@ struct ScaleBench: Sendable {
         var nextIndex = 0
         var costEstimateKiB = 4 << 10
         for target in steps.sorted() {
-            var step: Step
+            // A step the machine's memory cannot hold at the cost per extension seen so far still
+            // grows, as far as the floor plus 2 GiB of headroom for the machine's other users,
+            // and says how far it got and what the whole step would have needed.
             let available = ScaleSystem.memoryAvailable(samples: 3)
             let needed = (target - alive.count) * costEstimateKiB
-            if available - needed < memoryFloorKiB {
-                step = Step()
-                step.extensions = alive.count
-                step.stopped = "memory: skipped, \(target - alive.count) more at about \(costEstimateKiB) KiB each "
-                    + "would take MemAvailable (\(available / 1024) MiB) below the \(memoryFloorKiB / 1024) MiB floor"
-            } else {
-                // What this step needs, at the previous step's cost per extension (+50%).
-                let last = outcome.steps.last
-                limits.raise(extensions: target, tasksPerExtension: 1.5 * (last?.tasksPerExtension ?? 8),
-                             mapsPerExtension: 1.5 * (last?.hostMapsPerExtension ?? 4))
-                let grown = await grow(&alive, to: target, nextIndex: &nextIndex, failures: &outcome.failures, heap: nil,
-                                       phaseStart: (baseAvailable, 0))
-                step = await measure(alive, base: base, baseAvailable: baseAvailable, baseMeminfo: baseMeminfo,
+            let fits = available - needed >= memoryFloorKiB
+            // What this step needs, at the previous step's cost per extension (+50%).
+            let last = outcome.steps.last
+            limits.raise(extensions: target, tasksPerExtension: 1.5 * (last?.tasksPerExtension ?? 8),
+                         mapsPerExtension: 1.5 * (last?.hostMapsPerExtension ?? 4))
+            let grown = await grow(&alive, to: target, nextIndex: &nextIndex, failures: &outcome.failures, heap: nil,
+                                   phaseStart: (baseAvailable, 0), floorKiB: fits ? memoryFloorKiB : memoryFloorKiB + (2 << 20),
+                                   project: fits)
+            var step = await measure(alive, base: base, baseAvailable: baseAvailable, baseMeminfo: baseMeminfo,
                                      failures: &outcome.failures, withLaunches: grown.stopped == nil)
-                step.stopped = grown.stopped
-                step.growSeconds = grown.seconds
-                costEstimateKiB = max(Int(step.machineKiBPerExtension + step.programPSSKiB), 256)
+            step.stopped = grown.stopped.map { reason in
+                fits ? reason : reason + "; the step would need about \(needed / 1024) MiB at \(costEstimateKiB) KiB per extension, "
+                    + "\(available / 1024) MiB were available (floor \(memoryFloorKiB / 1024) MiB)"
             }
+            step.growSeconds = grown.seconds
+            if step.extensions > 0 { costEstimateKiB = max(Int(step.machineKiBPerExtension + step.programPSSKiB), 256) }
             step.target = target
             outcome.steps.append(step)
             if step.stopped != nil { break }

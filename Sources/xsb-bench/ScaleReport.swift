@@ -28,7 +28,7 @@ struct ScaleReport {
         json["scale_failed"] = outcome.failures.count
         put("host_fds_per_extension", largest?.hostFDsPerExtension)
         put("host_kib_per_extension", largest?.hostKiBPerExtension)
-        json["host_threads"] = Dictionary(uniqueKeysWithValues: steps.filter { $0.extensions > 0 }.map { ("\($0.extensions)", $0.hostThreads) })
+        json["host_threads"] = Dictionary(steps.filter { $0.extensions > 0 }.map { ("\($0.extensions)", $0.hostThreads) }) { $1 }
         json["host_threads_constant"] = threadsConstant
         put("machine_kib_per_extension", largest?.machineKiBPerExtension)
         put("machine_kib_per_extension_big_host", big.flatMap { $0.extensions > 0 ? $0.machineKiBPerExtension : nil })
