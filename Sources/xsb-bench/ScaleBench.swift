@@ -398,6 +398,7 @@ struct ScaleBench: Sendable {
         var bigHost: Step?
         var failures = Failures()
         var limitsRaised: [String] = []
+        var limitsRefused: [String] = []
         var leftBehind: [String: Int] = [:]
         var memoryRecoveredKiBPerExtension = 0.0
     }
@@ -493,6 +494,8 @@ struct ScaleBench: Sendable {
             "mounts": after.mounts - base.mounts,
         ]
         outcome.limitsRaised = limits.descriptions
+        // Asked once per step: the same refusal is reported once.
+        outcome.limitsRefused = Array(Set(limits.refused)).sorted()
         return outcome
     }
 

@@ -132,6 +132,8 @@ final class ScaleLimits {
     }
 
     private(set) var changes: [Change] = []
+    /// Limits this process was not allowed to raise, with the reason (reported once).
+    private(set) var refused: [String] = []
     private var restoreActions: [() -> Void] = []
 
     /// Raises the per-process limits (soft to hard), and as root the machine-wide ones that
@@ -164,11 +166,28 @@ final class ScaleLimits {
         if geteuid() == 0, let rootHard, limit.rlim_max != rlim_t.max, Int(limit.rlim_max) < rootHard {
             limit.rlim_max = rlim_t(rootHard)
         }
-        limit.rlim_cur = limit.rlim_max
-        guard limit.rlim_cur != before.rlim_cur || limit.rlim_max != before.rlim_max, setrlimit(resource, &limit) == 0 else { return }
         func text(_ value: rlimit) -> String {
             func one(_ v: rlim_t) -> String { v == rlim_t.max ? "unlimited" : "\(v)" }
             return "\(one(value.rlim_cur))/\(one(value.rlim_max))"
+        }
+        // Raising the hard limit needs CAP_SYS_RESOURCE, which a container may withhold even from
+        // root: then the soft limit still goes up to the hard one, and the refusal is reported.
+        if limit.rlim_max != before.rlim_max {
+            var wanted = limit
+            wanted.rlim_cur = wanted.rlim_max
+            if setrlimit(resource, &wanted) == 0 {
+                changes.append(Change(name: name, before: text(before), after: text(wanted)))
+                restoreActions.append { var old = before; _ = setrlimit(resource, &old) }
+                return
+            }
+            refused.append("\(name) hard limit \(text(before)) -> \(wanted.rlim_max): \(String(cString: strerror(errno))) (no CAP_SYS_RESOURCE?)")
+            limit.rlim_max = before.rlim_max
+        }
+        limit.rlim_cur = limit.rlim_max
+        guard limit.rlim_cur != before.rlim_cur else { return }
+        guard setrlimit(resource, &limit) == 0 else {
+            refused.append("\(name) soft limit \(text(before)) -> \(limit.rlim_cur): \(String(cString: strerror(errno)))")
+            return
         }
         changes.append(Change(name: name, before: text(before), after: text(limit)))
         restoreActions.append { var old = before; _ = setrlimit(resource, &old) }
@@ -176,7 +195,11 @@ final class ScaleLimits {
 
     private func raiseSysctl(_ path: String, toAtLeast wanted: Int) {
         guard let text = SystemFiles.text(path), let current = Int(text.split(separator: "\n").first ?? "") else { return }
-        guard current < wanted, Self.write(path, "\(wanted)") else { return }
+        guard current < wanted else { return }
+        guard Self.write(path, "\(wanted)") else {
+            refused.append("\(path) \(current) -> \(wanted): \(String(cString: strerror(errno)))")
+            return
+        }
         let name = path.dropFirst("/proc/sys/".count).split(separator: "/").joined(separator: ".")
         changes.append(Change(name: name, before: "\(current)", after: "\(wanted)"))
         restoreActions.append { _ = Self.write(path, "\(current)") }
