@@ -67,6 +67,8 @@ let package = Package(
             name: "extsandbox",
             dependencies: [
                 "SandboxRuntime", "SandboxPolicy", "CBuildInfo", "ExtensionCatalog",
+                // `run` and `test` launch extensions on the host API's own path (docs/cli.md).
+                "ExtSandbox",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         // The commit and date scripts/build-cli writes into the linked CLI (`extsandbox --version`).

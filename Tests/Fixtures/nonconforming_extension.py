@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+# An extension for `extsandbox test`'s own tests (Tests/ExtensionCatalogTests/RunTestCommandTests):
+# it speaks the wire protocol (docs/wire-protocol.md) as an echo, except for the one way it breaks
+# it, chosen by the last part of its identifier ($EXTSANDBOX_EXTENSION_IDENTIFIER):
+#   *.conforming   breaks nothing (the test run passes)
+#   *.silent       never answers a request
+#   *.crash        crashes (SIGSEGV) on its first request
+#   *.forbidden    calls ptrace on its first request (the standard policy kills it)
+#   *.bad-version  answers the host's HELLO with protocol version 2
+#   *.lingers      ignores the host's GOODBYE on the control socket (killed after the grace)
+import array, os, signal, socket, struct, sys, threading
+
+MODE = os.environ.get("EXTSANDBOX_EXTENSION_IDENTIFIER", "").rsplit(".", 1)[-1]
+HELLO, REQUEST, REPLY, ERROR, ONEWAY, CANCEL, GOODBYE, CONNECT, READY = range(1, 10)
+
+
+def frame(kind, id=0, payload=b""):
+    return struct.pack(">IBBHIQ", 16 + len(payload), kind, 0, 0, 0, id) + payload
+
+
+def read_exact(sock, n, fds):
+    data = b""
+    while len(data) < n:
+        chunk, ancillary, _, _ = sock.recvmsg(n - len(data), socket.CMSG_SPACE(16 * 4))
+        if not chunk:
+            raise EOFError
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                received = array.array("i")
+                received.frombytes(payload[: len(payload) - len(payload) % 4])
+                fds.extend(received)
+        data += chunk
+    return data
+
+
+def read_frame(sock):
+    fds = []
+    (length,) = struct.unpack(">I", read_exact(sock, 4, fds))
+    kind, _, nfds, _, id = struct.unpack(">BBHIQ", read_exact(sock, 16, fds))
+    payload = read_exact(sock, length - 16, fds)
+    return kind, id, payload, fds
+
+
+def serve(sock):
+    try:
+        kind, _, _, _ = read_frame(sock)  # the host's HELLO
+        version = 2 if MODE == "bad-version" else 1
+        sock.sendall(frame(HELLO, 0, struct.pack(">HI", version, 16 << 20) + b"nonconforming"))
+        while True:
+            kind, id, payload, fds = read_frame(sock)
+            for fd in fds:
+                os.close(fd)
+            if kind == GOODBYE:
+                return
+            if kind != REQUEST:
+                continue
+            if MODE == "silent":
+                continue
+            if MODE == "crash":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if MODE == "forbidden":
+                import ctypes
+                ctypes.CDLL(None).ptrace(0, 0, 0, 0)  # PTRACE_TRACEME
+            sock.sendall(frame(REPLY, id, payload))
+    except (EOFError, OSError):
+        pass
+    finally:
+        sock.close()
+
+
+control = socket.socket(fileno=3)
+control.sendall(frame(READY, 0, os.environ["EXTSANDBOX_EXTENSION_IDENTIFIER"].encode()))
+while True:
+    try:
+        kind, id, payload, fds = read_frame(control)
+    except EOFError:
+        os._exit(0)  # the host is gone
+    if kind == CONNECT and len(fds) == 1:
+        threading.Thread(target=serve, args=(socket.socket(fileno=fds[0]),), daemon=True).start()
+    elif kind == GOODBYE and MODE != "lingers":
+        control.sendall(frame(GOODBYE))
+        os._exit(0)
