@@ -1,0 +1,252 @@
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+
+/// `extsandbox run` and `extsandbox test`, run as the built binary against real sandboxed
+/// extensions: the SDK's echo fixture (statically linked, so it runs under `hardened`) and the
+/// Python fixture that breaks the protocol one way per identifier (under `standard`).
+@Suite("extsandbox run/test")
+struct RunTestCommandTests {
+    static let echo = TestPaths.productsDirectory(containing: "xsb-echo-extension") + "/xsb-echo-extension"
+    static let nonconforming = TestPaths.packageRoot.appendingPathComponent("Tests/Fixtures/nonconforming_extension.py").path
+
+    /// A world with a development directory of bundles (never installed) beside the locations.
+    struct Bundles {
+        let world: ExtensionWorld
+        var development: String { world.root + "/dev" }
+
+        init() throws {
+            world = try ExtensionWorld()
+            try FileManager.default.createDirectory(atPath: world.root + "/dev", withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o755])
+        }
+
+        /// The echo fixture as a bundle in the development directory.
+        func echo(_ identifier: String = "org.example.echo") throws -> String {
+            try world.install(identifier, in: development, executableSource: RunTestCommandTests.echo)
+        }
+
+        /// The Python fixture whose behaviour is the identifier's last part.
+        func nonconforming(_ mode: String) throws -> String {
+            try world.install("org.example.\(mode)", in: development, executableSource: RunTestCommandTests.nonconforming)
+        }
+
+        func run(_ arguments: [String], stdin: String? = nil) throws -> ExtensionWorld.Output {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: ExtensionWorld.cli)
+            process.arguments = arguments
+            process.environment = TestPaths.environmentWithPolicies(world.environment)
+            let out = Pipe(), err = Pipe(), input = Pipe()
+            process.standardOutput = out
+            process.standardError = err
+            process.standardInput = stdin == nil ? FileHandle.nullDevice : input
+            try process.run()
+            if let stdin {
+                input.fileHandleForWriting.write(Data(stdin.utf8))
+                try input.fileHandleForWriting.close()
+            }
+            let stdout = out.fileHandleForReading.readDataToEndOfFile()
+            let stderr = err.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return .init(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+                         stderr: String(decoding: stderr, as: UTF8.self))
+        }
+    }
+
+    @Test func runSendPrintsEachReplyAndExitsWithWhatHappened() throws {
+        let bundles = try Bundles()
+        let bundle = try bundles.echo()
+        let replies = try bundles.run(["run", bundle, "--policy", "hardened", "--send", "hello", "--send", "memfd", "--send", "world"])
+        #expect(replies.status == 0, "\(replies.stderr)")
+        #expect(replies.stdout == "hello\n-1\nworld\n")
+
+        // An error answer: reported, the rest still sent, status 1.
+        let failed = try bundles.run(["run", bundle, "--policy", "hardened", "--send", "fail", "--send", "after"])
+        #expect(failed.status == 1)
+        #expect(failed.stdout == "after\n")
+        #expect(failed.stderr.contains("request 'fail': the extension answered error 123: asked to fail"), "\(failed.stderr)")
+
+        // A crash ends the conversation: status 1 with the reason, nothing more sent.
+        let crashed = try bundles.run(["run", bundle, "--policy", "hardened", "--send", "crash", "--send", "after"])
+        #expect(crashed.status == 1)
+        #expect(crashed.stdout.isEmpty)
+        #expect(crashed.stderr.contains("interrupted: killed by signal 11"), "\(crashed.stderr)")
+
+        // A forbidden call under hardened: killed, named.
+        let killed = try bundles.run(["run", bundle, "--policy", "hardened", "--send", "socket"])
+        #expect(killed.status == 1)
+        #expect(killed.stderr.contains("seccomp violation: socket"), "\(killed.stderr)")
+
+        // The point is declared by no installed host: its level is unknown without --policy.
+        let elsewhere = try bundles.world.install("org.example.elsewhere", point: "org.example.nohost.point", in: bundles.development,
+                                                  executableSource: Self.echo)
+        let undeclared = try bundles.run(["run", elsewhere + "/", "--send", "x"])
+        #expect(undeclared.status == 125)
+        #expect(undeclared.stderr.contains("pass --policy NAME"), "\(undeclared.stderr)")
+        // With --policy it runs (a bundle by path needs no approval), the level given.
+        #expect(try bundles.run(["run", elsewhere, "--policy", "hardened", "--send", "x"]).stdout == "x\n")
+        #expect(try bundles.run(["run", "--send", "x"]).status == 64)  // usage
+    }
+
+    @Test func runByIdentifierRunsOnlyWhatItsHostWouldRun() throws {
+        let bundles = try Bundles()
+        let world = bundles.world
+        try world.install("org.example.echo", executableSource: Self.echo)
+        let unapproved = try bundles.run(["run", "org.example.echo", "--send", "hi"])
+        #expect(unapproved.status == 125)
+        #expect(unapproved.stderr.contains("org.example.echo is not approved (not approved yet)"), "\(unapproved.stderr)")
+        #expect(unapproved.stderr.contains("extsandbox approve org.example.echo"))
+
+        #expect(try world.cli(["approve", "org.example.echo"]).status == 0)
+        let approved = try bundles.run(["run", "org.example.echo", "--send", "hi", "--verbose"])
+        #expect(approved.status == 0, "\(approved.stderr)")
+        #expect(approved.stdout == "hi\n")
+        // The point's level as its host declares it (standard), and the launch events.
+        #expect(approved.stderr.contains("in the 'standard' sandbox (the level of point \(ExtensionWorld.openPoint))"), "\(approved.stderr)")
+        #expect(approved.stderr.contains("org.example.echo: launched (sandbox init pid "))
+
+        #expect(try world.cli(["disable", "org.example.echo"]).status == 0)
+        let disabled = try bundles.run(["run", "org.example.echo", "--send", "hi"])
+        #expect(disabled.status == 125)
+        #expect(disabled.stderr.contains("extsandbox enable org.example.echo"), "\(disabled.stderr)")
+
+        let unknown = try bundles.run(["run", "org.example.nothing", "--send", "hi"])
+        #expect(unknown.status == 125)
+        #expect(unknown.stderr.contains("no installed extension has the identifier org.example.nothing"))
+    }
+
+    @Test func runInteractivePrintsRepliesEventsAndTheExtensionsOwnMessages() throws {
+        let bundles = try Bundles()
+        let bundle = try bundles.echo()
+        let session = try bundles.run(["run", bundle, "--policy", "hardened"],
+                                      stdin: "hello\nask-host hi\ntell-host yo\n:oneway ping\nfail\n::colon\n")
+        #expect(session.status == 0, "\(session.stderr)")
+        let lines = session.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.first?.hasPrefix("event: launched (sandbox init pid ") == true, "\(lines)")
+        for expected in ["reply: hello", "extension request: hi (answered with error 2, unknown request)", "reply: host error 2",
+                         "extension one-way: yo", "reply: told", "sent one-way: ping",
+                         "failed: the extension answered error 123: asked to fail", "reply: :colon"] {
+            #expect(lines.contains(expected), "\(expected) in \(lines)")
+        }
+        #expect(session.stderr.contains("org.example.echo ended: exited with status 0"), "\(session.stderr)")
+    }
+
+    /// SIGINT (the terminal's Ctrl-C) and SIGTERM: the extension is ended, nothing keeps running.
+    @Test(arguments: [SIGINT, SIGTERM])
+    func aSignalEndsTheRunAndLeavesNothingRunning(signal: Int32) throws {
+        let bundles = try Bundles()
+        let bundle = try bundles.echo()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: ExtensionWorld.cli)
+        process.arguments = ["run", bundle, "--policy", "hardened"]
+        let scratch = bundles.world.root + "/tmp"
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        var environment = TestPaths.environmentWithPolicies(bundles.world.environment)
+        environment["TMPDIR"] = scratch
+        process.environment = environment
+        let out = Pipe(), err = Pipe(), input = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = input
+        try process.run()
+        input.fileHandleForWriting.write(Data("hello\n".utf8))
+        // Read until the reply: the extension runs, with a connection open.
+        var seen = ""
+        let deadline = Date().addingTimeInterval(20)
+        while !seen.contains("reply: hello\n") && Date() < deadline {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            seen += String(decoding: chunk, as: UTF8.self)
+        }
+        #expect(seen.contains("reply: hello"), "\(seen)")
+        let initPID = seen.split(separator: "\n").first { $0.hasPrefix("event: launched (sandbox init pid ") }
+            .flatMap { Int32($0.dropFirst("event: launched (sandbox init pid ".count).dropLast()) }
+        let sandboxPIDs = initPID.map { descendants(of: $0) } ?? []
+        #expect(sandboxPIDs.count >= 2, "the init and the extension: \(sandboxPIDs)")
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 128 + signal)
+        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(stderr.contains("stopped: org.example.echo exited with status 0"), "\(stderr)")
+        for pid in sandboxPIDs {
+            #expect(Glibc.kill(pid, 0) == -1 && errno == ESRCH, "pid \(pid) of the sandbox still exists")
+        }
+        // The run's private approvals (a bundle run by path) are gone too.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).isEmpty)
+    }
+
+    @Test func testPassesOnAConformingExtensionAndItsJSONParses() throws {
+        let bundles = try Bundles()
+        for (bundle, policy) in [(try bundles.echo(), "hardened"), (try bundles.nonconforming("conforming"), "standard")] {
+            let output = try bundles.run(["test", bundle, "--policy", policy, "--json"])
+            #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
+            #expect(report["passed"] as? Bool == true)
+            #expect(report["policy"] as? String == policy)
+            let checks = report["checks"] as? [[String: Any]] ?? []
+            #expect(checks.map { $0["name"] as? String } == [
+                "manifest", "policy", "launch and READY", "handshake and version", "accepts a connection", "round trip",
+                "file descriptor passing", "cancellation", "suspend and resume", "exit after GOODBYE", "no seccomp violation",
+            ])
+            #expect(checks.allSatisfy { $0["status"] as? String == "pass" }, "\(checks)")
+            let blocks = report["blocks"] as? [[String: Any]] ?? []
+            #expect(blocks.contains { $0["what"] as? String == "@mount" && ($0["sandbox"] as? String)?.hasPrefix("killed") == true }, "\(blocks)")
+            #expect(blocks.contains { $0["what"] as? String == "network" })
+        }
+        // Without --json, a table, and no progress line when stdout is not a terminal.
+        let text = try bundles.run(["test", try bundles.echo("org.example.text"), "--policy", "hardened"])
+        #expect(text.status == 0)
+        #expect(text.stdout.contains("  PASS  suspend and resume"))
+        #expect(text.stdout.contains("conformance of org.example.text: PASSED (11 of 11 checks passed)"))
+        #expect(!text.stdout.contains("\r"))
+    }
+
+    /// Each broken extension fails the check it breaks, with what to change.
+    @Test(arguments: [
+        ("silent", "round trip", "no reply within 2 s", "answer every REQUEST with exactly one REPLY or ERROR"),
+        ("crash", "round trip", "killed by signal 11", "fix the crash"),
+        ("forbidden", "no seccomp violation", "ptrace is forbidden by policy 'standard'", "do without ptrace"),
+        ("bad-version", "handshake and version", "unsupported protocol version 2", "HELLO of protocol version 1"),
+        ("lingers", "exit after GOODBYE", "after the host's GOODBYE: killed", "send GOODBYE back and exit 0"),
+    ])
+    func testFailsABrokenExtensionWithWhatToChange(mode: String, check: String, detail: String, fix: String) throws {
+        let bundles = try Bundles()
+        let output = try bundles.run(["test", try bundles.nonconforming(mode), "--policy", "standard", "--timeout", "2", "--json"])
+        #expect(output.status == 1, "\(output.stdout)\(output.stderr)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
+        #expect(report["passed"] as? Bool == false)
+        let checks = report["checks"] as? [[String: Any]] ?? []
+        let failed = try #require(checks.first { $0["name"] as? String == check }, "\(checks)")
+        #expect(failed["status"] as? String == "fail", "\(failed)")
+        #expect((failed["detail"] as? String)?.contains(detail) == true, "\(failed)")
+        #expect((failed["fix"] as? String)?.contains(fix) == true, "\(failed)")
+        #expect(checks.count == 11, "every check is reported, run or not: \(checks)")
+    }
+
+    @Test func testFailsAnInvalidBundleAtTheManifest() throws {
+        let bundles = try Bundles()
+        let bundle = try bundles.world.install("org.example.broken", in: bundles.development,
+                                               manifest: "schema: 1\nidentifier: org.example.broken\n")
+        let output = try bundles.run(["test", bundle, "--policy", "standard"])
+        #expect(output.status == 1)
+        #expect(output.stdout.contains("  FAIL  manifest"), "\(output.stdout)")
+        #expect(output.stdout.contains("extension.yaml:1: missing 'point'"), "\(output.stdout)")
+        #expect(output.stdout.contains("SKIP  launch and READY"))
+    }
+
+    /// The processes below `pid` (itself included), from /proc.
+    private func descendants(of pid: Int32) -> [Int32] {
+        var result: [Int32] = []
+        var queue = [pid]
+        while let next = queue.first {
+            queue.removeFirst()
+            result.append(next)
+            for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(next)/task")) ?? [] {
+                let children = (try? String(contentsOfFile: "/proc/\(next)/task/\(task)/children", encoding: .utf8)) ?? ""
+                queue += children.split(separator: " ").compactMap { Int32($0) }
+            }
+        }
+        return result
+    }
+}
