@@ -8,8 +8,8 @@ import TestSupport
 /// Python fixture that breaks the protocol one way per identifier (under `standard`).
 @Suite("extsandbox run/test")
 struct RunTestCommandTests {
-    static let echo = TestPaths.productsDirectory(containing: "xsb-echo-extension") + "/xsb-echo-extension"
-    static let nonconforming = TestPaths.packageRoot.appendingPathComponent("Tests/Fixtures/nonconforming_extension.py").path
+    static let echo = TestPaths.echoExtension
+    static let nonconforming = TestPaths.fixturesDirectory + "/nonconforming_extension.py"
 
     /// A world with a development directory of bundles (never installed) beside the locations.
     struct Bundles {
@@ -32,9 +32,15 @@ struct RunTestCommandTests {
             try world.install("org.example.\(mode)", in: development, executableSource: RunTestCommandTests.nonconforming)
         }
 
-        func run(_ arguments: [String], stdin: String? = nil) throws -> ExtensionWorld.Output {
+        struct Output {
+            var status: Int32
+            var stdout: String
+            var stderr: String
+        }
+
+        func run(_ arguments: [String], stdin: String? = nil) throws -> Output {
             let process = Process()
-            process.executableURL = URL(fileURLWithPath: ExtensionWorld.cli)
+            process.executableURL = URL(fileURLWithPath: TestPaths.cli)
             process.arguments = arguments
             process.environment = TestPaths.environmentWithPolicies(world.environment)
             let out = Pipe(), err = Pipe(), input = Pipe()
@@ -138,7 +144,7 @@ struct RunTestCommandTests {
         let bundles = try Bundles()
         let bundle = try bundles.echo()
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: ExtensionWorld.cli)
+        process.executableURL = URL(fileURLWithPath: TestPaths.cli)
         process.arguments = ["run", bundle, "--policy", "hardened"]
         let scratch = bundles.world.root + "/tmp"
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
