@@ -110,7 +110,17 @@ for path in sorted(glob.glob(os.path.join(root, "Tests", "SandboxPolicyTests", "
     for text in swift_strings(path):
         if text.lstrip().startswith("{"):
             write("docker-import", "test-%s" % hashlib.sha1(text.encode()).hexdigest()[:12], text)
+# The fixture written for the tests (moby's profile stays a test fixture only, beside its license).
+fixture = os.path.join(root, "Tests", "Fixtures", "docker-seccomp", "containers-style.json")
+write("docker-import", "fixture-containers-style.json", open(fixture, "rb").read())
 profiles = {
+    "several-actions": {"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": 38, "syscalls": [
+        {"names": ["execve", "exit_group"], "action": "SCMP_ACT_ALLOW"},
+        {"names": ["socket"], "action": "SCMP_ACT_ERRNO", "errnoRet": 22, "args": [
+            {"index": 0, "value": 16, "op": "SCMP_CMP_EQ"}, {"index": 2, "value": 9, "op": "SCMP_CMP_EQ"}]},
+        {"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 2, "value": 9, "op": "SCMP_CMP_NE"}]},
+        {"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 16, "op": "SCMP_CMP_NE"}]},
+        {"names": ["socket"], "action": "SCMP_ACT_KILL", "args": [{"index": 0, "value": 17, "op": "SCMP_CMP_EQ"}]}]},
     "minimal": {"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read", "write", "exit_group", "execve"], "action": "SCMP_ACT_ALLOW"}]},
     "old-name": {"defaultAction": "SCMP_ACT_KILL", "syscalls": [{"name": "read", "action": "SCMP_ACT_ALLOW"}]},
     "log": {"defaultAction": "SCMP_ACT_LOG", "syscalls": []},

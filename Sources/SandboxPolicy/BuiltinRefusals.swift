@@ -110,15 +110,10 @@ enum BuiltinRefusals {
         return nil
     }
 
-    struct RewriteFailure: Error {
-        var message: String
-    }
-
     /// Rewrites libseccomp's program: each `ret ALLOW`/`ret LOG` becomes a jump into an epilogue
     /// that applies the built-ins and then returns that same action.
-    static func apply(to program: [UInt8]) throws(RewriteFailure) -> [UInt8] {
-        guard program.count % 8 == 0, !program.isEmpty else { throw RewriteFailure(message: "malformed BPF program") }
-        var insns = stride(from: 0, to: program.count, by: 8).map { BPFInstruction(bytes: program, at: $0) }
+    static func apply(to program: [UInt8]) throws(BPFRewriteFailure) -> [UInt8] {
+        var insns = try BPFInstruction.decode(program)
         // Every distinct "runs" return value gets one epilogue, appended in order of appearance.
         var epilogueStart: [UInt32: Int] = [:]
         var epilogues: [BPFInstruction] = []
@@ -133,7 +128,7 @@ enum BuiltinRefusals {
                 }
                 retargets.append((i, insn.k))
             case BPFInstruction.retA:
-                throw RewriteFailure(message: "the BPF program returns a computed value, which the built-in refusals cannot follow")
+                throw BPFRewriteFailure(message: "the BPF program returns a computed value, which the built-in refusals cannot follow")
             default:
                 continue
             }
@@ -149,7 +144,7 @@ enum BuiltinRefusals {
     }
 
     /// The block that applies the built-ins and otherwise returns `ret`.
-    static func epilogue(returning ret: UInt32) throws(RewriteFailure) -> [BPFInstruction] {
+    static func epilogue(returning ret: UInt32) throws(BPFRewriteFailure) -> [BPFInstruction] {
         var asm = BPFAssembler()
         asm.loadAbsolute(4)  // seccomp_data.arch
         asm.jumpIfEqual(SeccompReturn.archX86_64, then: "native", else: "return")
@@ -187,89 +182,5 @@ enum BuiltinRefusals {
         asm.label("enosys")
         asm.ret(enosys)
         return try asm.assemble()
-    }
-}
-
-/// One classic BPF instruction (struct sock_filter).
-struct BPFInstruction: Equatable {
-    var code: UInt16
-    var jt: UInt8
-    var jf: UInt8
-    var k: UInt32
-
-    static let ldAbsW: UInt16 = 0x20  // BPF_LD | BPF_W | BPF_ABS
-    static let ja: UInt16 = 0x05  // BPF_JMP | BPF_JA
-    static let jeqK: UInt16 = 0x15  // BPF_JMP | BPF_JEQ | BPF_K
-    static let jsetK: UInt16 = 0x45  // BPF_JMP | BPF_JSET | BPF_K
-    static let retK: UInt16 = 0x06  // BPF_RET | BPF_K
-    static let retA: UInt16 = 0x16  // BPF_RET | BPF_A
-
-    init(code: UInt16, jt: UInt8, jf: UInt8, k: UInt32) {
-        self.code = code
-        self.jt = jt
-        self.jf = jf
-        self.k = k
-    }
-
-    init(bytes: [UInt8], at o: Int) {
-        code = UInt16(bytes[o]) | UInt16(bytes[o + 1]) << 8
-        jt = bytes[o + 2]
-        jf = bytes[o + 3]
-        k = (0..<4).reduce(0) { $0 | UInt32(bytes[o + 4 + $1]) << (8 * UInt32($1)) }
-    }
-
-    var bytes: [UInt8] {
-        [UInt8(code & 0xff), UInt8(code >> 8), jt, jf] + (0..<4).map { UInt8(truncatingIfNeeded: k >> (8 * UInt32($0))) }
-    }
-}
-
-/// A tiny assembler for forward-only classic BPF with named labels.
-struct BPFAssembler {
-    private enum Item {
-        case insn(BPFInstruction, jt: String?, jf: String?)
-        case label(String)
-    }
-    private var items: [Item] = []
-
-    mutating func label(_ name: String) { items.append(.label(name)) }
-    mutating func loadAbsolute(_ offset: UInt32) {
-        items.append(.insn(.init(code: BPFInstruction.ldAbsW, jt: 0, jf: 0, k: offset), jt: nil, jf: nil))
-    }
-    /// `else: nil` falls through to the next instruction.
-    mutating func jumpIfEqual(_ value: UInt32, then: String?, else other: String?) {
-        items.append(.insn(.init(code: BPFInstruction.jeqK, jt: 0, jf: 0, k: value), jt: then, jf: other))
-    }
-    mutating func jumpIfAnySet(_ bits: UInt32, then: String?, else other: String?) {
-        items.append(.insn(.init(code: BPFInstruction.jsetK, jt: 0, jf: 0, k: bits), jt: then, jf: other))
-    }
-    mutating func ret(_ value: UInt32) {
-        items.append(.insn(.init(code: BPFInstruction.retK, jt: 0, jf: 0, k: value), jt: nil, jf: nil))
-    }
-
-    func assemble() throws(BuiltinRefusals.RewriteFailure) -> [BPFInstruction] {
-        var position: [String: Int] = [:]
-        var count = 0
-        for item in items {
-            switch item {
-            case .label(let name): position[name] = count
-            case .insn: count += 1
-            }
-        }
-        var out: [BPFInstruction] = []
-        for item in items {
-            guard case .insn(var insn, let jt, let jf) = item else { continue }
-            let pc = out.count
-            func offset(_ label: String?) throws(BuiltinRefusals.RewriteFailure) -> UInt8 {
-                guard let label else { return 0 }
-                guard let target = position[label], target > pc, target - pc - 1 <= 255 else {
-                    throw BuiltinRefusals.RewriteFailure(message: "internal error: bad jump to \(label) in the built-in refusals")
-                }
-                return UInt8(target - pc - 1)
-            }
-            insn.jt = try offset(jt)
-            insn.jf = try offset(jf)
-            out.append(insn)
-        }
-        return out
     }
 }

@@ -210,21 +210,32 @@ public enum DockerProfileImporter {
                 if when.isEmpty {
                     lists.append((act, kept, comment.map { [$0] } ?? []))
                 } else {
-                    for name in kept { rules.append((name, act, when, comment)) }
+                    // Profiles repeat entries (the packaged containers profile allows socket
+                    // with "arg2 != 9" twice): one rule each is enough.
+                    for name in kept where !rules.contains(where: { $0.syscall == name && $0.action == act && $0.when == when }) {
+                        rules.append((name, act, when, comment))
+                    }
                 }
             }
 
-            // A conditional rule whose action the syscall gets anyway has no effect: drop it.
+            // A conditional rule that can never change what a call gets (its action is the
+            // fallback's, and so is that of every rule after it in precedence) has no effect: drop it.
             var plain: [String: SyscallAction] = [:]
             for list in lists { for name in list.names where plain[name] == nil { plain[name] = list.action } }
-            rules.removeAll { rule in
-                let fallback = plain[rule.syscall] ?? defaultAction
-                if fallback == rule.action {
-                    notes.append("the conditional rule for \(rule.syscall) (\(rule.when.joined(separator: ", "))) is dropped: \(rule.syscall) is \(rule.action.pastTense) anyway")
-                    return true
+            var ineffective: Set<Int> = []
+            for name in Set(rules.map(\.syscall)) {
+                let fallback = plain[name] ?? defaultAction
+                let ordered = RulePrecedence.ordered(rules.indices.filter { rules[$0].syscall == name }) { rules[$0].action }
+                for (position, index) in ordered.enumerated()
+                where RulePrecedence.hasNoEffect(ordered.map { rules[$0].action }, at: position, fallback: fallback) {
+                    ineffective.insert(index)
                 }
-                return false
             }
+            for index in ineffective.sorted() {
+                let rule = rules[index]
+                notes.append("the conditional rule for \(rule.syscall) (\(rule.when.joined(separator: ", "))) is dropped: \(rule.syscall) is \(rule.action.pastTense) anyway")
+            }
+            rules = rules.indices.filter { !ineffective.contains($0) }.map { rules[$0] }
             if !dangerous.isEmpty {
                 let names = Array(Set(dangerous.map(\.syscall))).sorted()
                 warn("dangerous system calls the profile allows are written as commented-out rules (they get the default action until you uncomment them and say why): \(names.joined(separator: ", "))")

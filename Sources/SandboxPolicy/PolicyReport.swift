@@ -33,7 +33,7 @@ public enum PolicyReport {
         out.append("                    errno EPERM   a mode with S_ISUID or S_ISGID in " + BuiltinRefusals.modeArguments.map { "\($0.syscall)(arg\($0.index))" }.joined(separator: " "))
         out.append("                    errno ENOSYS  openat2 (its mode is in memory)")
         out.append("                    errno EPERM   seccomp(SECCOMP_SET_MODE_FILTER), prctl(PR_SET_SECCOMP) but strict mode: no nested filters")
-        out.append("  system calls:     \(named.count) named")
+        out.append("  system calls:     \(named.count) named; a call takes the first line below whose conditions hold")
         out.append("")
 
         let width = max(24, (seccomp.rules.map(\.syscall.count).max() ?? 0) + 2)
@@ -50,7 +50,8 @@ public enum PolicyReport {
                 continue
             }
             let plain = rules.first { $0.conditions.isEmpty }
-            let conditional = rules.filter { !$0.conditions.isEmpty }
+            // In the order the filter tries them: the first whose conditions hold decides.
+            let conditional = RulePrecedence.ordered(rules.filter { !$0.conditions.isEmpty }, action: \.action)
             var first = true
             func line(_ action: String, _ detail: String) {
                 out.append("  " + pad(first ? name : "", width) + pad(action, actionWidth) + detail)

@@ -261,14 +261,6 @@ final class PolicyResolver {
                 entries[list.action, default: []] += list.items.map { (list.section, $0) }
             }
         }
-        func strength(_ a: SyscallAction) -> Int {
-            switch a {
-            case .allow: return 0
-            case .log: return 1
-            case .errno: return 2
-            case .killProcess: return 3
-            }
-        }
         // Plain (unconditional) actions from the lists: the strongest wins (kill > errno > log > allow).
         var plain: [String: (action: SyscallAction, origin: Origin)] = [:]
         for action in order {
@@ -287,7 +279,7 @@ final class PolicyResolver {
                 if let existing = plain[sys] {
                     if case .errno(let a) = existing.action, case .errno(let b) = action, a != b {
                         error(origin.loc, "\(sys) would fail with \(action) here but with \(existing.action) \(existing.origin.text(seenFrom: origin.loc)); give it one errno")
-                    } else if strength(action) > strength(existing.action) {
+                    } else if action.strength > existing.action.strength {
                         plain[sys] = (action, origin)
                     }
                 } else {
@@ -309,10 +301,6 @@ final class PolicyResolver {
                 if rule.conditions.isEmpty {
                     unconditional[rule.syscall] = rule
                 } else {
-                    if let first = conditional[rule.syscall]?.first, first.action != rule.action {
-                        error(rule.loc, "rules for \(rule.syscall) with conditions must all have the same action (\(first.loc.place(seenFrom: rule.loc)) says \(first.action), this one \(rule.action)); a syscall gets one conditional action and one fallback")
-                        continue
-                    }
                     conditional[rule.syscall, default: []].append(rule)
                 }
             }
@@ -330,16 +318,14 @@ final class PolicyResolver {
                 fallback = defaultAction
                 fallbackText = { _ in "by the default action" }
             }
-            for rule in conditional[sys]! {
-                if rule.action == fallback {
-                    var fix = ""
-                    if let p = plain[sys], unconditional[sys] == nil {
-                        fix = "; remove it from \(p.origin.section) (for example with \"~\(sys)\") so that only the conditions decide"
-                    }
-                    error(rule.loc, "this rule has no effect: \(sys) is already \(rule.action.pastTense) \(fallbackText(rule.loc))\(fix)")
-                } else if rule.action == defaultAction {
-                    error(rule.loc, "a conditional rule cannot use the default action (\(defaultAction)) while \(sys) otherwise gets \(fallback) (\(fallbackText(rule.loc))): libseccomp cannot express it; use another action, such as errno EPERM")
+            let ordered = RulePrecedence.ordered(conditional[sys]!, action: \.action)
+            for (index, rule) in ordered.enumerated() where RulePrecedence.hasNoEffect(ordered.map(\.action), at: index, fallback: fallback) {
+                var fix = ""
+                if let p = plain[sys], unconditional[sys] == nil {
+                    fix = "; remove it from \(p.origin.section) (for example with \"~\(sys)\") so that only the conditions decide"
                 }
+                let below = index + 1 < ordered.count ? " (and no rule after it in precedence gives another action)" : ""
+                error(rule.loc, "this rule has no effect: \(sys) is already \(rule.action.pastTense) \(fallbackText(rule.loc))\(below)\(fix)")
             }
         }
 
@@ -391,7 +377,8 @@ final class PolicyResolver {
             } else if let p = plain[sys] {
                 out.append(SyscallRule(syscall: sys, action: p.action))
             }
-            for c in conditional[sys] ?? [] {
+            // In the order they are tried (strongest action first), so the model reads as it runs.
+            for c in RulePrecedence.ordered(conditional[sys] ?? [], action: \.action) {
                 out.append(SyscallRule(syscall: sys, action: c.action, conditions: c.conditions, justification: c.why))
             }
         }

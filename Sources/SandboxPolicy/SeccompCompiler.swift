@@ -54,8 +54,10 @@ extension Policy {
     ///   setuid and setgid mode bits fail with `EPERM`, `openat2` with `ENOSYS`, and a nested
     ///   seccomp filter with `EPERM`; a `kill` or an `errno` of the policy always wins over them.
     /// - `execve` must be allowed without conditions (the sandbox execs its program after loading).
-    /// - For a syscall with conditional rules, calls that match no condition get the syscall's
-    ///   unconditional rule (if any), else the default action.
+    /// - For a syscall with conditional rules, a call gets the action of the first rule whose
+    ///   conditions hold in ``RulePrecedence`` order (the strongest action first; equally strong
+    ///   ones in rule order); calls that match no rule get the syscall's unconditional rule (if
+    ///   any), else the default action.
     ///
     /// Pure: it never loads a filter into the current process.
     public func compileSeccompFilter(mode: FilterMode = .supervised) throws(PolicyError) -> CompiledSeccompFilter {
@@ -106,7 +108,16 @@ struct SeccompCompiler {
     struct Plan {
         var number: Int32
         var plain: SyscallAction?
+        /// In precedence order (``RulePrecedence``).
         var conditional: [SyscallRule] = []
+    }
+
+    /// Whether libseccomp's own conditional rules express `plan` exactly: one conditional action,
+    /// not the default (libseccomp refuses a rule whose action is the filter's default). Other
+    /// plans are compiled as a ``RuleChain``.
+    func libseccompExpresses(_ plan: Plan) -> Bool {
+        let actions = Set(plan.conditional.map { scmpAction($0.action) })
+        return actions.count == 1 && actions.first != scmpAction(policy.seccomp.defaultAction)
     }
 
     func plan() throws(PolicyError) -> [(String, Plan)] {
@@ -128,12 +139,17 @@ struct SeccompCompiler {
                 }
                 p.plain = rule.action
             } else {
-                if let first = p.conditional.first, first.action != rule.action {
-                    throw fail("rules for \(rule.syscall) with conditions must all have the same action (\(first.action) and \(rule.action))")
-                }
                 p.conditional.append(rule)
             }
             plans[rule.syscall] = p
+        }
+        for (name, p) in plans where !p.conditional.isEmpty {
+            let ordered = RulePrecedence.ordered(p.conditional, action: \.action)
+            let fallback = p.plain ?? policy.seccomp.defaultAction
+            for index in ordered.indices where RulePrecedence.hasNoEffect(ordered.map(\.action), at: index, fallback: fallback) {
+                throw fail("a conditional rule for \(name) has no effect: \(name) gets \(ordered[index].action) anyway")
+            }
+            plans[name]!.conditional = ordered
         }
 
         if let c3 = plans["clone3"], c3.plain != .errno(38) || !c3.conditional.isEmpty {
@@ -179,6 +195,7 @@ struct SeccompCompiler {
         // A binary search over syscall numbers instead of a linear scan.
         try check(seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2), "turning on the binary-tree layout")
 
+        var chains: [[BPFInstruction]] = []
         for (name, plan) in plans {
             let fallback = plan.plain.map(scmpAction) ?? defaultAct
             if plan.conditional.isEmpty {
@@ -187,13 +204,18 @@ struct SeccompCompiler {
                 }
                 continue
             }
+            if !libseccompExpresses(plan) {
+                do {
+                    chains.append(try RuleChain.code(rules: plan.conditional, fallback: fallback, action: scmpAction))
+                } catch {
+                    throw fail("compiling the rules for \(name): \(error.message)")
+                }
+                try check(
+                    seccomp_rule_add_array(ctx, RuleChain.placeholder(chains.count - 1), plan.number, 0, nil),
+                    "adding the placeholder for the rules of \(name)")
+                continue
+            }
             let conditionalAct = scmpAction(plan.conditional[0].action)
-            if conditionalAct == fallback {
-                throw fail("the conditional rules for \(name) have no effect: \(name) gets \(plan.conditional[0].action) anyway")
-            }
-            if conditionalAct == defaultAct {
-                throw fail("a conditional rule for \(name) cannot use the default action while \(name) otherwise gets another action: libseccomp cannot express it")
-            }
             for rule in plan.conditional {
                 var conds = rule.conditions.map(scmpCondition)
                 try check(
@@ -225,6 +247,11 @@ struct SeccompCompiler {
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw fail("reading the exported BPF program failed") }
             done += n
+        }
+        do {
+            bytes = try RuleChain.splice(bytes, chains: chains)
+        } catch {
+            throw fail("adding the rule chains: \(error.message)")
         }
         let policyFilter = CompiledSeccompFilter(program: bytes)
         try verify(policyFilter, plans: plans)
@@ -290,32 +317,17 @@ struct SeccompCompiler {
         }
     }
 
-    /// Checks the program against the plan at a few points, so a surprise in how libseccomp
-    /// merges rules can never silently weaken a policy.
+    /// Checks the program against the plan at many points (every rule matched, each of its
+    /// conditions broken, rules overlapping, boundary values), so a surprise in how libseccomp
+    /// merges rules, or in the rule chains, can never silently weaken a policy.
     func verify(_ filter: CompiledSeccompFilter, plans: [(String, Plan)]) throws(PolicyError) {
-        let defaultAct = scmpAction(policy.seccomp.defaultAction)
-        func expect(_ name: String, _ args: [UInt64], _ want: UInt32) throws(PolicyError) {
-            let nr = Syscalls.number(of: name)!
-            let got = filter.evaluate(syscall: nr, arguments: args)
-            if got != want {
-                throw fail("internal error: the compiled filter gives \(name)(\(args.map { "0x" + String($0, radix: 16) }.joined(separator: ", "))) action 0x\(String(got, radix: 16)), expected 0x\(String(want, radix: 16))")
-            }
-        }
         for (name, plan) in plans {
-            let fallback = plan.plain.map(scmpAction) ?? defaultAct
-            if plan.conditional.isEmpty {
-                try expect(name, [0, 0, 0, 0, 0, 0], fallback)
-                continue
-            }
-            let act = scmpAction(plan.conditional[0].action)
-            for rule in plan.conditional {
-                if let args = rule.conditions.satisfyingArguments() { try expect(name, args, act) }
-                for c in rule.conditions {
-                    // Break one condition: unless another rule matches, the fallback applies.
-                    guard var args = rule.conditions.satisfyingArguments(), let bad = c.violatingValue() else { continue }
-                    args[c.index] = bad
-                    let others = plan.conditional.contains { $0.conditions.allSatisfy { $0.holds(for: args[$0.index]) } }
-                    try expect(name, args, others ? act : fallback)
+            let fallback = plan.plain ?? policy.seccomp.defaultAction
+            for args in Self.samples(plan.conditional) {
+                let want = scmpAction(RulePrecedence.decide(plan.conditional, fallback: fallback, arguments: args))
+                let got = filter.evaluate(syscall: plan.number, arguments: args)
+                if got != want {
+                    throw fail("internal error: the compiled filter gives \(name)(\(args.map { "0x" + String($0, radix: 16) }.joined(separator: ", "))) action 0x\(String(got, radix: 16)), expected 0x\(String(want, radix: 16))")
                 }
             }
         }
@@ -324,6 +336,48 @@ struct SeccompCompiler {
         {
             throw fail("internal error: the compiled filter does not kill foreign-architecture system calls")
         }
+    }
+
+    /// Argument vectors that exercise `rules` (the conditional rules of one system call): all
+    /// zeros, each rule matched, each rule with one condition broken, each pair of rules matched
+    /// at once where they can be, and each compared value and its neighbours.
+    static func samples(_ rules: [SyscallRule]) -> [[UInt64]] {
+        let zero = [UInt64](repeating: 0, count: 6)
+        var out: [[UInt64]] = [zero]
+        var matched: [[UInt64]] = []
+        for rule in rules {
+            guard let args = rule.conditions.satisfyingArguments() else { continue }
+            matched.append(args)
+            for c in rule.conditions {
+                guard let bad = c.violatingValue() else { continue }
+                var broken = args
+                broken[c.index] = bad
+                out.append(broken)
+            }
+        }
+        out += matched
+        for (i, a) in rules.enumerated() {
+            guard let base = a.conditions.satisfyingArguments() else { continue }
+            for b in rules[(i + 1)...] {
+                var both = base
+                for c in b.conditions { if let v = c.satisfyingValue() { both[c.index] = v } }
+                if a.conditions.allSatisfy({ $0.holds(for: both[$0.index]) }) && b.conditions.allSatisfy({ $0.holds(for: both[$0.index]) }) {
+                    out.append(both)
+                }
+            }
+        }
+        for rule in rules {
+            for c in rule.conditions {
+                for v in [c.value, c.value &- 1, c.value &+ 1] {
+                    for base in [zero] + matched {
+                        var args = base
+                        args[c.index] = v
+                        out.append(args)
+                    }
+                }
+            }
+        }
+        return out
     }
 }
 
