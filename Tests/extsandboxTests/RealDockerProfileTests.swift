@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import SandboxPolicy
 
 /// A real Docker/OCI seccomp profile and what its imported policy must do with sockets.
@@ -12,7 +13,7 @@ struct RealProfile: Sendable, CustomTestStringConvertible {
 }
 
 let packagedContainersProfile = "/usr/share/containers/seccomp.json"
-let dockerFixtures = packageRoot.appendingPathComponent("Tests/Fixtures/docker-seccomp")
+let dockerFixtures = URL(fileURLWithPath: TestPaths.fixturesDirectory).appendingPathComponent("docker-seccomp")
 
 /// The audit netlink socket fails with EINVAL, every other socket is allowed.
 let auditSocketCheck = """
@@ -48,14 +49,14 @@ struct RealDockerProfileTests {
         let imported = try PolicyCLITests.run(["policy", "import-docker", profile.path])
         #expect(imported.status == 0, "\(imported.stderr)")
         #expect(!imported.stderr.contains("does not load"), "\(imported.stderr)")
-        let file = try makeTemporaryDirectory().appendingPathComponent("imported.yaml")
+        let file = try TestPaths.makePolicyDirectory("docker-import").appendingPathComponent("imported.yaml")
         try imported.stdout.write(to: file, atomically: true, encoding: .utf8)
 
         let check = try PolicyCLITests.run(["policy", "check", file.path])
         #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
         #expect(check.stdout.hasPrefix("\(file.path): ok ("), "\(check.stdout)")
 
-        func exec(_ argv: [String]) throws -> PolicyCLITests.Output {
+        func exec(_ argv: [String]) throws -> Fixtures.Output {
             try PolicyCLITests.run(["exec", "--policy", file.path, "--"] + argv)
         }
         let shell = try exec(["/bin/sh", "-c", "i=0; while [ $i -lt 50 ]; do echo $i; i=$((i+1)); done | sort -rn | head -n 1"])
