@@ -57,6 +57,8 @@ struct ScaleFaults: Sendable {
         var before = ScaleSystem.HostSample.now()
         var after = ScaleSystem.HostSample.now()
         var children = 0
+        /// The run stopped at its time limit before `count` cycles.
+        var timeLimited = false
         var threadNamesBefore: [String] = []
         var threadNamesAfter: [String] = []
         /// RssAnon (KiB) after each tenth of the run.
@@ -92,7 +94,7 @@ struct ScaleFaults: Sendable {
                 ["fds": s.fileDescriptors, "threads": s.threads, "anonymous_kib": s.anonymousKiB, "mounts": s.mounts,
                  "zombies": s.zombies, "cgroups": s.cgroups, "memory_maps": s.memoryMaps]
             }
-            return ["cycles": cycles, "failed": failed, "failures": failures, "seconds": ScaleBench.rounded(seconds),
+            return ["cycles": cycles, "time_limited": timeLimited, "failed": failed, "failures": failures, "seconds": ScaleBench.rounded(seconds),
                     "cycle_ms": ScaleBench.rounded(cycles > 0 ? seconds * 1000 * Double(workers) / Double(cycles) : 0),
                     "workers": workers, "before": sample(before), "thread_names_before": threadNamesBefore,
                     "thread_names_after": threadNamesAfter, "after": sample(after), "growth": growth,
@@ -104,7 +106,7 @@ struct ScaleFaults: Sendable {
 
     /// `count` launch/use/invalidate cycles, ``workers`` at a time (each worker its own identity),
     /// after a warm-up of 40; the host's resources before and after, settled.
-    func cycles(_ count: Int) async -> CycleOutcome {
+    func cycles(_ count: Int, timeLimit: Double? = nil) async -> CycleOutcome {
         var outcome = CycleOutcome()
         outcome.workers = workers
         let failures = FailureLog()
@@ -114,12 +116,19 @@ struct ScaleFaults: Sendable {
         outcome.threadNamesBefore = ScaleSystem.threadNames()
         let start = now()
         var done = 0
-        let slice = max(count / 10, 1)
+        // Slices of a tenth (a hundredth with a time limit, checked after each slice).
+        let slice = max(count / (timeLimit == nil ? 10 : 100), workers)
         while done < count {
+            if let timeLimit, now() - start > timeLimit {
+                outcome.timeLimited = true
+                break
+            }
             let batch = min(slice, count - done)
             await runCycles(batch, tag: "run", failures: failures)
             done += batch
-            outcome.anonymousTrend.append(ScaleSystem.status("RssAnon") ?? -1)
+            if timeLimit == nil || outcome.anonymousTrend.count < done * 10 / count {
+                outcome.anonymousTrend.append(ScaleSystem.status("RssAnon") ?? -1)
+            }
         }
         outcome.seconds = now() - start
         await settle()
@@ -132,7 +141,7 @@ struct ScaleFaults: Sendable {
         outcome.after = ScaleSystem.HostSample.now()
         outcome.threadNamesAfter = ScaleSystem.threadNames()
         outcome.children = Self.childProcesses().filter { ScaleSystem.processState($0)?.state != "Z" }.count
-        outcome.cycles = count
+        outcome.cycles = done
         let (failed, messages) = failures.snapshot(excludingTag: "warmup")
         outcome.failed = failed
         outcome.failures = messages

@@ -12,7 +12,7 @@ import SandboxRuntime
 ///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N) [--policy PATH] [--extension PATH]
 ///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N]] [--faults [--cycles N]] [--json]
 ///               [--scale-policy PATH] [--extension PATH]
-///     xsb-bench --cycles-only N | --child-host N    (for ScaleFaultTests)
+///     xsb-bench --cycles-only N [--cycle-workers N] [--cycle-time-limit SECONDS] | --child-host N    (for ScaleFaultTests)
 ///
 /// `--iterations` counts launch runs (default 200), `--rounds` interleaved IPC rounds (default
 /// 30; see ``IPCBench``). `--breakdown` adds where a round trip's time goes (see
@@ -55,12 +55,13 @@ struct XsbBench {
         // Scale and host-level faults (ScaleBench, ScaleFaults): a `hardened` point by default.
         let scalePolicy = option("--scale-policy")
             ?? policyPath.map { URL(fileURLWithPath: $0).deletingLastPathComponent().path + "/hardened.yaml" } ?? "hardened"
-        let faults = ScaleFaults(extensionPath: extensionPath, policyPath: scalePolicy)
+        var faults = ScaleFaults(extensionPath: extensionPath, policyPath: scalePolicy)
+        if let workers = Int(option("--cycle-workers") ?? ""), workers > 0 { faults.workers = workers }
         if let count = Int(option("--child-host") ?? "") {
             try await faults.childHost(extensions: count)
         }
         if let count = Int(option("--cycles-only") ?? "") {
-            let outcome = await faults.cycles(count)
+            let outcome = await faults.cycles(count, timeLimit: Double(option("--cycle-time-limit") ?? ""))
             let data = try JSONSerialization.data(withJSONObject: outcome.json, options: [.prettyPrinted, .sortedKeys])
             print(String(decoding: data, as: UTF8.self))
             exit(outcome.met ? 0 : 1)
