@@ -42,6 +42,10 @@ let package = Package(
             name: "SandboxPolicy",
             dependencies: ["CSeccomp", "CYAML"]),
 
+        // What the CLI (and fuzzing) does with policies beyond loading them: the Docker profile
+        // importer, the `policy show` report, the binary cache entry format.
+        .target(name: "PolicyTools", dependencies: ["SandboxPolicy"]),
+
         // The host/extension wire protocol: frames, envelope, handshake (docs/wire-protocol.md).
         .target(name: "ExtSandboxWire"),
 
@@ -66,7 +70,7 @@ let package = Package(
         .executableTarget(
             name: "extsandbox",
             dependencies: [
-                "SandboxRuntime", "SandboxPolicy", "CBuildInfo", "ExtensionCatalog",
+                "SandboxRuntime", "SandboxPolicy", "PolicyTools", "CBuildInfo", "ExtensionCatalog",
                 // `run` and `test` launch extensions on the host API's own path (docs/cli.md).
                 "ExtSandbox",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -97,11 +101,12 @@ let package = Package(
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
+        .testTarget(name: "PolicyToolsTests", dependencies: ["PolicyTools", "SandboxPolicy", "TestSupport"]),
         .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire", "TestSupport"]),
 
         // Fuzz targets' entry points (docs/fuzzing.md): built into libFuzzer executables by the
         // separate Fuzz/ package, and replayed over the checked-in seed corpora by FuzzCorpusTests.
-        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "ExtSandboxWire", "ExtensionCatalog"]),
+        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog"]),
         .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing", "TestSupport"]),
         // One finder for the package's paths (build products, fixtures, Policies, the CLI) and the
         // fixtures every test target shares (running executables as root or nobody, extension worlds).
@@ -130,7 +135,7 @@ let package = Package(
         .testTarget(
             name: "extsandboxTests",
             dependencies: [
-                "extsandbox", "SandboxPolicy", "xsb-probe", "TestSupport",
+                "extsandbox", "SandboxPolicy", "PolicyTools", "xsb-probe", "TestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
     ]

@@ -27,9 +27,10 @@ let package = Package(
         .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1"),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto"),
         .target(name: "SandboxPolicy", dependencies: ["CSeccomp", "CYAML"]),
+        .target(name: "PolicyTools", dependencies: ["SandboxPolicy"]),
         .target(name: "ExtSandboxWire"),
         .target(name: "ExtensionCatalog", dependencies: ["SandboxPolicy", "CCrypto"]),
-        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "ExtSandboxWire", "ExtensionCatalog"]),
+        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog"]),
         // libFuzzer's driver behind SwiftPM's renamed `main` (Sources/FuzzDriver/include/FuzzDriver.h).
         .target(name: "FuzzDriver"),
     ] + targets.map { name in

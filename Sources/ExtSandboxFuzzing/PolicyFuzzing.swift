@@ -1,4 +1,5 @@
 import FoundationEssentials
+import PolicyTools
 import SandboxPolicy
 
 /// Fuzz entry points of the policy code (SandboxPolicy): YAML text, Docker profiles, the binary

@@ -18,19 +18,19 @@
 /// They are compiled as an epilogue: every return of `allow` or `log` in libseccomp's program
 /// becomes a jump to a small block that tests these calls and either refuses or returns the
 /// original action. So the built-ins only ever turn "the call runs" into "the call fails".
-enum BuiltinRefusals {
+package enum BuiltinRefusals {
     /// A system call whose argument `index` is a file mode.
-    struct ModeArgument: Sendable {
-        var syscall: String
+    package struct ModeArgument: Sendable {
+        package var syscall: String
         /// The x86_64 number (fixed ABI; some libseccomp versions do not know `fchmodat2`).
-        var number: Int32
-        var index: Int
+        package var number: Int32
+        package var index: Int
     }
 
     /// `S_ISUID | S_ISGID`.
     static let setIDBits: UInt32 = 0o6000
 
-    static let modeArguments: [ModeArgument] = [
+    package static let modeArguments: [ModeArgument] = [
         .init(syscall: "open", number: 2, index: 2),
         .init(syscall: "mkdir", number: 83, index: 1),
         .init(syscall: "creat", number: 85, index: 1),

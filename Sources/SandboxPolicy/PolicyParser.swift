@@ -1,247 +1,326 @@
+import CSeccomp
 
-/// A position in a policy file. `file` is set once a position leaves the file's own parser
-/// (list entries, rules, mounts), so that problems found after merging several files
-/// (`extends:`, `include:`) still point into the right one.
-struct Loc: Sendable, Equatable {
-    var line: Int
-    var column: Int
-    var file: String?
-    static let none = Loc(line: 0, column: 0)
+/// Parses and validates one policy file (format version 1) into a ``PolicyLayer``,
+/// reporting every problem it can find with its line and column.
+struct PolicyParser {
+    static let formatVersion = "1"
+    static let topKeys = ["version", "description", "extends", "include", "seccomp", "filesystem", "network", "environment", "limits"]
+    static let seccompKeys = ["default", "allow-exec-after-start", "memory-deny-write-execute", "allow", "log", "errno", "kill", "rules"]
+    static let ruleKeys = ["syscall", "action", "when", "why"]
+    static let filesystemKeys = ["ro-bind", "ro-bind-optional", "bind", "bind-optional", "tmpfs", "mask"]
+    static let environmentKeys = ["pass", "set"]
+    static let limitKeys = ["memory", "memory-scope", "processes", "cpu-seconds", "open-files", "file-size", "wall-clock"]
 
-    init(line: Int, column: Int, file: String? = nil) {
-        self.line = line
-        self.column = column
-        self.file = file
-    }
-
-    init(_ mark: YAMLMark?) {
-        self.init(line: mark?.line ?? 0, column: mark?.column ?? 0)
-    }
-
-    init(_ node: YAMLNode) { self.init(node.mark) }
-
-    func advanced(by columns: Int) -> Loc { Loc(line: line, column: column + columns, file: file) }
-
-    /// The same position, marked as being in `file` (unless it already names a file).
-    func `in`(_ file: String) -> Loc { Loc(line: line, column: column, file: self.file ?? file) }
-
-    /// "line 4" when `other` is in the same file, "base.yaml:4" otherwise.
-    func place(seenFrom other: Loc) -> String {
-        if let file, let otherFile = other.file, file != otherFile { return "\(file):\(line)" }
-        return "line \(line)"
-    }
-}
-
-/// Collects the problems of every file taking part in one load.
-final class DiagnosticSink {
-    private(set) var errors: [PolicyError] = []
-    /// Files in the order they were first seen, for sorting (the top file first).
-    private var fileOrder: [String: Int] = [:]
-
-    func register(_ file: String) {
-        if fileOrder[file] == nil { fileOrder[file] = fileOrder.count }
-    }
-
-    func append(_ error: PolicyError) {
-        register(error.file)
-        errors.append(error)
-    }
-
-    /// Errors sorted by file (in the order files were read), then position (stable for equal positions).
-    var sorted: [PolicyError] {
-        errors.enumerated().sorted { a, b in
-            let fa = fileOrder[a.element.file] ?? Int.max, fb = fileOrder[b.element.file] ?? Int.max
-            return (fa, a.element.line, a.element.column, a.offset) < (fb, b.element.line, b.element.column, b.offset)
-        }.map(\.element)
-    }
-}
-
-/// Reports the problems of one file (positions without a file are in this one) into a shared sink.
-final class Diagnostics {
-    let file: String
-    let sink: DiagnosticSink
-    /// Keys suggested for unknown keys ("did you mean"), so a missing-key error does not repeat them.
-    var suggestedKeys: Set<String> = []
-
-    init(file: String, sink: DiagnosticSink = DiagnosticSink()) {
-        self.file = file
-        self.sink = sink
-        sink.register(file)
-    }
-
-    var errors: [PolicyError] { sink.errors }
-
-    func error(_ loc: Loc, _ message: String) {
-        sink.append(PolicyError(file: loc.file ?? file, line: loc.line, column: loc.column, message: message))
-    }
-
-    func error(_ node: YAMLNode, _ message: String) { error(Loc(node), message) }
-
-    /// Problems of every file, sorted.
-    var sorted: [PolicyError] { sink.sorted }
-}
-
-// MARK: - Reading YAML nodes as strings
-
-extension YAMLNode {
-    var kindName: String {
-        switch self {
-        case .scalar: return "a single value"
-        case .mapping: return "a mapping (key: value)"
-        case .sequence: return "a list"
-        case .alias: return "an alias"
-        }
-    }
-
-    /// A plain `~`, `null` or empty scalar: "nothing here".
-    var isNull: Bool {
-        guard case .scalar(let s) = self, s.style == .plain else { return false }
-        return s.string.isEmpty || s.string == "~" || s.string == "null" || s.string == "Null" || s.string == "NULL"
-    }
-}
-
-/// Turns YAML nodes into values, reporting every problem with its position.
-/// Every scalar is read as a string and interpreted here, so `no` or `on` never become booleans.
-struct NodeReader {
     let diag: Diagnostics
+    let reader: NodeReader
+    var file: String { diag.file }
 
-    func string(_ node: YAMLNode, what: String) -> String? {
-        switch node {
-        case .scalar(let s):
-            // "\0" in a double-quoted scalar: every value ends up in a C string (a path, an
-            // environment variable), which would silently end there.
-            guard !s.string.utf8.contains(0) else {
-                diag.error(node, "\(what) contains a NUL character (\\0)")
+    init(diag: Diagnostics) {
+        self.diag = diag
+        self.reader = NodeReader(diag: diag)
+    }
+
+    /// A position in this file, marked with the file's name.
+    func here(_ node: YAMLNode) -> Loc { Loc(node).in(file) }
+    func here(_ loc: Loc) -> Loc { loc.in(file) }
+
+    // MARK: Document
+
+    func parse(yaml: String) -> PolicyLayer? {
+        let root: YAMLNode
+        do {
+            guard let node = try YAMLReader.compose(yaml) else {
+                diag.error(Loc(line: 1, column: 1), "the policy file is empty; it needs at least \"version: 1\" and a \"seccomp\" section")
                 return nil
             }
-            return s.string
-        default:
-            diag.error(node, "\(what) must be a single value, found \(node.kindName)")
+            root = node
+        } catch {
+            diag.error(Loc(error.mark), Self.describe(error))
             return nil
         }
-    }
-
-    /// Mapping entries with string keys, in file order. Reports unknown keys (with suggestions),
-    /// duplicate keys and non-scalar keys.
-    func mapping(_ node: YAMLNode, what: String, keys allowed: [String]) -> [(key: String, keyLoc: Loc, value: YAMLNode)]? {
-        entries(of: node, what: what, allowed: allowed)
-    }
-
-    /// Mapping entries whose keys are data (paths, errno names, variable names), in file order.
-    func dataMapping(_ node: YAMLNode, what: String) -> [(key: String, keyLoc: Loc, value: YAMLNode)]? {
-        if node.isNull { return [] }
-        return entries(of: node, what: what, allowed: nil)
-    }
-
-    /// The entries of a mapping; keys are checked against `allowed` unless it is nil (data keys).
-    private func entries(of node: YAMLNode, what: String, allowed: [String]?) -> [(key: String, keyLoc: Loc, value: YAMLNode)]? {
-        guard case .mapping(let mapping) = node else {
-            diag.error(node, "\(what) must be a mapping (key: value), found \(node.kindName)")
+        if containsAlias(root) {
+            diag.error(root, "YAML aliases (*name) are not supported in policy files; write the values out")
             return nil
         }
-        var out: [(key: String, keyLoc: Loc, value: YAMLNode)] = []
-        var seen: Set<String> = []
-        for (keyNode, value) in mapping {
-            guard case .scalar(let keyScalar) = keyNode else {
-                diag.error(keyNode, "keys of \(what) must be \(allowed == nil ? "single values" : "plain words"), found \(keyNode.kindName)")
-                continue
+        guard let entries = reader.mapping(root, what: "the policy", keys: Self.topKeys) else { return nil }
+
+        var layer = PolicyLayer(file: file)
+        var sawVersion = false
+        for (key, _, value) in entries {
+            switch key {
+            case "version":
+                sawVersion = true
+                if let v = reader.string(value, what: "version"), v != Self.formatVersion {
+                    diag.error(value, "unsupported policy format version \"\(v)\"; this extsandbox reads version \(Self.formatVersion)")
+                }
+            case "description":
+                if let d = reader.string(value, what: "description") {
+                    layer.description = d.trimmingTrailingNewlines
+                }
+            case "extends":
+                if let target = reader.string(value, what: "extends (one policy name or path)") {
+                    if target.trimmedBlanks.isEmpty {
+                        diag.error(value, "extends needs a policy name (standard) or a path (./base.yaml)")
+                    } else {
+                        layer.extends = .init(target: target.trimmedBlanks, loc: here(value))
+                    }
+                }
+            case "include":
+                for (target, node) in reader.stringList(value, what: "include") ?? [] {
+                    if target.trimmedBlanks.isEmpty {
+                        diag.error(node, "empty entry in include; write a policy name or a path")
+                    } else {
+                        layer.includes.append(.init(target: target.trimmedBlanks, loc: here(node)))
+                    }
+                }
+            case "seccomp":
+                layer.seccompLoc = here(value)
+                let before = diag.errors.count
+                parseSeccomp(value, into: &layer)
+                layer.seccompBroken = diag.errors.count != before
+            case "filesystem":
+                layer.mounts = parseFilesystem(value, masked: &layer.masked)
+            case "network":
+                if let text = reader.string(value, what: "network") {
+                    if text == "none" {
+                        layer.network = (.none, here(value))
+                    } else if ["no", "off", "false", "disabled", "loopback"].contains(text) {
+                        diag.error(value, "\"\(text)\" is not a network mode; write \"none\" for a private network namespace with loopback only")
+                    } else {
+                        diag.error(value, "network mode \"\(text)\" is not supported yet; the only mode is \"none\" (a private network namespace with loopback only)")
+                    }
+                }
+            case "environment":
+                parseEnvironment(value, into: &layer)
+            case "limits":
+                layer.limits = parseLimits(value)
+            default:
+                break
             }
-            let key = keyScalar.string
-            let loc = Loc(keyNode)
-            if let allowed, !allowed.contains(key) {
-                if let match = Suggest.closest(to: key, in: allowed) { diag.suggestedKeys.insert(match) }
-                diag.error(loc, "unknown key \"\(key)\" in \(what)\(Suggest.hint(for: key, in: allowed))"
-                    + " (known keys: \(allowed.joined(separator: ", ")))")
-                continue
-            }
-            guard seen.insert(key).inserted else {
-                diag.error(loc, "duplicate key \"\(key)\" in \(what)")
-                continue
-            }
-            out.append((key, loc, value))
         }
-        return out
+        if !sawVersion && !diag.suggestedKeys.contains("version") {
+            diag.error(Loc(line: 1, column: 1), "missing required key \"version\" (write \"version: 1\" at the top)")
+        }
+        return layer
     }
 
-    /// A list of nodes; a single scalar counts as a list of one; null as an empty list.
-    func list(_ node: YAMLNode, what: String) -> [YAMLNode]? {
-        if node.isNull { return [] }
+    private func containsAlias(_ node: YAMLNode) -> Bool {
         switch node {
-        case .sequence(let seq): return Array(seq)
-        case .scalar: return [node]
-        default:
-            diag.error(node, "\(what) must be a list, found \(node.kindName)")
+        case .alias: return true
+        case .scalar: return false
+        case .sequence(let s): return s.contains(where: containsAlias)
+        case .mapping(let m): return m.contains { containsAlias($0.key) || containsAlias($0.value) }
+        }
+    }
+
+    /// "YAML syntax error: did not find expected ',' or ']' (while parsing a flow sequence at line 2)".
+    static func describe(_ error: YAMLError) -> String {
+        guard let context = error.context, !context.isEmpty, let mark = error.contextMark else {
+            return "YAML syntax error: \(error.problem)"
+        }
+        return "YAML syntax error: \(error.problem) (\(context) at line \(mark.line))"
+    }
+
+    // MARK: Actions and names
+
+    func parseAction(_ node: YAMLNode, what: String) -> SyscallAction? {
+        guard let text = reader.string(node, what: what) else { return nil }
+        let words = text.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        let known = ["allow", "kill", "log", "errno"]
+        switch words.first {
+        case "allow" where words.count == 1: return .allow
+        case "kill" where words.count == 1: return .killProcess
+        case "log" where words.count == 1: return .log
+        case "errno":
+            guard words.count == 2 else {
+                diag.error(node, "\"errno\" takes one errno name, for example \"errno EPERM\"")
+                return nil
+            }
+            let offset = text.firstRange(of: words[1]).map { text.distance(from: text.startIndex, to: $0.lowerBound) } ?? 0
+            return parseErrno(words[1], loc: reader.loc(in: node, offset: offset)).map { .errno($0) }
+        case let word?:
+            if known.contains(word) {
+                diag.error(node, "\"\(word)\" takes no argument; write \"\(word)\"")
+            } else {
+                diag.error(node, "unknown action \"\(text)\"\(Suggest.hint(for: word, in: known)); actions are allow, kill, log and errno NAME")
+            }
+            return nil
+        case nil:
+            diag.error(node, "\(what) is empty; write allow, kill, log or errno NAME")
             return nil
         }
     }
 
-    /// A list of strings with their positions.
-    func stringList(_ node: YAMLNode, what: String) -> [(String, YAMLNode)]? {
-        guard let items = list(node, what: what) else { return nil }
-        var out: [(String, YAMLNode)] = []
-        for item in items {
-            if let s = string(item, what: "an entry of \(what)") { out.append((s, item)) }
+    func parseErrno(_ text: String, loc: Loc) -> Int32? {
+        if let value = PolicyConstants.errnos[text] { return value }
+        if let n = Int32(text), (1...4095).contains(n) { return n }
+        diag.error(loc, "unknown errno \"\(text)\"\(Suggest.hint(for: text, in: PolicyConstants.errnos.keys))")
+        return nil
+    }
+
+    /// Whether `name` is an x86_64 syscall; reports a precise error if not.
+    func checkSyscall(_ name: String, loc: Loc) -> Bool {
+        if Syscalls.number(of: name) != nil { return true }
+        let anyArch = seccomp_syscall_resolve_name(name)
+        if anyArch != __NR_SCMP_ERROR {
+            diag.error(loc, "\"\(name)\" is not a system call on x86_64")
+        } else {
+            diag.error(loc, "unknown system call \"\(name)\"\(Suggest.hint(for: name, in: Syscalls.allNames))")
+        }
+        return false
+    }
+
+    // MARK: seccomp
+
+    static let clone3Explanation =
+        "clone3 always fails with ENOSYS so that the C library falls back to clone, whose flags the filter can check (clone3 passes its flags in memory, which seccomp cannot read)"
+
+    /// Checks and expands one list (`allow`, `kill`, …); `~` entries are kept for the merge.
+    func parseList(_ node: YAMLNode, section: String, errnoValue: Int32? = nil) -> [PolicyLayer.ListItem] {
+        var out: [PolicyLayer.ListItem] = []
+        guard let items = reader.stringList(node, what: section) else { return out }
+        for (raw, itemNode) in items {
+            let text = raw.trimmedBlanks
+            let remove = text.hasPrefix("~")
+            let name = remove ? String(text.dropFirst()).trimmedBlanks : text
+            let loc = reader.loc(in: itemNode, offset: remove ? 1 : 0)
+            var names: [String]
+            if name.isEmpty {
+                diag.error(itemNode, "empty entry in \(section)")
+                continue
+            } else if name.hasPrefix("@") {
+                guard let members = SyscallGroups.syscalls(in: name) else {
+                    diag.error(loc, "unknown syscall group \"\(name)\"\(Suggest.hint(for: name, in: SyscallGroups.names))")
+                    continue
+                }
+                // clone3 is always ENOSYS, whatever a group says.
+                names = members.filter { $0 != "clone3" }
+            } else {
+                guard checkSyscall(name, loc: loc) else { continue }
+                if name == "clone3" && !remove && errnoValue != 38 {
+                    diag.error(loc, "clone3 cannot be listed in \(section): \(Self.clone3Explanation)")
+                    continue
+                }
+                names = [name]
+            }
+            out.append(.init(remove: remove, names: names, item: name, loc: here(loc)))
         }
         return out
     }
 
-    /// The position of character `offset` inside a scalar (best effort: exact for one-line scalars).
-    func loc(in node: YAMLNode, offset: Int) -> Loc {
-        guard case .scalar(let s) = node else { return Loc(node) }
-        if s.string.contains("\n") || s.style == .literal || s.style == .folded { return Loc(node) }
-        let quote = (s.style == .singleQuoted || s.style == .doubleQuoted) ? 1 : 0
-        return Loc(node).advanced(by: quote + offset)
-    }
-}
-
-// MARK: - Values
-
-enum Values {
-    static let binaryUnits: [Character: UInt64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
-
-    /// `64K`, `256M`, `1G`, `2T` (binary units) or plain bytes.
-    static func size(_ text: String) -> UInt64? {
-        var digits = Substring(text)
-        var unit: UInt64 = 1
-        if let last = text.last, let m = binaryUnits[Character(last.uppercased())] {
-            unit = m
-            digits = digits.dropLast()
+    func parseSeccomp(_ node: YAMLNode, into layer: inout PolicyLayer) {
+        guard let entries = reader.mapping(node, what: "seccomp", keys: Self.seccompKeys) else { return }
+        for (key, _, value) in entries {
+            switch key {
+            case "default":
+                if let action = parseAction(value, what: "the default action") {
+                    layer.defaultAction = (action, here(value))
+                }
+            case "allow-exec-after-start":
+                guard let text = reader.string(value, what: "allow-exec-after-start") else { continue }
+                switch text {
+                case "true": layer.allowExecAfterStart = (true, here(value))
+                case "false": layer.allowExecAfterStart = (false, here(value))
+                default:
+                    diag.error(value, "allow-exec-after-start is true or false, found \"\(text)\"")
+                }
+            case "memory-deny-write-execute":
+                guard let text = reader.string(value, what: "memory-deny-write-execute") else { continue }
+                switch text {
+                case "true": layer.memoryDenyWriteExecute = (true, here(value))
+                case "false": layer.memoryDenyWriteExecute = (false, here(value))
+                default:
+                    diag.error(value, "memory-deny-write-execute is true or false, found \"\(text)\"")
+                }
+            case "allow": layer.lists.append(.init(section: "allow", action: .allow, items: parseList(value, section: "allow")))
+            case "log": layer.lists.append(.init(section: "log", action: .log, items: parseList(value, section: "log")))
+            case "kill": layer.lists.append(.init(section: "kill", action: .killProcess, items: parseList(value, section: "kill")))
+            case "errno":
+                guard let groups = reader.dataMapping(value, what: "errno") else { continue }
+                for (errnoName, errnoLoc, listNode) in groups {
+                    guard let e = parseErrno(errnoName, loc: errnoLoc) else { continue }
+                    let section = "errno \(errnoName)"
+                    layer.lists.append(.init(section: section, action: .errno(e), items: parseList(listNode, section: section, errnoValue: e)))
+                }
+            case "rules":
+                layer.rules = parseRules(value)
+            default:
+                break
+            }
         }
-        guard !digits.isEmpty, digits.allSatisfy(\.isASCIIDigit), let n = UInt64(digits) else { return nil }
-        let (product, overflow) = n.multipliedReportingOverflow(by: unit)
-        return overflow ? nil : product
     }
 
-    /// A plain decimal count.
-    static func count(_ text: String) -> UInt64? {
-        guard !text.isEmpty, text.allSatisfy(\.isASCIIDigit) else { return nil }
-        return UInt64(text)
-    }
-
-    /// Seconds: `600`, `600s`, `10m`, `2h`.
-    static func seconds(_ text: String) -> UInt64? {
-        let units: [Character: UInt64] = ["s": 1, "m": 60, "h": 3600]
-        var digits = Substring(text)
-        var unit: UInt64 = 1
-        if let last = text.last, let m = units[last] {
-            unit = m
-            digits = digits.dropLast()
+    func parseRules(_ node: YAMLNode) -> [PolicyLayer.RuleEntry] {
+        guard let items = reader.list(node, what: "rules") else { return [] }
+        var out: [PolicyLayer.RuleEntry] = []
+        var unconditional: [String: Loc] = [:]
+        for item in items {
+            guard let fields = reader.mapping(item, what: "a rule", keys: Self.ruleKeys) else { continue }
+            var syscall: String?
+            var action: SyscallAction?
+            var conditions: [ArgumentCondition] = []
+            var why: String?
+            var ok = true
+            for (key, _, value) in fields {
+                switch key {
+                case "syscall":
+                    guard let name = reader.string(value, what: "syscall") else { ok = false; continue }
+                    if name.hasPrefix("@") {
+                        diag.error(value, "a rule names one system call, not a group (\"\(name)\"); use the allow, kill, log or errno lists for groups")
+                        ok = false
+                    } else if !checkSyscall(name, loc: Loc(value)) {
+                        ok = false
+                    } else {
+                        syscall = name
+                    }
+                case "action":
+                    action = parseAction(value, what: "action")
+                    if action == nil { ok = false }
+                case "when":
+                    guard let conds = reader.stringList(value, what: "when") else { ok = false; continue }
+                    var seenArgs: [Int: Loc] = [:]
+                    for (text, condNode) in conds {
+                        do {
+                            let c = try ConditionParser.parse(text)
+                            if let earlier = seenArgs[c.index] {
+                                diag.error(Loc(condNode), "a second condition on arg\(c.index) in one rule (the first is at line \(earlier.line)); libseccomp allows one comparison per argument in a rule — write two rules instead")
+                                ok = false
+                                continue
+                            }
+                            seenArgs[c.index] = Loc(condNode)
+                            conditions.append(c)
+                        } catch {
+                            diag.error(reader.loc(in: condNode, offset: error.offset), error.message)
+                            ok = false
+                        }
+                    }
+                case "why":
+                    why = reader.string(value, what: "why")
+                default:
+                    break
+                }
+            }
+            if ok && (syscall == nil || action == nil) {
+                let missing = syscall == nil ? "syscall" : "action"
+                diag.error(item, "a rule needs \"\(missing)\"")
+                continue
+            }
+            guard ok, let syscall, let action else { continue }
+            if syscall == "clone3" && !(action == .errno(38) && conditions.isEmpty) {
+                diag.error(item, "a rule cannot change clone3: \(Self.clone3Explanation)")
+                continue
+            }
+            if conditions.isEmpty {
+                if let earlier = unconditional[syscall] {
+                    diag.error(item, "a second rule without conditions for \(syscall) (the first is at line \(earlier.line))")
+                    continue
+                }
+                unconditional[syscall] = Loc(item)
+            }
+            let reason = why?.trimmingTrailingNewlines.trimmedBlanks
+            out.append(.init(syscall: syscall, action: action, conditions: conditions,
+                             why: reason?.isEmpty == false ? reason : nil, loc: here(item)))
         }
-        guard !digits.isEmpty, digits.allSatisfy(\.isASCIIDigit), let n = UInt64(digits) else { return nil }
-        let (product, overflow) = n.multipliedReportingOverflow(by: unit)
-        return overflow ? nil : product
+        return out
     }
-
-    static func isUnlimited(_ text: String) -> Bool { text == "none" || text == "unlimited" }
-
-    /// An environment variable name.
-    static func isVariableName(_ text: String) -> Bool {
-        guard let first = text.unicodeScalars.first, first == "_" || (first.isASCII && first.properties.isAlphabetic)
-        else { return false }
-        return text.unicodeScalars.allSatisfy { $0 == "_" || ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) }
-    }
-}
-
-extension Character {
-    var isASCIIDigit: Bool { ("0"..."9").contains(self) }
 }

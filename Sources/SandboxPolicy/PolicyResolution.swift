@@ -33,12 +33,23 @@ public struct PolicyResolution: Sendable, Equatable {
         /// The canonical path of the referring file, which the lookup skips.
         public var excluding: String?
         public var file: String
+
+        package init(name: String, excluding: String?, file: String) {
+            self.name = name
+            self.excluding = excluding
+            self.file = file
+        }
     }
 
     /// A path the resolver identified a file by, and its canonical form then.
     public struct CanonicalPath: Sendable, Equatable {
         public var path: String
         public var canonical: String
+
+        package init(path: String, canonical: String) {
+            self.path = path
+            self.canonical = canonical
+        }
     }
 
     /// The search-path directories names were looked up in; empty when no name was looked up.

@@ -74,7 +74,7 @@ final class PolicyResolver {
     func resolve(text: String, name: String, sourcePath: String?) -> Policy? {
         let file = sourcePath ?? name
         let diag = Diagnostics(file: file, sink: sink)
-        guard let top = PolicyDocument(diag: diag).parse(yaml: text) else { return nil }
+        guard let top = PolicyParser(diag: diag).parse(yaml: text) else { return nil }
         let key = sourcePath.map(Self.canonical) ?? "<\(name)>"
         if let sourcePath { resolution.recordCanonical(sourcePath, key) }
         cache[key] = .some(top)
@@ -157,7 +157,7 @@ final class PolicyResolver {
             cache[key] = .some(nil)
             return nil
         }
-        let layer = PolicyDocument(diag: Diagnostics(file: path, sink: sink)).parse(yaml: text)
+        let layer = PolicyParser(diag: Diagnostics(file: path, sink: sink)).parse(yaml: text)
         cache[key] = .some(layer)
         return layer
     }
@@ -294,7 +294,7 @@ final class PolicyResolver {
         var conditional: [String: [PolicyLayer.RuleEntry]] = [:]
         for layer in layers {
             for rule in layer.rules {
-                if let reason = BuiltinRefusals.ineffectiveRule(syscall: rule.syscall, action: rule.action, conditions: rule.conditions) {
+                if let reason = SeccompRuleCheck.refusedByBuiltins(SyscallRule(syscall: rule.syscall, action: rule.action, conditions: rule.conditions)) {
                     error(rule.loc, "this rule cannot let \(rule.syscall) run: \(reason)")
                     continue
                 }
@@ -319,7 +319,8 @@ final class PolicyResolver {
                 fallbackText = { _ in "by the default action" }
             }
             let ordered = RulePrecedence.ordered(conditional[sys]!, action: \.action)
-            for (index, rule) in ordered.enumerated() where RulePrecedence.hasNoEffect(ordered.map(\.action), at: index, fallback: fallback) {
+            for index in SeccompRuleCheck.rulesWithoutEffect(ordered.map(\.action), fallback: fallback) {
+                let rule = ordered[index]
                 var fix = ""
                 if let p = plain[sys], unconditional[sys] == nil {
                     fix = "; remove it from \(p.origin.section) (for example with \"~\(sys)\") so that only the conditions decide"
@@ -330,7 +331,7 @@ final class PolicyResolver {
         }
 
         // No exec after start: execve and execveat are the supervisor's; naming them otherwise contradicts.
-        let execCalls = ["execve", "execveat"]
+        let execCalls = SeccompRuleCheck.execCalls
         if !allowExec {
             for sys in execCalls {
                 let why = "with allow-exec-after-start: false (\(execSetting!.loc.place(seenFrom: seccompLoc))) the supervisor decides \(sys): it lets the sandbox's own launch through and kills any later exec"
@@ -348,8 +349,7 @@ final class PolicyResolver {
         // execve must run: the sandbox execs its program after loading the filter.
         if allowExec {
             let execveAction = unconditional["execve"]?.action ?? plain["execve"]?.action ?? defaultAction
-            let execveOK = (execveAction == .allow || execveAction == .log) && conditional["execve"] == nil
-            if !execveOK {
+            if !SeccompRuleCheck.execveRuns(fallback: execveAction, hasConditionalRules: conditional["execve"] != nil) {
                 let loc = conditional["execve"]?.first?.loc ?? unconditional["execve"]?.loc ?? plain["execve"]?.origin.loc
                     ?? defaultLoc
                 error(loc, "execve must be allowed without conditions: the sandbox starts its program with execve after loading the filter (add \"execve\" or \"@default\" to allow; to forbid running other programs later, set allow-exec-after-start: false)")
@@ -365,7 +365,7 @@ final class PolicyResolver {
         if !allowExec { names.formUnion(execCalls) }
         for sys in names.sorted() {
             if sys == "clone3" {
-                out.append(SyscallRule(syscall: "clone3", action: .errno(38), justification: PolicyDocument.clone3Explanation))
+                out.append(SyscallRule(syscall: "clone3", action: .errno(38), justification: PolicyParser.clone3Explanation))
                 continue
             }
             if !allowExec && execCalls.contains(sys) {

@@ -33,13 +33,6 @@ public enum RulePrecedence {
             .map(\.element)
     }
 
-    /// Whether the rule at `index` of `ordered` (rules in precedence order) can never change what
-    /// happens to a call: its action is the fallback's, and so is that of every rule after it,
-    /// so wherever it matches, the call would get the same without it.
-    public static func hasNoEffect(_ ordered: [SyscallAction], at index: Int, fallback: SyscallAction) -> Bool {
-        ordered[index...].allSatisfy { $0 == fallback }
-    }
-
     /// What the rules give a call with these arguments: the first matching rule's action in
     /// precedence order, else `fallback`. The reference the compiled filter is checked against.
     public static func decide(_ rules: [SyscallRule], fallback: SyscallAction, arguments: [UInt64]) -> SyscallAction {

@@ -129,7 +129,7 @@ struct SeccompCompiler {
             for c in rule.conditions where !(0...5).contains(c.index) {
                 throw fail("bad argument index \(c.index) in a rule for \(rule.syscall): system calls have arguments 0 to 5")
             }
-            if !rule.conditions.isEmpty, let reason = BuiltinRefusals.ineffectiveRule(syscall: rule.syscall, action: rule.action, conditions: rule.conditions) {
+            if !rule.conditions.isEmpty, let reason = SeccompRuleCheck.refusedByBuiltins(rule) {
                 throw fail("a rule that lets \(rule.syscall) run has no effect: \(reason)")
             }
             var p = plans[rule.syscall] ?? Plan(number: number)
@@ -146,21 +146,21 @@ struct SeccompCompiler {
         for (name, p) in plans where !p.conditional.isEmpty {
             let ordered = RulePrecedence.ordered(p.conditional, action: \.action)
             let fallback = p.plain ?? policy.seccomp.defaultAction
-            for index in ordered.indices where RulePrecedence.hasNoEffect(ordered.map(\.action), at: index, fallback: fallback) {
+            for index in SeccompRuleCheck.rulesWithoutEffect(ordered.map(\.action), fallback: fallback) {
                 throw fail("a conditional rule for \(name) has no effect: \(name) gets \(ordered[index].action) anyway")
             }
             plans[name]!.conditional = ordered
         }
 
         if let c3 = plans["clone3"], c3.plain != .errno(38) || !c3.conditional.isEmpty {
-            throw fail("clone3 must fail with ENOSYS: \(PolicyDocument.clone3Explanation)")
+            throw fail("clone3 must fail with ENOSYS: \(PolicyParser.clone3Explanation)")
         }
         plans["clone3"] = Plan(number: Syscalls.number(of: "clone3")!, plain: .errno(38))
 
         if policy.seccomp.allowExecAfterStart {
             let execve = plans["execve"]
             let execveAction = execve?.plain ?? policy.seccomp.defaultAction
-            guard execveAction == .allow || execveAction == .log, execve?.conditional.isEmpty ?? true else {
+            guard SeccompRuleCheck.execveRuns(fallback: execveAction, hasConditionalRules: !(execve?.conditional.isEmpty ?? true)) else {
                 throw fail("execve must be allowed without conditions: the sandbox starts its program with execve after loading the filter")
             }
         } else {
@@ -170,7 +170,7 @@ struct SeccompCompiler {
             guard mode == .supervised else {
                 throw fail("allow-exec-after-start: false cannot be compiled for the kernel alone (.inKernel): the filter must let exactly one execve through, the sandbox's own launch of its program, and kill later ones, but a seccomp filter keeps no state to count calls; only the supervisor (.supervised mode), which answers each execve notification, can tell the launch from a later exec")
             }
-            for name in ["execve", "execveat"] {
+            for name in SeccompRuleCheck.execCalls {
                 if let existing = plans[name], !existing.conditional.isEmpty {
                     throw fail("\(name) cannot have conditional rules when allow-exec-after-start is false: the supervisor decides it")
                 }

@@ -1,4 +1,5 @@
 import Glibc
+import PolicyTools
 import SandboxPolicy
 
 /// Policies resolved and filters compiled by earlier runs, so that `extsandbox exec` need neither
@@ -14,7 +15,7 @@ import SandboxPolicy
 ///   access. Anything else means no cache (a miss), never an error;
 /// - entries are opened from that directory fd without following symlinks and must be regular
 ///   files owned by the user and writable by no one else;
-/// - an entry (`PolicyCacheEntry`, Sources/SandboxPolicy/PolicyBinaryFormat.swift) holds the
+/// - an entry (`PolicyCacheEntry`, Sources/PolicyTools/PolicyCacheEntry.swift) holds the
 ///   resolved policy, its filter, and everything outside the policy's text that decided them
 ///   (`PolicyResolution`): the bytes of every file the policy was composed from (its own, and what
 ///   it extends or includes), each name lookup of `extends:`/`include:` with its result, the

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FoundationEssentials
 import Glibc
+import PolicyTools
 import SandboxPolicy
 
 /// `extsandbox policy …`: the admin's tools for policy files.

@@ -162,7 +162,6 @@ struct ExtendsIncludeTests {
         let optIn = try tree.load("opt-in.yaml")
         #expect(optIn.limits.memoryScope == .perProcess)
         #expect(optIn.limits.memoryBytes == (try tree.load("base.yaml")).limits.memoryBytes)
-        #expect(PolicyReport.show(optIn).contains("memory-scope:     per-process"))
         #expect(try tree.load("back.yaml").limits.memoryScope == .sandbox)
     }
 

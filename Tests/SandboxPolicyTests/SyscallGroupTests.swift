@@ -65,7 +65,7 @@ struct SyscallGroupTests {
         #expect(!allowed.contains("socket") && !allowed.contains("connect"))
         #expect(!allowed.contains("read"))
         // clone3 is always ENOSYS, whatever the groups say.
-        #expect(policy.seccomp.rules.contains(SyscallRule(syscall: "clone3", action: .errno(38), justification: PolicyDocument.clone3Explanation)))
+        #expect(policy.seccomp.rules.contains(SyscallRule(syscall: "clone3", action: .errno(38), justification: PolicyParser.clone3Explanation)))
     }
 
     @Test func strongestListWins() throws {

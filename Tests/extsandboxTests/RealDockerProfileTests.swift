@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TestSupport
+@testable import PolicyTools
 @testable import SandboxPolicy
 
 /// A real Docker/OCI seccomp profile and what its imported policy must do with sockets.

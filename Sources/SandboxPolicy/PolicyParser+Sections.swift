@@ -1,8 +1,8 @@
 import CSeccomp
 
-// The filesystem, environment and limits sections of a policy file (PolicyDocument.swift has
+// The filesystem, environment and limits sections of a policy file (PolicyParser.swift has
 // the document, seccomp and names).
-extension PolicyDocument {
+extension PolicyParser {
     // MARK: filesystem
 
     /// An absolute, normalized path; reports a problem and returns nil otherwise.

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import PolicyTools
 @testable import SandboxPolicy
 
 /// A small but realistic Docker/OCI seccomp profile, in the shape of moby's default profile.

@@ -1,8 +1,9 @@
 import Foundation
 import Testing
+@testable import PolicyTools
 @testable import SandboxPolicy
 
-/// The binary form of resolved policies and the CLI's cache entries (PolicyBinaryFormat.swift),
+/// The binary form of resolved policies and the CLI's cache entries (Sources/PolicyTools),
 /// and the record of what decided a load (PolicyResolution.swift).
 @Suite("Policy cache entries")
 struct PolicyCacheEntryTests {
@@ -68,7 +69,7 @@ struct PolicyCacheEntryTests {
                         ArgumentCondition(index: 1, op: .maskedEqual(mask: 0xffff_0000_ffff_0000), value: 0x1234_0000_0000_0000),
                     ], justification: "terminals"),
                     SyscallRule(syscall: "kill", action: .errno(-1)),
-                    SyscallRule(syscall: "clone3", action: .errno(38), justification: PolicyDocument.clone3Explanation),
+                    SyscallRule(syscall: "clone3", action: .errno(38), justification: PolicyParser.clone3Explanation),
                 ],
                 allowExecAfterStart: false, memoryDenyWriteExecute: true),
             filesystem: FilesystemPolicy(

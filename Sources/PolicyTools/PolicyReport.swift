@@ -1,3 +1,5 @@
+import SandboxPolicy
+
 /// Human-readable views of a resolved policy, for `extsandbox policy show` (in the spirit of
 /// `systemd-analyze syscall-filter`).
 public enum PolicyReport {
