@@ -101,6 +101,7 @@ struct ListCommand: ParsableCommand {
     func run() throws {
         let inventory = try ExtensionCommands.inventory()
         for problem in inventory.declarationProblems { printError("ignoring a point declaration: \(problem)") }
+        if let problem = inventory.declarationProblems.first { printError("hint: \(ErrorAdvice.catalog(problem))") }
         let shown = inventory.items.filter { all || $0.status.name != "invalid" }
         let rows = shown.map { item -> Row in
             let manifest = try? item.entry.bundle.get().manifest

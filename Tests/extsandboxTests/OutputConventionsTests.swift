@@ -229,6 +229,12 @@ struct OutputConventionsTests {
                 "\(invalid.stderr)")
         #expect(invalid.stderr.contains("hint: fix the file (docs/extensions.md"), "\(invalid.stderr)")
 
+        try world.write(world.points + "/other.appext", "schema: 1\nhost: [not a name\n")
+        let declaration = try world.cli(["list"])
+        #expect(declaration.status == 0, "\(declaration.stderr)")
+        #expect(declaration.stderr.contains("ignoring a point declaration: \(world.points)/other.appext"), "\(declaration.stderr)")
+        #expect(declaration.stderr.contains("hint: fix the file (docs/extensions.md"), "\(declaration.stderr)")
+
         try world.write(world.stateFile, "extsandbox-approvals 1\nnonsense here\n")
         let state = try world.cli(["list"])
         #expect(state.status == 1)
