@@ -237,7 +237,7 @@ extension ExtensionProcessCore {
     /// READY on the control socket, or the process's end, or the timeout: whichever comes first.
     /// The READY must carry `identifier`: the one the extension was launched as.
     private static func waitForReady(control: FrameSocket, sandbox: SandboxedProcess, timeout: Duration, identifier: String) async throws {
-        enum Outcome: Sendable { case ready, ended(Termination), timedOut, broken(String), mismatch(String) }
+        enum Outcome: Sendable { case ready, ended(Termination), timedOut, closed, broken(String), mismatch(String) }
         let once = OnceContinuation<Outcome>()
         let monitor = Supervisor.shared.monitor
         try control.setNonBlocking(true)
@@ -247,7 +247,7 @@ extension ExtensionProcessCore {
                 do {
                     switch try reader.value.tryReceive() {
                     case .wouldBlock: return
-                    case .closed: once.resume(.broken("the extension closed its control socket")); return
+                    case .closed: once.resume(.closed); return
                     case .frame(let frame):
                         frame.closeFDs()
                         guard frame.kind == .ready else { once.resume(.broken("expected READY, got \(frame.kind)")); return }
@@ -272,6 +272,18 @@ extension ExtensionProcessCore {
         case .ready: return
         case .ended(let termination): throw ExtensionError.endedBeforeReady(termination)
         case .timedOut: throw ExtensionError.notReadyInTime
+        case .closed:
+            // An extension that dies closes its control socket a moment before its exit is known:
+            // its end, if it comes at once, is the reason (killed, crashed), not the socket.
+            let exit = OnceContinuation<Termination?>()
+            let waiters = [
+                Task { exit.resume(await sandbox.waitForExit()) },
+                Task { try? await Task.sleep(for: .milliseconds(500)); exit.resume(nil) },
+            ]
+            let termination = await exit.value
+            waiters.forEach { $0.cancel() }
+            if let termination { throw ExtensionError.endedBeforeReady(termination) }
+            throw ExtensionError.launchFailed("the extension closed its control socket before it was ready")
         case .broken(let why): throw ExtensionError.launchFailed(why)
         case .mismatch(let said): throw DiscoveryError.identifierMismatch(expected: identifier, actual: said)
         }

@@ -502,9 +502,10 @@ public final class ExtensionConnection: Sendable {
                 if let failure, closeReason == nil { closeReason = failure }
             }
             if let closeReason {
-                if peerClosed && state.withLock({ !$0.pending.isEmpty }) {
+                if peerClosed && state.withLock({ !$0.pending.isEmpty || $0.handshake != nil }) {
                     // An extension that dies closes its sockets a moment before its exit is known:
-                    // give the process's end a short while to fail the requests with the real reason.
+                    // give the process's end a short while to fail the requests (or the handshake)
+                    // with the real reason.
                     releaseSocket()
                     Task { [weak self] in
                         try? await Task.sleep(for: .milliseconds(200))

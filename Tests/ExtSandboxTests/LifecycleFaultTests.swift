@@ -1,0 +1,213 @@
+import ExtSandbox
+import Foundation
+import Glibc
+import SandboxRuntime
+import Synchronization
+import Testing
+
+/// Issue 14's faults: the extension killed at every point of its lifecycle (during launch,
+/// before the handshake, mid-request, while suspended, during invalidate). Whatever the point,
+/// each handle attached to the process hears of an unexpected end exactly once, with its reason;
+/// each pending request or connection fails exactly once; nothing hangs (every wait here is
+/// bounded far below the timeouts the host would otherwise fall back on).
+@Suite("Extension killed at every point of its lifecycle")
+struct LifecycleFaultTests {
+    /// How a task ended, or nil if it is still running after `seconds`.
+    static func outcome<T: Sendable>(of task: Task<T, any Error>, within seconds: Double) async -> Result<T, any Error>? {
+        let result = Mutex<Result<T, any Error>?>(nil)
+        let waiter = Task { let value = await task.result; result.withLock { $0 = value } }
+        _ = await HostFixtures.eventually(within: seconds) { result.withLock { $0 } != nil }
+        waiter.cancel()
+        return result.withLock { $0 }
+    }
+
+    /// The misbehaving Python extension (Tests/Fixtures/misbehaving_extension.py): `behaviour`
+    /// picks what its connections do, `arguments` what it does before READY.
+    static func python(_ behaviour: String, arguments: [String] = []) -> AppExtensionIdentity {
+        AppExtensionIdentity.developmentOnly(
+            bundleIdentifier: "\(behaviour)/\(UUID().uuidString)", executablePath: "/usr/bin/python3",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
+            arguments: ["-c", MalformedInputTests.script] + arguments)
+    }
+
+    /// Host pids of the processes whose command line has `token` as an argument.
+    static func processes(withArgument token: String) -> [pid_t] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { entry -> pid_t? in
+            guard let pid = pid_t(entry), let data = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline") else { return nil }
+            return data.split(separator: 0).contains { String(decoding: $0, as: UTF8.self) == token } ? pid : nil
+        }
+    }
+
+    @Test("during launch: the launch fails once with the reason (no handle exists yet to interrupt)")
+    func killedDuringLaunch() async throws {
+        let token = UUID().uuidString
+        let recorder = Recorder()
+        let launch = Task {
+            try await AppExtensionProcess(configuration: .init(
+                identity: Self.python("stall", arguments: ["stall-before-ready", token]),
+                onInterruption: recorder.onInterruption, onEvent: recorder.onEvent, readyTimeout: .seconds(20)))
+        }
+        // The extension runs but never says READY: kill it there.
+        #expect(await HostFixtures.eventually(within: 10) { !Self.processes(withArgument: token).isEmpty })
+        for pid in Self.processes(withArgument: token) { kill(pid, SIGKILL) }
+        let result = await Self.outcome(of: launch, within: 5)
+        switch result {
+        case .failure(ExtensionError.endedBeforeReady(let termination))?:
+            #expect(termination == .signaled(signal: SIGKILL))
+        case .failure(let other)?: Issue.record("expected endedBeforeReady(signal 9), got \(other)")
+        case .success(let process)?: Issue.record("the launch succeeded"); process.invalidate()
+        case nil: Issue.record("the launch hung after its extension was killed")
+        }
+        // The throw is the one report: no handle was made, so none is told again.
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions.isEmpty && recorder.recordedEvents.isEmpty, "\(recorder.recordedEvents)")
+        #expect(await HostFixtures.eventually { Self.processes(withArgument: token).isEmpty }, "the sandbox was left behind")
+    }
+
+    @Test("before the handshake: the connect fails once with the reason, long before the handshake timeout")
+    func killedBeforeTheHandshake() async throws {
+        let recorder = Recorder()
+        // Its connections never answer the host's HELLO.
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: Self.python("silent"), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
+            readyTimeout: .seconds(20)))
+        defer { process.invalidate() }
+        let connecting = Task { try await process.makeConnection() }
+        try await Task.sleep(for: .milliseconds(300))
+        let sandbox = process.sandbox
+        kill(sandbox.pid, SIGKILL)
+        switch await Self.outcome(of: connecting, within: 5) {
+        case .failure(ExtensionError.interrupted(let termination))?: #expect(termination == .killed)
+        case .failure(let other)?: Issue.record("expected interrupted(killed), got \(other)")
+        case .success?: Issue.record("the handshake succeeded")
+        case nil: Issue.record("the connect hung after its extension was killed")
+        }
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == 1 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions == ["killed"], "exactly once: \(recorder.recordedInterruptions)")
+        #expect(recorder.recordedEvents.filter { $0 == .interrupted(.killed) }.count == 1, "\(recorder.recordedEvents)")
+    }
+
+    @Test("mid-request: every pending request of every connection and handle fails once; each handle hears it once")
+    func killedMidRequest() async throws {
+        let identity = HostFixtures.identity()
+        let first = Recorder(), second = Recorder()
+        let a = try await AppExtensionProcess(configuration: .init(identity: identity, onInterruption: first.onInterruption, onEvent: first.onEvent))
+        defer { a.invalidate() }
+        let b = try await AppExtensionProcess(configuration: .init(identity: identity, onInterruption: second.onInterruption, onEvent: second.onEvent))
+        defer { b.invalidate() }
+        let connections = [try await a.makeConnection(), try await a.makeConnection(), try await b.makeConnection()]
+        let pending = connections.flatMap { connection in
+            (0..<2).map { _ in Task { try await connection.send(HostFixtures.message("sleep 60000")) } }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        let pid = a.sandbox.pid
+        kill(pid, SIGKILL)
+        for request in pending {
+            switch await Self.outcome(of: request, within: 5) {
+            case .failure(ExtensionError.interrupted(let termination))?: #expect(termination == .killed)
+            case .failure(let other)?: Issue.record("expected interrupted(killed), got \(other)")
+            case .success?: Issue.record("a request of a killed extension succeeded")
+            case nil: Issue.record("a request hung after its extension was killed")
+            }
+        }
+        #expect(await HostFixtures.eventually { first.recordedInterruptions.count == 1 && second.recordedInterruptions.count == 1 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(first.recordedInterruptions == ["killed"] && second.recordedInterruptions == ["killed"],
+                "exactly once each: \(first.recordedInterruptions) \(second.recordedInterruptions)")
+        #expect(connections.allSatisfy { !$0.isOpen })
+        // Both handles carry on, with a fresh process (shared again).
+        let again = try await a.makeConnection()
+        #expect(HostFixtures.text(try await again.send(HostFixtures.message("again"))) == "again")
+        #expect(a.sandbox.pid != pid)
+        again.invalidate()
+    }
+
+    @Test("while suspended: one interruption, and the next connection launches a fresh process")
+    func killedWhileSuspended() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
+            suspendAfter: .milliseconds(50)))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("before"))) == "before")
+        connection.invalidate()
+        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.suspended) })
+        let sandbox = process.sandbox
+        #expect(await HostFixtures.eventually { sandbox.processIdentifiers().dropFirst().allSatisfy { HostFixtures.processState($0) == "T" } })
+        kill(sandbox.pid, SIGKILL)
+        #expect(await HostFixtures.exit(of: sandbox) == .killed)
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == 1 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions == ["killed"], "exactly once: \(recorder.recordedInterruptions)")
+        let fresh = Task { try await process.makeConnection() }
+        guard case .success(let again)? = await Self.outcome(of: fresh, within: 10) else {
+            Issue.record("no connection after the suspended process was killed")
+            return
+        }
+        #expect(HostFixtures.text(try await again.send(HostFixtures.message("after"))) == "after")
+        #expect(process.sandbox.pid != sandbox.pid)
+        again.invalidate()
+    }
+
+    @Test("during a connection's invalidate: its pending request fails once; the handle hears the end once")
+    func killedDuringConnectionInvalidate() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        defer { process.invalidate() }
+        for round in 0..<10 {
+            let connection = try await process.makeConnection()
+            let pending = Task { try await connection.send(HostFixtures.message("sleep 60000")) }
+            try await Task.sleep(for: .milliseconds(20))
+            let pid = process.sandbox.pid
+            // The invalidate's GOODBYE and the kill, in either order, close together.
+            async let invalidated: Void = { LifecycleRaceTests.jitter(0...300); connection.invalidate() }()
+            LifecycleRaceTests.jitter(0...300)
+            kill(pid, SIGKILL)
+            await invalidated
+            switch await Self.outcome(of: pending, within: 5) {
+            case .failure(ExtensionError.invalidated)?, .failure(ExtensionError.interrupted(.killed))?: break
+            case .failure(let other)?: Issue.record("round \(round): expected invalidated or interrupted(killed), got \(other)")
+            case .success?: Issue.record("round \(round): the request succeeded")
+            case nil: Issue.record("round \(round): the request hung")
+            }
+            #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == round + 1 }, "round \(round)")
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions == Array(repeating: "killed", count: 10), "once per process: \(recorder.recordedInterruptions)")
+    }
+
+    @Test("during the handle's invalidate (in the GOODBYE grace): an orderly end, the request fails once, a new handle gets a fresh process")
+    func killedDuringHandleInvalidate() async throws {
+        let recorder = Recorder()
+        // It ignores GOODBYE on its control socket (stays for the whole grace) and never answers
+        // its connections' requests.
+        let identity = Self.python("unanswered")
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: identity, onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        let connection = try await process.makeConnection()
+        let pending = Task { try await connection.send(HostFixtures.message("never answered")) }
+        try await Task.sleep(for: .milliseconds(50))
+        let sandbox = process.sandbox
+        process.invalidate()
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(sandbox.isRunning, "ended before the grace was over")
+        kill(sandbox.pid, SIGKILL)
+        switch await Self.outcome(of: pending, within: 5) {
+        case .failure(ExtensionError.invalidated)?: break
+        case .failure(let other)?: Issue.record("expected invalidated, got \(other)")
+        case .success?: Issue.record("the request succeeded")
+        case nil: Issue.record("the request hung")
+        }
+        #expect(await HostFixtures.exit(of: sandbox, within: 2) == .killed)
+        // The host was ending it: not an interruption (and the handle had let go).
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions.isEmpty, "\(recorder.recordedInterruptions)")
+        let next = try await AppExtensionProcess(configuration: .init(identity: identity))
+        defer { next.invalidate() }
+        #expect(next.sandbox.pid != sandbox.pid && next.sandbox.isRunning)
+    }
+}
