@@ -49,9 +49,9 @@ struct LifecycleFaultTests {
                 onInterruption: recorder.onInterruption, onEvent: recorder.onEvent, readyTimeout: .seconds(20)))
         }
         // The extension runs but never says READY: kill it there.
-        #expect(await HostFixtures.eventually(within: 10) { !Self.processes(withArgument: token).isEmpty })
+        #expect(await HostFixtures.eventually(within: 30) { !Self.processes(withArgument: token).isEmpty })
         for pid in Self.processes(withArgument: token) { kill(pid, SIGKILL) }
-        let result = await Self.outcome(of: launch, within: 5)
+        let result = await Self.outcome(of: launch, within: 10)
         switch result {
         case .failure(ExtensionError.endedBeforeReady(let termination))?:
             #expect(termination == .signaled(signal: SIGKILL))
