@@ -1,0 +1,318 @@
+import CSandboxShim
+import ExtSandboxWire
+import Foundation
+import Glibc
+import SandboxRuntime
+import Synchronization
+
+// The host's side of receiving: frames read on the monitor thread (or, for a quick reply, on the
+// caller's), the answers they carry, and the extension's own requests and one-way messages.
+extension ExtensionConnection {
+    /// How long a caller waits on its own thread for the reply it just asked for before leaving
+    /// it to the monitor thread. A quick reply then reaches the caller directly, without a hop
+    /// through the monitor thread and a wake-up of the caller's executor thread (`xsb-bench
+    /// --profile-rtt`: 10-15 µs less of a 50-70 µs round trip, in every one of 8 paired runs).
+    /// The wait sleeps in the kernel (ppoll) and is bounded; only a connection's sole outstanding
+    /// request waits, and only one caller in the process at a time; after a wait that timed out
+    /// the connection skips the next few, so a slow extension costs its callers' threads at most
+    /// this long every few requests.
+    static let callerWait: Duration = .microseconds(100)
+    /// Waits skipped after one that timed out.
+    static let waitsSkippedAfterTimeout = 8
+    /// Callers waiting at once, in the whole process: one, so that many connections with one
+    /// request each never hold several executor threads in `ppoll` together.
+    static let maximumWaiters = 1
+    static let waiters = Atomic<Int>(0)
+
+    /// After a request went out: if `alone(state)` holds, waits up to
+    /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
+    /// resuming the continuations it answers (ours among them) directly. The monitor thread may
+    /// be woken by the same data and read concurrently: `state` serializes reading, so each frame
+    /// is handled once, by whichever thread got it.
+    func waitForReadableBriefly(_ alone: (State) -> Bool) {
+        let descriptor: Int32? = state.withLock { state in
+            guard state.open, alone(state) else { return nil }
+            guard state.waitsToSkip == 0 else {
+                state.waitsToSkip -= 1
+                return nil
+            }
+            return socket.value.descriptor
+        }
+        guard let descriptor else { return }
+        switch waitBriefly(for: descriptor) {
+        case true?: eventsArrived(EventMonitor.readable)
+        case false?: state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
+        case nil: break  // another caller is waiting
+        }
+    }
+
+    /// Waits skipped after one that timed out.
+    static let waitsSkippedAfterTimeout = 8
+    /// Callers waiting at once, in the whole process: one, so that many connections with one
+    /// request each never hold several executor threads in `ppoll` together.
+    static let maximumWaiters = 1
+    static let waiters = Atomic<Int>(0)
+
+    /// After a request went out: if `alone(state)` holds, waits up to
+    /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
+    /// resuming the continuations it answers (ours among them) directly. The monitor thread may
+    /// be woken by the same data and read concurrently: `state` serializes reading, so each frame
+    /// is handled once, by whichever thread got it.
+    func waitForReadableBriefly(_ alone: (State) -> Bool) {
+        let descriptor: Int32? = state.withLock { state in
+            guard state.open, alone(state) else { return nil }
+            guard state.waitsToSkip == 0 else {
+                state.waitsToSkip -= 1
+                return nil
+            }
+            return socket.value.descriptor
+        }
+        guard let descriptor else { return }
+        switch waitBriefly(for: descriptor) {
+        case true?: eventsArrived(EventMonitor.readable)
+        case false?: state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
+        case nil: break  // another caller is waiting
+        }
+    }
+
+    /// Callers waiting at once, in the whole process: one, so that many connections with one
+    /// request each never hold several executor threads in `ppoll` together.
+    static let maximumWaiters = 1
+    static let waiters = Atomic<Int>(0)
+
+    /// After a request went out: if `alone(state)` holds, waits up to
+    /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
+    /// resuming the continuations it answers (ours among them) directly. The monitor thread may
+    /// be woken by the same data and read concurrently: `state` serializes reading, so each frame
+    /// is handled once, by whichever thread got it.
+    func waitForReadableBriefly(_ alone: (State) -> Bool) {
+        let descriptor: Int32? = state.withLock { state in
+            guard state.open, alone(state) else { return nil }
+            guard state.waitsToSkip == 0 else {
+                state.waitsToSkip -= 1
+                return nil
+            }
+            return socket.value.descriptor
+        }
+        guard let descriptor else { return }
+        switch waitBriefly(for: descriptor) {
+        case true?: eventsArrived(EventMonitor.readable)
+        case false?: state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
+        case nil: break  // another caller is waiting
+        }
+    }
+
+    /// Waits up to ``callerWait`` for `descriptor` to become readable: true when it is, false
+    /// after the wait timed out, nil (at once) when another caller in the process is waiting.
+    func waitBriefly(for descriptor: Int32) -> Bool? {
+        guard Self.waiters.add(1, ordering: .relaxed).newValue <= Self.maximumWaiters else {
+            Self.waiters.subtract(1, ordering: .relaxed)
+            return nil
+        }
+        defer { Self.waiters.subtract(1, ordering: .relaxed) }
+        let (seconds, attoseconds) = Self.callerWait.components
+        return xsb_wait_readable(descriptor, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)) == 1
+    }
+
+    /// On the monitor thread (or a caller's, readable only): write what is queued, read what
+    /// arrived, never block. Each frame is handled under the lock and its waiter resumed right
+    /// after it, outside the lock.
+    func eventsArrived(_ events: UInt32) {
+        if events & EventMonitor.writable != 0 {
+            var roomWaiters: [CheckedContinuation<Void, any Error>] = []
+            let failure: ExtensionError? = output.withLock { output in
+                guard output.open else { return nil }
+                do {
+                    if try socket.value.flush(), output.watchingWritability {
+                        output.watchingWritability = false
+                        monitor.modify(fd: socket.value.descriptor, token: token.load(ordering: .relaxed), events: EventMonitor.readable)
+                    }
+                    roomWaiters = takeRoomWaiters(&output)
+                    return nil
+                } catch {
+                    return .wire(error)
+                }
+            }
+            for waiter in roomWaiters { waiter.resume() }
+            if let failure {
+                close(because: failure)
+                return
+            }
+        }
+        guard events & (EventMonitor.readable | EventMonitor.hangUp | EventMonitor.error) != 0 else { return }
+        while true {
+            var answer: Answer?
+            var closeReason: ExtensionError?
+            var peerClosed = false
+            /// A frame to write back (an ERROR 2 answer; ERROR id 0 for a bad HELLO, before closing).
+            var farewell: Frame?
+            let more = state.withLock { state -> Bool in
+                guard state.open else { return false }
+                do {
+                    switch try socket.value.receiveNext(wait: false) {
+                    case .wouldBlock:
+                        return false
+                    case .closed:
+                        peerClosed = true
+                        closeReason = .connectionClosed(detail: "the extension closed the connection")
+                    case .frame(let frame):
+                        closeReason = handle(frame, state: &state, answer: &answer, farewell: &farewell)
+                    }
+                } catch {
+                    closeReason = .wire(error)
+                }
+                return closeReason == nil
+            }
+            switch answer {
+            case .reply(let continuation, let result): continuation.resume(with: result)
+            case .handshake(let continuation, let result): continuation.resume(with: result)
+            case nil: break
+            }
+            if let farewell {
+                // Written like any frame (a bad HELLO's ERROR 4 goes out before the close, §5).
+                let failure = output.withLock { write(farewell, &$0) }
+                if let failure, closeReason == nil { closeReason = failure }
+            }
+            if let closeReason {
+                if peerClosed && state.withLock({ !$0.pending.isEmpty || $0.handshake != nil }) {
+                    // An extension that dies closes its sockets a moment before its exit is known:
+                    // give the process's end a short while to fail the requests (or the handshake)
+                    // with the real reason.
+                    releaseSocket()
+                    Task { [weak self] in
+                        try? await Task.sleep(for: .milliseconds(200))
+                        self?.close(because: closeReason)
+                    }
+                } else {
+                    close(because: closeReason)
+                }
+                return
+            }
+            if !more { return }
+        }
+    }
+
+    /// What a frame from the extension answered.
+    enum Answer {
+        case reply(Reply, Result<ExtensionMessage, any Error>)
+        case handshake(Handshake, Result<UInt32, any Error>)
+    }
+
+    func handle(_ frame: Frame, state: inout State, answer: inout Answer?, farewell: inout Frame?) -> ExtensionError? {
+        if let handshake = state.handshake {
+            state.handshake = nil
+            switch frame.kind {
+            case .hello:
+                do {
+                    let hello = try frame.hello()
+                    try hello.checkVersion()
+                    answer = .handshake(handshake, .success(hello.maximumFrameSize))
+                    return nil
+                } catch {
+                    // A malformed HELLO or another version: ERROR id 0 code 4 before the close (§5.3).
+                    farewell = .error(id: 0, code: .protocolError, message: "\(error)")
+                    let reason = ExtensionError.wire(error)
+                    answer = .handshake(handshake, .failure(reason))
+                    return reason
+                }
+            case .error:
+                let message = (try? frame.errorPayload().message) ?? ""
+                answer = .handshake(handshake, .failure(ExtensionError.rejected(message)))
+                return .rejected(message)
+            default:
+                frame.closeFDs()
+                let reason = ExtensionError.protocolError(.unexpectedFrame(kind: frame.kind, reason: "the handshake expects HELLO"))
+                answer = .handshake(handshake, .failure(reason))
+                return reason
+            }
+        }
+        switch frame.kind {
+        case .reply, .error:
+            guard let continuation = state.pending.removeValue(forKey: frame.id) else {
+                frame.closeFDs()
+                // A late answer to a request we cancelled is fine; any other is a broken peer.
+                if state.cancelled.remove(frame.id) != nil { return nil }
+                return .protocolError(.unknownRequestID(kind: frame.kind, id: frame.id))
+            }
+            if frame.kind == .reply {
+                answer = .reply(continuation, .success(ExtensionMessage(frame.payload, fileDescriptors: frame.fds)))
+            } else {
+                let payload = try? frame.errorPayload()
+                answer = .reply(continuation, .failure(ExtensionError.remote(code: payload?.code.rawValue ?? 0, message: payload?.message ?? "")))
+            }
+            return nil
+        case .request:
+            let id = frame.id
+            guard state.incoming[id] == nil else {
+                frame.closeFDs()
+                return .protocolError(.unexpectedFrame(kind: .request, reason: "request id \(id) reused while it was outstanding"))
+            }
+            guard let onRequest = handlers.onRequest else {
+                frame.closeFDs()
+                farewell = .error(id: id, code: .unknownRequest, message: "the host has no handler for requests")
+                return nil
+            }
+            let message = ExtensionMessage(frame.payload, fileDescriptors: frame.fds)
+            state.incoming[id] = Task { [weak self] in
+                let answer: Frame
+                do {
+                    let reply = try await onRequest(message)
+                    answer = Task.isCancelled
+                        ? .error(id: id, code: .cancelled, message: "cancelled")
+                        : .reply(id: id, payload: reply.payload, fds: (try? Self.duplicate(reply.fileDescriptors)) ?? [])
+                } catch let failure as ExtensionFailure {
+                    answer = .error(id: id, code: ErrorCode(rawValue: failure.code), message: failure.message)
+                } catch is CancellationError {
+                    answer = .error(id: id, code: .cancelled, message: "cancelled")
+                } catch ExtensionError.cancelled {
+                    answer = .error(id: id, code: .cancelled, message: "cancelled")
+                } catch {
+                    answer = .error(id: id, code: .internalError, message: "\(error)")
+                }
+                self?.answer(id, with: answer)
+            }
+            return nil
+        case .oneway:
+            let message = ExtensionMessage(frame.payload, fileDescriptors: frame.fds)
+            // Without a handler it is dropped (§3); with one, handled in order.
+            guard let onOneWay = handlers.onOneWay else {
+                Self.close(frame.fds)
+                return nil
+            }
+            let previous = state.lastOneWay
+            state.lastOneWay = Task {
+                await previous?.value
+                await onOneWay(message)
+            }
+            return nil
+        case .cancel:
+            // Unknown ids raced with their answer: ignored (§3).
+            state.incoming[frame.id]?.cancel()
+            return nil
+        case .goodbye:
+            return .connectionClosed(detail: "the extension said goodbye")
+        default:
+            frame.closeFDs()
+            return .protocolError(.unexpectedFrame(kind: frame.kind, reason: "not allowed on a connection"))
+        }
+    }
+
+    /// Sends a handler's answer to the extension's request `id` (exactly one: its task is
+    /// removed first). A reply over the extension's maximum frame size becomes ERROR 6, and the
+    /// connection carries on. Nothing is sent once the connection has closed.
+    func answer(_ id: UInt64, with frame: Frame) {
+        guard state.withLock({ $0.incoming.removeValue(forKey: id) }) != nil else {
+            frame.closeFDs()
+            return
+        }
+        let failure: ExtensionError? = output.withLock { output in
+            switch write(frame, &output) {
+            case .messageTooLarge(let size, let maximum)?:
+                return write(.error(id: id, code: .tooLarge, message: "the reply (\(size) bytes) is over the extension's maximum frame size \(maximum)"), &output)
+            case let other:
+                return other
+            }
+        }
+        if let failure, case .connectionClosed = failure { close(because: failure) }
+    }
+}

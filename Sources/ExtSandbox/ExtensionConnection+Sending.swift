@@ -1,0 +1,179 @@
+import ExtSandboxWire
+import Foundation
+import Glibc
+import SandboxRuntime
+import Synchronization
+
+// The host's side of sending: requests (each with one answer, cancellable), one-way messages, and
+// the bounded send queue they wait in.
+extension ExtensionConnection {
+    /// Sends a request and waits for its one reply (or error).
+    ///
+    /// While the connection's send queue is full (the extension is not reading), waits for room
+    /// (see ``SendQueueLimit``); a request cancelled before it was written is dropped from the
+    /// queue, its fds closed, and never reaches the extension. A message larger than the
+    /// extension's maximum frame size fails with ``ExtensionError/messageTooLarge(size:maximum:)``
+    /// and the connection stays open.
+    public func send(_ message: ExtensionMessage) async throws -> ExtensionMessage {
+        let id = nextRequestID.add(1, ordering: .relaxed).oldValue
+        // Copies of the fds are made once there is room: a waiting sender holds none of ours.
+        try await waitForRoom(bytes: ExtSandboxWire.headerSize + 4 + message.payload.count, fds: message.fileDescriptors.count)
+        let fds = try Self.duplicate(message.fileDescriptors)
+        return try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { (continuation: Reply) in
+                // Registered and written under `output`: a CANCEL never overtakes its REQUEST.
+                let failed: (Reply, ExtensionError)? = output.withLock { output in
+                    let refused: ExtensionError? = state.withLock { state in
+                        if let closed = state.closedBecause { return closed }
+                        state.pending[id] = continuation
+                        return nil
+                    }
+                    if let refused {
+                        Self.close(fds)
+                        return (continuation, refused)
+                    }
+                    let failure: ExtensionError?
+                    if Task.isCancelled {
+                        // Cancelled before the handler below was installed: it found nothing to cancel.
+                        Self.close(fds)
+                        failure = .cancelled
+                    } else {
+                        // `write` owns the copies from here on (it closes them once sent, or on failure).
+                        failure = write(.request(id: id, payload: message.payload, fds: fds), &output)
+                    }
+                    // Unless something else (a close) failed it already.
+                    guard let failure, let waiting = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return nil }
+                    return (waiting, failure)
+                }
+                if let (waiting, failure) = failed {
+                    waiting.resume(throwing: failure)
+                } else {
+                    waitForReadableBriefly { $0.pending.count == 1 && $0.pending[id] != nil }
+                }
+            }
+        } onCancel: {
+            let (continuation, waiters): (Reply?, [CheckedContinuation<Void, any Error>]) = output.withLock { output in
+                // Never written: dropped from the queue (its fds closed); no answer will come.
+                let unsent = output.open && socket.value.removeUnsent(kind: .request, id: id)
+                let continuation: Reply? = state.withLock { state in
+                    guard let continuation = state.pending.removeValue(forKey: id) else { return nil }
+                    if !unsent { state.cancelled.insert(id) }
+                    return continuation
+                }
+                if continuation != nil && !unsent { _ = write(.cancel(id: id), &output) }
+                return (continuation, unsent ? takeRoomWaiters(&output) : [])
+            }
+            for waiter in waiters { waiter.resume() }
+            continuation?.resume(throwing: ExtensionError.cancelled)
+        }
+    }
+
+    /// Sends a message that gets no reply. Fails at once with
+    /// ``ExtensionError/sendQueueFull(bytes:fileDescriptors:)`` when the connection's send queue
+    /// is full (see ``SendQueueLimit``; ``sendOneWayWaitingForRoom(_:)`` waits instead).
+    public func sendOneWay(_ message: ExtensionMessage) throws {
+        let fds = try Self.duplicate(message.fileDescriptors)
+        let frameBytes = ExtSandboxWire.headerSize + 4 + message.payload.count
+        let failure: (any Error)? = output.withLock { output in
+            do {
+                guard try hasRoom(bytes: frameBytes, fds: fds.count, output) else {
+                    Self.close(fds)
+                    return ExtensionError.sendQueueFull(bytes: sendQueueLimit.bytes, fileDescriptors: sendQueueLimit.fileDescriptors)
+                }
+            } catch {
+                Self.close(fds)
+                return error
+            }
+            return write(.oneway(payload: message.payload, fds: fds), &output)
+        }
+        if let failure { throw failure }
+    }
+
+    /// Sends a message that gets no reply, waiting while the connection's send queue is full.
+    public func sendOneWayWaitingForRoom(_ message: ExtensionMessage) async throws {
+        try await waitForRoom(bytes: ExtSandboxWire.headerSize + 4 + message.payload.count, fds: message.fileDescriptors.count)
+        let fds = try Self.duplicate(message.fileDescriptors)
+        let failure: ExtensionError? = output.withLock { output in
+            write(.oneway(payload: message.payload, fds: fds), &output)
+        }
+        if let failure { throw failure }
+    }
+
+    /// Sends `request` as JSON and decodes the reply as `Response`.
+    public func send<Request: Encodable, Response: Decodable>(_ request: Request, expecting: Response.Type) async throws -> Response {
+        let payload: [UInt8]
+        do { payload = Array(try JSONEncoder().encode(request)) } catch { throw ExtensionError.coding("\(error)") }
+        let reply = try await send(ExtensionMessage(payload))
+        Self.close(reply.fileDescriptors)
+        do { return try JSONDecoder().decode(Response.self, from: Data(reply.payload)) } catch { throw ExtensionError.coding("\(error)") }
+    }
+
+    /// Returns once the send queue has room for a frame of `bytes` with `fds` descriptors (at
+    /// once, usually); throws when the connection closes or the task is cancelled meanwhile.
+    func waitForRoom(bytes: Int, fds: Int) async throws {
+        while true {
+            if try output.withLock({ output in try self.hasRoom(bytes: bytes, fds: fds, output) }) { return }
+            let waiterID = nextRoomWaiter.add(1, ordering: .relaxed).oldValue
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                    let now: Result<Void, any Error>? = output.withLock { output in
+                        do {
+                            if try hasRoom(bytes: bytes, fds: fds, output) { return .success(()) }
+                        } catch {
+                            return .failure(error)
+                        }
+                        if Task.isCancelled { return .failure(ExtensionError.cancelled) }
+                        output.roomWaiters[waiterID] = continuation
+                        return nil
+                    }
+                    if let now { continuation.resume(with: now) }
+                }
+            } onCancel: {
+                output.withLock { $0.roomWaiters.removeValue(forKey: waiterID) }?.resume(throwing: ExtensionError.cancelled)
+            }
+        }
+    }
+
+    /// Under `output`: whether a frame of `bytes` with `fds` fits the send queue now; throws
+    /// the connection's end when it is closed.
+    func hasRoom(bytes: Int, fds: Int, _ output: Output) throws -> Bool {
+        guard output.open else {
+            throw state.withLock { $0.closedBecause } ?? ExtensionError.connectionClosed(detail: "the extension closed the connection")
+        }
+        let socket = socket.value
+        let queuedBytes = socket.pendingOutputBytes, queuedFDs = socket.pendingOutputFDs
+        if queuedBytes == 0 && queuedFDs == 0 { return true }
+        return queuedBytes + bytes <= sendQueueLimit.bytes && queuedFDs + fds <= sendQueueLimit.fileDescriptors
+    }
+
+    /// Under `output`: the senders waiting for room, to be resumed (outside the lock) to look again.
+    func takeRoomWaiters(_ output: inout Output) -> [CheckedContinuation<Void, any Error>] {
+        guard !output.roomWaiters.isEmpty else { return [] }
+        defer { output.roomWaiters.removeAll() }
+        return Array(output.roomWaiters.values)
+    }
+
+    /// Writes a frame (under `output`), taking its fds (closed once sent, or now on failure);
+    /// watches writability when it could not be written at once.
+    func write(_ frame: Frame, _ output: inout Output) -> ExtensionError? {
+        guard output.open else {
+            frame.closeFDs()
+            return state.withLock { $0.closedBecause } ?? .connectionClosed(detail: "the extension closed the connection")
+        }
+        let socket = socket.value
+        do {
+            try socket.enqueue(frame)
+        } catch .frameTooLarge(let length, let maximum) {
+            // Checked before a byte was written: the connection carries on.
+            return .messageTooLarge(size: Int(length), maximum: maximum)
+        } catch {
+            return .wire(error)
+        }
+        if socket.hasPendingOutput && !output.watchingWritability {
+            output.watchingWritability = true
+            monitor.modify(fd: socket.descriptor, token: token.load(ordering: .relaxed),
+                           events: EventMonitor.readable | EventMonitor.writable)
+        }
+        return nil
+    }
+}
