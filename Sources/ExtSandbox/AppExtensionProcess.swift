@@ -215,7 +215,7 @@ extension ExtensionProcessCore {
         } catch {
             close(hostFD)
             close(extensionFD)
-            throw ExtensionError.launchFailed("\(error)")
+            throw (error as? SandboxError).map(ExtensionError.sandboxFailed) ?? ExtensionError.launchFailed("\(error)")
         }
         close(extensionFD)
         let control = FrameSocket(descriptor: hostFD)

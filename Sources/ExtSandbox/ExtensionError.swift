@@ -3,8 +3,12 @@ import SandboxRuntime
 
 /// Why an extension operation failed.
 public enum ExtensionError: Error, Sendable, CustomStringConvertible {
-    /// The sandbox could not be set up, or the policy not loaded; nothing ran.
+    /// The extension could not be launched (its policy or executable could not be loaded, or it
+    /// broke the launch protocol); nothing ran, or what ran was killed.
     case launchFailed(String)
+    /// The sandbox could not be set up: the runtime's typed cause (the step, the `errno`).
+    /// Nothing ran.
+    case sandboxFailed(SandboxError)
     /// The extension exited before it said it was ready.
     case endedBeforeReady(Termination)
     /// The extension did not say it was ready in time.
@@ -15,8 +19,12 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     case interrupted(Termination)
     /// The host invalidated the connection or the process.
     case invalidated
-    /// The connection closed (the extension closed it, or broke the protocol: `detail` says).
+    /// The connection closed (the extension closed it, or its process ended: `detail` says).
     case connectionClosed(detail: String)
+    /// The extension broke the wire protocol (docs/wire-protocol.md §9), or the connection's
+    /// socket failed: the typed cause. The connection is closed; its pending requests failed
+    /// with this error.
+    case protocolError(WireError)
     /// The request's task was cancelled.
     case cancelled
     /// The message's frame is larger than the extension's maximum frame size (from its HELLO):
@@ -34,12 +42,14 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .launchFailed(let why): return "the extension could not be launched: \(why)"
+        case .sandboxFailed(let error): return "the extension could not be launched: \(error)"
         case .endedBeforeReady(let termination): return "the extension ended before it was ready: \(termination)"
         case .notReadyInTime: return "the extension did not become ready in time"
         case .rejected(let message): return "the extension rejected the connection" + (message.isEmpty ? "" : ": \(message)")
         case .interrupted(let termination): return "the extension was interrupted: \(termination)"
         case .invalidated: return "the connection was invalidated"
         case .connectionClosed(let detail): return "the connection closed: \(detail)"
+        case .protocolError(let error): return "protocol error from the extension: \(error)"
         case .cancelled: return "the request was cancelled"
         case .messageTooLarge(let size, let maximum):
             return "the message is too large: a frame of \(size) bytes, the extension accepts at most \(maximum)"
@@ -47,6 +57,27 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
             return "the connection's send queue is full (at most \(bytes) bytes and \(fds) file descriptors wait for the extension to read)"
         case .remote(let code, let message): return "the extension answered error \(code)" + (message.isEmpty ? "" : ": \(message)")
         case .coding(let why): return "message coding failed: \(why)"
+        }
+    }
+
+    /// The typed error this one wraps, if any: the ``SandboxError`` of a launch, the
+    /// ``WireError`` of a connection.
+    public var underlying: (any Error)? {
+        switch self {
+        case .sandboxFailed(let error): return error
+        case .protocolError(let error): return error
+        default: return nil
+        }
+    }
+
+    /// A failure on a connection's socket as the host reports it: the extension's close as
+    /// ``connectionClosed(detail:)``, any other ``WireError`` typed (``protocolError(_:)``).
+    static func wire(_ error: any Error) -> ExtensionError {
+        switch error {
+        case WireError.connectionClosed: return .connectionClosed(detail: "the extension closed the connection")
+        case let wire as WireError: return .protocolError(wire)
+        case let extensionError as ExtensionError: return extensionError
+        default: return .connectionClosed(detail: "\(error)")
         }
     }
 }

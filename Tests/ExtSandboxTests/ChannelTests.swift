@@ -1,4 +1,5 @@
 import ExtSandbox
+import ExtSandboxWire
 import Foundation
 import Glibc
 import SandboxRuntime
@@ -21,7 +22,13 @@ struct ChannelTests {
         let process = try await AppExtensionProcess(configuration: .init(identity: Self.pythonIdentity("bad-version")))
         defer { process.invalidate() }
         let sandbox = process.sandbox
-        await #expect(throws: ExtensionError.self) { _ = try await process.makeConnection() }
+        do {
+            _ = try await process.makeConnection()
+            Issue.record("the handshake succeeded")
+        } catch ExtensionError.protocolError(.unsupportedVersion(let version, let supported)) {
+            // The typed WireError the wire document promises (§9).
+            #expect(version == 2 && supported == 1)
+        }
         // The script exits 44 when what it read after its HELLO was ERROR id 0 code 4, else 45.
         #expect(await HostFixtures.exit(of: sandbox) == .exited(code: 44))
     }

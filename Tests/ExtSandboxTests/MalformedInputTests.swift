@@ -1,4 +1,5 @@
 import ExtSandbox
+import ExtSandboxWire
 import Foundation
 import Glibc
 import SandboxRuntime
@@ -19,9 +20,9 @@ struct MalformedInputTests {
         ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).count
     }
 
-    @Test("bad input closes only that connection, with a clear error", arguments: [
-        ("oversize", "too large"), ("truncated", "closed"), ("garbage", "protocol error"),
-        ("unknown-kind", "protocol error"), ("unknown-id", "never sent"),
+    @Test("bad input closes only that connection, with a clear error and its typed WireError (§9)", arguments: [
+        ("oversize", "frame too large"), ("truncated", "truncated frame"), ("garbage", "protocol error"),
+        ("unknown-kind", "unknown frame kind 99"), ("unknown-id", "unknown request id"),
     ])
     func misbehaviour(behaviour: String, expected: String) async throws {
         let identity = AppExtensionIdentity.developmentOnly(
@@ -45,6 +46,16 @@ struct MalformedInputTests {
         #expect(failures.count == 1)
         let text = failures.first.map { "\($0)" } ?? ""
         #expect(text.contains(expected), "\(text)")
+        // The cause is kept typed, not flattened into the text.
+        switch (behaviour, failures.first) {
+        case ("oversize", .protocolError(.frameTooLarge)?), ("truncated", .protocolError(.truncatedFrame)?),
+             ("unknown-kind", .protocolError(.unknownKind(99))?), ("unknown-id", .protocolError(.unknownRequestID(kind: .reply, id: _)))?,
+             ("garbage", .protocolError?):
+            break
+        default:
+            Issue.record("\(behaviour): not the typed WireError expected: \(String(describing: failures.first))")
+        }
+        #expect(failures.first?.underlying is WireError)
         #expect(!connection.isOpen)
         // The other extension is untouched.
         #expect(HostFixtures.text(try await goodConnection.send(HostFixtures.message("fine"))) == "fine")
