@@ -46,62 +46,6 @@ extension ExtensionConnection {
         }
     }
 
-    /// Waits skipped after one that timed out.
-    static let waitsSkippedAfterTimeout = 8
-    /// Callers waiting at once, in the whole process: one, so that many connections with one
-    /// request each never hold several executor threads in `ppoll` together.
-    static let maximumWaiters = 1
-    static let waiters = Atomic<Int>(0)
-
-    /// After a request went out: if `alone(state)` holds, waits up to
-    /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
-    /// resuming the continuations it answers (ours among them) directly. The monitor thread may
-    /// be woken by the same data and read concurrently: `state` serializes reading, so each frame
-    /// is handled once, by whichever thread got it.
-    func waitForReadableBriefly(_ alone: (State) -> Bool) {
-        let descriptor: Int32? = state.withLock { state in
-            guard state.open, alone(state) else { return nil }
-            guard state.waitsToSkip == 0 else {
-                state.waitsToSkip -= 1
-                return nil
-            }
-            return socket.value.descriptor
-        }
-        guard let descriptor else { return }
-        switch waitBriefly(for: descriptor) {
-        case true?: eventsArrived(EventMonitor.readable)
-        case false?: state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
-        case nil: break  // another caller is waiting
-        }
-    }
-
-    /// Callers waiting at once, in the whole process: one, so that many connections with one
-    /// request each never hold several executor threads in `ppoll` together.
-    static let maximumWaiters = 1
-    static let waiters = Atomic<Int>(0)
-
-    /// After a request went out: if `alone(state)` holds, waits up to
-    /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
-    /// resuming the continuations it answers (ours among them) directly. The monitor thread may
-    /// be woken by the same data and read concurrently: `state` serializes reading, so each frame
-    /// is handled once, by whichever thread got it.
-    func waitForReadableBriefly(_ alone: (State) -> Bool) {
-        let descriptor: Int32? = state.withLock { state in
-            guard state.open, alone(state) else { return nil }
-            guard state.waitsToSkip == 0 else {
-                state.waitsToSkip -= 1
-                return nil
-            }
-            return socket.value.descriptor
-        }
-        guard let descriptor else { return }
-        switch waitBriefly(for: descriptor) {
-        case true?: eventsArrived(EventMonitor.readable)
-        case false?: state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
-        case nil: break  // another caller is waiting
-        }
-    }
-
     /// Waits up to ``callerWait`` for `descriptor` to become readable: true when it is, false
     /// after the wait timed out, nil (at once) when another caller in the process is waiting.
     func waitBriefly(for descriptor: Int32) -> Bool? {

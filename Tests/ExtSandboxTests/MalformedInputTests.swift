@@ -49,7 +49,7 @@ struct MalformedInputTests {
         // The cause is kept typed, not flattened into the text.
         switch (behaviour, failures.first) {
         case ("oversize", .protocolError(.frameTooLarge)?), ("truncated", .protocolError(.truncatedFrame)?),
-             ("unknown-kind", .protocolError(.unknownKind(99))?), ("unknown-id", .protocolError(.unknownRequestID(kind: .reply, id: _)))?,
+             ("unknown-kind", .protocolError(.unknownKind(99))?), ("unknown-id", .protocolError(.unknownRequestID(kind: .reply, id: _))?),
              ("garbage", .protocolError?):
             break
         default:
