@@ -178,7 +178,11 @@ extension ExtensionConnection {
                 if state.cancelled.remove(frame.id) != nil { return nil }
                 return .protocolError(.unknownRequestID(kind: frame.kind, id: frame.id))
             }
-            if frame.kind == .reply {
+            if state.invalidating {
+                // Given up by the host: the extension's answer to our GOODBYE (ERROR 3) included.
+                frame.closeFDs()
+                answer = .reply(continuation, .failure(ExtensionError.invalidated))
+            } else if frame.kind == .reply {
                 answer = .reply(continuation, .success(ExtensionMessage(frame.payload, fileDescriptors: frame.fds)))
             } else {
                 let payload = try? frame.errorPayload()

@@ -77,8 +77,9 @@ def serve(sock):
     threading.Event().wait()  # keep the socket open: the host must act on its own
 
 control = socket.socket(fileno=3)
-if "stall-before-ready" in sys.argv[1:]:   # a launch that never completes (the host kills it)
-    threading.Event().wait()
+if "die-before-ready" in sys.argv[1:]:     # killed during its launch, before READY
+    time.sleep(0.2)
+    os.kill(os.getpid(), 9)
 # READY carries the identifier the host launched us as (docs/wire-protocol.md §7).
 control.sendall(frame(9, 0, os.environ.get("EXTSANDBOX_EXTENSION_IDENTIFIER", "misbehaving").encode()))
 while True:
