@@ -1,5 +1,6 @@
 import ExtensionCatalog
-import Foundation
+import FoundationEssentials
+import Glibc
 import SandboxPolicy
 
 /// The host as discovery sees it: its identifier, its bundle (whose `Extensions/` holds the

@@ -1,5 +1,5 @@
 import ExtSandboxWire
-import Foundation
+import FoundationEssentials
 import Glibc
 import Logging
 import SandboxPolicy

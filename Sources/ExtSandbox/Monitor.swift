@@ -1,6 +1,6 @@
 import Dispatch
 import ExtensionCatalog
-import Foundation
+import FoundationEssentials
 import Glibc
 import SandboxPolicy
 import Synchronization
