@@ -110,7 +110,7 @@ for path in sorted(glob.glob(os.path.join(root, "Tests", "SandboxPolicyTests", "
     for text in swift_strings(path):
         if text.lstrip().startswith("{"):
             write("docker-import", "test-%s" % hashlib.sha1(text.encode()).hexdigest()[:12], text)
-# The fixture written for the tests (moby's profile stays a test fixture only, beside its license).
+# The profile fixture written for the tests (no third-party profile is checked in).
 fixture = os.path.join(root, "Tests", "Fixtures", "docker-seccomp", "containers-style.json")
 write("docker-import", "fixture-containers-style.json", open(fixture, "rb").read())
 profiles = {

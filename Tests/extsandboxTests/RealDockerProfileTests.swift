@@ -28,13 +28,6 @@ let auditSocketCheck = """
 
 let realProfiles = [
     RealProfile(label: "the packaged containers profile", path: packagedContainersProfile, socketCheck: auditSocketCheck),
-    RealProfile(label: "Docker's default profile", path: dockerFixtures.appendingPathComponent("moby-default.json").path, socketCheck: """
-        import errno, socket
-        try: socket.socket(40, socket.SOCK_STREAM)
-        except OSError as e: assert e.errno == errno.EPERM, e
-        else: raise SystemExit("an AF_VSOCK socket was created")
-        print("ok")
-        """),
     RealProfile(label: "a profile with the same structures", path: dockerFixtures.appendingPathComponent("containers-style.json").path,
                 socketCheck: auditSocketCheck),
 ]
