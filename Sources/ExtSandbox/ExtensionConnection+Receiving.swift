@@ -1,6 +1,6 @@
 import CSandboxShim
 import ExtSandboxWire
-import Foundation
+import FoundationEssentials
 import Glibc
 import SandboxRuntime
 import Synchronization

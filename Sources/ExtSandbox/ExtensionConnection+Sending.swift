@@ -1,5 +1,5 @@
 import ExtSandboxWire
-import Foundation
+import FoundationEssentials
 import Glibc
 import SandboxRuntime
 import Synchronization
