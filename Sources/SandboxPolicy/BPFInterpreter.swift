@@ -10,47 +10,71 @@ extension CompiledSeccompFilter {
         syscall: Int32, arguments: [UInt64], architecture: UInt32 = SeccompReturn.archX86_64,
         instructionPointer: UInt64 = 0
     ) -> UInt32 {
-        // struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6];
-        var data = [UInt8](repeating: 0, count: 64)
-        func put32(_ v: UInt32, at offset: Int) {
-            for i in 0..<4 { data[offset + i] = UInt8(truncatingIfNeeded: v >> (8 * UInt32(i))) }
-        }
-        func put64(_ v: UInt64, at offset: Int) {
-            put32(UInt32(truncatingIfNeeded: v), at: offset)
-            put32(UInt32(truncatingIfNeeded: v >> 32), at: offset + 4)
-        }
-        put32(UInt32(bitPattern: syscall), at: 0)
-        put32(architecture, at: 4)
-        put64(instructionPointer, at: 8)
-        for (i, a) in arguments.prefix(6).enumerated() { put64(a, at: 16 + 8 * i) }
+        BPFProgram(self).evaluate(syscall: syscall, arguments: arguments, architecture: architecture,
+                                  instructionPointer: instructionPointer)
+    }
+}
 
-        let bytes = program
-        func u16(_ o: Int) -> UInt16 { UInt16(bytes[o]) | UInt16(bytes[o + 1]) << 8 }
-        func u32(_ o: Int) -> UInt32 { (0..<4).reduce(0) { $0 | UInt32(bytes[o + $1]) << (8 * UInt32($1)) } }
+/// A seccomp BPF program decoded once, to be run on many system calls: the compiler's
+/// self-check runs thousands of samples through programs of thousands of instructions, and
+/// decoding the bytes on every step made that minutes long in a debug build.
+struct BPFProgram {
+    struct Instruction {
+        let code: UInt16
+        let jt: UInt8
+        let jf: UInt8
+        let k: UInt32
+    }
+
+    let instructions: [Instruction]
+
+    init(_ filter: CompiledSeccompFilter) {
+        let bytes = filter.program
+        func word(at o: Int) -> UInt32 {
+            var value: UInt32 = 0
+            for i in (0..<4).reversed() { value = value << 8 | UInt32(bytes[o + i]) }
+            return value
+        }
+        instructions = stride(from: 0, to: bytes.count - bytes.count % 8, by: 8).map { (o: Int) -> Instruction in
+            let code = UInt16(bytes[o]) | UInt16(bytes[o + 1]) << 8
+            return Instruction(code: code, jt: bytes[o + 2], jf: bytes[o + 3], k: word(at: o + 4))
+        }
+    }
+
+    /// See ``CompiledSeccompFilter/evaluate(syscall:arguments:architecture:instructionPointer:)``.
+    func evaluate(syscall: Int32, arguments: [UInt64], architecture: UInt32 = SeccompReturn.archX86_64,
+                  instructionPointer: UInt64 = 0) -> UInt32 {
+        // struct seccomp_data as 16 little-endian words: int nr; __u32 arch;
+        // __u64 instruction_pointer; __u64 args[6].
+        var words = [UInt32](repeating: 0, count: 16)
+        words[0] = UInt32(bitPattern: syscall)
+        words[1] = architecture
+        words[2] = UInt32(truncatingIfNeeded: instructionPointer)
+        words[3] = UInt32(truncatingIfNeeded: instructionPointer >> 32)
+        for (i, argument) in arguments.prefix(6).enumerated() {
+            words[4 + 2 * i] = UInt32(truncatingIfNeeded: argument)
+            words[5 + 2 * i] = UInt32(truncatingIfNeeded: argument >> 32)
+        }
+        // The kernel's checker refuses loads that are unaligned or past the end; so do we.
         func load32(_ offset: UInt32) -> UInt32? {
-            let o = Int(offset)
-            guard o + 4 <= data.count else { return nil }
-            return (0..<4).reduce(0) { $0 | UInt32(data[o + $1]) << (8 * UInt32($1)) }
+            guard offset % 4 == 0, offset < 64 else { return nil }
+            return words[Int(offset / 4)]
         }
 
         var a: UInt32 = 0, x: UInt32 = 0
         var mem = [UInt32](repeating: 0, count: 16)
         var pc = 0
-        let count = bytes.count / 8
         var steps = 0
-        while pc < count, steps < 100_000 {
+        while pc < instructions.count, steps < 100_000 {
             steps += 1
-            let base = pc * 8
-            let code = u16(base)
-            let jt = Int(bytes[base + 2]), jf = Int(bytes[base + 3])
-            let k = u32(base + 4)
+            let instruction = instructions[pc]
+            let code = instruction.code, k = instruction.k
             pc += 1
             let cls = code & 0x07
             switch cls {
             case 0x00, 0x01:  // BPF_LD, BPF_LDX
-                let mode = code & 0xe0
                 var v: UInt32
-                switch mode {
+                switch code & 0xe0 {
                 case 0x00: v = k  // IMM
                 case 0x20: guard let l = load32(k) else { return SeccompReturn.killThread }; v = l  // ABS
                 case 0x60: guard k < 16 else { return SeccompReturn.killThread }; v = mem[Int(k)]  // MEM
@@ -87,7 +111,7 @@ extension CompiledSeccompFilter {
                 case 0x40: taken = (a & operand) != 0
                 default: return SeccompReturn.killThread
                 }
-                pc += taken ? jt : jf
+                pc += Int(taken ? instruction.jt : instruction.jf)
             case 0x06:  // RET
                 return (code & 0x18) == 0x10 ? a : k
             case 0x07:  // MISC
