@@ -217,13 +217,6 @@ struct RunTestCommandTests {
         ("lingers", "exit after GOODBYE", "after the host's GOODBYE: killed", "send GOODBYE back and exit 0"),
     ])
     func testFailsABrokenExtensionWithWhatToChange(mode: String, check: String, detail: String, fix: String) throws {
-        // Known bug (closing note): in "crash" mode the round trip passes on main; kept visible as a known issue.
-        try withKnownIssue("the crash mode's round trip is reported as passing", isIntermittent: true) {
-            try checkBrokenExtension(mode: mode, check: check, detail: detail, fix: fix)
-        } when: { mode == "crash" }
-    }
-
-    func checkBrokenExtension(mode: String, check: String, detail: String, fix: String) throws {
         let bundles = try Bundles()
         let output = try bundles.run(["test", try bundles.nonconforming(mode), "--policy", "standard", "--timeout", "2", "--json"])
         #expect(output.status == 1, "\(output.stdout)\(output.stderr)")
