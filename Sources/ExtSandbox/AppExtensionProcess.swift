@@ -278,7 +278,7 @@ extension ExtensionProcessCore {
             let exit = OnceContinuation<Termination?>()
             let waiters = [
                 Task { exit.resume(await sandbox.waitForExit()) },
-                Task { try? await Task.sleep(for: .milliseconds(500)); exit.resume(nil) },
+                Task { try? await Task.sleep(for: ExtensionProcessCore.exitAfterHangUpGrace); exit.resume(nil) },
             ]
             let termination = await exit.value
             waiters.forEach { $0.cancel() }

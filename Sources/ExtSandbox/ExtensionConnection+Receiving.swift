@@ -120,11 +120,11 @@ extension ExtensionConnection {
             if let closeReason {
                 if peerClosed && state.withLock({ !$0.pending.isEmpty || $0.handshake != nil }) {
                     // An extension that dies closes its sockets a moment before its exit is known:
-                    // give the process's end a short while to fail the requests (or the handshake)
-                    // with the real reason.
+                    // give the process's end a while to fail the requests (or the handshake) with
+                    // the real reason; it closes the connection at once when it comes.
                     releaseSocket()
                     Task { [weak self] in
-                        try? await Task.sleep(for: .milliseconds(200))
+                        try? await Task.sleep(for: ExtensionProcessCore.exitAfterHangUpGrace)
                         self?.close(because: closeReason)
                     }
                 } else {

@@ -33,6 +33,11 @@ final class ExtensionProcessCore: Sendable {
 
     /// How long an extension sent GOODBYE (the host ending it) has to exit before it is killed.
     static let goodbyeGrace: Duration = .milliseconds(500)
+    /// How long a socket's hang-up waits for the process's end to give the real reason (killed,
+    /// crashed) before it is reported as a closed connection. The init's exit is seen a moment
+    /// after the payload's sockets close: under load (CI, a busy host) more than 200 ms later.
+    /// Only a live extension that closes a connection with requests pending waits this long.
+    static let exitAfterHangUpGrace: Duration = .seconds(2)
 
     enum Phase: Equatable {
         case running, suspended
