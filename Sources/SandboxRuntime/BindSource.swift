@@ -57,6 +57,6 @@ enum BindSource {
     }
 
     private static func failure(_ errorNumber: Int32, _ detail: String) -> SandboxError {
-        SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: errorNumber, detail: detail)
+        SandboxError(step: .bindMount, errorNumber: errorNumber, detail: detail)
     }
 }

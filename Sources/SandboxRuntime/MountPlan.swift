@@ -75,7 +75,7 @@ struct MountPlan {
             guard lstat(source, &link) == 0 else {
                 let err = errno
                 if optional && err == ENOENT { return }
-                throw SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: err, detail: "bind source \(source)")
+                throw SandboxError(step: .bindMount, errorNumber: err, detail: "bind source \(source)")
             }
             // A top-level symlink such as /bin -> usr/bin on merged-/usr systems is reproduced,
             // so that paths through it resolve inside the sandbox as they do outside.
@@ -95,7 +95,7 @@ struct MountPlan {
             }
             var info = stat()
             guard lstat(real, &info) == 0 else {
-                throw SandboxError(step: .launch(code: Int32(XSB_STEP_BIND_MOUNT.rawValue)), errorNumber: errno, detail: "bind source \(source)")
+                throw SandboxError(step: .bindMount, errorNumber: errno, detail: "bind source \(source)")
             }
             let kind = info.st_mode & S_IFMT
             // Device nodes only come from the shim's fixed /dev list: a policy must not hand a

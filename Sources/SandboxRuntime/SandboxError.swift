@@ -1,5 +1,5 @@
-import CSandboxShim
 import Glibc
+import SandboxPolicy
 
 /// Why a launch or a lifecycle operation failed: the step, the system error, and the object
 /// (a path, a file, a syscall) it concerned.
@@ -8,22 +8,17 @@ import Glibc
 /// program with less isolation than its policy asks for.
 public struct SandboxError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The step that failed.
-    public enum Step: Sendable, Equatable {
-        /// A step of the C launch pipeline (see `xsb_step` in CSandboxShim).
-        case launch(code: Int32)
-        case policy
-        case configuration
-        case cgroup
-        case control
-    }
-
     public var step: Step
     /// `errno` of the failing call, 0 when there is none.
     public var errorNumber: Int32
+    /// The object of the step: a path, a file, a syscall.
     public var detail: String
     /// What to do about it, when the cause is one a caller can act on: the host (EMFILE) or
     /// the system (ENFILE) out of file descriptors says how many are open and the limit.
     public var advice: String?
+    /// The policy's own error, for a policy that could not be compiled (step ``Step/policy``):
+    /// it names the file and line.
+    public var policyError: PolicyError?
 
     public init(step: Step, errorNumber: Int32 = 0, detail: String) {
         self.step = step
@@ -34,27 +29,17 @@ public struct SandboxError: Error, Sendable, Equatable, CustomStringConvertible 
         }
     }
 
-    /// The step's name, e.g. "bind mount" or "seccomp filter".
-    public var stepName: String {
-        switch step {
-        case .launch(let code): return String(cString: xsb_step_name(code))
-        case .policy: return "policy"
-        case .configuration: return "configuration"
-        case .cgroup: return "cgroup"
-        case .control: return "control"
-        }
+    /// A policy whose seccomp filter could not be compiled: step ``Step/policy``, its error kept.
+    public init(policy name: String, _ error: PolicyError) {
+        self.init(step: .policy, detail: "\(name): \(error)")
+        policyError = error
     }
 
     public var description: String {
-        var text = "\(stepName) failed"
+        var text = "\(step.name) failed"
         if !detail.isEmpty { text += ": \(detail)" }
         if errorNumber != 0 { text += ": \(String(cString: strerror(errorNumber))) (errno \(errorNumber))" }
         if let advice { text += ": \(advice)" }
         return text
-    }
-
-    /// Whether this is the launch step with the given code, e.g. `XSB_STEP_BIND_MOUNT`.
-    public func isLaunchStep(_ code: xsb_step) -> Bool {
-        step == .launch(code: Int32(code.rawValue))
     }
 }

@@ -147,7 +147,7 @@ public final class Supervisor: Sendable {
         guard result.failed_step == Int32(XSB_STEP_NONE.rawValue) else {
             cgroup?.remove()
             let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            throw SandboxError(step: .launch(code: result.failed_step), errorNumber: result.error_number, detail: detail)
+            throw SandboxError(step: SandboxError.Step(launchCode: result.failed_step), errorNumber: result.error_number, detail: detail)
         }
         let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
         do {
@@ -187,7 +187,7 @@ public final class Supervisor: Sendable {
             throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(path) is not an absolute path")
         }
         guard let resolved = SystemFiles.realPath(path) else {
-            throw SandboxError(step: .launch(code: Int32(XSB_STEP_EXEC.rawValue)), errorNumber: errno, detail: path)
+            throw SandboxError(step: .exec, errorNumber: errno, detail: path)
         }
         if plan.exposes(hostPath: path) { return path }
         if !plan.exposes(hostPath: resolved) {
@@ -203,7 +203,7 @@ public final class Supervisor: Sendable {
         do {
             filter = try policy.compileSeccompFilter(mode: .supervised)
         } catch {
-            throw SandboxError(step: .policy, detail: "\(policy.name): \(error)")
+            throw SandboxError(policy: policy.name, error)
         }
         filters.withLock { $0.append((policy.seccomp, filter)) }
         return filter

@@ -33,26 +33,26 @@ enum ErrorAdvice {
     /// For a sandbox that could not be set up, by the launch step that failed.
     static func launch(_ error: any Error) -> String? {
         guard let error = error as? SandboxError else { return nil }
-        switch error.stepName {
-        case "bind mount", "symlink", "file creation":
+        switch error.step {
+        case .bindMount, .symlink, .fileCreate:
             return "check that every --ro-bind/--bind source and every path the policy binds exists and is readable "
                 + "by the sandbox's user (nobody, 65534, when you run as root)"
-        case "clone3 into new namespaces", "user namespace id mapping":
+        case .clone, .userNamespaceMap:
             return "this kernel refuses new user namespaces to you: allow unprivileged ones "
                 + "(sysctl kernel.unprivileged_userns_clone=1, or kernel.apparmor_restrict_unprivileged_userns=0) "
                 + "or run as root"
-        case "cgroup", "cgroup attach", "cgroup namespace":
+        case .cgroup, .cgroupAttach, .cgroupNamespace:
             return "a policy's memory limit needs a cgroup you may create: run as root, under "
                 + "`systemd-run --user --scope -p Delegate=yes -- extsandbox exec …`, or say memory-scope: per-process "
                 + "in the policy"
-        case "working directory":
+        case .workingDirectory:
             return "--chdir must name a directory visible inside the sandbox (bind it with --ro-bind or --bind)"
-        case "execve":
+        case .exec:
             return "check that the program, its interpreter (#!) and its libraries are visible in the sandbox and "
                 + "executable by its user (nobody, 65534, when you run as root); `extsandbox policy show` lists the binds"
-        case "seccomp filter":
+        case .seccomp:
             return "`extsandbox policy check` the policy; a filter the kernel refuses is a bug worth reporting"
-        case "resource limit":
+        case .resourceLimit:
             return "the policy's limits exceed your hard limits (ulimit -H -a); lower them in the policy"
         default:
             return "`extsandbox exec --verbose` shows the sandbox's lifecycle; docs/architecture.md describes each launch step"
