@@ -14,6 +14,9 @@ let package = Package(
         .library(name: "ExtSandboxFuzzing", targets: ["ExtSandboxFuzzing"]),
         .library(name: "ExtensionCatalog", targets: ["ExtensionCatalog"]),
         .executable(name: "extsandbox", targets: ["extsandbox"]),
+        // The sandbox init every sandbox starts as its PID 1; supervisors find it next to their
+        // executable or in PREFIX/libexec/extsandbox (Sources/SandboxRuntime/InitExecutable.swift).
+        .executable(name: "xsb-init", targets: ["xsb-init"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -36,6 +39,12 @@ let package = Package(
 
         // The C that must run between clone and exec: async-signal-safe raw syscalls only.
         .target(name: "CSandboxShim"),
+        // The sandbox init: a small static C program (no Swift, no dynamic loader), exec'd by
+        // every launch so that no sandbox holds anything of its host's memory (docs/architecture.md).
+        // -nostartfiles leaves out the Swift runtime's start-up object that swiftc would link.
+        .executableTarget(
+            name: "xsb-init", dependencies: ["CSandboxShim"], path: "Sources/xsb-init",
+            linkerSettings: [.unsafeFlags(["-nostartfiles", "-static-executable"])]),
 
         // Policy files: parse (YAML), validate, resolve syscall groups, compile to BPF.
         .target(
@@ -112,30 +121,30 @@ let package = Package(
         // fixtures every test target shares (running executables as root or nobody, extension worlds).
         .target(name: "TestSupport", dependencies: ["ExtensionCatalog"], path: "Tests/TestSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: [
-            "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport",
+            "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport", "xsb-init",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
         .testTarget(
             name: "ExtensionCatalogTests",
-            dependencies: ["ExtensionCatalog", "ExtSandbox", "SandboxRuntime", "extsandbox", "TestSupport"]),
+            dependencies: ["ExtensionCatalog", "ExtSandbox", "SandboxRuntime", "extsandbox", "TestSupport", "xsb-init"]),
         // Host-level faults (issue 14): the host SIGKILLed, launch/use/invalidate cycles, bombs in
         // one sandbox; runs xsb-bench as a child host and the probe (built with the package) as the bomb.
         .testTarget(
             name: "ScaleFaultTests",
-            dependencies: ["ExtSandbox", "SandboxRuntime", "SandboxPolicy", "TestSupport", "xsb-bench"]),
+            dependencies: ["ExtSandbox", "SandboxRuntime", "SandboxPolicy", "TestSupport", "xsb-bench", "xsb-init"]),
         .testTarget(
             name: "SandboxRuntimeTests",
-            dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport"]),
+            dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport", "xsb-init"]),
         // The SDK's runtime, driven over the wire through the echo fixture built with it (a static
         // executable: `swift build --build-tests` builds it; depending on it would link it in here).
         .testTarget(
             name: "ExtSandboxExtensionTests",
-            dependencies: ["ExtSandboxExtension", "ExtSandboxWire", "SandboxPolicy", "SandboxRuntime", "TestSupport"]),
+            dependencies: ["ExtSandboxExtension", "ExtSandboxWire", "SandboxPolicy", "SandboxRuntime", "TestSupport", "xsb-init"]),
         // The CLI: its argument parsing in process, everything else on the built binary.
         .testTarget(
             name: "extsandboxTests",
             dependencies: [
-                "extsandbox", "SandboxPolicy", "PolicyTools", "xsb-probe", "TestSupport",
+                "extsandbox", "SandboxPolicy", "PolicyTools", "xsb-probe", "TestSupport", "xsb-init",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
     ]

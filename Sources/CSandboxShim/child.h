@@ -9,6 +9,25 @@
 /// count), out of the way of the payload's 0, 1, 2, 3….
 #define XSB_FD_FLOOR 64
 
+/// The sandbox init's fds when it starts (xsb-init): the control socket, the launch description
+/// (a sealed memfd), then the fds the launch passes (stdio, extra fds, cgroup `tasks` files), in
+/// the order the description gives. Nothing else of the supervisor's reaches it.
+#define XSB_INIT_CONTROL_FD 0
+#define XSB_INIT_DESCRIPTION_FD 1
+#define XSB_INIT_PASSED_FDS 2
+
+/// The launch description's format (launch_description.c). Bumped with any change to it, to
+/// struct xsb_msg or to the steps, so that an init from another build refuses the launch.
+#define XSB_LAUNCH_FORMAT_VERSION 1
+
+/// Init side: maps the description behind `fd`, checks every offset, length, count and value,
+/// and fills `cfg` with pointers into it. Returns 0, or -1 with errno set and `*what` naming
+/// what was refused.
+int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what);
+/// Init side: releases what xsb_description_load mapped, once the payload runs (its memory is
+/// charged to the supervisor, not to the sandbox).
+void xsb_description_unload(void);
+
 /// Copies at most `size - 1` bytes and always terminates (no libc string functions that may allocate).
 void xsb_copy_string(char *dst, size_t size, const char *src);
 size_t xsb_string_length(const char *s);
@@ -21,17 +40,6 @@ void xsb_child_report(int control_fd, int step, int err, const char *detail);
 /// Builds the sandbox's file system and pivots into it (runs in the init, as root of its
 /// user namespace). Returns 0, or -1 after reporting the failing step on `control_fd`.
 int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd);
-
-/// An area of the supervisor's memory that the init's copy must not show: the command line
-/// and the environment, which the kernel shows as /proc/1/cmdline and /proc/1/environ.
-struct xsb_memory_area {
-    uintptr_t start, end;
-};
-
-/// The sandbox init: never returns. `hidden` (2 areas: arguments, environment; empty areas
-/// are skipped) is overwritten in the init's own copy of the supervisor's memory.
-__attribute__((noreturn)) void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd,
-                                             const struct xsb_memory_area hidden[2]);
 
 /// The payload, in a vfork child sharing the init's fd table: never returns.
 /// Announces its listener's fd number on `announce_fd` (to the receiver thread) and

@@ -1,7 +1,9 @@
-// The sandbox init: PID 1 of the sandbox's PID namespace. It builds the sandbox (ids are
-// mapped by the parent first), starts the payload, and then stays as a tiny reaper that the
-// supervisor commands over the control socket. When it exits, the kernel kills every other
-// process of the namespace, so "the init is gone" always means "the sandbox is gone".
+// The sandbox init: PID 1 of the sandbox's PID namespace, a small static program of its own
+// (xsb-init, exec'd by the supervisor's clone child: nothing of the supervisor's memory is in
+// it). It reads the launch description, builds the sandbox (ids are mapped by the supervisor
+// first), starts the payload, and then stays as a tiny reaper that the supervisor commands
+// over the control socket. When it exits, the kernel kills every other process of the
+// namespace, so "the init is gone" always means "the sandbox is gone".
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -200,9 +202,9 @@ static int close_all_except(int *keep, size_t count) {
     return syscall(SYS_close_range, next, ~0U, 0) == 0 ? 0 : errno;
 }
 
-/// Before the payload starts, the init holds every fd the supervisor had open at clone time
-/// (other sandboxes' sockets, the runtime's epoll…). Keep only the control socket and the fds
-/// the payload will receive, so nothing else can reach it and none counts against its limits.
+/// Before the payload starts, keep only the control socket and the fds the payload will
+/// receive (the cgroup `tasks` files are done with), so nothing else can reach it and none
+/// counts against its limits.
 static void close_all_but_sources(const struct xsb_spawn_config *cfg, int control_fd) {
     int keep[3 + 32 + 1];
     size_t count = 0;
@@ -211,17 +213,6 @@ static void close_all_but_sources(const struct xsb_spawn_config *cfg, int contro
     for (size_t i = 0; i < cfg->extra_fd_count && i < 32; i++) keep[count++] = cfg->extra_fds[i];
     int err = close_all_except(keep, count);
     if (err != 0) die(control_fd, XSB_STEP_FILE_DESCRIPTORS, err, "close_range");
-}
-
-/// Zeroes the init's copy of the supervisor's command line and environment (what
-/// /proc/1/cmdline and /proc/1/environ show inside), leaving "xsb-init" as its command line.
-static void hide_host_memory(const struct xsb_memory_area hidden[2]) {
-    static const char name[] = "xsb-init";
-    for (int i = 0; i < 2; i++) {
-        volatile char *p = (volatile char *)hidden[i].start;
-        size_t size = hidden[i].end > hidden[i].start ? hidden[i].end - hidden[i].start : 0;
-        for (size_t j = 0; j < size; j++) p[j] = (i == 0 && j < sizeof name - 1) ? name[j] : '\0';
-    }
 }
 
 /// Waits for one message of `type` from the supervisor; EOF (the supervisor died) or anything
@@ -344,11 +335,41 @@ __attribute__((noreturn)) static void serve(int control_fd, pid_t payload, int f
     }
 }
 
-void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd, const struct xsb_memory_area hidden[2]) {
+/// Every signal back to its default action: the init inherits the supervisor's ignored
+/// signals through exec (SwiftNIO ignores SIGPIPE; a SIGCHLD ignored would reap the payload
+/// behind our back). Every signal stays blocked (inherited too): SIGCHLD is read from a
+/// signalfd, and the payload unblocks its own right before its exec.
+static void reset_signals(void) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig != SIGKILL && sig != SIGSTOP) (void)sigaction(sig, &dfl, NULL);
+    }
+    sigset_t all;
+    sigfillset(&all);
+    (void)sigprocmask(SIG_SETMASK, &all, NULL);
+}
+
+/// The launch as the supervisor described it (launch_description.c), pointing into the
+/// description's mapping.
+static struct xsb_spawn_config config;
+
+void xsb_init_run(void) {
+    int control_fd = XSB_INIT_CONTROL_FD;
+    reset_signals();
     // The parent-death signal is bound to the spawner thread, which lives as long as the
     // supervisor. If the parent died before this line, the handshake below reads EOF.
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) die(control_fd, XSB_STEP_PARENT_DEATH_SIGNAL, errno, "prctl");
-    (void)prctl(PR_SET_NAME, "xsb-init", 0, 0, 0);  // what ps shows; the spawner thread's name otherwise
+    // What ps shows (exec by fd names the process after the fd's number).
+    (void)prctl(PR_SET_NAME, "xsb-init", 0, 0, 0);
+
+    // Read and check the description while the supervisor writes our id maps.
+    const char *refused = NULL;
+    if (xsb_description_load(XSB_INIT_DESCRIPTION_FD, &config, &refused) != 0)
+        die(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, errno, refused);
+    close(XSB_INIT_DESCRIPTION_FD);  // the mapping stays
+    const struct xsb_spawn_config *cfg = &config;
 
     if (wait_for(control_fd, XSB_MSG_GO) != 0) _exit(127);
     // Nothing of the program runs before the init is in the sandbox's cgroups (children
@@ -359,16 +380,15 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd, const str
     }
     // Become the one id the user namespace maps (a no-op for an unprivileged caller): a root
     // caller's init is still host uid 0, which maps to nothing here and must never create a
-    // file. Raw calls: glibc's would signal the supervisor's threads, which are not here.
+    // file. Raw calls, as everywhere the receiver thread (which glibc does not know) may run.
     // Capabilities stay (uid 0 of this namespace is unmapped, so no root-to-user transition).
     if (syscall(SYS_setresgid, cfg->gid_inside, cfg->gid_inside, cfg->gid_inside) != 0) die(control_fd, XSB_STEP_USERNS_MAP, errno, "setresgid");
     if (syscall(SYS_setresuid, cfg->uid_inside, cfg->uid_inside, cfg->uid_inside) != 0) die(control_fd, XSB_STEP_USERNS_MAP, errno, "setresuid");
     // Non-dumpable before anything of the sandbox runs: the program inside cannot read the
-    // init's memory (a copy of the supervisor's) or its fds through /proc. Not before GO: the
-    // supervisor writes our /proc/PID/uid_map, which non-dumpable would make root's; not before
-    // setresuid, which resets the flag to fs.suid_dumpable when the uid changes.
+    // init's memory or take its fds (the control socket, the listener) through /proc. Not
+    // before GO: the supervisor writes our /proc/PID/uid_map, which non-dumpable would make
+    // root's; not before setresuid, which resets the flag to fs.suid_dumpable when the uid changes.
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die(control_fd, XSB_STEP_INIT_PRIVACY, errno, "PR_SET_DUMPABLE");
-    hide_host_memory(hidden);
     if (sethostname(cfg->hostname, xsb_string_length(cfg->hostname)) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, cfg->hostname);
     if (setdomainname("none", 4) != 0) die(control_fd, XSB_STEP_HOSTNAME, errno, "domainname");
     if (bring_up_loopback() != 0) die(control_fd, XSB_STEP_LOOPBACK, errno, "lo");
@@ -410,6 +430,7 @@ void xsb_init_main(const struct xsb_spawn_config *cfg, int control_fd, const str
         int err = close_all_except(keep, 5);
         if (err != 0) die(control_fd, XSB_STEP_FILE_DESCRIPTORS, err, "close_range");
     }
+    xsb_description_unload();
     send_msg3(control_fd, XSB_MSG_READY, payload, 0);
     serve(control_fd, payload, finished[0], listener);
 }

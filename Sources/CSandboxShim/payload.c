@@ -41,7 +41,7 @@
 #ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
 #define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
 #endif
-#define XSB_MAX_EXTRA_FDS 32
+
 
 static void record(int status_fd, int step, int value, const char *detail) {
     struct xsb_payload_status s;

@@ -72,7 +72,7 @@ static struct {
     int exec_done;     ///< set by the main thread once the payload's vfork returned
 } receiver;
 
-/// The thread's stack (the init is a private copy of the supervisor: this is its own).
+/// The thread's stack.
 static unsigned char receiver_stack[64 * 1024] __attribute__((aligned(64)));
 
 static void zero(void *p, size_t n) {

@@ -1,5 +1,6 @@
-// Parent side of a launch: clone3 into new namespaces, map ids, join cgroups, release the
-// child, and wait until its payload has exec'd (or a step failed).
+// Parent side of a launch: write the launch description, clone3 into new namespaces and exec
+// the sandbox init there (xsb-init), map ids, release the init, and wait until its payload
+// has exec'd (or a step failed).
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -12,10 +13,17 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "child.h"
+
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT 47
+#define PR_CAP_AMBIENT_RAISE 2
+#endif
 
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL
@@ -108,41 +116,108 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/// The supervisor's command line and environment (from /proc/self/stat: arg_start, arg_end,
-/// env_start, env_end), which the init overwrites in its copy so that /proc/1/cmdline and
-/// /proc/1/environ show nothing of the host inside. Read once: they do not move. Only the
-/// spawner thread calls this.
-static void host_memory_areas(struct xsb_memory_area areas[2]) {
-    static struct xsb_memory_area cached[2];
-    static int known;
-    if (!known) {
-        known = 1;
-        char buf[2048];
-        int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-        if (fd >= 0) close(fd);
-        if (n > 0) {
-            buf[n] = '\0';
-            // Fields 48-51; the comm field (2) may hold spaces, so count from the last ')'
-            // (field 3 is the first after it).
-            char *p = strrchr(buf, ')');
-            unsigned long long values[4] = {0, 0, 0, 0};
-            int field = 2;
-            while (p != NULL && *p != '\0' && field < 51) {
-                p = strchr(p, ' ');
-                if (p == NULL) break;
-                p++;
-                field++;
-                if (field >= 48) values[field - 48] = strtoull(p, NULL, 10);
-            }
-            if (field == 51 && values[0] < values[1] && values[2] <= values[3]) {
-                cached[0] = (struct xsb_memory_area){(uintptr_t)values[0], (uintptr_t)values[1]};
-                cached[1] = (struct xsb_memory_area){(uintptr_t)values[2], (uintptr_t)values[3]};
-            }
-        }
+/// clone3 with a stack of its own: the child starts on `stack` (args->stack) and runs
+/// `child(arg)`, then exits with its return value; the parent gets the child's pid or -errno.
+/// glibc has no public clone3 wrapper, and a child that shares the caller's memory
+/// (CLONE_VM) cannot return through the C function that made the system call: the parent's
+/// stack frame is still in use (and, with CLONE_VFORK, suspended). Like glibc's clone.S.
+long xsb_clone3_on_stack(struct xsb_clone_args *args, size_t size, int (*child)(void *), void *arg);
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl xsb_clone3_on_stack\n"
+        ".type xsb_clone3_on_stack,@function\n"
+        "xsb_clone3_on_stack:\n"
+        "    mov %rdx, %r8\n"          // child: kept in registers the kernel preserves
+        "    mov %rcx, %r9\n"          // arg
+        "    mov $435, %eax\n"         // SYS_clone3 (args and size already in rdi, rsi)
+        "    syscall\n"
+        "    test %rax, %rax\n"
+        "    jz 1f\n"
+        "    ret\n"                    // parent: pid or -errno
+        "1:  xor %ebp, %ebp\n"         // child, on its own stack: outermost frame
+        "    mov %r9, %rdi\n"
+        "    call *%r8\n"
+        "    mov %eax, %edi\n"
+        "    mov $60, %eax\n"          // SYS_exit
+        "    syscall\n"
+        "    hlt\n"
+        ".size xsb_clone3_on_stack, .-xsb_clone3_on_stack\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+        ".globl xsb_clone3_on_stack\n"
+        ".type xsb_clone3_on_stack,%function\n"
+        "xsb_clone3_on_stack:\n"
+        "    mov x10, x2\n"
+        "    mov x11, x3\n"
+        "    mov x8, #435\n"
+        "    svc #0\n"
+        "    cbz x0, 1f\n"
+        "    ret\n"
+        "1:  mov x29, xzr\n"
+        "    mov x30, xzr\n"
+        "    mov x0, x11\n"
+        "    blr x10\n"
+        "    mov x8, #93\n"             // SYS_exit
+        "    svc #0\n"
+        "    brk #0\n"
+        ".size xsb_clone3_on_stack, .-xsb_clone3_on_stack\n");
+#else
+#error "xsb_clone3_on_stack needs an implementation for this architecture"
+#endif
+
+/// What the clone child needs (in the supervisor's memory, which it shares until its exec) and
+/// what it reports back when it fails before the exec.
+struct init_start {
+    int control_fd, description_fd, init_fd, cap_last_cap;
+    const struct xsb_passed_fds *passed;
+    int failed_step, error_number;
+    const char *detail;
+};
+
+static int start_failed(struct init_start *start, int step, const char *detail) {
+    start->failed_step = step;
+    start->error_number = errno;
+    start->detail = detail;
+    return 127;
+}
+
+/// The clone child, in the new namespaces with every capability there, sharing the
+/// supervisor's memory (so: raw system calls, nothing that allocates or locks). It keeps its
+/// capabilities across the exec as ambient ones (the kernel would drop them otherwise: this
+/// namespace has no uid 0 mapped yet, and later none at all), puts the init's fds in place
+/// (control socket, description, the passed fds), closes every other fd of the supervisor's,
+/// and execs the init by fd.
+static int start_init(void *arg) {
+    struct init_start *start = arg;
+    struct __user_cap_header_struct header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &header, caps) != 0) return start_failed(start, XSB_STEP_INIT_EXEC, "capget");
+    for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++) caps[i].inheritable = caps[i].permitted;
+    if (syscall(SYS_capset, &header, caps) != 0) return start_failed(start, XSB_STEP_INIT_EXEC, "capset (inheritable)");
+    for (int cap = 0; cap <= start->cap_last_cap; cap++) {
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0) return start_failed(start, XSB_STEP_INIT_EXEC, "ambient capabilities");
     }
-    areas[0] = cached[0];
-    areas[1] = cached[1];
+
+    // Every source first goes above every target, then onto its target; the init's own fd
+    // (close-on-exec) right after the last.
+    int count = 2 + start->passed->count;
+    int floor = count + 1;
+    int moved[2 + 3 + XSB_MAX_EXTRA_FDS + 4 + 1];
+    for (int i = 0; i <= count; i++) {
+        int source = i == 0 ? start->control_fd : i == 1 ? start->description_fd
+                   : i == count ? start->init_fd : start->passed->host[i - 2];
+        moved[i] = fcntl(source, F_DUPFD_CLOEXEC, floor);
+        if (moved[i] < 0) return start_failed(start, XSB_STEP_FILE_DESCRIPTORS, "moving the init's fds");
+    }
+    for (int i = 0; i <= count; i++) {
+        if (syscall(SYS_dup3, moved[i], i, i == count ? O_CLOEXEC : 0) < 0) return start_failed(start, XSB_STEP_FILE_DESCRIPTORS, "placing the init's fds");
+    }
+    if (syscall(SYS_close_range, (unsigned)floor, ~0U, 0) != 0) return start_failed(start, XSB_STEP_FILE_DESCRIPTORS, "close_range");
+
+    static char *const argv[] = {(char *)"xsb-init", NULL};
+    static char *const envp[] = {NULL};
+    syscall(SYS_execveat, count, "", argv, envp, AT_EMPTY_PATH);
+    return start_failed(start, XSB_STEP_INIT_EXEC, "execveat");
 }
 
 static void fail(struct xsb_spawn_result *out, int step, int err, const char *detail) {
@@ -155,44 +230,65 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
     memset(out, 0, sizeof *out);
     out->pidfd = out->control_fd = -1;
     out->early_violation = XSB_NO_VIOLATION;
-    struct xsb_memory_area hidden[2];
-    host_memory_areas(hidden);
 
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
         fail(out, XSB_STEP_SOCKETPAIR, errno, "socketpair");
         return -1;
     }
+    struct xsb_passed_fds passed;
+    int description = -1;
+    if (xsb_description_create(cfg, &passed, &description) != 0) {
+        fail(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch description (memfd)");
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
 
-    // Block every signal across clone so no Swift or NIO handler runs in the child before it
-    // resets dispositions; the payload unblocks right before exec.
+    // Block every signal across clone so no Swift or NIO handler runs in the child (it shares
+    // our memory until its exec); the init keeps them blocked, the payload unblocks right
+    // before its exec.
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
 
+    struct init_start start = {
+        .control_fd = sv[1], .description_fd = description, .init_fd = cfg->init_fd,
+        .cap_last_cap = cfg->cap_last_cap, .passed = &passed,
+    };
+    // The child's stack, in this frame: CLONE_VFORK suspends us until the child has exec'd
+    // (or exited), so the frame outlives every use of it.
+    _Alignas(64) unsigned char stack[32 * 1024];
     int pidfd = -1;
     struct xsb_clone_args args;
     memset(&args, 0, sizeof args);
-    args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-                 CLONE_NEWUTS | CLONE_PIDFD;
+    // CLONE_VM | CLONE_VFORK: the child borrows our address space until its exec (no page table
+    // is copied, however large the supervisor), like posix_spawn.
+    args.flags = CLONE_VM | CLONE_VFORK | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                 CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
     args.pidfd = (uint64_t)(uintptr_t)&pidfd;
     if (cfg->cgroup_directory_fd >= 0) {
         args.flags |= CLONE_INTO_CGROUP;
         args.cgroup = (uint64_t)cfg->cgroup_directory_fd;
     }
     args.exit_signal = SIGCHLD;
-    long pid = syscall(SYS_clone3, &args, sizeof args);
-    if (pid == 0) {
-        // Child: from here on only async-signal-safe code (see child.h).
-        close(sv[0]);
-        xsb_init_main(cfg, sv[1], hidden);
-    }
-    int clone_errno = errno;
+    args.stack = (uint64_t)(uintptr_t)stack;
+    args.stack_size = sizeof stack;
+    long pid = cfg->init_fd > 2 ? xsb_clone3_on_stack(&args, sizeof args, start_init, &start) : -EBADF;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(sv[1]);
+    close(description);
     if (pid < 0) {
         close(sv[0]);
-        fail(out, XSB_STEP_CLONE, clone_errno, "clone3");
+        fail(out, XSB_STEP_CLONE, (int)-pid, cfg->init_fd > 2 ? "clone3" : "no sandbox init (xsb-init) given");
+        return -1;
+    }
+    if (start.failed_step != XSB_STEP_NONE) {
+        // The child failed before its exec (and exited): nothing of the sandbox runs.
+        (void)xsb_pidfd_wait(pidfd);
+        close(pidfd);
+        close(sv[0]);
+        fail(out, start.failed_step, start.error_number, start.detail);
         return -1;
     }
     out->pid = (pid_t)pid;

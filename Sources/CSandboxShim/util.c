@@ -75,6 +75,8 @@ const char *xsb_step_name(int step) {
         [XSB_STEP_TIMEOUT] = "setup timeout",
         [XSB_STEP_INIT_PRIVACY] = "hiding the init from the sandbox",
         [XSB_STEP_MEMORY_DENY_WRITE_EXECUTE] = "memory-deny-write-execute (PR_SET_MDWE)",
+        [XSB_STEP_INIT_EXEC] = "sandbox init (xsb-init) start",
+        [XSB_STEP_LAUNCH_DESCRIPTION] = "launch description",
     };
     if (step < 0 || step >= XSB_STEP_COUNT || names[step] == NULL) return "unknown step";
     return names[step];

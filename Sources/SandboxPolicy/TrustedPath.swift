@@ -84,6 +84,19 @@ package enum TrustedPath {
         return Directory(fd: fd, path: walked.path, info: walked.info)
     }
 
+    /// Opens `path`, which must not be a directory, `O_PATH` (and close-on-exec) after the walk's
+    /// checks, for `execveat`: the fd names exactly the file that was checked. Returns it with its
+    /// `stat` and the path walked (symbolic links resolved); the caller closes the fd.
+    package static func openFile(_ path: String) throws(Failure) -> (fd: Int32, info: stat, path: String) {
+        let walked = try walk(path)
+        if walked.parent >= 0 { _ = Glibc.close(walked.parent) }
+        guard walked.info.st_mode & S_IFMT != S_IFDIR else {
+            _ = Glibc.close(walked.fd)
+            throw .failed(path: walked.path, what: "use", errno: Errno(EISDIR))
+        }
+        return (walked.fd, walked.info, walked.path)
+    }
+
     /// What ``readFile(_:limit:)`` found at the path when it is not a regular file.
     package enum FileKind: Equatable { case regular, directory, other }
 

@@ -23,6 +23,9 @@ public final class Supervisor: Sendable {
     private let filters = Mutex<[(policy: SeccompPolicy, filter: CompiledSeccompFilter)]>([])
     private let launchCounter = Atomic<Int>(0)
     private let capLastCap: Int32
+    /// The sandbox init (`xsb-init`), found and opened at the first launch; a failure to find it
+    /// is reported by that launch and retried by the next.
+    private let sandboxInit = Mutex<InitExecutable?>(nil)
 
     /// How long a launch may take from clone to exec before it is abandoned.
     public let setupTimeoutMilliseconds: Int32 = 10_000
@@ -50,6 +53,7 @@ public final class Supervisor: Sendable {
     /// Fails, and leaves nothing behind, if any isolation step cannot be set up.
     public func launch(_ configuration: SandboxConfiguration) async throws -> SandboxedProcess {
         let filter = try configuration.compiledFilter ?? compiledFilter(for: configuration.policy)
+        let initExecutable = try self.initExecutable()
         var plan = try MountPlan(
             policy: configuration.policy, extraMounts: configuration.extraMounts,
             hostname: configuration.hostname, uid: configuration.sandboxUID, gid: configuration.sandboxGID)
@@ -123,6 +127,7 @@ public final class Supervisor: Sendable {
         config.supervise_first_exec = Self.filterSupervisesExec(configuration.policy) ? 1 : 0
         config.cap_last_cap = capLastCap
         config.setup_timeout_ms = setupTimeoutMilliseconds
+        config.init_fd = initExecutable.fd
 
         let request = UncheckedBox((config, arena))
         let result = await spawner.run {
@@ -163,6 +168,20 @@ public final class Supervisor: Sendable {
             }
         }
         return process
+    }
+
+    /// The sandbox init, opened once (``InitExecutable``).
+    private func initExecutable() throws(SandboxError) -> InitExecutable {
+        if let found = sandboxInit.withLock({ $0 }) { return found }
+        let found = try InitExecutable.locate()
+        return sandboxInit.withLock { current in
+            if let current {  // another launch found it meanwhile
+                close(found.fd)
+                return current
+            }
+            current = found
+            return found
+        }
     }
 
     /// Whether the policy's filter notifies execve ("no exec after start"), so that the

@@ -28,6 +28,7 @@ import SandboxRuntime
 struct XsbBench {
     static func main() async throws {
         var arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments.first == "host-size" { return try await HostSizeBench.run(arguments: arguments) }
         func option(_ name: String) -> String? {
             guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
             defer { arguments.removeSubrange(index...index + 1) }

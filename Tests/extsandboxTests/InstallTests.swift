@@ -46,7 +46,7 @@ struct InstallTests {
         try #require(install.status == 0, "install failed: \(install.stdout)\n\(install.stderr)")
         let installed = Set(Self.tree(prefix))
         for path in [
-            "bin/extsandbox",
+            "bin/extsandbox", "libexec/extsandbox/xsb-init",
             "share/extsandbox/policies/standard.yaml", "share/extsandbox/policies/restricted.yaml",
             "share/extsandbox/policies/hardened.yaml",
             "share/man/man1/extsandbox.1", "share/man/man1/extsandbox.exec.1", "share/man/man1/extsandbox.policy.1",
@@ -57,6 +57,7 @@ struct InstallTests {
         }
         let manifest = try String(contentsOfFile: prefix + "/share/extsandbox/install-manifest", encoding: .utf8)
         #expect(manifest.contains("file\t") && manifest.contains("\tbin/extsandbox\n"), "\(manifest)")
+        #expect(manifest.contains("\tlibexec/extsandbox/xsb-init\n") && manifest.contains("dir\t-\tlibexec/extsandbox\n"), "\(manifest)")
         #expect(!manifest.contains("\tshare/man/man1\n"), "a directory that existed before is not the install's: \(manifest)")
         let page = try String(contentsOfFile: prefix + "/share/man/man1/extsandbox.1", encoding: .utf8)
         #expect(page.contains(".Nm extsandbox") || page.contains("extsandbox"), "\(page.prefix(300))")
@@ -77,6 +78,15 @@ struct InstallTests {
             #expect(list.stdout.contains("1. \(prefix)/share/extsandbox/policies  (the install's policies)"), "\(list.stdout)")
             #expect(list.stdout.contains("standard    \(prefix)/share/extsandbox/policies/standard.yaml"), "\(list.stdout)")
         }
+        // Its sandboxes' init comes from the prefix too: without it there, the launch fails and
+        // names where it looked (no init of the build tree's, or of another install, is used).
+        let initPath = prefix + "/libexec/extsandbox/xsb-init"
+        try FileManager.default.moveItem(atPath: initPath, toPath: initPath + ".away")
+        let withoutInit = try Self.runFromRoot([cli, "exec", "--", "/bin/true"])
+        try FileManager.default.moveItem(atPath: initPath + ".away", toPath: initPath)
+        #expect(withoutInit.status == 125, "\(withoutInit.stderr)")
+        #expect(withoutInit.stderr.contains("looked for \(prefix)/bin/xsb-init (missing), \(initPath) (missing)"), "\(withoutInit.stderr)")
+
         let version = try Self.runFromRoot([cli, "--version"])
         #expect(version.status == 0)
         #expect(version.stdout.hasPrefix("extsandbox 0.1.0 ("), "\(version.stdout)")
@@ -117,7 +127,7 @@ struct InstallTests {
         let deb = build.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(deb.hasPrefix(output + "/extsandbox_0.1.0_") && deb.hasSuffix(".deb"), "\(deb)")
         let contents = try Fixtures.run(["/usr/bin/dpkg-deb", "--contents", deb])
-        for path in ["./usr/bin/extsandbox", "./usr/share/extsandbox/policies/standard.yaml", "./usr/share/man/man1/extsandbox.1.gz",
+        for path in ["./usr/bin/extsandbox", "./usr/libexec/extsandbox/xsb-init", "./usr/share/extsandbox/policies/standard.yaml", "./usr/share/man/man1/extsandbox.1.gz",
                      "./usr/share/bash-completion/completions/extsandbox", "./usr/share/zsh/vendor-completions/_extsandbox"] {
             #expect(contents.stdout.contains(" \(path)\n"), "\(path) not in the package: \(contents.stdout)")
         }

@@ -1,12 +1,15 @@
 // The C part of extsandbox: the code that runs between clone and exec.
 //
 // Swift prepares every string, array and buffer in an xsb_spawn_config before calling
-// xsb_spawn(); after clone the child only reads that memory and makes raw system calls
-// (no malloc, no locks, no stdio: the parent is a multi-threaded Swift process).
+// xsb_spawn(), which writes it as a launch description (offsets, not pointers) into a sealed
+// memfd, and starts the sandbox init: a small static program of its own (xsb-init), exec'd in
+// the new namespaces straight from a vfork-style clone that shares the supervisor's memory, so
+// nothing of the supervisor's address space (or its fds) is copied into any sandbox.
 //
 // Process layout of one sandbox:
-//   supervisor (Swift, spawner thread) --clone3(new user/mnt/pid/net/ipc/uts ns, pidfd)-->
-//     sandbox init (PID 1 inside): builds the file system, then vforks
+//   supervisor (Swift, spawner thread) --clone3(CLONE_VM|CLONE_VFORK, new user/mnt/pid/net/ipc/uts
+//     ns, pidfd) + execveat(xsb-init)-->
+//     sandbox init (PID 1 inside): reads the description, builds the file system, then vforks
 //       payload: session, fds, rlimits, capabilities, no_new_privs, seccomp, execve
 //     init stays: reaps, reports the payload's exit, stops/continues the whole sandbox; its
 //       receiver thread answers the payload's seccomp notifications (kill, audit, first exec).
@@ -57,6 +60,8 @@ enum xsb_step {
     XSB_STEP_TIMEOUT,
     XSB_STEP_INIT_PRIVACY,
     XSB_STEP_MEMORY_DENY_WRITE_EXECUTE,
+    XSB_STEP_INIT_EXEC,           ///< starting the sandbox init (xsb-init) in the new namespaces
+    XSB_STEP_LAUNCH_DESCRIPTION,  ///< writing or reading the launch description
     XSB_STEP_COUNT
 };
 
@@ -144,6 +149,9 @@ struct xsb_spawn_config {
 
     int cap_last_cap;        ///< from /proc/sys/kernel/cap_last_cap
     int setup_timeout_ms;    ///< how long the parent waits for the payload's exec
+    /// The sandbox init executable (xsb-init), open O_PATH after its checks; the supervisor
+    /// execs it by this fd (execveat), so it cannot be swapped. Not part of the description.
+    int init_fd;
 };
 
 /// Values of xsb_spawn_result.early_violation and of an XSB_MSG_VIOLATION's value besides a
@@ -195,6 +203,20 @@ struct xsb_msg {
     int32_t value2;
     char detail[240];
 };
+
+/// At most this many fds besides stdio for the payload (3, 4, …).
+#define XSB_MAX_EXTRA_FDS 32
+
+/// The supervisor's fds a launch hands to the sandbox init, in the init's order.
+struct xsb_passed_fds {
+    int count;
+    int host[3 + XSB_MAX_EXTRA_FDS + 4];
+};
+
+/// Writes `cfg` as a launch description (offsets, not pointers: see launch_description.c) into
+/// a new sealed memfd (close-on-exec), and lists the fds it refers to. xsb_spawn calls it; tests
+/// use it to feed the init descriptions. Returns 0, or -1 with errno set.
+int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out);
 
 /// Launches one sandbox. Blocks until the payload has exec'd or a step failed.
 /// Must be called from a thread that lives as long as the sandbox (PR_SET_PDEATHSIG is
@@ -249,6 +271,9 @@ int xsb_set_thread_name(const char *name);
 /// groups themselves (setgroups is denied in them), do not carry root's groups. Returns 0 or
 /// an errno.
 int xsb_clear_thread_groups(void);
+
+/// The sandbox init's entry point (the xsb-init executable's main): never returns.
+__attribute__((noreturn)) void xsb_init_run(void);
 
 /// Human-readable name of a step, e.g. "bind mount".
 const char *xsb_step_name(int step);

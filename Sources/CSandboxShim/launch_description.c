@@ -1,0 +1,437 @@
+// The launch description: everything the sandbox init needs to build one sandbox, written by
+// the supervisor into a sealed memfd (xsb_description_create) and read by the exec'd init
+// (xsb_description_load). The init has an address space of its own, so the description holds
+// offsets and lengths, never pointers; the init checks every one of them (bounds, alignment,
+// terminating NULs, counts, known values) before it turns them into the pointers of its own
+// struct xsb_spawn_config, and fails closed, naming what was wrong, on anything unexpected.
+//
+// Layout: one struct xsb_wire_header at offset 0, then the sections it points to (strings
+// NUL-terminated, arrays 8-byte aligned), in any order; nothing points outside the file.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "child.h"
+
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033
+#define F_GET_SEALS 1034
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#define F_SEAL_WRITE 0x0008
+#endif
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
+
+/// "XSBL": a launch description.
+#define XSB_WIRE_MAGIC 0x4c425358u
+/// The largest description the init accepts (the largest real one is a few hundred KiB: a
+/// filter of 65,535 instructions is 512 KiB).
+#define XSB_WIRE_MAX_SIZE (64u << 20)
+/// The seals the init insists on: nobody can change the description after the supervisor wrote it.
+#define XSB_WIRE_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
+
+/// Bytes [offset, offset + length) of the description. A string has its NUL at offset + length.
+struct xsb_wire_span {
+    uint64_t offset, length;
+};
+
+struct xsb_wire_mount {
+    int32_t kind, flags;
+    struct xsb_wire_span source;  ///< a string; for XSB_MOUNT_FILE the file's bytes
+    struct xsb_wire_span target;  ///< a string
+    uint64_t size;
+    uint32_t mode, reserved;
+};
+
+struct xsb_wire_header {
+    uint32_t magic, version;
+    uint64_t size;  ///< of the whole description
+    struct xsb_wire_span path, cwd, hostname;
+    struct xsb_wire_span argv, envp;  ///< arrays of struct xsb_wire_span (strings)
+    struct xsb_wire_span mounts;      ///< array of struct xsb_wire_mount
+    struct xsb_wire_span rlimits;     ///< array of struct xsb_rlimit
+    struct xsb_wire_span bpf;         ///< struct sock_filter[]
+    uint32_t uid_outside, gid_outside, uid_inside, gid_inside;
+    uint64_t tmp_size, shm_size;
+    /// Fds as the init sees them: XSB_INIT_PASSED_FDS + i, or -1.
+    int32_t passed_fd_count;
+    int32_t stdio[3];
+    int32_t extra_fd_count;
+    int32_t extra_fds[XSB_MAX_EXTRA_FDS];
+    int32_t cgroup_tasks_fds[4];
+    int32_t supervise_first_exec, audit, memory_deny_write_execute, controlling_terminal;
+    int32_t cap_last_cap, reserved;
+};
+
+// MARK: - Supervisor side
+
+static uint64_t align8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
+
+/// Appends `length` bytes (and a NUL when `terminate`) at 8-byte alignment; returns their span.
+static struct xsb_wire_span put(char *blob, uint64_t *used, const void *bytes, uint64_t length, int terminate) {
+    struct xsb_wire_span span = {.offset = align8(*used), .length = length};
+    if (length > 0) memcpy(blob + span.offset, bytes, length);
+    if (terminate) blob[span.offset + length] = '\0';
+    *used = span.offset + length + (terminate ? 1 : 0);
+    return span;
+}
+
+static uint64_t string_room(const char *s) { return align8(xsb_string_length(s) + 1); }
+
+static struct xsb_wire_span put_string(char *blob, uint64_t *used, const char *s) {
+    return put(blob, used, s == NULL ? "" : s, xsb_string_length(s), 1);
+}
+
+static size_t count_strings(char *const *list) {
+    size_t n = 0;
+    while (list != NULL && list[n] != NULL) n++;
+    return n;
+}
+
+/// Writes the string array `list` (its spans first, then the strings).
+static struct xsb_wire_span put_strings(char *blob, uint64_t *used, char *const *list) {
+    size_t count = count_strings(list);
+    struct xsb_wire_span array = {.offset = align8(*used), .length = count * sizeof(struct xsb_wire_span)};
+    *used = array.offset + array.length;
+    for (size_t i = 0; i < count; i++) {
+        struct xsb_wire_span s = put_string(blob, used, list[i]);
+        memcpy(blob + array.offset + i * sizeof s, &s, sizeof s);
+    }
+    return array;
+}
+
+/// Where a host fd goes in the init: the next passed slot (or -1 for none).
+static int32_t pass(struct xsb_passed_fds *passed, int host_fd) {
+    if (host_fd < 0) return -1;
+    passed->host[passed->count] = host_fd;
+    return XSB_INIT_PASSED_FDS + passed->count++;
+}
+
+int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out) {
+    *fd_out = -1;
+    passed->count = 0;
+    if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS || cfg->mount_count > (1u << 20) || cfg->rlimit_count > 64) {
+        errno = E2BIG;
+        return -1;
+    }
+    // Room: the header, then each section at 8-byte alignment (strings with their NUL).
+    uint64_t size = align8(sizeof(struct xsb_wire_header));
+    size += string_room(cfg->path) + string_room(cfg->cwd) + string_room(cfg->hostname);
+    char *const *lists[2] = {cfg->argv, cfg->envp};
+    for (int l = 0; l < 2; l++) {
+        size_t n = count_strings(lists[l]);
+        size += align8(n * sizeof(struct xsb_wire_span));
+        for (size_t i = 0; i < n; i++) size += string_room(lists[l][i]);
+    }
+    size += align8(cfg->mount_count * sizeof(struct xsb_wire_mount));
+    for (size_t i = 0; i < cfg->mount_count; i++) {
+        const struct xsb_mount_op *op = &cfg->mounts[i];
+        size += string_room(op->target);
+        size += op->kind == XSB_MOUNT_FILE ? align8(op->size + 1) : string_room(op->source);
+    }
+    size += align8(cfg->rlimit_count * sizeof(struct xsb_rlimit));
+    size += align8(cfg->bpf_instructions * 8);
+    if (size > XSB_WIRE_MAX_SIZE) {
+        errno = E2BIG;
+        return -1;
+    }
+
+    char *blob = calloc(1, size);
+    if (blob == NULL) return -1;
+    struct xsb_wire_header h;
+    memset(&h, 0, sizeof h);
+    uint64_t used = sizeof h;
+    h.magic = XSB_WIRE_MAGIC;
+    h.version = XSB_LAUNCH_FORMAT_VERSION;
+    h.path = put_string(blob, &used, cfg->path);
+    h.cwd = put_string(blob, &used, cfg->cwd);
+    h.hostname = put_string(blob, &used, cfg->hostname);
+    h.argv = put_strings(blob, &used, cfg->argv);
+    h.envp = put_strings(blob, &used, cfg->envp);
+    h.mounts = (struct xsb_wire_span){.offset = align8(used), .length = cfg->mount_count * sizeof(struct xsb_wire_mount)};
+    used = h.mounts.offset + h.mounts.length;
+    for (size_t i = 0; i < cfg->mount_count; i++) {
+        const struct xsb_mount_op *op = &cfg->mounts[i];
+        struct xsb_wire_mount m;
+        memset(&m, 0, sizeof m);
+        m.kind = op->kind;
+        m.flags = op->flags;
+        m.size = op->size;
+        m.mode = op->mode;
+        m.target = put_string(blob, &used, op->target);
+        m.source = op->kind == XSB_MOUNT_FILE ? put(blob, &used, op->source, op->size, 1) : put_string(blob, &used, op->source);
+        memcpy(blob + h.mounts.offset + i * sizeof m, &m, sizeof m);
+    }
+    h.rlimits = put(blob, &used, cfg->rlimits, cfg->rlimit_count * sizeof(struct xsb_rlimit), 0);
+    h.bpf = put(blob, &used, cfg->bpf, cfg->bpf_instructions * 8, 0);
+    h.size = size;
+    h.uid_outside = cfg->uid_outside;
+    h.gid_outside = cfg->gid_outside;
+    h.uid_inside = cfg->uid_inside;
+    h.gid_inside = cfg->gid_inside;
+    h.tmp_size = cfg->tmp_size;
+    h.shm_size = cfg->shm_size;
+    for (int i = 0; i < 3; i++) h.stdio[i] = pass(passed, cfg->stdio[i]);
+    h.extra_fd_count = (int32_t)cfg->extra_fd_count;
+    for (size_t i = 0; i < cfg->extra_fd_count; i++) h.extra_fds[i] = pass(passed, cfg->extra_fds[i]);
+    for (int i = 0; i < 4; i++) h.cgroup_tasks_fds[i] = pass(passed, cfg->cgroup_tasks_fds[i]);
+    h.passed_fd_count = passed->count;
+    h.supervise_first_exec = cfg->supervise_first_exec != 0;
+    h.audit = cfg->audit != 0;
+    h.memory_deny_write_execute = cfg->memory_deny_write_execute != 0;
+    h.controlling_terminal = cfg->controlling_terminal != 0;
+    h.cap_last_cap = cfg->cap_last_cap;
+    memcpy(blob, &h, sizeof h);
+
+    int fd = (int)syscall(SYS_memfd_create, "xsb-launch", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int rc = fd < 0 ? -1 : 0;
+    for (uint64_t done = 0; rc == 0 && done < size;) {
+        ssize_t n = write(fd, blob + done, size - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) rc = -1;
+        else done += (uint64_t)n;
+    }
+    if (rc == 0 && fcntl(fd, F_ADD_SEALS, XSB_WIRE_SEALS) != 0) rc = -1;
+    int saved = errno;
+    free(blob);
+    if (rc != 0) {
+        if (fd >= 0) close(fd);
+        errno = saved;
+        return -1;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+// MARK: - Init side
+
+/// The description's mapping and the private memory its offsets became (for xsb_description_unload).
+static struct {
+    void *address;
+    uint64_t size;
+} mappings[4];
+
+static void remember(void *address, uint64_t size) {
+    for (int i = 0; i < 4; i++) {
+        if (mappings[i].address == NULL) {
+            mappings[i].address = address;
+            mappings[i].size = size;
+            return;
+        }
+    }
+}
+
+void xsb_description_unload(void) {
+    for (int i = 0; i < 4; i++) {
+        if (mappings[i].address != NULL) (void)munmap(mappings[i].address, mappings[i].size);
+        mappings[i].address = NULL;
+    }
+}
+
+/// Why a description was refused: what, for the launch's error message.
+static const char *refusal;
+
+static int refuse(const char *what) {
+    refusal = what;
+    errno = EINVAL;
+    return -1;
+}
+
+/// The span lies inside the description (no overflow in the sum).
+static int inside(const struct xsb_wire_span *span, uint64_t size) {
+    return span->offset <= size && span->length <= size - span->offset;
+}
+
+/// A NUL-terminated string of exactly `length` bytes (no NUL before its end); NULL otherwise.
+static const char *string_at(const char *base, uint64_t size, const struct xsb_wire_span *span) {
+    if (!inside(span, size) || span->length >= size - span->offset) return NULL;  // room for the NUL
+    const char *s = base + span->offset;
+    if (s[span->length] != '\0' || memchr(s, '\0', span->length) != NULL) return NULL;
+    return s;
+}
+
+/// An array of `element`-sized entries: 8-byte aligned, whole entries. Returns the count or -1.
+static int64_t array_at(const struct xsb_wire_span *span, uint64_t size, uint64_t element) {
+    if (!inside(span, size) || span->offset % 8 != 0 || span->length % element != 0) return -1;
+    return (int64_t)(span->length / element);
+}
+
+/// Private memory for what the description's offsets become (pointer arrays, mount ops).
+static void *scratch(uint64_t bytes) {
+    if (bytes == 0) bytes = 1;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    remember(p, bytes);
+    return p;
+}
+
+static int load_strings(const char *base, uint64_t size, const struct xsb_wire_span *span, char ***out, const char *what) {
+    int64_t count = array_at(span, size, sizeof(struct xsb_wire_span));
+    if (count < 0) return refuse(what);
+    char **list = scratch(((uint64_t)count + 1) * sizeof(char *));
+    if (list == NULL) return refuse("memory for the argument and environment lists");
+    for (int64_t i = 0; i < count; i++) {
+        struct xsb_wire_span s;
+        memcpy(&s, base + span->offset + (uint64_t)i * sizeof s, sizeof s);
+        const char *text = string_at(base, size, &s);
+        if (text == NULL) return refuse(what);
+        list[i] = (char *)text;
+    }
+    list[count] = NULL;
+    *out = list;
+    return 0;
+}
+
+/// -1 or a passed fd.
+static int passed_fd(int32_t fd, int32_t passed_count) {
+    return fd == -1 || (fd >= XSB_INIT_PASSED_FDS && fd < XSB_INIT_PASSED_FDS + passed_count);
+}
+
+static int absolute(const char *path) { return path != NULL && path[0] == '/'; }
+
+int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what) {
+    refusal = "launch description";
+    memset(cfg, 0, sizeof *cfg);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        *what = "launch description (fstat)";
+        return -1;
+    }
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (!S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(struct xsb_wire_header) || (uint64_t)st.st_size > XSB_WIRE_MAX_SIZE) {
+        *what = "launch description: not a description (type or size)";
+        errno = EINVAL;
+        return -1;
+    }
+    if (seals < 0 || (seals & XSB_WIRE_SEALS) != XSB_WIRE_SEALS) {
+        *what = "launch description: not sealed";
+        errno = seals < 0 ? errno : EPERM;
+        return -1;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    const char *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (base == MAP_FAILED) {
+        *what = "launch description (mmap)";
+        return -1;
+    }
+    remember((void *)base, size);
+    int rc = 0;
+    struct xsb_wire_header h;
+    memcpy(&h, base, sizeof h);
+    if (h.magic != XSB_WIRE_MAGIC) rc = refuse("launch description: bad magic");
+    else if (h.version != XSB_LAUNCH_FORMAT_VERSION)
+        rc = refuse("launch description: another version (the sandbox init and the supervisor come from different builds)");
+    else if (h.size != size) rc = refuse("launch description: size");
+    if (rc == 0) {
+        cfg->path = string_at(base, size, &h.path);
+        cfg->cwd = string_at(base, size, &h.cwd);
+        cfg->hostname = string_at(base, size, &h.hostname);
+        if (!absolute(cfg->path)) rc = refuse("launch description: program path");
+        else if (!absolute(cfg->cwd)) rc = refuse("launch description: working directory");
+        else if (cfg->hostname == NULL || h.hostname.length == 0 || h.hostname.length > 64) rc = refuse("launch description: hostname");
+    }
+    char **argv = NULL, **envp = NULL;
+    if (rc == 0) rc = load_strings(base, size, &h.argv, &argv, "launch description: arguments");
+    if (rc == 0 && argv[0] == NULL) rc = refuse("launch description: no arguments (argv[0])");
+    if (rc == 0) rc = load_strings(base, size, &h.envp, &envp, "launch description: environment");
+    cfg->argv = argv;
+    cfg->envp = envp;
+
+    int64_t mounts = rc == 0 ? array_at(&h.mounts, size, sizeof(struct xsb_wire_mount)) : -1;
+    struct xsb_mount_op *ops = NULL;
+    if (rc == 0 && mounts < 0) rc = refuse("launch description: mount list");
+    if (rc == 0 && (ops = scratch((uint64_t)mounts * sizeof *ops)) == NULL) rc = refuse("memory for the mount list");
+    for (int64_t i = 0; rc == 0 && i < mounts; i++) {
+        struct xsb_wire_mount m;
+        memcpy(&m, base + h.mounts.offset + (uint64_t)i * sizeof m, sizeof m);
+        struct xsb_mount_op *op = &ops[i];
+        op->kind = m.kind;
+        op->flags = m.flags;
+        op->size = m.size;
+        op->mode = m.mode;
+        op->target = string_at(base, size, &m.target);
+        if (!absolute(op->target)) rc = refuse("launch description: a mount's target");
+        else if ((m.flags & ~(XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DIRECTORY | XSB_MOUNT_F_DEVICE)) != 0 || (m.mode & ~07777u) != 0)
+            rc = refuse("launch description: a mount's flags or mode");
+        else if (m.kind == XSB_MOUNT_FILE) {
+            // The file's bytes: any bytes, `size` of them, NUL after them.
+            if (m.source.length != m.size || !inside(&m.source, size) || m.source.length >= size - m.source.offset)
+                rc = refuse("launch description: a file's contents");
+            else op->source = base + m.source.offset;
+        } else if (m.kind == XSB_MOUNT_BIND || m.kind == XSB_MOUNT_SYMLINK || m.kind == XSB_MOUNT_TMPFS || m.kind == XSB_MOUNT_MASK) {
+            op->source = string_at(base, size, &m.source);
+            if (op->source == NULL || (m.kind == XSB_MOUNT_BIND && !absolute(op->source)) || (m.kind == XSB_MOUNT_SYMLINK && m.source.length == 0))
+                rc = refuse("launch description: a mount's source");
+        } else {
+            rc = refuse("launch description: a mount's kind");
+        }
+    }
+    cfg->mounts = ops;
+    cfg->mount_count = mounts > 0 ? (size_t)mounts : 0;
+
+    int64_t rlimits = rc == 0 ? array_at(&h.rlimits, size, sizeof(struct xsb_rlimit)) : -1;
+    if (rc == 0 && rlimits < 0) rc = refuse("launch description: resource limits");
+    for (int64_t i = 0; rc == 0 && i < rlimits; i++) {
+        const struct xsb_rlimit *limit = (const struct xsb_rlimit *)(base + h.rlimits.offset) + i;
+        if (limit->resource < 0 || limit->resource >= RLIMIT_NLIMITS || limit->soft > limit->hard)
+            rc = refuse("launch description: a resource limit");
+    }
+    if (rc == 0) {
+        cfg->rlimits = (const struct xsb_rlimit *)(base + h.rlimits.offset);
+        cfg->rlimit_count = (size_t)rlimits;
+    }
+
+    int64_t instructions = rc == 0 ? array_at(&h.bpf, size, 8) : -1;
+    if (rc == 0 && (instructions < 1 || instructions > 0xffff)) rc = refuse("launch description: seccomp filter");
+    if (rc == 0) {
+        cfg->bpf = base + h.bpf.offset;
+        cfg->bpf_instructions = (size_t)instructions;
+    }
+
+    if (rc == 0) {
+        int ok = h.passed_fd_count >= 0 && h.passed_fd_count <= 3 + XSB_MAX_EXTRA_FDS + 4 &&
+                 h.extra_fd_count >= 0 && h.extra_fd_count <= XSB_MAX_EXTRA_FDS;
+        for (int i = 0; ok && i < 3; i++) ok = passed_fd(h.stdio[i], h.passed_fd_count);
+        for (int i = 0; ok && i < h.extra_fd_count; i++) ok = h.extra_fds[i] != -1 && passed_fd(h.extra_fds[i], h.passed_fd_count);
+        for (int i = 0; ok && i < 4; i++) ok = passed_fd(h.cgroup_tasks_fds[i], h.passed_fd_count);
+        if (!ok) rc = refuse("launch description: file descriptors");
+    }
+    if (rc == 0 && ((h.supervise_first_exec | h.audit | h.memory_deny_write_execute | h.controlling_terminal) & ~1) != 0)
+        rc = refuse("launch description: flags");
+    if (rc == 0 && (h.cap_last_cap < 0 || h.cap_last_cap > 63)) rc = refuse("launch description: cap_last_cap");
+    if (rc != 0) {
+        *what = refusal;
+        return -1;
+    }
+    cfg->uid_outside = h.uid_outside;
+    cfg->gid_outside = h.gid_outside;
+    cfg->uid_inside = h.uid_inside;
+    cfg->gid_inside = h.gid_inside;
+    cfg->tmp_size = h.tmp_size;
+    cfg->shm_size = h.shm_size;
+    for (int i = 0; i < 3; i++) cfg->stdio[i] = h.stdio[i];
+    static int extra[XSB_MAX_EXTRA_FDS];
+    for (int i = 0; i < h.extra_fd_count; i++) extra[i] = h.extra_fds[i];
+    cfg->extra_fds = extra;
+    cfg->extra_fd_count = (size_t)h.extra_fd_count;
+    for (int i = 0; i < 4; i++) cfg->cgroup_tasks_fds[i] = h.cgroup_tasks_fds[i];
+    cfg->cgroup_directory_fd = -1;
+    cfg->init_fd = -1;
+    cfg->supervise_first_exec = h.supervise_first_exec;
+    cfg->audit = h.audit;
+    cfg->memory_deny_write_execute = h.memory_deny_write_execute;
+    cfg->controlling_terminal = h.controlling_terminal;
+    cfg->cap_last_cap = h.cap_last_cap;
+    return 0;
+}
