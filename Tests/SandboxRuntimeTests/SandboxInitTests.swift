@@ -11,7 +11,7 @@ import Testing
 /// checked like a policy, exec'd by fd, fed a launch description it checks before it uses.
 @Suite("Sandbox init")
 struct SandboxInitTests {
-    static var initPath: String { Fixtures.productsDirectory + "/xsb-init" }
+    static var initPath: String { TestPaths.product("xsb-init") }
 
     /// `key: value` of /proc/PID/status.
     static func status(_ pid: pid_t, _ key: String) -> String? {
