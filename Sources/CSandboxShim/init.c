@@ -384,6 +384,10 @@ void xsb_init_run(void) {
     // Capabilities stay (uid 0 of this namespace is unmapped, so no root-to-user transition).
     if (syscall(SYS_setresgid, cfg->gid_inside, cfg->gid_inside, cfg->gid_inside) != 0) die(control_fd, XSB_STEP_USERNS_MAP, errno, "setresgid");
     if (syscall(SYS_setresuid, cfg->uid_inside, cfg->uid_inside, cfg->uid_inside) != 0) die(control_fd, XSB_STEP_USERNS_MAP, errno, "setresuid");
+    // A change of the effective ids (a root caller's: host uid 0 to 65534) clears the
+    // parent-death signal: set it again. (Had the supervisor died in between, the control
+    // socket's hang-up ends the sandbox in serve().)
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) die(control_fd, XSB_STEP_PARENT_DEATH_SIGNAL, errno, "prctl");
     // Non-dumpable before anything of the sandbox runs: the program inside cannot read the
     // init's memory or take its fds (the control socket, the listener) through /proc. Not
     // before GO: the supervisor writes our /proc/PID/uid_map, which non-dumpable would make
