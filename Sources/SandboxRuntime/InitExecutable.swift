@@ -59,7 +59,7 @@ struct InitExecutable: Sendable {
                 continue
             } catch {
                 throw SandboxError(
-                    step: .launch(code: Int32(XSB_STEP_INIT_EXEC.rawValue)), errorNumber: EACCES,
+                    step: .initExec, errorNumber: EACCES,
                     detail: "cannot use the sandbox init \(path): \(describe(error)); \(rule)")
             }
             let mode = opened.info.st_mode
@@ -74,13 +74,13 @@ struct InitExecutable: Sendable {
             if let problem {
                 close(opened.fd)
                 throw SandboxError(
-                    step: .launch(code: Int32(XSB_STEP_INIT_EXEC.rawValue)), errorNumber: EACCES,
+                    step: .initExec, errorNumber: EACCES,
                     detail: "cannot use the sandbox init \(opened.path): it \(problem)")
             }
             return InitExecutable(fd: opened.fd, path: opened.path)
         }
         throw SandboxError(
-            step: .launch(code: Int32(XSB_STEP_INIT_EXEC.rawValue)), errorNumber: ENOENT,
+            step: .initExec, errorNumber: ENOENT,
             detail: "the sandbox init (\(name)) was not found; looked for \(tried.joined(separator: ", ")). "
                 + "Build it with the package (`swift build --product \(name)`: it must sit next to the executable), "
                 + "install extsandbox (scripts/install puts it in PREFIX/\(installSubdirectory)), or set \(variable) to its path")

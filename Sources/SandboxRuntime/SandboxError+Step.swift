@@ -73,6 +73,10 @@ extension SandboxError {
         case initPrivacy
         /// `PR_SET_MDWE`, memory-deny-write-execute.
         case memoryDenyWriteExecute
+        /// Starting the sandbox init (`xsb-init`, exec'd by fd) in the new namespaces.
+        case initExec
+        /// Writing (supervisor) or reading and checking (init) the launch description.
+        case launchDescription
         /// A step the C side reported that this code has no case for: its `xsb_step` value.
         case unknown(Int32)
         /// Compiling the policy's seccomp filter.
@@ -100,6 +104,7 @@ extension SandboxError {
             (XSB_STEP_NO_NEW_PRIVS, .noNewPrivs), (XSB_STEP_SECCOMP, .seccomp), (XSB_STEP_EXEC, .exec),
             (XSB_STEP_TIMEOUT, .timeout), (XSB_STEP_INIT_PRIVACY, .initPrivacy),
             (XSB_STEP_MEMORY_DENY_WRITE_EXECUTE, .memoryDenyWriteExecute),
+            (XSB_STEP_INIT_EXEC, .initExec), (XSB_STEP_LAUNCH_DESCRIPTION, .launchDescription),
         ]
 
         /// The step a C launch reports (`xsb_spawn_result.failed_step`, an `enum xsb_step`):

@@ -54,6 +54,9 @@ enum ErrorAdvice {
             return "`extsandbox policy check` the policy; a filter the kernel refuses is a bug worth reporting"
         case .resourceLimit:
             return "the policy's limits exceed your hard limits (ulimit -H -a); lower them in the policy"
+        case .initExec:
+            return "the sandbox init xsb-init must sit next to extsandbox or in PREFIX/libexec/extsandbox, owned by root "
+                + "and not writable by others (scripts/install puts it there), or be named by EXTSANDBOX_INIT"
         default:
             return "`extsandbox exec --verbose` shows the sandbox's lifecycle; docs/architecture.md describes each launch step"
         }
