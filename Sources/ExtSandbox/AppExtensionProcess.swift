@@ -215,7 +215,9 @@ extension ExtensionProcessCore {
         } catch {
             close(hostFD)
             close(extensionFD)
-            throw (error as? SandboxError).map(ExtensionError.sandboxFailed) ?? ExtensionError.launchFailed("\(error)")
+            // The runtime throws SandboxError only; anything else goes on as it is.
+            guard let error = error as? SandboxError else { throw error }
+            throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
         }
         close(extensionFD)
         let control = FrameSocket(descriptor: hostFD)
@@ -237,26 +239,32 @@ extension ExtensionProcessCore {
     /// READY on the control socket, or the process's end, or the timeout: whichever comes first.
     /// The READY must carry `identifier`: the one the extension was launched as.
     private static func waitForReady(control: FrameSocket, sandbox: SandboxedProcess, timeout: Duration, identifier: String) async throws {
-        enum Outcome: Sendable { case ready, ended(Termination), timedOut, closed, broken(String), mismatch(String) }
+        enum Outcome: Sendable { case ready, ended(Termination), timedOut, closed, broken(WireError), mismatch(String) }
         let once = OnceContinuation<Outcome>()
         let monitor = Supervisor.shared.monitor
         try control.setNonBlocking(true)
         let reader = UncheckedBox(control)
         let token = try monitor.add(fd: control.descriptor, events: EventMonitor.readable) { _ in
             while true {
-                do {
+                do throws(WireError) {
                     switch try reader.value.tryReceive() {
                     case .wouldBlock: return
                     case .closed: once.resume(.closed); return
                     case .frame(let frame):
                         frame.closeFDs()
-                        guard frame.kind == .ready else { once.resume(.broken("expected READY, got \(frame.kind)")); return }
+                        guard frame.kind == .ready else {
+                            once.resume(.broken(.unexpectedFrame(kind: frame.kind, reason: "the launch expects READY")))
+                            return
+                        }
                         let said = String(decoding: frame.payload, as: UTF8.self)
                         once.resume(said == identifier ? .ready : .mismatch(said))
                         return
                     }
+                } catch .connectionClosed {
+                    once.resume(.closed)
+                    return
                 } catch {
-                    once.resume(.broken("\(error)"))
+                    once.resume(.broken(error))
                     return
                 }
             }
@@ -283,8 +291,8 @@ extension ExtensionProcessCore {
             let termination = await exit.value
             waiters.forEach { $0.cancel() }
             if let termination { throw ExtensionError.endedBeforeReady(termination) }
-            throw ExtensionError.launchFailed("the extension closed its control socket before it was ready")
-        case .broken(let why): throw ExtensionError.launchFailed(why)
+            throw ExtensionError.connectionClosed(detail: "the extension closed its control socket before it was ready")
+        case .broken(let error): throw ExtensionError.protocolError(error)
         case .mismatch(let said): throw DiscoveryError.identifierMismatch(expected: identifier, actual: said)
         }
     }

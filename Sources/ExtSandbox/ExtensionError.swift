@@ -1,13 +1,14 @@
 import ExtSandboxWire
+import SandboxPolicy
 import SandboxRuntime
 
 /// Why an extension operation failed.
 public enum ExtensionError: Error, Sendable, CustomStringConvertible {
-    /// The extension could not be launched (its policy or executable could not be loaded, or it
-    /// broke the launch protocol); nothing ran, or what ran was killed.
-    case launchFailed(String)
-    /// The sandbox could not be set up: the runtime's typed cause (the step, the `errno`).
-    /// Nothing ran.
+    /// The policy of the point's security level (`securityLevel`, a name or a path) could not
+    /// be found, trusted, loaded or compiled: `error` names the file and line. Nothing ran.
+    case policyFailed(securityLevel: String, error: PolicyError)
+    /// The sandbox could not be set up, or the executable could not be read: the runtime's
+    /// typed cause (the step, the `errno`). Nothing ran.
     case sandboxFailed(SandboxError)
     /// The extension exited before it said it was ready.
     case endedBeforeReady(Termination)
@@ -21,8 +22,8 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     case invalidated
     /// The connection closed (the extension closed it, or its process ended: `detail` says).
     case connectionClosed(detail: String)
-    /// The extension broke the wire protocol (docs/wire-protocol.md §9), or the connection's
-    /// socket failed: the typed cause. The connection is closed; its pending requests failed
+    /// The extension broke the wire protocol (docs/wire-protocol.md §9: on a connection, or on
+    /// the control socket before READY), or the socket failed: the typed cause. The connection is closed; its pending requests failed
     /// with this error.
     case protocolError(WireError)
     /// The request's task was cancelled.
@@ -41,7 +42,7 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .launchFailed(let why): return "the extension could not be launched: \(why)"
+        case .policyFailed(let level, let error): return "the extension could not be launched: policy \(level): \(error)"
         case .sandboxFailed(let error): return "the extension could not be launched: \(error)"
         case .endedBeforeReady(let termination): return "the extension ended before it was ready: \(termination)"
         case .notReadyInTime: return "the extension did not become ready in time"
@@ -60,10 +61,11 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
         }
     }
 
-    /// The typed error this one wraps, if any: the ``SandboxError`` of a launch, the
-    /// ``WireError`` of a connection.
+    /// The typed error this one wraps, if any: the ``PolicyError`` or ``SandboxError`` of a
+    /// launch, the ``WireError`` of a connection.
     public var underlying: (any Error)? {
         switch self {
+        case .policyFailed(_, let error): return error
         case .sandboxFailed(let error): return error
         case .protocolError(let error): return error
         default: return nil
@@ -72,12 +74,28 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
 
     /// A failure on a connection's socket as the host reports it: the extension's close as
     /// ``connectionClosed(detail:)``, any other ``WireError`` typed (``protocolError(_:)``).
+    static func wire(_ error: WireError) -> ExtensionError {
+        error == .connectionClosed ? .connectionClosed(detail: "the extension closed the connection") : .protocolError(error)
+    }
+
+    /// ``wire(_:)`` for an error caught untyped (in a closure): the socket's calls throw
+    /// ``WireError`` only, and an ``ExtensionError`` passes through; anything else (nothing
+    /// today) would close the connection with its description.
     static func wire(_ error: any Error) -> ExtensionError {
         switch error {
-        case WireError.connectionClosed: return .connectionClosed(detail: "the extension closed the connection")
-        case let wire as WireError: return .protocolError(wire)
+        case let wire as WireError: return .wire(wire)
         case let extensionError as ExtensionError: return extensionError
         default: return .connectionClosed(detail: "\(error)")
         }
+    }
+
+    /// A launch the runtime refused, as the host reports it: a policy that could not be
+    /// compiled as ``policyFailed(securityLevel:error:)`` (as one that could not be loaded is),
+    /// any other failure as ``sandboxFailed(_:)``.
+    static func launch(_ error: SandboxError, securityLevel: String) -> ExtensionError {
+        if error.step == .policy, let policyError = error.policyError {
+            return .policyFailed(securityLevel: securityLevel, error: policyError)
+        }
+        return .sandboxFailed(error)
     }
 }

@@ -236,14 +236,16 @@ final class ExtensionProcessCore: Sendable {
                 }
                 // An interruption from now on fails the handshake with its reason.
                 state.slots[connectionID]?.connection.connection = connection
-                do {
+                do throws(WireError) {
                     // enqueue takes the fd; a control socket that does not drain means an
                     // extension that does not accept: refuse rather than block the host.
                     try control.enqueue(.connect(id: connectionID, descriptor: extensionFD))
                     if control.hasPendingOutput { return .failed(.connectionClosed(detail: "the extension is not accepting connections")) }
                     return nil
+                } catch .connectionClosed {
+                    return .failed(.connectionClosed(detail: "the extension closed its control socket"))
                 } catch {
-                    return .failed(.connectionClosed(detail: "\(error)"))
+                    return .failed(.protocolError(error))
                 }
             }
             switch refusal {

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SandboxRuntime
 
 /// What must be the same for a new handle to share a running extension process: the identity
 /// (identifier, executable path, arguments, point), the executable file itself, and the resolved
@@ -26,7 +27,7 @@ struct ProcessReuseKey: Sendable, Equatable {
         do {
             policy = try PolicyLoader.load(nameOrPath: identity.point.securityLevel, searchPath: searchPath)
         } catch {
-            throw ExtensionError.launchFailed("policy \(identity.point.securityLevel): \(error)")
+            throw ExtensionError.policyFailed(securityLevel: identity.point.securityLevel, error: error)
         }
         executable = try ExecutableFileIdentity(path: identity.executablePath)
     }
@@ -45,7 +46,8 @@ struct ExecutableFileIdentity: Sendable, Equatable {
     init(path: String) throws {
         var info = stat()
         guard stat(path, &info) == 0 else {
-            throw ExtensionError.launchFailed("the executable \(path) cannot be read: stat: \(String(cString: strerror(errno)))")
+            throw ExtensionError.sandboxFailed(
+                SandboxError(step: .exec, errorNumber: errno, detail: "the executable \(path) cannot be read (stat)"))
         }
         device = UInt64(info.st_dev)
         inode = UInt64(info.st_ino)

@@ -1,3 +1,4 @@
+import ExtSandbox
 import ExtensionCatalog
 import SandboxPolicy
 import SandboxRuntime
@@ -59,6 +60,15 @@ enum ErrorAdvice {
                 + "and not writable by others (scripts/install puts it there), or be named by EXTSANDBOX_INIT"
         default:
             return "`extsandbox exec --verbose` shows the sandbox's lifecycle; docs/architecture.md describes each launch step"
+        }
+    }
+
+    /// For an extension that could not be launched: its policy's advice, or its failed step's.
+    static func extensionLaunch(_ error: any Error) -> String? {
+        switch error {
+        case ExtensionError.policyFailed(let level, let policyError): return policy(policyError, nameOrPath: level)
+        case ExtensionError.sandboxFailed(let sandboxError): return launch(sandboxError)
+        default: return nil
         }
     }
 

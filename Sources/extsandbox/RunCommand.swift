@@ -83,7 +83,7 @@ struct RunCommand: AsyncParsableCommand {
             session = try await RunSession(target: target, onEvent: onEvent)
         } catch {
             target.close()
-            printError("cannot launch \(identifier): \(error)")
+            printError("cannot launch \(identifier): \(error)", hint: ErrorAdvice.extensionLaunch(error))
             throw ExitCode(125)
         }
         if interactive || verbose {

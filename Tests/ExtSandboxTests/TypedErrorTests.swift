@@ -1,6 +1,8 @@
 import ExtSandbox
+import ExtSandboxWire
 import Foundation
 import Glibc
+import SandboxPolicy
 import SandboxRuntime
 import Testing
 
@@ -24,9 +26,64 @@ struct TypedErrorTests {
             process.invalidate()
             Issue.record("a non-executable file was launched")
         } catch ExtensionError.sandboxFailed(let error) {
+            #expect(error.step == .exec, "\(error)")
             #expect(error.errorNumber == EACCES, "\(error)")
         } catch let error as ExtensionError {
             Issue.record("not the typed sandbox error: \(error)")
+        }
+    }
+
+    @Test("a launch whose policy file is broken throws the PolicyError, naming the file and line")
+    func policyErrorKept() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-typed-\(UUID().uuidString)").path
+        #expect(mkdir(directory, 0o755) == 0)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let policyFile = directory + "/broken.yaml"
+        // The seccomp section has no `default:` (line 3 is its first entry).
+        #expect(FileManager.default.createFile(atPath: policyFile, contents: Data("version: 1\nseccomp:\n  allow: [\"@default\"]\n".utf8)))
+        let identity = AppExtensionIdentity.developmentOnly(
+            bundleIdentifier: "typed-\(UUID().uuidString)", executablePath: HostFixtures.productsDirectory + "/xsb-echo-extension",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: policyFile))
+        do {
+            let process = try await AppExtensionProcess(configuration: .init(identity: identity))
+            process.invalidate()
+            Issue.record("an extension was launched under a broken policy")
+        } catch let failure as ExtensionError {
+            guard case .policyFailed(let level, let error) = failure else {
+                Issue.record("not the typed policy error: \(failure)")
+                return
+            }
+            #expect(level == policyFile)
+            #expect(error.file == policyFile, "\(error)")
+            #expect(error.line == 3, "\(error)")
+            #expect(failure.underlying as? PolicyError == error)
+            #expect("\(failure)".hasPrefix("the extension could not be launched: policy \(policyFile): \(policyFile):3"), "\(failure)")
+        }
+    }
+
+    /// The extension's first frame on its control socket must be READY (docs/wire-protocol.md
+    /// §7); anything else is a protocol error, reported as the typed WireError (§9).
+    @Test("a protocol error before READY throws the typed WireError", arguments: [
+        ("a request", #"os.write(3, struct.pack(">IBBHIQ", 16, 2, 0, 0, 0, 1))"#),
+        ("an oversized frame", #"os.write(3, struct.pack(">I", 0xFFFFFFF0) + bytes(16))"#),
+    ])
+    func protocolErrorBeforeReady(label: String, send: String) async throws {
+        let script = "import os, struct, time\n\(send)\ntime.sleep(30)\n"
+        let identity = AppExtensionIdentity.developmentOnly(
+            bundleIdentifier: "typed-\(UUID().uuidString)", executablePath: "/usr/bin/python3",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/standard.yaml"),
+            arguments: ["-c", script])
+        do {
+            let process = try await AppExtensionProcess(configuration: .init(identity: identity))
+            process.invalidate()
+            Issue.record("\(label) was taken for READY")
+        } catch let failure as ExtensionError {
+            switch failure {
+            case .protocolError(.unexpectedFrame(kind: .request, _)) where label == "a request": break
+            case .protocolError(.frameTooLarge) where label == "an oversized frame": break
+            default: Issue.record("\(label): not the typed WireError expected: \(failure)")
+            }
+            #expect(failure.underlying is WireError)
         }
     }
 }
