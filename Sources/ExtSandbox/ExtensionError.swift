@@ -42,7 +42,9 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .policyFailed(let level, let error): return "the extension could not be launched: policy \(level): \(error)"
+        case .policyFailed(let level, let error):
+            // A level given as a path is the file the error names already.
+            return "the extension could not be launched: policy " + (error.file == level ? "" : "\(level): ") + "\(error)"
         case .sandboxFailed(let error): return "the extension could not be launched: \(error)"
         case .endedBeforeReady(let termination): return "the extension ended before it was ready: \(termination)"
         case .notReadyInTime: return "the extension did not become ready in time"

@@ -57,7 +57,7 @@ struct TypedErrorTests {
             #expect(error.file == policyFile, "\(error)")
             #expect(error.line == 3, "\(error)")
             #expect(failure.underlying as? PolicyError == error)
-            #expect("\(failure)".hasPrefix("the extension could not be launched: policy \(policyFile): \(policyFile):3"), "\(failure)")
+            #expect("\(failure)".hasPrefix("the extension could not be launched: policy \(policyFile):3:"), "\(failure)")
         }
     }
 

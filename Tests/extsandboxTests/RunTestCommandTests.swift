@@ -95,6 +95,20 @@ struct RunTestCommandTests {
         #expect(try bundles.run(["run", "--send", "x"]).status == 64)  // usage
     }
 
+    /// The host API keeps a broken policy's PolicyError (ExtensionError.policyFailed): `run`
+    /// names its file and line, and gives the policy's advice.
+    @Test func runWithABrokenPolicyNamesItsLineAndAdvises() throws {
+        let bundles = try Bundles()
+        let bundle = try bundles.echo()
+        let policy = bundles.development + "/broken.yaml"
+        // The seccomp section has no `default:` (line 3 is its first entry).
+        #expect(FileManager.default.createFile(atPath: policy, contents: Data("version: 1\nseccomp:\n  allow: [\"@default\"]\n".utf8)))
+        let result = try bundles.run(["run", bundle, "--policy", policy, "--send", "x"])
+        #expect(result.status == 125)
+        #expect(result.stderr.contains("could not be launched: policy \(policy):3:"), "\(result.stderr)")
+        #expect(result.stderr.contains("hint: `extsandbox policy check \(policy)` lists every problem"), "\(result.stderr)")
+    }
+
     @Test func runByIdentifierRunsOnlyWhatItsHostWouldRun() throws {
         let bundles = try Bundles()
         let world = bundles.world
