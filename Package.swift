@@ -46,30 +46,34 @@ let package = Package(
             name: "xsb-init", dependencies: ["CSandboxShim"], path: "Sources/xsb-init",
             linkerSettings: [.unsafeFlags(["-nostartfiles", "-static-executable"])]),
 
+        // The OS layer the policy loader, the runtime, the catalog and the CLI share: an owned
+        // file descriptor (closed exactly once), the trusted-path walk, plain file and path helpers.
+        .target(name: "SandboxSystem"),
+
         // Policy files: parse (YAML), validate, resolve syscall groups, compile to BPF.
         .target(
             name: "SandboxPolicy",
-            dependencies: ["CSeccomp", "CYAML"]),
+            dependencies: ["CSeccomp", "CYAML", "SandboxSystem"]),
 
         // What the CLI (and fuzzing) does with policies beyond loading them: the Docker profile
         // importer, the `policy show` report, the binary cache entry format.
-        .target(name: "PolicyTools", dependencies: ["SandboxPolicy"]),
+        .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem"]),
 
         // The host/extension wire protocol: frames, envelope, handshake (docs/wire-protocol.md).
         .target(name: "ExtSandboxWire"),
 
         // Spawn and supervise: namespaces, mounts, capabilities, limits, seccomp, pidfds.
-        .target(name: "SandboxRuntime", dependencies: ["CSandboxShim", "CSeccomp", "SandboxPolicy"]),
+        .target(name: "SandboxRuntime", dependencies: ["CSandboxShim", "CSeccomp", "SandboxPolicy", "SandboxSystem"]),
 
         // Release builds use `swift build --static-swift-stdlib` (scripts/): loading libswiftCore
         // and Foundation dynamically costs more per `extsandbox exec` than the sandbox itself.
         // Extension bundles, point declarations, the owner's approvals (docs/extensions.md):
         // Foundation-free, for the CLI and the host API alike.
-        .target(name: "ExtensionCatalog", dependencies: ["SandboxPolicy", "CCrypto"]),
+        .target(name: "ExtensionCatalog", dependencies: ["SandboxPolicy", "SandboxSystem", "CCrypto"]),
 
         // The host API: extension points, identities, processes, connections, discovery.
         .target(name: "ExtSandbox", dependencies: [
-            "SandboxRuntime", "SandboxPolicy", "ExtSandboxWire", "ExtensionCatalog",
+            "SandboxRuntime", "SandboxPolicy", "SandboxSystem", "ExtSandboxWire", "ExtensionCatalog",
             .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
         ]),
 
@@ -79,7 +83,7 @@ let package = Package(
         .executableTarget(
             name: "extsandbox",
             dependencies: [
-                "SandboxRuntime", "SandboxPolicy", "PolicyTools", "CBuildInfo", "ExtensionCatalog",
+                "SandboxRuntime", "SandboxPolicy", "SandboxSystem", "PolicyTools", "CBuildInfo", "ExtensionCatalog",
                 // `run` and `test` launch extensions on the host API's own path (docs/cli.md).
                 "ExtSandbox",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -88,7 +92,7 @@ let package = Package(
         .target(name: "CBuildInfo"),
 
         // Launch benchmarks against bubblewrap and a bare spawn (scripts/bench).
-        .executableTarget(name: "xsb-bench", dependencies: ["SandboxRuntime", "SandboxPolicy", "ExtSandbox", "ExtensionCatalog"]),
+        .executableTarget(name: "xsb-bench", dependencies: ["SandboxRuntime", "SandboxPolicy", "SandboxSystem", "ExtSandbox", "ExtensionCatalog"]),
         .executableTarget(name: "xsb-pingpong", path: "Sources/xsb-pingpong"),
 
         // The README's demo: a host and a sandboxed extension (Examples/).
@@ -109,6 +113,7 @@ let package = Package(
             name: "xsb-probe", path: "Tests/Fixtures/xsb-probe",
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
+        .testTarget(name: "SandboxSystemTests", dependencies: ["SandboxSystem"]),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
         .testTarget(name: "PolicyToolsTests", dependencies: ["PolicyTools", "SandboxPolicy", "TestSupport"]),
         .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire", "TestSupport"]),
@@ -134,7 +139,7 @@ let package = Package(
             dependencies: ["ExtSandbox", "SandboxRuntime", "SandboxPolicy", "TestSupport", "xsb-bench", "xsb-init"]),
         .testTarget(
             name: "SandboxRuntimeTests",
-            dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport", "xsb-init"]),
+            dependencies: ["SandboxRuntime", "SandboxPolicy", "SandboxSystem", "xsb-probe", "extsandbox", "TestSupport", "xsb-init"]),
         // The SDK's runtime, driven over the wire through the echo fixture built with it (a static
         // executable: `swift build --build-tests` builds it; depending on it would link it in here).
         .testTarget(

@@ -2,6 +2,7 @@ import ExtensionCatalog
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// The host as discovery sees it: its identifier, its bundle (whose `Extensions/` holds the
 /// extensions it ships) and where installed extensions and the owner's approvals live.

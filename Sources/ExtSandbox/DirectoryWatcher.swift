@@ -1,6 +1,7 @@
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 /// Directories watched with inotify, read on the supervisor's epoll thread (no thread of its

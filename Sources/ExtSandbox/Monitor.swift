@@ -3,6 +3,7 @@ import ExtensionCatalog
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 import Synchronization
 
 extension AppExtensionPoint {

@@ -1,5 +1,6 @@
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// The owner's choices: which external extensions are approved (pinned to the SHA-256 of their
 /// executable and manifest) and which extensions are disabled.

@@ -1,5 +1,6 @@
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// Where a bundle was found.
 public enum ExtensionOrigin: Sendable, Hashable {

@@ -1,5 +1,6 @@
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// Where extensions, point declarations and the owner's approvals live (docs/extensions.md).
 ///

@@ -1,4 +1,5 @@
 import SandboxPolicy
+import SandboxSystem
 
 /// An extension point as a host declares it (the Swift definition's data, and one entry of the
 /// host's declaration file): a reverse-DNS name, whether its extensions have a user interface,

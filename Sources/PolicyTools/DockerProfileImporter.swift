@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// Converts a Docker/OCI seccomp profile (the JSON that `docker run --security-opt seccomp=FILE`
 /// and containerd take) into an extsandbox policy file, for `extsandbox policy import-docker`.

@@ -1,4 +1,5 @@
 import Glibc
+import SandboxSystem
 
 /// Reads policy files into ``Policy`` values.
 ///

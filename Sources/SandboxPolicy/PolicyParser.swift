@@ -1,4 +1,5 @@
 import CSeccomp
+import SandboxSystem
 
 /// Parses and validates one policy file (format version 1) into a ``PolicyLayer``,
 /// reporting every problem it can find with its line and column.

@@ -1,5 +1,6 @@
 import Glibc
 import CSeccomp
+import SandboxSystem
 
 /// Everything outside a policy's text that decided what ``PolicyLoader`` made of it: which files
 /// it read (with their exact bytes), how each `extends:`/`include:` *name* resolved along the

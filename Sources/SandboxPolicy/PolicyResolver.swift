@@ -1,4 +1,5 @@
 import Glibc
+import SandboxSystem
 
 /// Follows `extends:` and `include:`, merges the files into one policy, and checks what can only
 /// be checked on the whole (the default action, execve, dangerous system calls, rules against

@@ -1,4 +1,5 @@
 import Glibc
+import SandboxSystem
 
 /// Where policies are looked up by name: directories in increasing precedence (the last
 /// directory that has `NAME.yaml` wins, so an admin's copy in `/etc` overrides the shipped one).
@@ -107,7 +108,7 @@ public struct PolicySearchPath: Sendable, Equatable {
             defer { directory.close() }
             for file in Self.names(in: directory).sorted() where file.hasSuffix(".yaml") && !file.hasPrefix(".") {
                 var info = stat()
-                guard fstatat(directory.fd, file, &info, 0) == 0, info.st_mode & S_IFMT != S_IFDIR else { continue }
+                guard fstatat(directory.fd.rawValue, file, &info, 0) == 0, info.st_mode & S_IFMT != S_IFDIR else { continue }
                 out.append(Entry(name: String(file.dropLast(5)), file: FilePaths.join(dir, file), directory: dir, isEffective: true))
             }
         }
@@ -119,7 +120,7 @@ public struct PolicySearchPath: Sendable, Equatable {
 
     /// The names in an open directory (read through a duplicate of its fd).
     private static func names(in directory: TrustedPath.Directory) -> [String] {
-        let fd = dup(directory.fd)
+        let fd = dup(directory.fd.rawValue)
         guard fd >= 0 else { return [] }
         guard let stream = fdopendir(fd) else {
             close(fd)
@@ -163,7 +164,7 @@ public struct PolicySearchPath: Sendable, Equatable {
             // The file itself is checked when it is read.
             var info = stat()
             let candidate = FilePaths.join(dir, name + ".yaml")
-            if fstatat(directory.fd, name + ".yaml", &info, 0) == 0, info.st_mode & S_IFMT != S_IFDIR,
+            if fstatat(directory.fd.rawValue, name + ".yaml", &info, 0) == 0, info.st_mode & S_IFMT != S_IFDIR,
                 excluded == nil || PolicyResolver.canonical(candidate) != excluded
             {
                 found = candidate

@@ -1,6 +1,7 @@
 import CSandboxShim
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// Resolves a bind source to a path without symlinks, following only symlinks owned by root.
 ///

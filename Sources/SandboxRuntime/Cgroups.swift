@@ -1,4 +1,5 @@
 import Glibc
+import SandboxSystem
 import Synchronization
 import SandboxPolicy
 

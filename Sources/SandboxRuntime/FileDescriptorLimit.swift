@@ -1,6 +1,7 @@
 import CSandboxShim
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// The supervisor's open-file limit (RLIMIT_NOFILE).
 ///

@@ -1,6 +1,7 @@
 import CSandboxShim
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// The sandbox init, `xsb-init`: the small static C program every sandbox starts as its PID 1
 /// (`Sources/xsb-init`, `Sources/CSandboxShim/init.c`).
@@ -24,7 +25,9 @@ struct InitExecutable: Sendable {
     static let installSubdirectory = "libexec/extsandbox"
 
     /// `O_PATH` and close-on-exec; open as long as the supervisor.
-    let fd: Int32
+    let file: FileDescriptor
+    /// The descriptor's number, for the C launch (which only reads it).
+    var fd: Int32 { file.rawValue }
     /// The path it was found at, symbolic links resolved.
     let path: String
 
@@ -51,7 +54,7 @@ struct InitExecutable: Sendable {
         let paths = candidates(executablePath: executablePath, explicit: explicit)
         var tried: [String] = []
         for path in paths {
-            let opened: (fd: Int32, info: stat, path: String)
+            let opened: (fd: FileDescriptor, info: stat, path: String)
             do {
                 opened = try TrustedPath.openFile(path)
             } catch .missing {
@@ -72,12 +75,11 @@ struct InitExecutable: Sendable {
                 problem = "is set-user-ID or set-group-ID (mode \(String(mode & 0o7777, radix: 8)))"
             }
             if let problem {
-                close(opened.fd)
                 throw SandboxError(
                     step: .initExec, errorNumber: EACCES,
                     detail: "cannot use the sandbox init \(opened.path): it \(problem)")
             }
-            return InitExecutable(fd: opened.fd, path: opened.path)
+            return InitExecutable(file: opened.fd, path: opened.path)
         }
         throw SandboxError(
             step: .initExec, errorNumber: ENOENT,

@@ -1,6 +1,7 @@
 import CSandboxShim
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// The sandbox's file system as a list of operations for the C shim, checked on the host
 /// first so that a bad entry fails with a clear message before anything is cloned.

@@ -1,6 +1,7 @@
 import CSandboxShim
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 import Synchronization
 
 /// A running sandbox: its init (PID 1 inside) and the program it runs.

@@ -1,6 +1,7 @@
 import CSandboxShim
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 import Synchronization
 
 /// Launches programs into sandboxes and supervises them.

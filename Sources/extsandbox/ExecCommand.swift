@@ -3,6 +3,7 @@ import Dispatch
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
+import SandboxSystem
 
 /// `extsandbox exec`: run one program under a policy, with stdio attached.
 struct ExecCommand: AsyncParsableCommand {

@@ -1,6 +1,7 @@
 import Glibc
 import PolicyTools
 import SandboxPolicy
+import SandboxSystem
 
 /// Policies resolved and filters compiled by earlier runs, so that `extsandbox exec` need neither
 /// load the policy (YAML, validation, `extends:`/`include:`, merging: ~1.5 ms of a cold run) nor
@@ -32,18 +33,18 @@ import SandboxPolicy
 /// the cache.
 final class PolicyCache {
     /// The cache directory, opened `O_RDONLY | O_DIRECTORY`; entries are opened relative to it.
-    let directoryFD: Int32
+    let directory: FileDescriptor
+    private var directoryFD: Int32 { directory.rawValue }
     let buildStamp: [UInt8]
     /// Larger entries are neither written nor read: an entry holds the bytes of every file the
     /// policy was composed from, each at most `PolicyLoader`'s 4 MiB.
     static let maximumEntrySize = 16 << 20
 
-    private init(directoryFD: Int32, buildStamp: [UInt8]) {
-        self.directoryFD = directoryFD
+    private init(directory: FileDescriptor, buildStamp: [UInt8]) {
+        self.directory = directory
         self.buildStamp = buildStamp
     }
 
-    deinit { close(directoryFD) }
 
     static func forCurrentUser(environment: [String: String]) -> PolicyCache? {
         if environment["EXTSANDBOX_NO_CACHE"] == "1" { return nil }
@@ -56,25 +57,23 @@ final class PolicyCache {
             return nil
         }
         guard let stamp = buildStamp(), let directory = openCacheDirectory(base: base) else { return nil }
-        return PolicyCache(directoryFD: directory, buildStamp: Array(stamp.utf8))
+        return PolicyCache(directory: directory, buildStamp: Array(stamp.utf8))
     }
 
     /// `base/extsandbox`, created where missing, as an fd; `nil` when anything on the way is not
     /// the user's (see the type's documentation).
-    static func openCacheDirectory(base: String) -> Int32? {
+    static func openCacheDirectory(base: String) -> FileDescriptor? {
         let me = geteuid()
         guard let baseDirectory = try? TrustedPath.openDirectory(base, createMode: 0o700) else { return nil }
         defer { baseDirectory.close() }
         guard baseDirectory.info.st_uid == me, baseDirectory.info.st_mode & 0o022 == 0 else { return nil }
-        if mkdirat(baseDirectory.fd, "extsandbox", 0o700) != 0 && errno != EEXIST { return nil }
-        let fd = openat(baseDirectory.fd, "extsandbox", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+        if mkdirat(baseDirectory.fd.rawValue, "extsandbox", 0o700) != 0 && errno != EEXIST { return nil }
+        guard let directory = FileDescriptor(
+            adopting: openat(baseDirectory.fd.rawValue, "extsandbox", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+        else { return nil }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_uid == me, info.st_mode & 0o077 == 0 else {
-            close(fd)
-            return nil
-        }
-        return fd
+        guard fstat(directory.rawValue, &info) == 0, info.st_uid == me, info.st_mode & 0o077 == 0 else { return nil }
+        return directory
     }
 
     /// What loading `file` along `searchPath` gives, and its filter, if an entry recorded it and

@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 import PolicyTools
 import SandboxPolicy
+import SandboxSystem
 
 /// `extsandbox policy …`: the admin's tools for policy files.
 struct PolicyCommand: ParsableCommand {

@@ -3,6 +3,7 @@ import ExtensionCatalog
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// The extension `extsandbox run` and `extsandbox test` launch, resolved the way a host resolves
 /// it: an identity issued by a discovery monitor (`AppExtensionPoint.Monitor`), launched by

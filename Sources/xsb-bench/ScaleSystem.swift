@@ -1,5 +1,6 @@
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 
 /// What the scale bench and the fault runs read from /proc and /sys: the machine's memory, this
 /// host's own resources, a process's state and memory, and what a host may leave behind.

@@ -4,7 +4,7 @@ import Testing
 @testable import SandboxPolicy
 
 /// Issue 9 item 2: a policy is loaded only from files and directories that no one but root and
-/// the caller could have written (Sources/SandboxPolicy/TrustedPath.swift).
+/// the caller could have written (Sources/SandboxSystem/TrustedPath.swift).
 @Suite("Policy trust")
 struct PolicyTrustTests {
     /// A directory with a valid policy `p.yaml`.

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import SandboxPolicy
 @testable import SandboxRuntime
+import SandboxSystem
 import TestSupport
 import Testing
 

@@ -47,15 +47,15 @@ package enum TrustedPath {
     package static let rule =
         "a policy, its directory and every directory above it must be owned by root or by you and not writable by group or others"
 
-    /// An open directory that passed the checks (closed by ``close()``).
-    package struct Directory {
+    /// An open directory that passed the checks (closed by ``close()`` or when it goes).
+    package struct Directory: Sendable {
         /// Opened `O_RDONLY | O_DIRECTORY`: for `openat`, `fstatat`, `fdopendir`.
-        package var fd: Int32
+        package var fd: FileDescriptor
         /// The path walked, symbolic links resolved.
         package var path: String
         package var info: stat
 
-        package func close() { _ = Glibc.close(fd) }
+        package func close() { fd.close() }
     }
 
     /// Opens the directory `path`. `createMode`: when the last component is missing (and its
@@ -70,28 +70,26 @@ package enum TrustedPath {
             let name = FilePaths.lastComponent(absolute(path))
             let parent = try openDirectory(parentPath)
             defer { parent.close() }
-            if mkdirat(parent.fd, name, createMode!) != 0 && errno != EEXIST {
+            if mkdirat(parent.fd.rawValue, name, createMode!) != 0 && errno != EEXIST {
                 throw .failed(path: FilePaths.join(parent.path, name), what: "create the directory", errno: Errno(errno))
             }
             walked = try walk(path)
         }
-        defer { walked.close() }
         guard walked.info.st_mode & S_IFMT == S_IFDIR else {
             throw .failed(path: walked.path, what: "open the directory", errno: Errno(ENOTDIR))
         }
-        let fd = openat(walked.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw .failed(path: walked.path, what: "open the directory", errno: Errno(errno)) }
+        guard let fd = FileDescriptor(adopting: openat(walked.fd.rawValue, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) else {
+            throw .failed(path: walked.path, what: "open the directory", errno: Errno(errno))
+        }
         return Directory(fd: fd, path: walked.path, info: walked.info)
     }
 
     /// Opens `path`, which must not be a directory, `O_PATH` (and close-on-exec) after the walk's
     /// checks, for `execveat`: the fd names exactly the file that was checked. Returns it with its
-    /// `stat` and the path walked (symbolic links resolved); the caller closes the fd.
-    package static func openFile(_ path: String) throws(Failure) -> (fd: Int32, info: stat, path: String) {
+    /// `stat` and the path walked (symbolic links resolved).
+    package static func openFile(_ path: String) throws(Failure) -> (fd: FileDescriptor, info: stat, path: String) {
         let walked = try walk(path)
-        if walked.parent >= 0 { _ = Glibc.close(walked.parent) }
         guard walked.info.st_mode & S_IFMT != S_IFDIR else {
-            _ = Glibc.close(walked.fd)
             throw .failed(path: walked.path, what: "use", errno: Errno(EISDIR))
         }
         return (walked.fd, walked.info, walked.path)
@@ -104,7 +102,6 @@ package enum TrustedPath {
     /// FIFO, …: not opened for reading, so a FIFO cannot block) or `EFBIG` past `limit` bytes.
     package static func readFile(_ path: String, limit: Int) throws(Failure) -> Result<[UInt8], FileProblem> {
         let walked = try walk(path)
-        defer { walked.close() }
         switch walked.info.st_mode & S_IFMT {
         case S_IFREG: break
         case S_IFDIR: return .failure(.notRegular(.directory))
@@ -112,15 +109,13 @@ package enum TrustedPath {
         }
         // The checked fd is O_PATH (unreadable): open the same name from the same checked directory,
         // and make sure it is still the same file.
-        let fd: Int32
-        if walked.parent >= 0 {
-            fd = openat(walked.parent, walked.name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        } else {
-            fd = -1
-            errno = EISDIR
+        guard let parent = walked.parent else {
+            throw .failed(path: walked.path, what: "open", errno: Errno(EISDIR))
         }
-        guard fd >= 0 else { throw .failed(path: walked.path, what: "open", errno: Errno(errno)) }
-        defer { close(fd) }
+        guard let file = FileDescriptor(adopting: openat(parent.rawValue, walked.name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) else {
+            throw .failed(path: walked.path, what: "open", errno: Errno(errno))
+        }
+        let fd = file.rawValue
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_dev == walked.info.st_dev, info.st_ino == walked.info.st_ino else {
             throw .failed(path: walked.path, what: "open (it was replaced while being opened)", errno: Errno(EAGAIN))
@@ -166,18 +161,13 @@ package enum TrustedPath {
     // MARK: The walk
 
     /// The object a walk ended at: an `O_PATH` fd, its `stat`, the path walked (links resolved),
-    /// and the `O_PATH` fd of its directory with its name there (`-1`/"" for `/`).
+    /// and the `O_PATH` fd of its directory with its name there (`nil`/"" for `/`).
     struct Walked {
-        var fd: Int32
+        var fd: FileDescriptor
         var info: stat
         var path: String
-        var parent: Int32
+        var parent: FileDescriptor?
         var name: String
-
-        func close() {
-            _ = Glibc.close(fd)
-            if parent >= 0 { _ = Glibc.close(parent) }
-        }
     }
 
     /// `O_PATH` (Linux's open flag for an fd that only names an object: it is not readable and
@@ -187,7 +177,7 @@ package enum TrustedPath {
     /// Links followed in one walk at most (the kernel's own limit).
     static let maximumLinks = 40
 
-    static func absolute(_ path: String) -> String {
+    package static func absolute(_ path: String) -> String {
         path.hasPrefix("/") ? path : FilePaths.join(SystemFiles.currentDirectory() ?? "/", path)
     }
 
@@ -195,89 +185,65 @@ package enum TrustedPath {
         guard !path.isEmpty else { throw .missing(path: path) }
         // Components still to walk, the next one last.
         var pending = absolute(path).split(separator: "/").reversed().map(String.init)
-        let root = open("/", openPathOnly | O_DIRECTORY | O_CLOEXEC)
-        guard root >= 0 else { throw .failed(path: "/", what: "open", errno: Errno(errno)) }
-        // The directories walked so far, `/` first: `..` goes back one.
-        var directories: [(fd: Int32, path: String)] = [(root, "/")]
-        var result: Walked?
-        defer {
-            for directory in directories where directory.fd != result?.fd && directory.fd != result?.parent {
-                close(directory.fd)
-            }
+        guard let root = FileDescriptor(adopting: open("/", openPathOnly | O_DIRECTORY | O_CLOEXEC)) else {
+            throw .failed(path: "/", what: "open", errno: Errno(errno))
         }
+        // The directories walked so far, `/` first: `..` goes back one (and closes the one left).
+        var directories: [(fd: FileDescriptor, path: String)] = [(root, "/")]
         var rootInfo = stat()
-        guard fstat(root, &rootInfo) == 0 else { throw .failed(path: "/", what: "stat", errno: Errno(errno)) }
+        guard fstat(root.rawValue, &rootInfo) == 0 else { throw .failed(path: "/", what: "stat", errno: Errno(errno)) }
         if let reason = problem(with: rootInfo) { throw .untrusted(path: "/", reason: reason) }
-        var file: (fd: Int32, info: stat, path: String, name: String)?
+        var file: (fd: FileDescriptor, info: stat, path: String, name: String)?
         var links = 0
 
         while let component = pending.popLast() {
             if component.isEmpty || component == "." { continue }
             if let found = file {
                 // Something follows a file: "file/x" or "file/..".
-                close(found.fd)
-                file = nil
                 throw .failed(path: found.path, what: "walk through", errno: Errno(ENOTDIR))
             }
             if component == ".." {
-                if directories.count > 1 { close(directories.removeLast().fd) }
+                if directories.count > 1 { directories.removeLast() }
                 continue
             }
-            let (parentFD, parentPath) = directories.last!
+            let (parent, parentPath) = directories.last!
             let here = FilePaths.join(parentPath, component)
-            let fd = openat(parentFD, component, openPathOnly | O_NOFOLLOW | O_CLOEXEC)
-            guard fd >= 0 else {
+            guard let fd = FileDescriptor(adopting: openat(parent.rawValue, component, openPathOnly | O_NOFOLLOW | O_CLOEXEC)) else {
                 if errno == ENOENT { throw .missing(path: here) }
                 throw .failed(path: here, what: "open", errno: Errno(errno))
             }
             var info = stat()
-            guard fstat(fd, &info) == 0 else {
-                let code = errno
-                close(fd)
-                throw .failed(path: here, what: "stat", errno: Errno(code))
-            }
+            guard fstat(fd.rawValue, &info) == 0 else { throw .failed(path: here, what: "stat", errno: Errno(errno)) }
             switch info.st_mode & S_IFMT {
             case S_IFLNK:
-                defer { close(fd) }
                 if let reason = problem(with: info, isLink: true) { throw .untrusted(path: here, reason: reason) }
                 links += 1
                 guard links <= Self.maximumLinks else { throw .failed(path: here, what: "follow", errno: Errno(ELOOP)) }
                 var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-                let count = readlinkat(fd, "", &buffer, buffer.count - 1)
+                let count = readlinkat(fd.rawValue, "", &buffer, buffer.count - 1)
                 guard count > 0 else { throw .failed(path: here, what: "read the symbolic link", errno: Errno(count < 0 ? errno : ENOENT)) }
                 let target = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                if target.hasPrefix("/") {
-                    while directories.count > 1 { close(directories.removeLast().fd) }
-                }
+                if target.hasPrefix("/") { directories.removeLast(directories.count - 1) }
                 pending += target.split(separator: "/").reversed().map(String.init)
             case S_IFDIR:
-                if let reason = problem(with: info) {
-                    close(fd)
-                    throw .untrusted(path: here, reason: reason)
-                }
+                if let reason = problem(with: info) { throw .untrusted(path: here, reason: reason) }
                 directories.append((fd, here))
             default:
-                if let reason = problem(with: info) {
-                    close(fd)
-                    throw .untrusted(path: here, reason: reason)
-                }
+                if let reason = problem(with: info) { throw .untrusted(path: here, reason: reason) }
                 file = (fd, info, here, component)
             }
         }
         if let file {
             // The parent stays open for the read (readFile reopens the name from it).
-            let parent = directories.last!.fd
-            result = Walked(fd: file.fd, info: file.info, path: file.path, parent: parent, name: file.name)
-        } else {
-            let directory = directories.last!
-            var info = stat()
-            guard fstat(directory.fd, &info) == 0 else {
-                throw .failed(path: directory.path, what: "stat", errno: Errno(errno))
-            }
-            let parent = directories.count > 1 ? directories[directories.count - 2].fd : -1
-            result = Walked(fd: directory.fd, info: info, path: directory.path, parent: parent,
-                            name: directories.count > 1 ? FilePaths.lastComponent(directory.path) : "")
+            return Walked(fd: file.fd, info: file.info, path: file.path, parent: directories.last!.fd, name: file.name)
         }
-        return result!
+        let directory = directories.last!
+        var info = stat()
+        guard fstat(directory.fd.rawValue, &info) == 0 else {
+            throw .failed(path: directory.path, what: "stat", errno: Errno(errno))
+        }
+        let parent = directories.count > 1 ? directories[directories.count - 2].fd : nil
+        return Walked(fd: directory.fd, info: info, path: directory.path, parent: parent,
+                      name: directories.count > 1 ? FilePaths.lastComponent(directory.path) : "")
     }
 }

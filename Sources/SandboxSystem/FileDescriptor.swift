@@ -1,0 +1,38 @@
+import Glibc
+import Synchronization
+
+/// An open file descriptor with one owner, closed exactly once: by ``close()`` or when the last
+/// reference goes, whichever is first.
+///
+/// Code that passes a raw `Int32` around has to remember who closes it and must never close it
+/// twice (a second `close` may close a descriptor another thread has just been given the same
+/// number for). With this type the descriptor is closed by its owner's lifetime, an invalid one
+/// cannot be made (no `-1` travels), and ``release()`` hands the number on explicitly when another
+/// owner (a C launch, a socket type of its own) takes it.
+package final class FileDescriptor: Sendable {
+    /// The descriptor's number, valid while this object is open (not closed or released).
+    package let rawValue: Int32
+    private let owned = Atomic<Bool>(true)
+
+    /// Takes ownership of `rawValue`; `nil` for a negative value (a failed `open`, whose
+    /// `errno` is left untouched for the caller).
+    package init?(adopting rawValue: Int32) {
+        guard rawValue >= 0 else { return nil }
+        self.rawValue = rawValue
+    }
+
+    /// Closes the descriptor now; later calls (and the deinit) do nothing.
+    package func close() {
+        if owned.exchange(false, ordering: .acquiringAndReleasing) {
+            _ = Glibc.close(rawValue)
+        }
+    }
+
+    /// Gives up ownership without closing: the caller now owns the returned number. `nil` if it
+    /// was closed or released already.
+    package func release() -> Int32? {
+        owned.exchange(false, ordering: .acquiringAndReleasing) ? rawValue : nil
+    }
+
+    deinit { close() }
+}
