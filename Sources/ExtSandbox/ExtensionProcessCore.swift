@@ -389,28 +389,32 @@ final class ExtensionProcessCore: Sendable {
     /// its own accord: an orderly end, not an interruption). Anything else breaks the protocol
     /// and the socket is no longer read.
     private func controlReadable() {
-        state.withLock { readControl(&$0) }
+        state.withLock { state in
+            guard state.controlToken != nil else { return }  // `ended` is removing the registration
+            // On the monitor thread, removing our own registration does not wait (see
+            // `EventMonitor.remove`): done under the lock, before anyone can close the socket.
+            if let watch = readControl(&state) { Supervisor.shared.monitor.remove(fd: watch.fd, token: watch.token) }
+        }
     }
 
-    private func readControl(_ state: inout State) {
-        guard let control = state.control else { return }
+    /// Reads the frames that wait. Returns the control socket's registration when it is no longer
+    /// to be read (taken out of `state`): the caller removes it from the monitor.
+    private func readControl(_ state: inout State) -> ControlWatch? {
+        guard let control = state.control else { return nil }
         while true {
             let result: FrameSocket.ReceiveResult
             do { result = try control.tryReceive() } catch {
-                stopWatchingControl(&state)
-                return
+                return stopWatchingControl(&state)
             }
             switch result {
             case .wouldBlock:
-                return
+                return nil
             case .closed:
-                stopWatchingControl(&state)
-                return
+                return stopWatchingControl(&state)
             case .frame(let frame):
                 frame.closeFDs()
                 guard frame.kind == .goodbye else {
-                    stopWatchingControl(&state)
-                    return
+                    return stopWatchingControl(&state)
                 }
                 if state.phase == .running || state.phase == .suspended {
                     state.phase = .ending
@@ -427,9 +431,15 @@ final class ExtensionProcessCore: Sendable {
         }
     }
 
-    private func stopWatchingControl(_ state: inout State) {
-        guard let token = state.controlToken.take(), let control = state.control else { return }
-        Supervisor.shared.monitor.remove(fd: control.descriptor, token: token)
+    /// The control socket's registration with the monitor.
+    private struct ControlWatch { let fd: Int32; let token: UInt64 }
+
+    /// Takes the control socket's registration out of `state`. The caller removes it from the
+    /// monitor, off the lock unless on the monitor thread: `remove` waits for a running handler,
+    /// and ours takes the lock.
+    private func stopWatchingControl(_ state: inout State) -> ControlWatch? {
+        guard let token = state.controlToken.take(), let control = state.control else { return nil }
+        return ControlWatch(fd: control.descriptor, token: token)
     }
 
     /// Each attached handle's `onEvent`.
@@ -441,19 +451,24 @@ final class ExtensionProcessCore: Sendable {
 
     private func ended(_ termination: Termination) async {
         var established = 0
-        let (expected, handles, live) = state.withLock { state -> (Bool, [HandleEntry], [ExtensionConnection]) in
+        let (expected, handles, live, watch) = state.withLock { state -> (Bool, [HandleEntry], [ExtensionConnection], ControlWatch?) in
             // A GOODBYE written just before the exit may not have been read yet.
-            if state.controlToken != nil { readControl(&state) }
+            var watch = state.controlToken != nil ? readControl(&state) : nil
             state.phase = .ended
             stopIdleClock(&state)
-            stopWatchingControl(&state)
-            state.control?.close()
-            state.control = nil
+            watch = watch ?? stopWatchingControl(&state)
             let live = state.slots.values.compactMap(\.connection.connection)
             established = state.slots.values.filter(\.established).count
             state.slots.removeAll()
             for id in state.handles.keys { state.handles[id]?.connections.removeAll() }
-            return (state.endExpected, Array(state.handles.values), live)
+            return (state.endExpected, Array(state.handles.values), live, watch)
+        }
+        // Off the lock (a running handler of the control socket waits for it), and before the
+        // socket closes: its fd number must not be reused while still registered.
+        if let watch { Supervisor.shared.monitor.remove(fd: watch.fd, token: watch.token) }
+        state.withLock { state in
+            state.control?.close()
+            state.control = nil
         }
         await ExtensionRegistry.shared.ended(self)
         if established > 0 { Telemetry.openConnections.decrement(by: Double(established)) }
