@@ -1,0 +1,231 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The sending direction of a frame socket: the encoder, the queue of ``enqueue(_:)`` and the
+/// `sendmsg` ancillary buffer, and nothing the receiving direction uses.
+///
+/// ``FrameSocket`` holds one; a connection whose two directions are used by different threads
+/// (each under its own lock, say) makes one of its own with ``init(descriptor:peerMaximumFrameSize:)``
+/// beside a ``FrameReceiver``, so that the compiler sees two separately owned values. It does not
+/// own the descriptor: its owner calls ``detach()`` before closing it.
+public final class FrameSender {
+    /// The socket; -1 once detached.
+    public private(set) var descriptor: Int32
+    /// Encodes outgoing frames; set its ``FrameEncoder/maximumFrameSize`` to the peer's maximum
+    /// (from its HELLO).
+    public var encoder: FrameEncoder
+    /// Ancillary data of `sendmsg`.
+    private let sendControlBuffer: UnsafeMutableRawBufferPointer
+
+    private struct Outgoing {
+        var header: [UInt8]
+        var frame: Frame
+        var sent: Int
+        var total: Int { header.count + frame.payload.count }
+    }
+    private var queue: [Outgoing] = []
+    private var queueHead = 0
+    /// Bytes of frames queued by ``enqueue(_:)`` and not yet written (partly written ones count
+    /// what is left).
+    public private(set) var pendingOutputBytes = 0
+    /// File descriptors of queued frames whose first byte has not been written yet (they are
+    /// held, and closed once written).
+    public private(set) var pendingOutputFDs = 0
+
+    /// Sends on `descriptor` (a connected stream socket that stays its owner's).
+    /// - Parameter peerMaximumFrameSize: the largest frame the peer accepts (update ``encoder``
+    ///   once its HELLO is known).
+    public init(descriptor: Int32, peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+        self.descriptor = descriptor
+        encoder = FrameEncoder(maximumFrameSize: peerMaximumFrameSize)
+        sendControlBuffer = .allocate(byteCount: FrameSocket.controlBufferSize, alignment: 16)
+    }
+
+    deinit {
+        detach()
+        sendControlBuffer.deallocate()
+    }
+
+    /// Stops using the descriptor (before its owner closes it) and closes the fds of the frames
+    /// still queued. Later sends throw ``WireError/connectionClosed``.
+    public func detach() {
+        descriptor = -1
+        for item in queue[queueHead...] { item.frame.closeFDs() }
+        queue = []
+        queueHead = 0
+        pendingOutputBytes = 0
+        pendingOutputFDs = 0
+    }
+
+    /// Sends `frame` whole, blocking until every byte is written (after any frames still queued by
+    /// ``enqueue(_:)``). Its fds travel with the first byte; they stay the caller's (see ``Frame``).
+    public func send(_ frame: Frame) throws(WireError) {
+        let header = try encoder.validate(frame)
+        guard descriptor >= 0 else { throw .connectionClosed }
+        while !(try flush()) { try waitUntilReady(descriptor, for: Int16(POLLOUT)) }
+        // 20 bytes of prefix and header on the stack.
+        var headerStorage: (UInt64, UInt64, UInt32) = (0, 0, 0)
+        try withUnsafeMutableBytes(of: &headerStorage) { raw in
+            header.encode(into: raw)
+            let headerBytes = UnsafeRawBufferPointer(rebasing: raw[..<FrameHeader.encodedSize])
+            return frame.payload.withUnsafeBytes { payload in
+                Result { () throws(WireError) in
+                    var sent = 0
+                    let total = FrameHeader.encodedSize + payload.count
+                    while sent < total {
+                        let n = try write(header: headerBytes, payload: payload, fds: sent == 0 ? frame.fds : [], from: sent, flags: 0)
+                        if n < 0 { try waitUntilReady(descriptor, for: Int16(POLLOUT)) } else { sent += n }
+                    }
+                }
+            }
+        }.get()
+    }
+
+    /// Queues `frame` for ``flush()`` and tries to write it now, without blocking (`MSG_DONTWAIT`,
+    /// whatever the socket's mode). Takes ownership of its fds: they are closed once written, or
+    /// when the socket closes.
+    public func enqueue(_ frame: Frame) throws(WireError) {
+        let header: FrameHeader
+        do { header = try encoder.validate(frame) } catch {
+            frame.closeFDs()
+            throw error
+        }
+        guard descriptor >= 0 else {
+            frame.closeFDs()
+            throw .connectionClosed
+        }
+        var sent = 0
+        let writeNow = queueHead == queue.count
+        if writeNow {
+            // Nothing queued before it: one `sendmsg` from a header on the stack, and nothing is
+            // queued (or allocated) when it goes out whole, which is the usual case.
+            var headerStorage: (UInt64, UInt64, UInt32) = (0, 0, 0)
+            let attempt = withUnsafeMutableBytes(of: &headerStorage) { raw in
+                header.encode(into: raw)
+                let headerBytes = UnsafeRawBufferPointer(rebasing: raw[..<FrameHeader.encodedSize])
+                return frame.payload.withUnsafeBytes { payload in
+                    Result { () throws(WireError) in
+                        try write(header: headerBytes, payload: payload, fds: frame.fds, from: 0, flags: Int32(MSG_DONTWAIT))
+                    }
+                }
+            }
+            let written: Int
+            do { written = try attempt.get() } catch {
+                frame.closeFDs()
+                throw error
+            }
+            if written == FrameHeader.encodedSize + frame.payload.count {
+                frame.closeFDs()
+                return
+            }
+            sent = max(written, 0)
+        }
+        var bytes = [UInt8](repeating: 0, count: FrameHeader.encodedSize)
+        bytes.withUnsafeMutableBytes { header.encode(into: $0) }
+        queue.append(Outgoing(header: bytes, frame: frame, sent: sent))
+        pendingOutputBytes += FrameHeader.encodedSize + frame.payload.count - sent
+        if sent == 0 { pendingOutputFDs += frame.fds.count }
+        // (When it was just tried, the socket is full: wait for writability.)
+        if !writeNow { _ = try flush() }
+    }
+
+    /// Removes a queued frame of `kind` and `id` of which nothing has been written yet, closing
+    /// its fds (for a request cancelled before it went out: the peer never sees it). Returns
+    /// whether there was one.
+    public func removeUnsent(kind: FrameKind, id: UInt64) -> Bool {
+        guard let index = queue[queueHead...].firstIndex(where: { $0.sent == 0 && $0.frame.kind == kind && $0.frame.id == id }) else {
+            return false
+        }
+        let item = queue.remove(at: index)
+        pendingOutputBytes -= item.total
+        pendingOutputFDs -= item.frame.fds.count
+        item.frame.closeFDs()
+        return true
+    }
+
+    /// Whether frames queued by ``enqueue(_:)`` are still (partly) unwritten.
+    public var hasPendingOutput: Bool { queueHead < queue.count }
+
+    /// Writes queued frames until done or the socket would block. Returns `true` when the queue is
+    /// empty. Never blocks (`MSG_DONTWAIT`).
+    @discardableResult
+    public func flush() throws(WireError) -> Bool {
+        while queueHead < queue.count {
+            guard descriptor >= 0 else { throw .connectionClosed }
+            let item = queue[queueHead]
+            let n = try item.header.withUnsafeBytes { header in
+                item.frame.payload.withUnsafeBytes { payload in
+                    Result { () throws(WireError) in
+                        try write(header: header, payload: payload, fds: item.sent == 0 ? item.frame.fds : [], from: item.sent,
+                                  flags: Int32(MSG_DONTWAIT))
+                    }
+                }
+            }.get()
+            if n < 0 { return false }
+            queue[queueHead].sent += n
+            pendingOutputBytes -= n
+            if item.sent == 0 && n > 0 { pendingOutputFDs -= item.frame.fds.count }
+            if queue[queueHead].sent == item.total {
+                item.frame.closeFDs()
+                queueHead += 1
+            }
+        }
+        queue.removeAll(keepingCapacity: true)
+        queueHead = 0
+        pendingOutputBytes = 0
+        pendingOutputFDs = 0
+        return true
+    }
+
+    /// One `sendmsg` of the frame's bytes from offset `sent` (fds attached when given). Returns the
+    /// bytes written, or -1 for `EAGAIN`.
+    private func write(header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, fds: [Int32],
+                       from sent: Int, flags: Int32) throws(WireError) -> Int {
+        var iov = (iovec(), iovec())
+        var iovCount = 0
+        if sent < header.count {
+            iov.0 = iovec(iov_base: UnsafeMutableRawPointer(mutating: header.baseAddress! + sent), iov_len: header.count - sent)
+            iovCount = 1
+            if payload.count > 0 {
+                iov.1 = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress!), iov_len: payload.count)
+                iovCount = 2
+            }
+        } else {
+            let offset = sent - header.count
+            iov.0 = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress! + offset), iov_len: payload.count - offset)
+            iovCount = 1
+        }
+        let control = sendControlBuffer
+        let result: Int = withUnsafeMutablePointer(to: &iov) { iovPointer in
+            iovPointer.withMemoryRebound(to: iovec.self, capacity: 2) { iovs in
+                var message = msghdr()
+                message.msg_iov = iovs
+                message.msg_iovlen = iovCount
+                if !fds.isEmpty {
+                    let dataBytes = fds.count * MemoryLayout<Int32>.size
+                    let space = cmsgSpace(dataBytes)
+                    control.baseAddress!.initializeMemory(as: UInt8.self, repeating: 0, count: space)
+                    control.storeBytes(of: cmsgLength(dataBytes), toByteOffset: 0, as: Int.self)   // cmsg_len
+                    control.storeBytes(of: SOL_SOCKET, toByteOffset: 8, as: Int32.self)            // cmsg_level
+                    control.storeBytes(of: Int32(SCM_RIGHTS), toByteOffset: 12, as: Int32.self)    // cmsg_type
+                    fds.withUnsafeBytes { source in
+                        (control.baseAddress! + cmsgHeaderSize).copyMemory(from: source.baseAddress!, byteCount: dataBytes)
+                    }
+                    message.msg_control = control.baseAddress
+                    message.msg_controllen = space
+                }
+                while true {
+                    let n = sendmsg(descriptor, &message, Int32(MSG_NOSIGNAL) | flags)
+                    if n >= 0 || errno != EINTR { return n }
+                }
+            }
+        }
+        if result >= 0 { return result }
+        switch errno {
+        case EAGAIN, EWOULDBLOCK: return -1
+        case EPIPE, ECONNRESET: throw .connectionClosed
+        case let code: throw .systemCall("sendmsg", errno: code)
+        }
+    }
+}
