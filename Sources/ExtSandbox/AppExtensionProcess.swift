@@ -220,16 +220,23 @@ extension ExtensionProcessCore {
             throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
         }
         close(extensionFD)
-        let control = FrameSocket(descriptor: hostFD)
+        func abandon(_ error: any Error) async -> any Error {
+            sandbox.kill()
+            _ = await sandbox.waitForExit()
+            return error
+        }
+        let control: FrameSocket
         do {
-            try await waitForReady(control: control, sandbox: sandbox, timeout: configuration.readyTimeout,
-                                   identifier: identity.bundleIdentifier)
+            control = try await waitForReady(control: FrameSocket(descriptor: hostFD), sandbox: sandbox,
+                                             timeout: configuration.readyTimeout, identifier: identity.bundleIdentifier)
+        } catch {
+            throw await abandon(error)  // the control socket is closed already
+        }
+        do {
             try authorization.verify(sandbox)
         } catch {
             control.close()
-            sandbox.kill()
-            _ = await sandbox.waitForExit()
-            throw error
+            throw await abandon(error)
         }
         let core = ExtensionProcessCore(key: key, sandbox: sandbox, control: control, configuration: configuration, handle: handle)
         configuration.onEvent?(.launched(pid: sandbox.pid))
@@ -237,35 +244,43 @@ extension ExtensionProcessCore {
     }
 
     /// READY on the control socket, or the process's end, or the timeout: whichever comes first.
-    /// The READY must carry `identifier`: the one the extension was launched as.
-    private static func waitForReady(control: FrameSocket, sandbox: SandboxedProcess, timeout: Duration, identifier: String) async throws {
+    /// The READY must carry `identifier`: the one the extension was launched as. Returns the
+    /// control socket once READY came; otherwise it is closed.
+    private static func waitForReady(control: sending FrameSocket, sandbox: SandboxedProcess, timeout: Duration,
+                                     identifier: String) async throws -> sending FrameSocket {
         enum Outcome: Sendable { case ready, ended(Termination), timedOut, closed, broken(WireError), mismatch(String) }
         let once = OnceContinuation<Outcome>()
         let monitor = Supervisor.shared.monitor
         try control.setNonBlocking(true)
-        let reader = UncheckedBox(control)
-        let token = try monitor.add(fd: control.descriptor, events: EventMonitor.readable) { _ in
-            while true {
-                do throws(WireError) {
-                    switch try reader.value.tryReceive() {
-                    case .wouldBlock: return
-                    case .closed: once.resume(.closed); return
-                    case .frame(let frame):
-                        frame.closeFDs()
-                        guard frame.kind == .ready else {
-                            once.resume(.broken(.unexpectedFrame(kind: frame.kind, reason: "the launch expects READY")))
+        let descriptor = control.descriptor
+        // The monitor thread reads the socket until the outcome; it is ours again once the
+        // registration is removed.
+        let reader = ControlUntilReady(control)
+        let token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { _ in
+            reader.socket.withLock { socket in
+                guard let socket else { return }
+                while true {
+                    do throws(WireError) {
+                        switch try socket.tryReceive() {
+                        case .wouldBlock: return
+                        case .closed: once.resume(.closed); return
+                        case .frame(let frame):
+                            frame.closeFDs()
+                            guard frame.kind == .ready else {
+                                once.resume(.broken(.unexpectedFrame(kind: frame.kind, reason: "the launch expects READY")))
+                                return
+                            }
+                            let said = String(decoding: frame.payload, as: UTF8.self)
+                            once.resume(said == identifier ? .ready : .mismatch(said))
                             return
                         }
-                        let said = String(decoding: frame.payload, as: UTF8.self)
-                        once.resume(said == identifier ? .ready : .mismatch(said))
+                    } catch .connectionClosed {
+                        once.resume(.closed)
+                        return
+                    } catch {
+                        once.resume(.broken(error))
                         return
                     }
-                } catch .connectionClosed {
-                    once.resume(.closed)
-                    return
-                } catch {
-                    once.resume(.broken(error))
-                    return
                 }
             }
         }
@@ -275,9 +290,13 @@ extension ExtensionProcessCore {
         ]
         let outcome = await once.value
         watchers.forEach { $0.cancel() }
-        monitor.remove(fd: control.descriptor, token: token)
+        // Returns once the handler is not running (and it never runs again).
+        monitor.remove(fd: descriptor, token: token)
+        let control = reader.take()
         switch outcome {
-        case .ready: return
+        case .ready:
+            guard let control else { throw ExtensionError.connectionClosed(detail: "the control socket is gone") }  // (taken once: never)
+            return control
         case .ended(let termination): throw ExtensionError.endedBeforeReady(termination)
         case .timedOut: throw ExtensionError.notReadyInTime
         case .closed:
@@ -323,5 +342,19 @@ final class OnceContinuation<Value: Sendable>: Sendable {
                 if let ready { continuation.resume(returning: ready) }
             }
         }
+    }
+}
+
+/// The control socket while the monitor thread reads it for READY (`waitForReady`); taken back
+/// by the launch once the registration is removed.
+private final class ControlUntilReady: Sendable {
+    let socket: Mutex<FrameSocket?>
+
+    init(_ socket: sending FrameSocket) {
+        self.socket = Mutex(socket)
+    }
+
+    func take() -> sending FrameSocket? {
+        socket.withLock { $0.take() }
     }
 }

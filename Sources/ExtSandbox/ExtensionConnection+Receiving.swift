@@ -36,7 +36,7 @@ extension ExtensionConnection {
                 state.waitsToSkip -= 1
                 return nil
             }
-            return socket.value.descriptor
+            return self.descriptor
         }
         guard let descriptor else { return }
         switch waitBriefly(for: descriptor) {
@@ -67,9 +67,9 @@ extension ExtensionConnection {
             let failure: ExtensionError? = output.withLock { output in
                 guard output.open else { return nil }
                 do {
-                    if try socket.value.flush(), output.watchingWritability {
+                    if try output.sender.flush(), output.watchingWritability {
                         output.watchingWritability = false
-                        monitor.modify(fd: socket.value.descriptor, token: token.load(ordering: .relaxed), events: EventMonitor.readable)
+                        monitor.modify(fd: descriptor, token: token.load(ordering: .relaxed), events: EventMonitor.readable)
                     }
                     roomWaiters = takeRoomWaiters(&output)
                     return nil
@@ -93,7 +93,7 @@ extension ExtensionConnection {
             let more = state.withLock { state -> Bool in
                 guard state.open else { return false }
                 do {
-                    switch try socket.value.receiveNext(wait: false) {
+                    switch try state.receiver.receiveNext(wait: false) {
                     case .wouldBlock:
                         return false
                     case .closed:

@@ -54,7 +54,7 @@ extension ExtensionConnection {
         } onCancel: {
             let (continuation, waiters): (Reply?, [CheckedContinuation<Void, any Error>]) = output.withLock { output in
                 // Never written: dropped from the queue (its fds closed); no answer will come.
-                let unsent = output.open && socket.value.removeUnsent(kind: .request, id: id)
+                let unsent = output.open && output.sender.removeUnsent(kind: .request, id: id)
                 let continuation: Reply? = state.withLock { state in
                     guard let continuation = state.pending.removeValue(forKey: id) else { return nil }
                     if !unsent { state.cancelled.insert(id) }
@@ -140,8 +140,7 @@ extension ExtensionConnection {
         guard output.open else {
             throw state.withLock { $0.closedBecause } ?? ExtensionError.connectionClosed(detail: "the extension closed the connection")
         }
-        let socket = socket.value
-        let queuedBytes = socket.pendingOutputBytes, queuedFDs = socket.pendingOutputFDs
+        let queuedBytes = output.sender.pendingOutputBytes, queuedFDs = output.sender.pendingOutputFDs
         if queuedBytes == 0 && queuedFDs == 0 { return true }
         return queuedBytes + bytes <= sendQueueLimit.bytes && queuedFDs + fds <= sendQueueLimit.fileDescriptors
     }
@@ -160,18 +159,17 @@ extension ExtensionConnection {
             frame.closeFDs()
             return state.withLock { $0.closedBecause } ?? .connectionClosed(detail: "the extension closed the connection")
         }
-        let socket = socket.value
         do {
-            try socket.enqueue(frame)
+            try output.sender.enqueue(frame)
         } catch .frameTooLarge(let length, let maximum) {
             // Checked before a byte was written: the connection carries on.
             return .messageTooLarge(size: Int(length), maximum: maximum)
         } catch {
             return .wire(error)
         }
-        if socket.hasPendingOutput && !output.watchingWritability {
+        if output.sender.hasPendingOutput && !output.watchingWritability {
             output.watchingWritability = true
-            monitor.modify(fd: socket.descriptor, token: token.load(ordering: .relaxed),
+            monitor.modify(fd: descriptor, token: token.load(ordering: .relaxed),
                            events: EventMonitor.readable | EventMonitor.writable)
         }
         return nil

@@ -15,9 +15,12 @@ public final class ExtensionConnection: Sendable {
     typealias Reply = UnsafeContinuation<ExtensionMessage, any Error>
     typealias Handshake = CheckedContinuation<UInt32, any Error>
 
-    /// Everything but sending. The socket is read under this lock: by the monitor thread, and
-    /// by a caller waiting briefly for its reply (``waitForReadableBriefly(_:)``).
+    /// Everything but sending. The socket is read under this lock (its ``FrameReceiver`` lives
+    /// here): by the monitor thread, and by a caller waiting briefly for its reply
+    /// (``waitForReadableBriefly(_:)``).
     struct State {
+        /// The socket's receiving direction.
+        let receiver: FrameReceiver
         /// Whether the socket is still open (it closes before `closedBecause` is set when the
         /// extension hung up with requests pending: see `eventsArrived`).
         var open = true
@@ -42,17 +45,20 @@ public final class ExtensionConnection: Sendable {
     /// never while reading: a sender that the scheduler preempts in `sendmsg` (the extension it
     /// just woke takes its CPU) must not keep the monitor thread from reading the reply.
     struct Output {
+        /// The socket's sending direction.
+        let sender: FrameSender
         var open = true
         var watchingWritability = false
         /// Senders waiting for room in the send queue (see ``SendQueueLimit``).
         var roomWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
     }
 
-    /// The socket. Its receiving side is used under `state`, its sending side under `output`;
-    /// closing it takes both (`output` first, the lock order everywhere).
-    let socket: UncheckedBox<FrameSocket>
-    let state = Mutex(State())
-    let output = Mutex(Output())
+    /// The socket, owned by the connection (closed by ``closeSocket()``). Its receiving direction
+    /// lives in `state`, its sending direction in `output`: each is used under its lock only.
+    /// `output` is taken before `state`, the lock order everywhere.
+    let descriptor: Int32
+    let state: Mutex<State>
+    let output: Mutex<Output>
     let token = Atomic<UInt64>(0)
     let nextRequestID = Atomic<UInt64>(1)
     let monitor: EventMonitor
@@ -72,12 +78,14 @@ public final class ExtensionConnection: Sendable {
         self.monitor = monitor
         self.onClose = onClose
         self.sendQueueLimit = sendQueueLimit
-        socket = UncheckedBox(FrameSocket(descriptor: descriptor))
+        self.descriptor = descriptor
+        state = Mutex(State(receiver: FrameReceiver(descriptor: descriptor)))
+        output = Mutex(Output(sender: FrameSender(descriptor: descriptor)))
         // A fresh socket's buffer takes a HELLO whole; `enqueue` never blocks (MSG_DONTWAIT).
         let failure: ExtensionError? = output.withLock { output in
             do {
-                try socket.value.enqueue(.hello(Hello(name: name)))
-                return socket.value.hasPendingOutput ? .connectionClosed(detail: "the HELLO could not be written") : nil
+                try output.sender.enqueue(.hello(Hello(name: name)))
+                return output.sender.hasPendingOutput ? .connectionClosed(detail: "the HELLO could not be written") : nil
             } catch {
                 return .wire(error)
             }
@@ -100,7 +108,7 @@ public final class ExtensionConnection: Sendable {
                     if let closed = state.closedBecause { return .failure(closed) }
                     guard state.open else { return .failure(ExtensionError.connectionClosed(detail: "the extension closed the connection")) }
                     state.handshake = continuation
-                    return .success(socket.value.descriptor)
+                    return .success(descriptor)
                 }
                 guard case .success(let descriptor) = opened else {
                     if case .failure(let failure) = opened { continuation.resume(throwing: failure) }
@@ -113,7 +121,7 @@ public final class ExtensionConnection: Sendable {
                 let watchFailure: (any Error)? = state.withLock { state in
                     guard state.open else { return nil }  // closed meanwhile: that failed the handshake
                     do {
-                        let token = try monitor.add(fd: socket.value.descriptor, events: EventMonitor.readable) { [weak self] events in
+                        let token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { [weak self] events in
                             self?.eventsArrived(events)
                         }
                         self.token.store(token, ordering: .relaxed)
@@ -126,7 +134,7 @@ public final class ExtensionConnection: Sendable {
                 if let watchFailure { close(because: .connectionClosed(detail: "cannot watch the socket: \(watchFailure)")) }
             }
             // No request is sent before the handshake is done: nothing else uses the encoder yet.
-            output.withLock { output in if output.open { socket.value.encoder.maximumFrameSize = peerMaximum } }
+            output.withLock { output in if output.open { output.sender.encoder.maximumFrameSize = peerMaximum } }
         } catch {
             close(because: error as? ExtensionError ?? .connectionClosed(detail: "\(error)"))
             throw error
@@ -147,7 +155,7 @@ public final class ExtensionConnection: Sendable {
             // Marked first: the extension closes its end on our GOODBYE, and the monitor thread
             // may see that before this thread gets to close; it must read as invalidated too.
             state.withLock { $0.invalidating = true }
-            if output.open { _ = try? socket.value.enqueue(.goodbye) }
+            if output.open { _ = try? output.sender.enqueue(.goodbye) }
         }
         close(because: .invalidated)
     }
@@ -201,10 +209,13 @@ public final class ExtensionConnection: Sendable {
 
     /// The system calls of closing, outside the locks (the monitor thread may want `state` for
     /// the last bytes meanwhile): once `open` is false under both locks, nothing else touches
-    /// the socket.
+    /// the socket. `remove` returns once no handler of ours runs; then the two directions let go
+    /// of the descriptor (the sender closes the fds still queued) and it closes.
     func closeSocket() {
-        monitor.remove(fd: socket.value.descriptor, token: token.load(ordering: .relaxed))
-        socket.value.close()
+        monitor.remove(fd: descriptor, token: token.load(ordering: .relaxed))
+        output.withLock { $0.sender.detach() }
+        state.withLock { $0.receiver.detach() }
+        _ = Glibc.close(descriptor)
     }
 
     static func duplicate(_ fds: [Int32]) throws -> [Int32] {

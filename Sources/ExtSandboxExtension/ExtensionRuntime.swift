@@ -26,13 +26,13 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     }
 
     func run() async -> Never {
-        let control = UncheckedBox(FrameSocket(descriptor: ExtSandboxWire.controlSocketDescriptor))
+        let control = ControlSocket(descriptor: ExtSandboxWire.controlSocketDescriptor)
         // The host says who the extension is launched as (docs/wire-protocol.md §7); READY must
         // carry that identifier, or the host refuses the launch.
         let identifier = getenv("EXTSANDBOX_EXTENSION_IDENTIFIER").map { String(cString: $0) }
             ?? CommandLine.arguments.first.map { String($0.split(separator: "/").last ?? "") } ?? "extension"
         do {
-            try control.value.send(.ready(identifier: identifier))
+            try control.socket.withLock { try $0.send(.ready(identifier: identifier)) }
         } catch {
             report("extension: cannot reach the host on fd 3: \(error)")
             exit(70)
@@ -51,29 +51,31 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
 
     /// Reads the control socket until a CONNECT, which this thread then serves. The control socket
     /// is used by one thread at a time: handed over through `threads`.
-    private func lead(_ control: UncheckedBox<FrameSocket>) {
+    private func lead(_ control: ControlSocket) {
         // The host hands over each new connection as a CONNECT with its socket.
-        while let frame = try? control.value.receive() {
+        while let frame = control.socket.withLock({ try? $0.receive() }) {
             if frame.kind == .connect, frame.fds.count == 1 {
                 // The host writes its HELLO before it hands the socket over, so the answer usually
                 // goes out from here at once; a HELLO still to come is waited for in `serve`.
-                let connection = ConnectionWriter(FrameSocket(descriptor: frame.fds[0]))
+                // The receiving direction is this thread's alone; the sending one is shared.
+                let connection = ConnectionWriter(descriptor: frame.fds[0])
+                let receiver = FrameReceiver(descriptor: frame.fds[0])
                 var greeted = false
-                if case .frame(let first)? = try? connection.socket.value.receiveNext(wait: false) {
+                if case .frame(let first)? = try? receiver.receiveNext(wait: false) {
                     guard answer(hello: first, connection: connection) else {
-                        connection.close()
+                        connection.close(receiver)
                         continue
                     }
                     greeted = true
                 }
-                let stillLeading = serve(connection, greeted: greeted, control: control) { [self] in
+                let stillLeading = serve(connection, receiver: receiver, greeted: greeted, control: control) { [self] in
                     threads.run { [self] in self.lead(control) }
                 }
                 if !stillLeading { return }  // another thread has the control socket
                 continue
             } else if frame.kind == .goodbye {
                 // The host asks the extension to end (docs/wire-protocol.md).
-                try? control.value.send(.goodbye)
+                control.socket.withLock { _ = try? $0.send(.goodbye) }
                 exit(0)
             } else {
                 frame.closeFDs()
@@ -104,20 +106,20 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         return true
     }
 
-    /// One connection, on a thread of its own: the handshake unless done, then requests until
-    /// GOODBYE or EOF. While this thread holds the control socket (`control`), it waits for
-    /// either socket and runs `handOver` (another thread takes the control socket) once a CONNECT
-    /// waits there or its own connection is busy with work in flight. Returns whether it still
-    /// holds the control socket when the connection has ended.
-    private func serve(_ connection: ConnectionWriter, greeted: Bool, control: UncheckedBox<FrameSocket>,
+    /// One connection, on a thread of its own (which alone reads it, through `receiver`): the
+    /// handshake unless done, then requests until GOODBYE or EOF. While this thread holds the
+    /// control socket (`control`), it waits for either socket and runs `handOver` (another thread
+    /// takes the control socket) once a CONNECT waits there or its own connection is busy with
+    /// work in flight. Returns whether it still holds the control socket when the connection has
+    /// ended.
+    private func serve(_ connection: ConnectionWriter, receiver socket: FrameReceiver, greeted: Bool, control: ControlSocket,
                        handOver: @escaping @Sendable () -> Void) -> Bool {
-        let socket = connection.socket.value
         var handOver: (@Sendable () -> Void)? = handOver
         let host = HostConnection(writer: connection)
         defer {
             // What still runs continues on the global executor: cancelled, its answer dropped.
             for task in connection.tasks.withLock({ Array($0.values) }) { task.cancel() }
-            connection.close()
+            connection.close(socket)
             host.closed()
         }
         if !greeted {
@@ -139,9 +141,9 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         var open = true
         /// A CONNECT (or GOODBYE, or EOF) waits on the control socket, or `poll` failed.
         func controlNeedsLeader(waitingForConnection: Bool) -> Bool {
-            if control.value.hasBufferedInput { return true }
+            if control.socket.withLock({ $0.hasBufferedInput }) { return true }
             var fds = [pollfd(fd: socket.descriptor, events: Int16(POLLIN), revents: 0),
-                       pollfd(fd: control.value.descriptor, events: Int16(POLLIN), revents: 0)]
+                       pollfd(fd: control.descriptor, events: Int16(POLLIN), revents: 0)]
             while true {
                 let n = fds.withUnsafeMutableBufferPointer { both in
                     waitingForConnection ? poll(both.baseAddress, 2, -1) : poll(both.baseAddress! + 1, 1, 0)
@@ -193,11 +195,11 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         switch frame.kind {
         case .request:
             let id = frame.id, app = self.app
-            let message = UncheckedBox(Message(frame.payload, fileDescriptors: frame.fds))
+            let message = Message(frame.payload, fileDescriptors: frame.fds)
             let task = Task(executorPreference: executor) {
                 let answer: Frame
                 do {
-                    let reply = try await HostConnection.$current.withValue(host) { try await app.handle(request: message.value) }
+                    let reply = try await HostConnection.$current.withValue(host) { try await app.handle(request: message) }
                     answer = .reply(id: id, payload: reply.payload, fds: reply.fileDescriptors)
                 } catch let failure as ExtensionFailure {
                     answer = .error(id: id, code: ErrorCode(rawValue: failure.code), message: failure.message)
@@ -217,8 +219,8 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             connection.tasks.withLock { $0[id] = task }
         case .oneway:
             let app = self.app
-            let message = UncheckedBox(Message(frame.payload, fileDescriptors: frame.fds))
-            Task(executorPreference: executor) { await HostConnection.$current.withValue(host) { await app.handle(oneWay: message.value) } }
+            let message = Message(frame.payload, fileDescriptors: frame.fds)
+            Task(executorPreference: executor) { await HostConnection.$current.withValue(host) { await app.handle(oneWay: message) } }
         case .cancel:
             connection.tasks.withLock { $0[frame.id] }?.cancel()
         case .reply:
@@ -290,16 +292,25 @@ final class ReaderExecutor: TaskExecutor, @unchecked Sendable {
     }
 }
 
-/// One connection's socket, shared by its reader thread (which alone receives, and closes it at
-/// the end) and the request tasks (which send under the lock).
+/// One connection's socket: its sending direction, shared by the request tasks (which send
+/// under the lock), and the descriptor, which the reader thread (the only one to receive, with a
+/// ``FrameReceiver`` of its own) closes at the end.
 final class ConnectionWriter: Sendable {
-    let socket: UncheckedBox<FrameSocket>
-    /// Whether the socket is still open; held while a frame is written.
-    private let writer = Mutex(true)
+    private struct Writer {
+        let sender: FrameSender
+        /// Whether the socket is still open.
+        var open = true
+    }
+
+    let descriptor: Int32
+    /// Held while a frame is written.
+    private let writer: Mutex<Writer>
     let tasks = Mutex<[UInt64: Task<Void, Never>]>([:])
 
-    init(_ socket: FrameSocket) {
-        self.socket = UncheckedBox(socket)
+    /// Takes ownership of `descriptor`, a connected socket.
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+        writer = Mutex(Writer(sender: FrameSender(descriptor: descriptor)))
     }
 
     /// Sends whole frames one at a time, then closes their fds; a failed send shuts the socket
@@ -315,34 +326,38 @@ final class ConnectionWriter: Sendable {
     /// the connection carries on (a reply becomes an ERROR 6 for its request); any other failure
     /// shuts the socket so the reader stops.
     func write(_ frame: Frame) -> WriteResult {
-        writer.withLock { open in
+        writer.withLock { writer in
             defer { frame.closeFDs() }
-            guard open else { return .closed }
+            guard writer.open else { return .closed }
+            let socket = writer.sender
             do throws(WireError) {
-                try socket.value.send(frame)
+                try socket.send(frame)
                 return .sent
             } catch .frameTooLarge, .tooManyFDs {
                 // `send` checks a frame against the host's limits before writing a byte.
                 guard frame.kind == .reply else { return .overTheHostsLimits }
                 let refusal = Frame.error(id: frame.id, code: .tooLarge, message: "the reply cannot be sent: over the host's limits")
-                do { try socket.value.send(refusal) } catch { socket.value.shutdownReadAndWrite() }
+                do { try socket.send(refusal) } catch { socket.shutdownReadAndWrite() }
                 return .overTheHostsLimits
             } catch {
-                socket.value.shutdownReadAndWrite()
+                socket.shutdownReadAndWrite()
                 return .closed
             }
         }
     }
 
     func setPeerMaximumFrameSize(_ size: UInt32) {
-        writer.withLock { _ in socket.value.encoder.maximumFrameSize = size }
+        writer.withLock { $0.sender.encoder.maximumFrameSize = size }
     }
 
-    /// Closes the socket; later sends are dropped. Only once nothing receives any more.
-    func close() {
-        writer.withLock { open in
-            open = false
-            socket.value.close()
+    /// Closes the socket (once); later sends are dropped. By the reader thread, with its
+    /// `receiver`, which stops receiving.
+    func close(_ receiver: FrameReceiver) {
+        receiver.detach()
+        writer.withLock { writer in
+            writer.sender.detach()
+            if writer.open { _ = Glibc.close(descriptor) }
+            writer.open = false
         }
     }
 }
@@ -413,10 +428,18 @@ final class ConnectionThreads: Sendable {
     }
 }
 
-/// Carries a value the compiler cannot prove Sendable across one hand-off.
-struct UncheckedBox<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
+/// The control socket (fd 3), used by one thread at a time: the one leading (see `lead`), which
+/// hands it over with its turn. The lock is never contended; it lets the compiler check that
+/// each use is one at a time.
+final class ControlSocket: Sendable {
+    let socket: Mutex<FrameSocket>
+    /// The socket's descriptor (open until the process exits).
+    let descriptor: Int32
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+        socket = Mutex(FrameSocket(descriptor: descriptor))
+    }
 }
 
 /// A batch of requests that ran longer than this makes a busy connection: its thread lets go of
@@ -474,7 +497,7 @@ func startThread(_ body: @escaping @Sendable () -> Void) {
     pthread_detach(thread)
 }
 
-extension FrameSocket {
+extension FrameSender {
     /// Makes every further read and write fail, so the reader loop ends.
     func shutdownReadAndWrite() {
         _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))

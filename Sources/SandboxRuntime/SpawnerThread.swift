@@ -9,7 +9,7 @@ import Synchronization
 /// lifetime to the supervisor process instead.
 /// `@unchecked`: the semaphore is thread-safe by design and lives as long as the thread.
 final class SpawnerThread: @unchecked Sendable {
-    private let jobs = Mutex<[@Sendable () -> Void]>([])
+    private let jobs = Mutex<[Job]>([])
     /// Counts queued jobs; the thread sleeps on it (a semaphore needs a stable address).
     private let pending: UnsafeMutablePointer<sem_t>
 
@@ -25,11 +25,57 @@ final class SpawnerThread: @unchecked Sendable {
         }
     }
 
-    /// Runs `body` on the spawner thread and returns its result.
-    func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-        await withCheckedContinuation { continuation in
-            jobs.withLock { $0.append { continuation.resume(returning: body()) } }
-            sem_post(pending)
+    /// Runs `body` on the spawner thread and returns its result. `body` and what it captures
+    /// are handed over whole (`sending`): the caller keeps no reference to them.
+    func run<T: Sendable>(_ body: sending @escaping () -> T) async -> T {
+        let result = JobResult<T>()
+        let job = Job { result.deliver(body()) }
+        jobs.withLock { $0.append(job) }
+        sem_post(pending)
+        return await result.value
+    }
+
+    /// One job, handed to the spawner thread whole (`sending`): its closure and what that
+    /// captures need not be Sendable. The lock is the job's own, taken once, by that thread.
+    private final class Job: Sendable {
+        private let work: Mutex<(() -> Void)?>
+
+        init(_ work: sending @escaping () -> Void) {
+            self.work = Mutex(work)
+        }
+
+        func run() {
+            work.withLock { work in
+                work?()
+                work = nil
+            }
+        }
+    }
+
+    /// A job's result, delivered by the spawner thread to the task that waits for it.
+    private final class JobResult<T: Sendable>: Sendable {
+        private let state = Mutex<(value: T?, waiter: CheckedContinuation<T, Never>?)>((nil, nil))
+
+        func deliver(_ value: T) {
+            let waiter = state.withLock { state -> CheckedContinuation<T, Never>? in
+                state.value = value
+                defer { state.waiter = nil }
+                return state.waiter
+            }
+            waiter?.resume(returning: value)
+        }
+
+        var value: T {
+            get async {
+                await withCheckedContinuation { continuation in
+                    let ready = state.withLock { state -> T? in
+                        if let value = state.value { return value }
+                        state.waiter = continuation
+                        return nil
+                    }
+                    if let ready { continuation.resume(returning: ready) }
+                }
+            }
         }
     }
 
@@ -37,7 +83,7 @@ final class SpawnerThread: @unchecked Sendable {
         while true {
             while sem_wait(pending) != 0 {}  // EINTR
             let job = jobs.withLock { $0.removeFirst() }
-            job()
+            job.run()
         }
     }
 }

@@ -130,10 +130,11 @@ public final class Supervisor: Sendable {
         config.setup_timeout_ms = setupTimeoutMilliseconds
         config.init_fd = initExecutable.fd
 
-        let request = UncheckedBox((config, arena))
+        // The configuration and the arena it points into go to the spawner thread whole.
+        let request = config
         let result = await spawner.run {
             var out = xsb_spawn_result()
-            var config = request.value.0
+            var config = request
             // Root's supplementary groups would follow the sandbox (it cannot drop them). EPERM:
             // setgroups is denied to this supervisor itself (it runs in a user namespace that
             // denies it), so its groups are as fixed as an unprivileged caller's, which the
@@ -142,12 +143,11 @@ public final class Supervisor: Sendable {
             guard groupsError == 0 || groupsError == EPERM else {
                 out.failed_step = Int32(XSB_STEP_USERNS_MAP.rawValue)
                 out.error_number = groupsError
-                return UncheckedBox(out)
+                return out
             }
-            _ = xsb_spawn(&config, &out)
-            return UncheckedBox(out)
-        }.value
-        withExtendedLifetime(arena) {}
+            withExtendedLifetime(arena) { _ = xsb_spawn(&config, &out) }
+            return out
+        }
         cgroup?.closeDescriptors()
 
         guard result.failed_step == Int32(XSB_STEP_NONE.rawValue) else {
@@ -228,11 +228,4 @@ public final class Supervisor: Sendable {
         filters.withLock { $0.append((policy.seccomp, filter)) }
         return filter
     }
-}
-
-/// Carries a value that is not Sendable to where one party at a time uses it (the hop to the
-/// spawner thread, which the launch waits for; the host API's sockets, used under their locks).
-package struct UncheckedBox<Value>: @unchecked Sendable {
-    package let value: Value
-    package init(_ value: Value) { self.value = value }
 }
