@@ -1,0 +1,83 @@
+/// What `extsandbox test` found.
+struct ConformanceReport: Codable, Sendable {
+    struct Check: Codable, Sendable {
+        enum Status: String, Codable, Sendable { case pass, fail, skip }
+        var name: String
+        var status: Status
+        /// What was seen.
+        var detail: String
+        /// For a failure: what to change.
+        var fix: String?
+        var milliseconds: Int
+    }
+
+    struct Block: Codable, Sendable {
+        var what: String
+        var sandbox: String
+    }
+
+    var extensionIdentifier: String?
+    var bundle: String?
+    var policy: String?
+    var policyOrigin: String?
+    var passed: Bool { !checks.contains { $0.status == .fail } }
+    var checks: [Check] = []
+    var blocks: [Block] = []
+
+    enum CodingKeys: String, CodingKey {
+        case extensionIdentifier = "extension", bundle, policy, policyOrigin = "policy-origin", checks, blocks, passed
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encodeIfPresent(extensionIdentifier, forKey: .extensionIdentifier)
+        try container.encodeIfPresent(bundle, forKey: .bundle)
+        try container.encodeIfPresent(policy, forKey: .policy)
+        try container.encodeIfPresent(policyOrigin, forKey: .policyOrigin)
+        try container.encode(passed, forKey: .passed)
+        try container.encode(checks, forKey: .checks)
+        try container.encode(blocks, forKey: .blocks)
+    }
+
+    init() {}
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        extensionIdentifier = try container.decodeIfPresent(String.self, forKey: .extensionIdentifier)
+        bundle = try container.decodeIfPresent(String.self, forKey: .bundle)
+        policy = try container.decodeIfPresent(String.self, forKey: .policy)
+        policyOrigin = try container.decodeIfPresent(String.self, forKey: .policyOrigin)
+        checks = try container.decode([Check].self, forKey: .checks)
+        blocks = try container.decode([Block].self, forKey: .blocks)
+    }
+
+    static func line(_ check: Check) -> String {
+        let label = switch check.status { case .pass: "PASS"; case .fail: "FAIL"; case .skip: "SKIP" }
+        var text = "  \(label)  \(check.name.padded(to: 28))\(check.detail)"
+        if let fix = check.fix { text += "\n        fix: \(fix)" }
+        return text
+    }
+
+    func blocksTable() -> String {
+        guard !blocks.isEmpty else { return "" }
+        let width = (blocks.map(\.what.count).max() ?? 0) + 2
+        var lines = ["What the sandbox blocks (policy '\(policy ?? "?")'):"]
+        for block in blocks { lines.append("  \(block.what.padded(to: width))\(block.sandbox)") }
+        return lines.joined(separator: "\n")
+    }
+
+    var summary: String {
+        let passedCount = checks.filter { $0.status == .pass }.count
+        let failedCount = checks.filter { $0.status == .fail }.count
+        let skipped = checks.filter { $0.status == .skip }.count
+        let counts = "\(passedCount) of \(checks.count) checks passed" + (failedCount > 0 ? ", \(failedCount) failed" : "")
+            + (skipped > 0 ? ", \(skipped) not run" : "")
+        return "conformance of \(extensionIdentifier ?? "the extension"): \(passed ? "PASSED" : "FAILED") (\(counts))"
+    }
+}
+
+extension String {
+    func padded(to width: Int) -> String {
+        count >= width ? self + " " : self + String(repeating: " ", count: width - count)
+    }
+}
