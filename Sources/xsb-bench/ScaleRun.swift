@@ -1,0 +1,124 @@
+import ExtSandbox
+import Foundation
+import Glibc
+import SandboxRuntime
+
+/// The whole run: every growth step, the big host, and what is left behind.
+extension ScaleBench {
+    struct Outcome {
+        var steps: [Step] = []
+        var bigHost: Step?
+        var failures = Failures()
+        var limitsRaised: [String] = []
+        var limitsRefused: [String] = []
+        var leftBehind: [String: Int] = [:]
+        var memoryRecoveredKiBPerExtension = 0.0
+    }
+
+    func run() async throws -> Outcome {
+        var outcome = Outcome()
+        let limits = ScaleLimits()
+        defer { limits.restore() }
+        // Per process at once; machine-wide ones once a step shows how many tasks an extension has.
+        limits.raise(extensions: 0, tasksPerExtension: 0, mapsPerExtension: 0)
+
+        // Warm up (page cache, policy compilation, the runtime's threads), then the baseline.
+        await Self.end([try await launch("xsb-bench.scale.warmup")])
+        try? await Task.sleep(for: .seconds(1))
+        let base = ScaleSystem.HostSample.now()
+        let baseThreadNames = ScaleSystem.threadNames()
+        let fields = ["PageTables", "SUnreclaim", "KernelStack", "AnonPages", "Shmem", "Slab"]
+        var baseMeminfo: [String: Int] = [:]
+        for field in fields { baseMeminfo[field] = ScaleSystem.meminfo(field) }
+        let baseAvailable = ScaleSystem.memoryAvailable(samples: 5)
+
+        var alive: [Running] = []
+        var nextIndex = 0
+        var costEstimateKiB = 4 << 10
+        for target in steps.sorted() {
+            // A step the machine's memory cannot hold at the cost per extension seen so far still
+            // grows, as far as the floor plus 2 GiB of headroom for the machine's other users,
+            // and says how far it got and what the whole step would have needed.
+            let available = ScaleSystem.memoryAvailable(samples: 3)
+            let needed = (target - alive.count) * costEstimateKiB
+            let fits = available - needed >= memoryFloorKiB
+            // What this step needs, at the previous step's cost per extension (+50%).
+            let last = outcome.steps.last
+            limits.raise(extensions: target, tasksPerExtension: 1.5 * (last?.tasksPerExtension ?? 8),
+                         mapsPerExtension: 1.5 * (last?.hostMapsPerExtension ?? 4))
+            let grown = await grow(&alive, to: target, nextIndex: &nextIndex, failures: &outcome.failures, heap: nil,
+                                   phaseStart: (baseAvailable, 0), floorKiB: fits ? memoryFloorKiB : memoryFloorKiB + (2 << 20),
+                                   project: fits)
+            var step = await measure(alive, base: base, baseAvailable: baseAvailable, baseMeminfo: baseMeminfo,
+                                     failures: &outcome.failures, withLaunches: grown.stopped == nil)
+            step.stopped = grown.stopped.map { reason in
+                fits ? reason : reason + "; the step would need about \(needed / 1024) MiB at \(costEstimateKiB) KiB per extension, "
+                    + "\(available / 1024) MiB were available (floor \(memoryFloorKiB / 1024) MiB)"
+            }
+            step.growSeconds = grown.seconds
+            if step.extensions > 0 { costEstimateKiB = max(Int(step.machineKiBPerExtension + step.programPSSKiB), 256) }
+            step.target = target
+            outcome.steps.append(step)
+            if step.stopped != nil { break }
+        }
+
+        // Everything ends; what the machine gets back.
+        let atMaximum = ScaleSystem.memoryAvailable(samples: 5)
+        let count = alive.count
+        let notEnded = await Self.end(alive)
+        alive = []
+        await settle(base: base)
+        if count > 0 {
+            outcome.memoryRecoveredKiBPerExtension = Double(ScaleSystem.memoryAvailable(samples: 5) - atMaximum) / Double(count)
+        }
+
+        // The big host: a heap rewritten before every launch.
+        let heap = BigHeap(bytes: bigHostHeapBytes)
+        try? await Task.sleep(for: .milliseconds(500))
+        let heapBase = ScaleSystem.HostSample.now()
+        let heapAvailable = ScaleSystem.memoryAvailable(samples: 5)
+        var heapMeminfo: [String: Int] = [:]
+        for field in fields { heapMeminfo[field] = ScaleSystem.meminfo(field) }
+        let grown = await grow(&alive, to: bigHostExtensions, nextIndex: &nextIndex, failures: &outcome.failures, heap: heap,
+                               phaseStart: (heapAvailable, 0))
+        var bigHost = await measure(alive, base: heapBase, baseAvailable: heapAvailable, baseMeminfo: heapMeminfo,
+                                    failures: &outcome.failures, withLaunches: false)
+        bigHost.stopped = grown.stopped
+        bigHost.growSeconds = grown.seconds
+        bigHost.target = bigHostExtensions
+        outcome.bigHost = bigHost
+        let notEndedBig = await Self.end(alive)
+        alive = []
+        heap.release()
+
+        // Nothing may be left: processes, fds, cgroups, zombies.
+        await settle(base: base)
+        let after = ScaleSystem.HostSample.now()
+        let ownThreads = { (names: [String]) in names.filter { !ScaleFaults.CycleOutcome.isDispatchWorker($0) }.count }
+        outcome.leftBehind = [
+            "sandboxes_not_ended": notEnded + notEndedBig,
+            "fds": after.fileDescriptors - base.fileDescriptors,
+            // libdispatch's workers come and go with load (ScaleFaults.dispatchWorkerSlack).
+            "threads_not_dispatch_workers": ownThreads(ScaleSystem.threadNames()) - ownThreads(baseThreadNames),
+            "dispatch_workers": (after.threads - base.threads) - (ownThreads(ScaleSystem.threadNames()) - ownThreads(baseThreadNames)),
+            "cgroups": after.cgroups,
+            "zombies": after.zombies,
+            "mounts": after.mounts - base.mounts,
+        ]
+        outcome.limitsRaised = limits.descriptions
+        // Asked once per step: the same refusal is reported once.
+        outcome.limitsRefused = Array(Set(limits.refused)).sorted()
+        return outcome
+    }
+
+    /// Waits (up to 20 s) until the sandboxes' cgroups are gone and no zombie is left.
+    func settle(base: ScaleSystem.HostSample) async {
+        let deadline = now() + 20
+        while now() < deadline {
+            let sample = ScaleSystem.HostSample.now()
+            if sample.cgroups == 0 && sample.zombies == 0 && sample.fileDescriptors <= base.fileDescriptors { break }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        try? await Task.sleep(for: .seconds(1))
+    }
+}
