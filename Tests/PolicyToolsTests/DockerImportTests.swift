@@ -1,53 +1,19 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import PolicyTools
 @testable import SandboxPolicy
 
-/// A small but realistic Docker/OCI seccomp profile, in the shape of moby's default profile.
-let dockerProfileJSON = """
-    {
-      "defaultAction": "SCMP_ACT_ERRNO",
-      "defaultErrnoRet": 1,
-      "archMap": [
-        { "architecture": "SCMP_ARCH_X86_64", "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"] },
-        { "architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"] }
-      ],
-      "syscalls": [
-        {
-          "names": ["accept4", "arch_prctl", "brk", "close", "execve", "exit", "exit_group", "fstat", "futex",
-                    "getpid", "getrandom", "mmap", "mprotect", "munmap", "newfstatat", "openat", "prlimit64",
-                    "read", "rseq", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "set_robust_list",
-                    "set_tid_address", "write", "_llseek", "chown32", "clone3"],
-          "action": "SCMP_ACT_ALLOW",
-          "comment": "what every program needs"
-        },
-        { "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 0, "op": "SCMP_CMP_EQ" }] },
-        { "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 8, "op": "SCMP_CMP_EQ" }] },
-        {
-          "names": ["clone"], "action": "SCMP_ACT_ALLOW",
-          "args": [{ "index": 0, "value": 2114060288, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
-          "comment": "s390 parameter ordering for clone is different",
-          "excludes": { "caps": ["CAP_SYS_ADMIN"], "arches": ["s390", "s390x"] }
-        },
-        {
-          "names": ["clone"], "action": "SCMP_ACT_ALLOW",
-          "args": [{ "index": 1, "value": 2114060288, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
-          "includes": { "arches": ["s390", "s390x"] }
-        },
-        { "names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 40, "op": "SCMP_CMP_NE" }] },
-        { "names": ["ptrace"], "action": "SCMP_ACT_ALLOW", "includes": { "minKernel": "4.8" } },
-        { "names": ["mount", "umount2", "unshare"], "action": "SCMP_ACT_ALLOW", "includes": { "caps": ["CAP_SYS_ADMIN"] } },
-        { "names": ["chmod", "fchmod", "fchmodat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13, "comment": "no permission changes" },
-        { "names": ["kexec_load"], "action": "SCMP_ACT_KILL_PROCESS" },
-        { "names": ["sync"], "action": "SCMP_ACT_NOTIFY" }
-      ]
-    }
-    """
+/// A small but realistic Docker/OCI seccomp profile, in the shape of moby's default profile (a
+/// fixture the CLI's import-docker test reads too).
+func dockerProfileJSON() throws -> String {
+    try String(contentsOfFile: TestPaths.dockerSampleProfile, encoding: .utf8)
+}
 
 @Suite("import-docker")
 struct DockerImportTests {
     @Test func convertsAProfileThatLoadsAndCompiles() throws {
-        let output = try DockerProfileImporter.convert(json: Data(dockerProfileJSON.utf8), source: "/etc/docker/seccomp.json")
+        let output = try DockerProfileImporter.convert(json: Data(try dockerProfileJSON().utf8), source: "/etc/docker/seccomp.json")
         let yaml = output.yaml
         #expect(yaml.hasPrefix("# Imported from the Docker/OCI seccomp profile /etc/docker/seccomp.json\n"))
         #expect(yaml.contains("  default: errno EPERM\n"))
@@ -129,7 +95,7 @@ struct DockerImportTests {
         // Found by fuzzing (docker-import): DEL and the C1 control characters are not allowed
         // anywhere in a YAML file, comments included. Copied from the profile into a comment (or
         // from the file name into the description), one made the whole imported policy unreadable.
-        let json = dockerProfileJSON
+        let json = try dockerProfileJSON()
             .replacingOccurrences(of: "SCMP_ARCH_AARCH64", with: "SCMP_ARCH_\u{7f}AARCH64")
             .replacingOccurrences(of: "what every program needs", with: "what every\u{9f}\\u0001 program needs")
         let output = try DockerProfileImporter.convert(json: Data(json.utf8), source: "/etc/odd\u{80}\u{7f}.json")

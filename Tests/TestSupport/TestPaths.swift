@@ -35,6 +35,10 @@ public enum TestPaths {
     /// The checkout's test fixtures (Tests/Fixtures: sources of fixture executables, scripts).
     public static let fixturesDirectory: String = packageRoot.appendingPathComponent("Tests/Fixtures").path
 
+    /// A small Docker/OCI seccomp profile in the shape of moby's default one, for the import-docker
+    /// tests of the importer and of the CLI (Tests/Fixtures/docker-seccomp/moby-style-sample.json).
+    public static var dockerSampleProfile: String { fixturesDirectory + "/docker-seccomp/moby-style-sample.json" }
+
     /// The shipped standard policy of the checkout.
     public static var standardPolicyPath: String { policiesDirectory + "/standard.yaml" }
 

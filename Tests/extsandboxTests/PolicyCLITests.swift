@@ -3,47 +3,6 @@ import Testing
 import TestSupport
 @testable import SandboxPolicy
 
-/// A Docker/OCI profile with the structures the importer handles (the same as DockerImportTests').
-private let dockerProfileJSON = """
-    {
-      "defaultAction": "SCMP_ACT_ERRNO",
-      "defaultErrnoRet": 1,
-      "archMap": [
-        { "architecture": "SCMP_ARCH_X86_64", "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"] },
-        { "architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"] }
-      ],
-      "syscalls": [
-        {
-          "names": ["accept4", "arch_prctl", "brk", "close", "execve", "exit", "exit_group", "fstat", "futex",
-                    "getpid", "getrandom", "mmap", "mprotect", "munmap", "newfstatat", "openat", "prlimit64",
-                    "read", "rseq", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "set_robust_list",
-                    "set_tid_address", "write", "_llseek", "chown32", "clone3"],
-          "action": "SCMP_ACT_ALLOW",
-          "comment": "what every program needs"
-        },
-        { "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 0, "op": "SCMP_CMP_EQ" }] },
-        { "names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 8, "op": "SCMP_CMP_EQ" }] },
-        {
-          "names": ["clone"], "action": "SCMP_ACT_ALLOW",
-          "args": [{ "index": 0, "value": 2114060288, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
-          "comment": "s390 parameter ordering for clone is different",
-          "excludes": { "caps": ["CAP_SYS_ADMIN"], "arches": ["s390", "s390x"] }
-        },
-        {
-          "names": ["clone"], "action": "SCMP_ACT_ALLOW",
-          "args": [{ "index": 1, "value": 2114060288, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ" }],
-          "includes": { "arches": ["s390", "s390x"] }
-        },
-        { "names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{ "index": 0, "value": 40, "op": "SCMP_CMP_NE" }] },
-        { "names": ["ptrace"], "action": "SCMP_ACT_ALLOW", "includes": { "minKernel": "4.8" } },
-        { "names": ["mount", "umount2", "unshare"], "action": "SCMP_ACT_ALLOW", "includes": { "caps": ["CAP_SYS_ADMIN"] } },
-        { "names": ["chmod", "fchmod", "fchmodat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 13, "comment": "no permission changes" },
-        { "names": ["kexec_load"], "action": "SCMP_ACT_KILL_PROCESS" },
-        { "names": ["sync"], "action": "SCMP_ACT_NOTIFY" }
-      ]
-    }
-    """
-
 /// `extsandbox policy …`, run as the built binary next to the test runner.
 @Suite("extsandbox policy")
 struct PolicyCLITests {
@@ -132,8 +91,7 @@ struct PolicyCLITests {
 
     @Test func importDockerWritesALoadablePolicy() throws {
         let dir = try TestPaths.makePolicyDirectory("policy-cli")
-        let json = dir.appendingPathComponent("profile.json").path
-        try dockerProfileJSON.write(toFile: json, atomically: true, encoding: .utf8)
+        let json = TestPaths.dockerSampleProfile
         let out = try Self.run(["policy", "import-docker", json])
         #expect(out.status == 0, "\(out.stderr)")
         #expect(out.stdout.hasPrefix("# Imported from the Docker/OCI seccomp profile \(json)"))
