@@ -124,7 +124,7 @@ let package = Package(
         .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing", "TestSupport"]),
         // One finder for the package's paths (build products, fixtures, Policies, the CLI) and the
         // fixtures every test target shares (running executables as root or nobody, extension worlds).
-        .target(name: "TestSupport", dependencies: ["ExtensionCatalog"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["ExtensionCatalog", "SandboxPolicy"], path: "Tests/TestSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: [
             "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport", "xsb-init",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),

@@ -1,26 +1,7 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import SandboxPolicy
-
-/// A directory of policy files for one test.
-struct PolicyTree {
-    let dir: URL
-
-    init(_ files: [String: String]) throws {
-        dir = try makeTemporaryDirectory()
-        for (name, text) in files {
-            let url = dir.appendingPathComponent(name)
-            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try text.write(to: url, atomically: true, encoding: .utf8)
-        }
-    }
-
-    func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
-    var searchPath: PolicySearchPath { PolicySearchPath(directories: [dir.path]) }
-
-    func load(_ name: String) throws -> Policy { try PolicyLoader.load(file: path(name), searchPath: searchPath) }
-    func check(_ name: String) -> [PolicyError] { PolicyLoader.check(file: path(name), searchPath: searchPath) }
-}
 
 /// A broken set of files and the one problem expected, in `file`.
 struct BrokenTree: Sendable, CustomTestStringConvertible {

@@ -3,6 +3,7 @@ import CSeccomp
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 @testable import SandboxPolicy
 
 /// getpid decided by four overlapping rules with different actions; no match falls back to the
