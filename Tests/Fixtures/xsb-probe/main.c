@@ -164,64 +164,38 @@ static void vreport(const char *verdict, const char *fmt, va_list ap)
     fflush(stdout);
 }
 
-/* The forbidden thing failed with `err`.  Optional detail after the errno. */
-static int blocked(int err, const char *fmt, ...)
-{
-    printf("%s: blocked (%s)", g_check, errno_name(err));
-    if (fmt && *fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        putchar(' ');
-        vprintf(fmt, ap);
-        va_end(ap);
-    }
-    putchar('\n');
-    fflush(stdout);
-    return 0;
-}
+/* Prints the verdict and the optional detail, then returns `result` from the
+ * variadic reporting function it is used in (whose last named parameter is fmt). */
+#define REPORT(verdict, result)                                                \
+    do {                                                                       \
+        va_list ap;                                                            \
+        va_start(ap, fmt);                                                     \
+        vreport((verdict), fmt, ap);                                           \
+        va_end(ap);                                                            \
+        return (result);                                                       \
+    } while (0)
 
 /* Like blocked() but with a word instead of an errno, e.g. "blocked (empty)". */
 static int blocked_word(const char *word, const char *fmt, ...)
 {
-    printf("%s: blocked (%s)", g_check, word);
-    if (fmt && *fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        putchar(' ');
-        vprintf(fmt, ap);
-        va_end(ap);
-    }
-    putchar('\n');
-    fflush(stdout);
-    return 0;
+    char verdict[64];
+    snprintf(verdict, sizeof verdict, "blocked (%s)", word);
+    REPORT(verdict, 0);
 }
 
-static int ok(const char *fmt, ...)
+/* The forbidden thing failed with `err`.  Optional detail after the errno. */
+static int blocked(int err, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vreport("ok", fmt, ap);
-    va_end(ap);
-    return 0;
+    char verdict[64];
+    snprintf(verdict, sizeof verdict, "blocked (%s)", errno_name(err));
+    REPORT(verdict, 0);
 }
 
-static int escaped(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vreport("ESCAPED", fmt, ap);
-    va_end(ap);
-    return 1;
-}
+static int ok(const char *fmt, ...) { REPORT("ok", 0); }
 
-static int failed(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vreport("FAILED", fmt, ap);
-    va_end(ap);
-    return 1;
-}
+static int escaped(const char *fmt, ...) { REPORT("ESCAPED", 1); }
+
+static int failed(const char *fmt, ...) { REPORT("FAILED", 1); }
 
 static int usage_error(const char *fmt, ...)
 {
@@ -245,6 +219,38 @@ static int returned(long rc)
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
+
+/* Appends `sep` (unless the list is empty) and the formatted text to the list of
+ * *len bytes in out[0..size), cut at the end of out: *len stays below size. */
+static void list_append(char *out, size_t size, size_t *len, const char *sep, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (*len)
+        *len += (size_t)snprintf(out + *len, size - *len, "%s", sep);
+    if (*len < size)
+        *len += (size_t)vsnprintf(out + *len, size - *len, fmt, ap);
+    va_end(ap);
+    if (*len >= size)
+        *len = size - 1;
+}
+
+/* Counts the entries of the directory `d` that `wanted` accepts and lists their
+ * names in out (cut to fit); closes d. */
+static int list_entries(DIR *d, int (*wanted)(const char *name), char *out, size_t size)
+{
+    size_t len = 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!wanted(e->d_name))
+            continue;
+        n++;
+        list_append(out, size, &len, " ", "%s", e->d_name);
+    }
+    closedir(d);
+    return n;
+}
 
 static int parse_long(const char *s, long min, long max, long *out)
 {
@@ -505,14 +511,17 @@ static int c_delete_module(int argc, char **argv)
     return returned(rc);
 }
 
+/* A struct file_handle with room for the largest handle. */
+union file_handle_buf {
+    struct file_handle fh;
+    unsigned char buf[sizeof(struct file_handle) + MAX_HANDLE_SZ];
+};
+
 /* A made-up handle: ESTALE if the call is reachable with privileges. */
 static int c_open_by_handle_at(int argc, char **argv)
 {
     (void)argc; (void)argv;
-    union {
-        struct file_handle fh;
-        unsigned char buf[sizeof(struct file_handle) + MAX_HANDLE_SZ];
-    } h;
+    union file_handle_buf h;
     memset(&h, 0, sizeof h);
     h.fh.handle_bytes = 8;
     h.fh.handle_type = 1; /* FILEID_INO32_GEN */
@@ -530,10 +539,7 @@ static int c_open_by_handle_at(int argc, char **argv)
 static int c_name_to_handle_at(int argc, char **argv)
 {
     (void)argc; (void)argv;
-    union {
-        struct file_handle fh;
-        unsigned char buf[sizeof(struct file_handle) + MAX_HANDLE_SZ];
-    } h;
+    union file_handle_buf h;
     memset(&h, 0, sizeof h);
     h.fh.handle_bytes = MAX_HANDLE_SZ;
     int mount_id = 0;
@@ -724,14 +730,16 @@ static int c_dev_mem(int argc, char **argv)
                 first_err = errno; /* prefer the most interesting errno */
             what = errno_name(errno);
         }
-        len += (size_t)snprintf(detail + len, sizeof detail - len, "%s%s=%s",
-                                len ? " " : "", devs[i], what);
-        if (len >= sizeof detail)
-            len = sizeof detail - 1;
+        list_append(detail, sizeof detail, &len, " ", "%s=%s", devs[i], what);
     }
     if (opened)
         return escaped("%s", detail);
     return blocked(first_err, "%s", detail);
+}
+
+static int not_dot_entry(const char *name)
+{
+    return strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
 static int c_sys(int argc, char **argv)
@@ -741,21 +749,7 @@ static int c_sys(int argc, char **argv)
     if (!d)
         return blocked(errno, NULL);
     char names[512] = "";
-    size_t len = 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        n++;
-        if (len < sizeof names - 1) {
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s",
-                                    len ? " " : "", e->d_name);
-            if (len >= sizeof names)
-                len = sizeof names - 1;
-        }
-    }
-    closedir(d);
+    int n = list_entries(d, not_dot_entry, names, sizeof names);
     if (n == 0)
         return blocked_word("empty", NULL);
     return escaped("/sys has %d entries: %s", n, names);
@@ -880,8 +874,7 @@ static int c_caps(int argc, char **argv)
                           errno_name(errno));
         if (strtoull(v, NULL, 16) != 0)
             nonzero = 1;
-        len += (size_t)snprintf(detail + len, sizeof detail - len, "%s%s=%s",
-                                len ? " " : "", keys[i], v);
+        list_append(detail, sizeof detail, &len, " ", "%s=%s", keys[i], v);
     }
     return nonzero ? escaped("%s", detail) : ok("%s", detail);
 }
@@ -949,6 +942,11 @@ static int c_pidns(int argc, char **argv)
                                (long)pid);
 }
 
+static int pid_entry(const char *name)
+{
+    return name[0] >= '0' && name[0] <= '9';
+}
+
 static int c_proc_pids(int argc, char **argv)
 {
     (void)argc; (void)argv;
@@ -956,21 +954,7 @@ static int c_proc_pids(int argc, char **argv)
     if (!d)
         return failed("opendir /proc: %s", errno_name(errno));
     char list[512] = "";
-    size_t len = 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
-            continue;
-        n++;
-        if (len < sizeof list - 1) {
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
-                                    len ? " " : "", e->d_name);
-            if (len >= sizeof list)
-                len = sizeof list - 1;
-        }
-    }
-    closedir(d);
+    int n = list_entries(d, pid_entry, list, sizeof list);
     /* A fresh /proc in a fresh PID namespace shows only the sandbox. */
     return n < 32 ? ok("%d processes: %s", n, list)
                   : escaped("%d processes visible: %s", n, list);
@@ -997,10 +981,7 @@ static int c_net(int argc, char **argv)
             have_lo = 1;
         else
             others++;
-        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s",
-                                len ? "," : "", p);
-        if (len >= sizeof names)
-            len = sizeof names - 1;
+        list_append(names, sizeof names, &len, ",", "%s", p);
     }
     fclose(f);
     const char *lo_state = "absent";
@@ -1049,10 +1030,7 @@ static int c_fds(int argc, char **argv)
         for (int i = 0; i < nallowed; i++)
             ok_fd |= allowed[i] == fd;
         if (ok_fd) {
-            olen += (size_t)snprintf(open_list + olen, sizeof open_list - olen,
-                                     "%s%ld", olen ? " " : "", fd);
-            if (olen >= sizeof open_list)
-                olen = sizeof open_list - 1;
+            list_append(open_list, sizeof open_list, &olen, " ", "%ld", fd);
             continue;
         }
         char path[64], target[512];
@@ -1060,10 +1038,7 @@ static int c_fds(int argc, char **argv)
         ssize_t n = readlink(path, target, sizeof target - 1);
         target[n > 0 ? n : 0] = '\0';
         nextra++;
-        elen += (size_t)snprintf(extra + elen, sizeof extra - elen, "%s%ld->%s",
-                                 elen ? " " : "", fd, n > 0 ? target : "?");
-        if (elen >= sizeof extra)
-            elen = sizeof extra - 1;
+        list_append(extra, sizeof extra, &elen, " ", "%ld->%s", fd, n > 0 ? target : "?");
     }
     closedir(d);
     if (nextra)
@@ -1151,10 +1126,7 @@ static int c_mounts(int argc, char **argv)
         for (int i = 0; i < nforbidden; i++) {
             if (path_under(field, forbidden[i])) {
                 nbad++;
-                blen += (size_t)snprintf(bad + blen, sizeof bad - blen, "%s%s",
-                                         blen ? " " : "", field);
-                if (blen >= sizeof bad)
-                    blen = sizeof bad - 1;
+                list_append(bad, sizeof bad, &blen, " ", "%s", field);
                 break;
             }
         }
@@ -1176,16 +1148,14 @@ static int c_nosuid(int argc, char **argv)
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         struct statvfs sv;
         if (statvfs(paths[i], &sv) == -1) {
-            len += (size_t)snprintf(detail + len, sizeof detail - len, "%s%s=%s",
-                                    len ? " " : "", paths[i], errno_name(errno));
+            list_append(detail, sizeof detail, &len, " ", "%s=%s", paths[i], errno_name(errno));
             continue; /* absent is fine */
         }
         int nosuid = (sv.f_flag & ST_NOSUID) != 0, nodev = (sv.f_flag & ST_NODEV) != 0;
         bad |= !nosuid || !nodev;
-        len += (size_t)snprintf(detail + len, sizeof detail - len, "%s%s=%s,%s%s",
-                                len ? " " : "", paths[i], nosuid ? "nosuid" : "SUID",
-                                nodev ? "nodev" : "DEV",
-                                (sv.f_flag & ST_RDONLY) ? ",ro" : ",rw");
+        list_append(detail, sizeof detail, &len, " ", "%s=%s,%s%s", paths[i],
+                    nosuid ? "nosuid" : "SUID", nodev ? "nodev" : "DEV",
+                    (sv.f_flag & ST_RDONLY) ? ",ro" : ",rw");
     }
     return bad ? escaped("%s", detail) : ok("%s", detail);
 }
@@ -1611,16 +1581,49 @@ static void tmp_path(char *out, size_t outlen)
     snprintf(out, outlen, "/tmp/xsb-probe-%s-%ld", g_check, (long)getpid());
 }
 
+/* Creates this check's file in /tmp with mode 0755 (its path in `path`): the
+ * open fd, or -1 after reporting FAILED. */
+static int open_tmp_file(char *path, size_t pathlen)
+{
+    tmp_path(path, pathlen);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    if (fd == -1)
+        failed("create %s: %s", path, errno_name(errno));
+    return fd;
+}
+
+/* The same, closed: 0, or -1 after reporting FAILED. */
+static int make_tmp_file(char *path, size_t pathlen)
+{
+    int fd = open_tmp_file(path, pathlen);
+    if (fd == -1)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+/* The verdict on a call that tried to create `path` with a set-id mode and
+ * returned `rc` (its fd or -1): ESCAPED, naming the mode the file got, when it
+ * was created (`created` says how), else expect_errno(EPERM). */
+static int setid_create_verdict(long rc, const char *path, const char *created, const char *what)
+{
+    if (rc >= 0) {
+        struct stat st;
+        int mode = fstat((int)rc, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+        close((int)rc);
+        unlink(path);
+        return escaped("%s %04o", created, mode);
+    }
+    return expect_errno(rc, EPERM, what);
+}
+
 /* setid-chmod: chmod 06755 on our own file in a writable /tmp. */
 static int c_setid_chmod(int argc, char **argv)
 {
     (void)argc; (void)argv;
     char path[96];
-    tmp_path(path, sizeof path);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
-    if (fd == -1)
-        return failed("create %s: %s", path, errno_name(errno));
-    close(fd);
+    if (make_tmp_file(path, sizeof path) == -1)
+        return 1;
     long rc = chmod(path, 06755);
     int err = errno;
     struct stat st;
@@ -1637,10 +1640,9 @@ static int c_setid_fchmod(int argc, char **argv)
 {
     (void)argc; (void)argv;
     char path[96];
-    tmp_path(path, sizeof path);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    int fd = open_tmp_file(path, sizeof path);
     if (fd == -1)
-        return failed("create %s: %s", path, errno_name(errno));
+        return 1;
     long rc = fchmod(fd, 04755);
     int err = errno;
     close(fd);
@@ -1653,11 +1655,8 @@ static int c_setid_fchmodat2(int argc, char **argv)
 {
     (void)argc; (void)argv;
     char path[96];
-    tmp_path(path, sizeof path);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
-    if (fd == -1)
-        return failed("create %s: %s", path, errno_name(errno));
-    close(fd);
+    if (make_tmp_file(path, sizeof path) == -1)
+        return 1;
     long rc = syscall(SYS_fchmodat2, AT_FDCWD, path, 02755, 0);
     int err = errno;
     unlink(path);
@@ -1673,16 +1672,8 @@ static int c_setid_open(int argc, char **argv)
     char path[96];
     tmp_path(path, sizeof path);
     long rc = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 04755);
-    int err = errno;
-    if (rc >= 0) {
-        struct stat st;
-        int mode = fstat((int)rc, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
-        close((int)rc);
-        unlink(path);
-        return escaped("open(O_CREAT, 04755) created a file with mode %04o", mode);
-    }
-    errno = err;
-    return expect_errno(rc, EPERM, "open(O_CREAT, 04755)");
+    return setid_create_verdict(rc, path, "open(O_CREAT, 04755) created a file with mode",
+                                "open(O_CREAT, 04755)");
 }
 
 /* setid-open-high: the mode with garbage in the upper 32 bits (the kernel
@@ -1694,16 +1685,8 @@ static int c_setid_open_high(int argc, char **argv)
     tmp_path(path, sizeof path);
     long rc = syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
                       0xdeadbeef00000000UL | 04755UL);
-    int err = errno;
-    if (rc >= 0) {
-        struct stat st;
-        int mode = fstat((int)rc, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
-        close((int)rc);
-        unlink(path);
-        return escaped("openat with mode 0xdeadbeef00000000|04755 created mode %04o", mode);
-    }
-    errno = err;
-    return expect_errno(rc, EPERM, "openat(O_CREAT, 0xdeadbeef00000000|04755)");
+    return setid_create_verdict(rc, path, "openat with mode 0xdeadbeef00000000|04755 created mode",
+                                "openat(O_CREAT, 0xdeadbeef00000000|04755)");
 }
 
 static int c_setid_mkdir(int argc, char **argv)
