@@ -120,32 +120,6 @@ public struct PointDeclarationFile: Sendable, Hashable {
     }
 }
 
-/// Quoting for the YAML the catalog writes.
-enum YAMLText {
-    static func quoted(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\t": out += "\\t"
-            default:
-                // Escaped: C0 and C1 controls (NEL, U+0085, is a line break to YAML readers),
-                // the Unicode line and paragraph separators, and the byte-order mark.
-                if scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value) {
-                    out += "\\x" + String(scalar.value, radix: 16).leftPadded(to: 2)
-                } else if [0x2028, 0x2029, 0xfeff].contains(scalar.value) {
-                    out += "\\u" + String(scalar.value, radix: 16).leftPadded(to: 4)
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
-    }
-}
-
 extension String {
     func leftPadded(to width: Int, with pad: Character = "0") -> String {
         count >= width ? self : String(repeating: pad, count: width - count) + self

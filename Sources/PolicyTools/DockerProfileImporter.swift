@@ -267,7 +267,7 @@ public enum DockerProfileImporter {
             }
             y.append("")
             y.append("version: 1")
-            y.append("description: \(quoted("Imported from the Docker seccomp profile " + FilePaths.lastComponent(source)))")
+            y.append("description: \(YAMLText.quoted("Imported from the Docker seccomp profile " + FilePaths.lastComponent(source)))")
             y.append("")
             y.append("seccomp:")
             y.append("  default: \(defaultAction)")
@@ -298,14 +298,14 @@ public enum DockerProfileImporter {
                     if let c = rule.comment { y.append("    # \(oneLine(c))") }
                     y.append("    - syscall: \(rule.syscall)")
                     y.append("      action: \(rule.action)")
-                    y.append("      when: [\(rule.when.map { quoted($0) }.joined(separator: ", "))]")
+                    y.append("      when: [\(rule.when.map(YAMLText.quoted).joined(separator: ", "))]")
                 }
                 if !dangerous.isEmpty {
                     y.append("    # Dangerous system calls that the Docker profile allows. extsandbox lets them run only")
                     y.append("    # through a rule that says why (docs/policy-format.md, \"Dangerous system calls\"); until")
                     y.append("    # you uncomment a rule and write its reason, that call gets the default action.")
                     for d in dangerous {
-                        let when = d.when.isEmpty ? "" : ", when: [\(d.when.map { quoted($0) }.joined(separator: ", "))]"
+                        let when = d.when.isEmpty ? "" : ", when: [\(d.when.map(YAMLText.quoted).joined(separator: ", "))]"
                         y.append("    # - { syscall: \(d.syscall), action: \(d.action)\(when), why: \"…\" }")
                     }
                 }
@@ -336,39 +336,8 @@ public enum DockerProfileImporter {
         func oneLine(_ text: String) -> String {
             let line = text.split(whereSeparator: \.isNewline).joined(separator: " ")
             var out = String.UnicodeScalarView()
-            for scalar in line.unicodeScalars { out.append(Self.isYAMLPrintable(scalar) ? scalar : "\u{FFFD}") }
+            for scalar in line.unicodeScalars { out.append(YAMLText.isPrintable(scalar) ? scalar : "\u{FFFD}") }
             return String(out)
-        }
-
-        /// YAML's c-printable: tab, line feed, carriage return, U+0020–U+007E, U+0085, and
-        /// U+00A0 and above but U+FFFE and U+FFFF (Swift strings hold no surrogates).
-        static func isYAMLPrintable(_ scalar: Unicode.Scalar) -> Bool {
-            switch scalar.value {
-            case 0x09, 0x0A, 0x0D, 0x20...0x7E, 0x85: true
-            case 0xA0...0xFFFD: true
-            case 0x10000...: true
-            default: false
-            }
-        }
-
-        func quoted(_ text: String) -> String {
-            // YAML double-quoted style: escape backslash, quote and every control character.
-            var out = "\""
-            for scalar in text.unicodeScalars {
-                switch scalar {
-                case "\\": out += "\\\\"
-                case "\"": out += "\\\""
-                case "\n": out += "\\n"
-                case "\t": out += "\\t"
-                case _ where scalar.value < 0x20 || scalar.value == 0x7f:
-                    out += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
-                case _ where !Self.isYAMLPrintable(scalar):
-                    let hex = String(scalar.value, radix: 16)  // 0x80…0xffff: 2 to 4 digits
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                default: out.unicodeScalars.append(scalar)
-                }
-            }
-            return out + "\""
         }
     }
 }
