@@ -39,6 +39,19 @@ enum ExtensionCommands {
         return item
     }
 
+    /// The owner's choices as saved; nil when there are none yet or they cannot be read (the
+    /// update that follows says why).
+    static func savedState() -> ApprovalState? {
+        try? ApprovalStore(path: ExtensionLocations.standard(hostBundle: nil).stateFile).load()
+    }
+
+    /// Changes the owner's choices for `identifier`. Unless the saved choices mention it already
+    /// (`known`), an installed extension must have that identifier.
+    static func update(_ identifier: String, known: Bool, _ change: (inout ApprovalState) -> Void) throws {
+        if !known { _ = try find(identifier, in: try inventory()) }
+        try update(change)
+    }
+
     static func update(_ change: (inout ApprovalState) -> Void) throws {
         let store = ApprovalStore(path: ExtensionLocations.standard(hostBundle: nil).stateFile)
         do throws(CatalogProblem) {
@@ -202,10 +215,8 @@ struct RevokeCommand: ParsableCommand {
     var identifier: String
 
     func run() throws {
-        let store = ApprovalStore(path: ExtensionLocations.standard(hostBundle: nil).stateFile)
-        let known = (try? store.load().approvals[identifier]) != nil
-        if !known { _ = try ExtensionCommands.find(identifier, in: try ExtensionCommands.inventory()) }
-        try ExtensionCommands.update { $0.approvals[identifier] = nil }
+        let known = ExtensionCommands.savedState()?.approvals[identifier] != nil
+        try ExtensionCommands.update(identifier, known: known) { $0.approvals[identifier] = nil }
         print(known ? "revoked the approval of \(identifier)" : "\(identifier) was not approved")
     }
 }
@@ -220,10 +231,8 @@ struct EnableCommand: ParsableCommand {
     var identifier: String
 
     func run() throws {
-        let store = ApprovalStore(path: ExtensionLocations.standard(hostBundle: nil).stateFile)
-        let disabled = (try? store.load().disabled.contains(identifier)) == true
-        if !disabled { _ = try ExtensionCommands.find(identifier, in: try ExtensionCommands.inventory()) }
-        try ExtensionCommands.update { $0.disabled.remove(identifier) }
+        let disabled = ExtensionCommands.savedState()?.disabled.contains(identifier) == true
+        try ExtensionCommands.update(identifier, known: disabled) { $0.disabled.remove(identifier) }
         print("enabled \(identifier)")
     }
 }
@@ -238,8 +247,7 @@ struct DisableCommand: ParsableCommand {
     var identifier: String
 
     func run() throws {
-        _ = try ExtensionCommands.find(identifier, in: try ExtensionCommands.inventory())
-        try ExtensionCommands.update { $0.disabled.insert(identifier) }
+        try ExtensionCommands.update(identifier, known: false) { $0.disabled.insert(identifier) }
         print("disabled \(identifier)")
     }
 }
