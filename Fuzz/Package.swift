@@ -33,7 +33,10 @@ let package = Package(
         .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog"]),
         // libFuzzer's driver behind SwiftPM's renamed `main` (Sources/FuzzDriver/include/FuzzDriver.h).
         .target(name: "FuzzDriver"),
+        // The entry points every fuzz executable shares: its `main` and LLVMFuzzerTestOneInput.
+        .target(name: "FuzzMain", dependencies: ["ExtSandboxFuzzing", "FuzzDriver"]),
     ] + targets.map { name in
-        .executableTarget(name: "fuzz-" + name, dependencies: ["ExtSandboxFuzzing", "FuzzDriver"])
+        // Sources/fuzz-NAME/FuzzEntry.swift only names its FuzzTarget.
+        .executableTarget(name: "fuzz-" + name, dependencies: ["ExtSandboxFuzzing", "FuzzMain"])
     }
 )

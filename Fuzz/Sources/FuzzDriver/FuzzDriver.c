@@ -4,7 +4,7 @@
 
 // From the libFuzzer runtime that `-sanitize=fuzzer` links in.
 int LLVMFuzzerRunDriver(int *argc, char ***argv, int (*callback)(const uint8_t *data, size_t size));
-// Defined by each fuzz executable (Swift, @_cdecl).
+// Defined once for every fuzz executable (Sources/FuzzMain, Swift, @_cdecl).
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int xsb_fuzz_main(int argc, char **argv) {

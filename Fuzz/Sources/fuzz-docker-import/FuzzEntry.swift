@@ -1,15 +1,5 @@
 import ExtSandboxFuzzing
-import FuzzDriver
+import FuzzMain
 
-/// libFuzzer's entry point: one input per call, through ``FuzzTarget/dockerImport``.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzzTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    FuzzTarget.dockerImport.run(UnsafeRawBufferPointer(start: data, count: size))
-    return 0
-}
-
-/// The executable's `main` (SwiftPM renames it to `<module>_main`): libFuzzer's driver.
-@_cdecl("fuzz_docker_import_main")
-public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> CInt {
-    xsb_fuzz_main(argc, argv)
-}
+/// libFuzzer over ``FuzzTarget/dockerImport`` (`scripts/fuzz docker-import`).
+@main struct DockerImportFuzzer: FuzzExecutable { static let target = FuzzTarget.dockerImport }
