@@ -1,5 +1,12 @@
-// Internal to the shim: what the clone child (sandbox init and payload) shares.
-// Everything declared here is async-signal-safe: raw system calls and plain memory only.
+// Internal to the shim: what the clone child (sandbox init and payload) shares, by mechanism
+// (one file each, its supervisor side and its sandbox side together). spawn.c, init.c and
+// payload.c are the tables of contents that call them in order.
+// Everything declared here that runs between clone and exec is async-signal-safe: raw system
+// calls and plain memory only.
+//
+// Naming: xsb_init_* runs in the sandbox init and reports a failing step on the control socket
+// and exits (xsb_init_fail); xsb_payload_* runs in the payload and reports a failing step on its
+// status pipe and exits (xsb_payload_fail); the rest return their failure.
 #ifndef XSB_CHILD_H
 #define XSB_CHILD_H
 
@@ -34,29 +41,9 @@ size_t xsb_string_length(const char *s);
 /// Writes `prefix` followed by `suffix` into `dst`; returns -1 when it does not fit.
 int xsb_join_path(char *dst, size_t size, const char *prefix, const char *suffix);
 
-/// Sends an XSB_MSG_ERROR for `step` with `err` and `detail` on the control socket.
-void xsb_child_report(int control_fd, int step, int err, const char *detail);
-
 /// Builds the sandbox's file system and pivots into it (runs in the init, as root of its
 /// user namespace). Returns 0, or -1 after reporting the failing step on `control_fd`.
 int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd);
-
-/// The payload, in a vfork child sharing the init's fd table: never returns.
-/// Announces its listener's fd number on `announce_fd` (to the receiver thread) and
-/// `status_fd` (to the init) before loading the filter, and reports a failure on `status_fd`
-/// (a pipe the init reads when the vfork returns).
-__attribute__((noreturn)) void xsb_payload_main(const struct xsb_spawn_config *cfg, int announce_fd, int status_fd);
-
-/// Starts the init's notification receiver thread (receiver.c), which reads the listener
-/// number from `announce_fd`, answers the filter's notifications (ending the sandbox on a
-/// kill) and writes one byte on `finished_fd` once no task can use the filter any more.
-/// Returns 0, or -1 with errno set.
-int xsb_receiver_start(const struct xsb_spawn_config *cfg, int control_fd, int announce_fd, int finished_fd);
-/// Tells the receiver the payload's vfork has returned (it exec'd or failed).
-void xsb_receiver_exec_done(void);
-/// Interrupts the receiver's blocked RECV, so that it notices the filter has no user left.
-/// Before Linux 6.11 RECV does not return by itself then. Called from the init's main thread.
-void xsb_receiver_wake(void);
 
 /// Record the payload writes on the status pipe: first its listener's number (step
 /// XSB_STEP_NONE, value = fd), then, if a step fails, that step.
@@ -65,5 +52,177 @@ struct xsb_payload_status {
     int32_t value;  ///< errno, or the listener's fd number
     char detail[128];
 };
+
+// MARK: - Process creation (spawn.c: the supervisor's side; clone3 on a stack of its own)
+
+/// struct clone_args from linux/sched.h, spelled out to avoid header clashes with <sched.h>.
+struct xsb_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+    uint64_t set_tid, set_tid_size, cgroup;
+};
+
+// MARK: - Control channel (control.c)
+
+/// Supervisor side, after GO: waits (at most `timeout_ms`, 10 s if 0) until the init reports
+/// READY or a failing step. Returns 1 when the launch succeeded (READY, or a violation came
+/// first: `out` says which; audited calls are collected in `out`), 0 after a failure with
+/// `*step`, `*err` and `detail` set.
+int xsb_control_await_launch(int control_fd, int timeout_ms, struct xsb_spawn_result *out, int *step, int *err, char *detail, size_t detail_size);
+/// Supervisor side: if the init has reported a failing step, it replaces `*step`, `*err` and
+/// `detail` (the init's failure may have made ours).
+void xsb_control_take_init_report(int control_fd, int *step, int *err, char *detail, size_t detail_size);
+/// Sends an XSB_MSG_ERROR for `step` with `err` and `detail` on the control socket.
+void xsb_child_report(int control_fd, int step, int err, const char *detail);
+/// Init side: reports the failing step on the control socket and exits.
+__attribute__((noreturn)) void xsb_init_fail(int control_fd, int step, int err, const char *detail);
+/// Init side: sends one message (failure ignored: the supervisor may be gone).
+void xsb_control_send(int control_fd, uint32_t type, int32_t value, int32_t value2);
+/// Init side: waits for one message of `type` from the supervisor; EOF (the supervisor died)
+/// or anything else fails (-1).
+int xsb_control_wait_for(int control_fd, uint32_t type);
+/// Init side: reads one request of the supervisor's and carries it out (suspend, resume,
+/// signal), acknowledging it. Returns 0, or -1 when the supervisor is gone (EOF).
+int xsb_control_serve_request(int control_fd, pid_t payload);
+
+// MARK: - Lifetime and exit (reaper.c; the pidfd helpers are in xsb_shim.h)
+
+/// Init side: the parent-death signal (SIGKILL when the supervisor's spawner thread ends).
+void xsb_init_bind_to_supervisor(int control_fd);
+/// Init side: serves the supervisor until the payload has ended. Then the sandbox ends: what
+/// the payload left is killed, and once the receiver thread has seen the last user of the
+/// filter go (so that a call it stopped in those last moments is still reported), the exit is
+/// reported and the init exits, which ends the PID namespace.
+__attribute__((noreturn)) void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener);
+
+// MARK: - Signals (signals.c)
+
+/// Init side: every signal back to its default action, and every signal blocked.
+void xsb_init_reset_signals(void);
+/// Payload side: every signal back to its default action (ignored ones stay ignored across exec).
+void xsb_payload_reset_signals(int status_fd);
+/// Payload side: unblocks every signal, right before the filter and the exec.
+void xsb_payload_unblock_signals(int status_fd);
+
+// MARK: - User namespace (userns.c)
+
+/// Supervisor side: writes setgroups=deny first (an unprivileged writer may not map gids
+/// otherwise, and it keeps the sandbox from dropping supplementary groups to get around "deny"
+/// permissions), then the one-id uid and gid maps of process `pid`. Returns 0 or -errno with
+/// the file in `detail`.
+int xsb_userns_map_ids(pid_t pid, const struct xsb_spawn_config *cfg, char *detail, size_t size);
+/// Init side: becomes the one id the user namespace maps (setresgid, setresuid, raw calls).
+void xsb_init_become_mapped_ids(const struct xsb_spawn_config *cfg, int control_fd);
+/// Init side: non-dumpable, so nothing in the sandbox reads the init's memory or fds via /proc.
+void xsb_init_hide_from_sandbox(int control_fd);
+
+// MARK: - cgroups (cgroups.c)
+
+/// Supervisor side: cgroup v2: the clone starts the init in the sandbox's cgroup directory.
+void xsb_cgroup_clone_into(const struct xsb_spawn_config *cfg, struct xsb_clone_args *args);
+/// Init side: cgroup v1: moves the init into each of the sandbox's cgroups ("0" to `tasks`).
+void xsb_init_join_cgroups(const struct xsb_spawn_config *cfg, int control_fd);
+/// Init side: a cgroup namespace rooted in the init's cgroup (EINVAL, no support: skipped).
+void xsb_init_enter_cgroup_namespace(int control_fd);
+
+// MARK: - Network and host names (network.c)
+
+/// Init side: the UTS namespace's hostname (the policy's) and domain name ("none").
+void xsb_init_name_host(const struct xsb_spawn_config *cfg, int control_fd);
+/// Init side: brings the network namespace's loopback device up.
+void xsb_init_bring_up_loopback(int control_fd);
+
+// MARK: - File descriptors (fds.c)
+
+/// Clone child: puts the control socket at 0, the description at 1, the passed fds from 2 on and
+/// the init executable (close-on-exec) right after them, and closes every other fd. Returns
+/// the init executable's fd, or -1 with errno set and `*failed` naming what failed.
+int xsb_place_init_fds(int control_fd, int description_fd, const struct xsb_passed_fds *passed, int init_fd, const char **failed);
+/// Init side: moves `fd` (close-on-exec) out of the way of the payload's dup2 onto 0, 1, 2, 3….
+int xsb_init_move_high(const struct xsb_spawn_config *cfg, int control_fd, int fd, const char *what);
+/// Init side: the control socket, moved far above the payload's fds. Returns its new number.
+int xsb_init_lift_control_socket(const struct xsb_spawn_config *cfg, int control_fd);
+/// Init side: closes every fd except the `count` in `keep` (unsorted; negative ones ignored).
+void xsb_init_keep_only(int control_fd, int *keep, size_t count);
+/// Init side: keeps only the control socket and the fds the payload will receive.
+void xsb_init_keep_only_sources(const struct xsb_spawn_config *cfg, int control_fd);
+/// Payload side: places the caller's chosen fds at 0, 1, 2, 3…; everything else becomes
+/// close-on-exec. Sources first move above every target so that no dup2 overwrites a later source.
+void xsb_payload_arrange_fds(const struct xsb_spawn_config *cfg, int status_fd);
+/// Payload side: when asked, the first of fds 0–2 that is a terminal becomes the controlling one.
+void xsb_payload_take_controlling_terminal(const struct xsb_spawn_config *cfg, int status_fd);
+
+// MARK: - Resource limits (rlimits.c) and capabilities (capabilities.c)
+
+/// Payload side: sets the policy's rlimits.
+void xsb_payload_apply_rlimits(const struct xsb_spawn_config *cfg, int status_fd);
+/// Clone child: keeps every capability across the exec of the init (inheritable, ambient).
+/// Returns NULL, or what failed (errno set).
+const char *xsb_keep_capabilities_across_exec(int cap_last_cap);
+/// Payload side: locks the securebits and empties every capability set.
+void xsb_payload_drop_capabilities(const struct xsb_spawn_config *cfg, int status_fd);
+/// Payload side: PR_SET_NO_NEW_PRIVS.
+void xsb_payload_set_no_new_privs(int status_fd);
+
+// MARK: - seccomp (seccomp.c; the init's receiver thread: receiver.c)
+
+/// Payload side: memory-deny-write-execute (PR_SET_MDWE), when the launch asks for it.
+void xsb_payload_deny_write_execute(const struct xsb_spawn_config *cfg, int status_fd);
+/// Payload side: checks the filter, and announces the listener's fd number-to-be on the status
+/// pipe (to the init) and on `announce_fd` (to the receiver). Returns that number.
+int xsb_payload_announce_listener(const struct xsb_spawn_config *cfg, int status_fd, int announce_fd);
+/// Payload side: loads the filter with a notification listener, which must get `expected_listener`.
+void xsb_payload_load_filter(const struct xsb_spawn_config *cfg, int status_fd, int expected_listener);
+
+/// What the receiver does with a notified call.
+enum xsb_notification_verdict {
+    XSB_VERDICT_LET_FIRST_EXEC_RUN = 1,  ///< the launch's own execve ("no exec after start"): continue
+    XSB_VERDICT_LET_RUN_AUDITED,         ///< audit mode: continue, and report the number (once)
+    XSB_VERDICT_IGNORE,                  ///< audit mode, a withdrawn call: it runs when made again
+    XSB_VERDICT_FAIL_LAUNCH_EXEC,        ///< the launch's own execve, which the policy forbids: end, fail the launch
+    XSB_VERDICT_END_SANDBOX,             ///< a call the policy kills: end the sandbox, report the violation
+};
+/// What a decision depends on: the launch's settings and where the launch is.
+struct xsb_notification_state {
+    int audit;
+    int supervise_first_exec;
+    int first_exec_done;  ///< the launch's own execve was let run
+    int exec_done;        ///< the payload's vfork has returned (it exec'd or failed)
+};
+/// The one place a notified call is decided: syscall `nr` (or, with `withdrawn`, a call a signal
+/// withdrew before it was read). Plain memory only (the receiver thread calls it).
+enum xsb_notification_verdict xsb_seccomp_decide(int nr, int withdrawn, const struct xsb_notification_state *state);
+
+// MARK: - The payload (payload.c) and the receiver thread (receiver.c)
+
+/// Init side: starts the payload and waits (vfork) until it has exec'd or failed. The payload
+/// shares our fd table (CLONE_FILES), so the seccomp listener it creates right before exec
+/// appears here, where the receiver thread reads it, while exec leaves the payload a table of
+/// its own. Returns the payload's pid; `*listener` is the listener's fd number (-1: none announced).
+pid_t xsb_payload_start(const struct xsb_spawn_config *cfg, int control_fd, int announce_fd, int *listener);
+/// The payload, in a vfork child sharing the init's fd table: never returns.
+/// Announces its listener's fd number on `announce_fd` (to the receiver thread) and
+/// `status_fd` (to the init) before loading the filter, and reports a failure on `status_fd`
+/// (a pipe the init reads when the vfork returns).
+__attribute__((noreturn)) void xsb_payload_main(const struct xsb_spawn_config *cfg, int announce_fd, int status_fd);
+/// Payload side: writes one record on the status pipe.
+void xsb_payload_record(int status_fd, int step, int value, const char *detail);
+/// Payload side: records the failing step (with errno) and exits.
+__attribute__((noreturn)) void xsb_payload_fail(int status_fd, int step, const char *detail);
+
+/// The receiver's pipes: the payload writes its listener's number on announce[1], the
+/// receiver writes one byte on finished[1] once no task can use the filter any more.
+struct xsb_receiver_pipes {
+    int announce[2];
+    int finished[2];
+};
+/// Init side: creates the receiver's pipes (above the payload's fds) and starts the init's
+/// notification receiver thread, which reads the listener number, answers the filter's
+/// notifications (ending the sandbox on a kill) and signals `finished` at the end.
+void xsb_receiver_launch(const struct xsb_spawn_config *cfg, int control_fd, struct xsb_receiver_pipes *pipes);
+/// Tells the receiver the payload's vfork has returned (it exec'd or failed).
+void xsb_receiver_exec_done(void);
+/// Interrupts the receiver's blocked RECV, so that it notices the filter has no user left.
+/// Before Linux 6.11 RECV does not return by itself then. Called from the init's main thread.
+void xsb_receiver_wake(void);
 
 #endif

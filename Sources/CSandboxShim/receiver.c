@@ -17,6 +17,7 @@
 // every system call below is an inline `syscall` instruction.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
@@ -106,23 +107,33 @@ __attribute__((noreturn)) static void end_sandbox(void) {
     for (;;) raw_syscall(SYS_exit_group, 128 + 31, 0, 0, 0, 0);
 }
 
-static int is_exec(int nr) { return nr == SYS_execve || nr == SYS_execveat; }
-
 /// Whether the launch's own execve was let run ("no exec after start").
 static int first_exec_done;
+
+/// What xsb_seccomp_decide decides on: the launch's settings and where the launch is.
+static struct xsb_notification_state notification_state(void) {
+    struct xsb_notification_state state = {
+        .audit = receiver.audit,
+        .supervise_first_exec = receiver.supervise_first_exec,
+        .first_exec_done = first_exec_done,
+        .exec_done = __atomic_load_n(&receiver.exec_done, __ATOMIC_ACQUIRE),
+    };
+    return state;
+}
 
 /// A call the policy kills: report it (by number, or XSB_UNNAMED_VIOLATION) and end the
 /// sandbox. MSG_DONTWAIT: ending the sandbox must not wait for a supervisor that stopped
 /// reading; only the name would be lost.
 __attribute__((noreturn)) static void violation(int nr) {
     kill_sandbox();
-    if (nr >= 0 && is_exec(nr) && !first_exec_done && !__atomic_load_n(&receiver.exec_done, __ATOMIC_ACQUIRE)) {
-        // The launch's own execve (nothing of the program has run yet, and no execve was let
-        // run): a policy that forbids execve. Fail the launch at once, and say why.
-        send_message(XSB_MSG_ERROR, XSB_STEP_EXEC, EPERM, "the policy's seccomp filter denies execve", MSG_DONTWAIT);
-    } else {
-        send_message(XSB_MSG_VIOLATION, 0, nr, "", MSG_DONTWAIT);
-    }
+    send_message(XSB_MSG_VIOLATION, 0, nr, "", MSG_DONTWAIT);
+    end_sandbox();
+}
+
+/// The launch's own execve, which the policy forbids: fail the launch at once, and say why.
+__attribute__((noreturn)) static void refuse_launch_exec(void) {
+    kill_sandbox();
+    send_message(XSB_MSG_ERROR, XSB_STEP_EXEC, EPERM, "the policy's seccomp filter denies execve", MSG_DONTWAIT);
     end_sandbox();
 }
 
@@ -147,15 +158,15 @@ static void let_run(int listener, uint64_t id, int *answered) {
 /// Audit mode reports each syscall number once.
 static unsigned char audited_bits[1024 / 8];
 
+/// Carries out xsb_seccomp_decide's verdict on one notified call.
 static void handle(int listener, const struct seccomp_notif *req) {
     int nr = req->data.nr;
-    if (receiver.supervise_first_exec && !first_exec_done && is_exec(nr)) {
-        // The launch's own execve: the first execve any task of this filter makes, since
-        // the program (the only source of others) runs only after it.
+    struct xsb_notification_state state = notification_state();
+    switch (xsb_seccomp_decide(nr, 0, &state)) {
+    case XSB_VERDICT_LET_FIRST_EXEC_RUN:
         let_run(listener, req->id, &first_exec_done);
         return;
-    }
-    if (receiver.audit) {
+    case XSB_VERDICT_LET_RUN_AUDITED:
         if (nr < 0 || nr >= 1024 || !(audited_bits[nr / 8] & (1u << (nr % 8)))) {
             if (nr >= 0 && nr < 1024) audited_bits[nr / 8] |= (unsigned char)(1u << (nr % 8));
             // Blocking: the audited call waits until the supervisor has room for the report.
@@ -163,8 +174,13 @@ static void handle(int listener, const struct seccomp_notif *req) {
         }
         let_run(listener, req->id, NULL);
         return;
+    case XSB_VERDICT_FAIL_LAUNCH_EXEC:
+        refuse_launch_exec();
+    case XSB_VERDICT_END_SANDBOX:
+    case XSB_VERDICT_IGNORE:  // never for a call read from the listener: fail closed
+    default:
+        violation(nr);
     }
-    violation(nr);
 }
 
 /// Polls the listener once (`timeout_ns` < 0: no wait). Returns its revents.
@@ -248,8 +264,8 @@ static int receiver_main(void *unused) {
             // No task uses the filter any more (the kernel answers RECV with ENOENT from then
             // on): the program and everything it started have exited.
             if (poll_listener(listener, -1) & POLLHUP) break;
-            if (!receiver.audit) withdrawn(listener);
-            // Audit mode: the call will run when it is made again; nothing to report.
+            struct xsb_notification_state state = notification_state();
+            if (xsb_seccomp_decide(XSB_UNNAMED_VIOLATION, 1, &state) != XSB_VERDICT_IGNORE) withdrawn(listener);
         }
     }
     // Tell the init's main thread that nothing more can come from the filter.
@@ -258,7 +274,7 @@ static int receiver_main(void *unused) {
     return 0;  // glibc's clone ends just this thread
 }
 
-int xsb_receiver_start(const struct xsb_spawn_config *cfg, int control_fd, int announce_fd, int finished_fd) {
+static int receiver_start(const struct xsb_spawn_config *cfg, int control_fd, int announce_fd, int finished_fd) {
     receiver.control_fd = control_fd;
     receiver.announce_fd = announce_fd;
     receiver.finished_fd = finished_fd;
@@ -277,6 +293,17 @@ int xsb_receiver_start(const struct xsb_spawn_config *cfg, int control_fd, int a
     receiver_tid = clone(receiver_main, receiver_stack + sizeof receiver_stack,
                          CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM, NULL);
     return receiver_tid > 0 ? 0 : -1;
+}
+
+void xsb_receiver_launch(const struct xsb_spawn_config *cfg, int control_fd, struct xsb_receiver_pipes *pipes) {
+    if (pipe2(pipes->announce, O_CLOEXEC) != 0 || pipe2(pipes->finished, O_CLOEXEC | O_NONBLOCK) != 0)
+        xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "pipe2");
+    for (int i = 0; i < 2; i++) {
+        pipes->announce[i] = xsb_init_move_high(cfg, control_fd, pipes->announce[i], "receiver pipe");
+        pipes->finished[i] = xsb_init_move_high(cfg, control_fd, pipes->finished[i], "receiver pipe");
+    }
+    if (receiver_start(cfg, control_fd, pipes->announce[0], pipes->finished[1]) != 0)
+        xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "seccomp notification receiver thread");
 }
 
 void xsb_receiver_exec_done(void) { __atomic_store_n(&receiver.exec_done, 1, __ATOMIC_RELEASE); }

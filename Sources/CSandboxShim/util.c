@@ -1,8 +1,5 @@
 // Plain-memory helpers for the clone child, and step names for messages.
 #define _GNU_SOURCE
-#include <errno.h>
-#include <sys/socket.h>
-
 #include "child.h"
 
 size_t xsb_string_length(const char *s) {
@@ -28,16 +25,6 @@ int xsb_join_path(char *dst, size_t size, const char *prefix, const char *suffix
     for (size_t i = 0; i < b; i++) dst[a + i] = suffix[i];
     dst[a + b] = '\0';
     return 0;
-}
-
-void xsb_child_report(int control_fd, int step, int err, const char *detail) {
-    struct xsb_msg msg = {0};
-    msg.type = XSB_MSG_ERROR;
-    msg.step = step;
-    msg.value = err;
-    xsb_copy_string(msg.detail, sizeof msg.detail, detail);
-    // MSG_NOSIGNAL: the supervisor may already be gone; we must not die of SIGPIPE here.
-    (void)send(control_fd, &msg, sizeof msg, MSG_NOSIGNAL);
 }
 
 const char *xsb_step_name(int step) {

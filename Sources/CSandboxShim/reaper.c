@@ -1,0 +1,136 @@
+// Lifetime and exit, both sides: the supervisor holds the init by a pidfd (signal, reap); the
+// init is bound to the supervisor (parent-death signal, the control socket's hang-up) and, as
+// PID 1 of the sandbox, reaps every process in it and reports the payload's exit. When the init
+// exits, the kernel kills every other process of the namespace, so "the init is gone" always
+// means "the sandbox is gone".
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "child.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+// MARK: - Supervisor side: pidfds
+
+int xsb_pidfd_wait(int pidfd) {
+    siginfo_t info;
+    while (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &info, WEXITED) != 0) {
+        if (errno != EINTR) return -errno;
+    }
+    return 0;
+}
+
+int xsb_pidfd_send_signal(int pidfd, int sig) {
+    if (syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) == 0) return 0;
+    return -errno;
+}
+
+int xsb_pidfd_reap(int pidfd, int *wait_status) {
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    if (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &info, WEXITED | WNOHANG) != 0) return -errno;
+    if (info.si_pid == 0) return 0;
+    // Rebuild the classic wait status so callers can use WIFEXITED & co.
+    if (info.si_code == CLD_EXITED) *wait_status = (info.si_status & 0xff) << 8;
+    else *wait_status = (info.si_status & 0x7f) | (info.si_code == CLD_DUMPED ? 0x80 : 0);
+    return 1;
+}
+
+// MARK: - Init side
+
+void xsb_init_bind_to_supervisor(int control_fd) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) xsb_init_fail(control_fd, XSB_STEP_PARENT_DEATH_SIGNAL, errno, "prctl");
+}
+
+static int64_t monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/// The supervisor is gone: take the sandbox down with it. SIGKILL first: our exit closes the
+/// seccomp listener, which would answer a waiting call with ENOSYS and let it run on.
+__attribute__((noreturn)) static void supervisor_gone(void) {
+    (void)kill(-1, SIGKILL);
+    _exit(1);
+}
+
+void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener) {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    // Every signal is still blocked (inherited from the parent), so SIGCHLD queues for the fd.
+    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) _exit(127);
+
+    struct pollfd fds[4] = {
+        {.fd = control_fd, .events = POLLIN},
+        {.fd = sfd, .events = POLLIN},
+        {.fd = finished_fd, .events = POLLIN},
+        // Once the payload has ended: the filter's last user gone (a hang-up).
+        {.fd = -1, .events = 0},
+    };
+    int receiver_finished = 0, payload_ended = 0, payload_status = 0, filter_unused = 0;
+    int64_t deadline = 0;
+    for (;;) {
+        int timeout = -1;
+        if (payload_ended) {
+            int64_t now = monotonic_ms();
+            if (receiver_finished || now >= deadline) {
+                xsb_control_send(control_fd, XSB_MSG_EXIT, payload_status, 0);
+                // Our exit ends the namespace.
+                _exit(0);
+            }
+            timeout = (int)(deadline - now);
+            if (filter_unused) {
+                // Before Linux 6.11 the receiver's RECV does not return when the filter loses
+                // its last user: interrupt it, and again each millisecond (it may have been
+                // busy, not yet blocked, when the signal came).
+                xsb_receiver_wake();
+                timeout = 1;
+            }
+        }
+        if (poll(fds, 4, timeout) < 0) {
+            if (errno == EINTR) continue;
+            _exit(127);
+        }
+        if (fds[2].revents & POLLIN) receiver_finished = 1;
+        if (fds[3].revents & POLLHUP) {
+            filter_unused = 1;
+            fds[3].fd = -1;
+        }
+        if (fds[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {}
+            int status;
+            pid_t p;
+            while ((p = waitpid(-1, &status, WNOHANG | __WALL)) > 0) {
+                if (p == payload && !payload_ended) {
+                    payload_ended = 1;
+                    payload_status = status;
+                    // The sandbox ends with its program. Kill what it left now, so that the
+                    // filter's last user goes and the receiver can finish; wait at most 1 s.
+                    (void)kill(-1, SIGKILL);
+                    deadline = monotonic_ms() + 1000;
+                    fds[3].fd = listener;
+                }
+            }
+        }
+        if (fds[0].revents & POLLIN) {
+            if (xsb_control_serve_request(control_fd, payload) != 0) supervisor_gone();
+        } else if (fds[0].revents & (POLLHUP | POLLERR)) {
+            supervisor_gone();
+        }
+    }
+}
