@@ -33,13 +33,15 @@ struct LifecycleFaultTests {
     @Test("during launch: the launch fails once with the reason (no handle exists yet to interrupt)")
     func killedDuringLaunch() async throws {
         let recorder = Recorder()
-        // It is SIGKILLed 200 ms into its launch, before it says READY.
+        // It is SIGKILLed 200 ms into its launch, before it says READY. The READY timeout and the
+        // wait are long because a loaded test run (hundreds of tests sharing two pool threads)
+        // can keep the launch's tasks from running for tens of seconds; a quiet run takes 0.4 s.
         let launch = Task {
             try await AppExtensionProcess(configuration: .init(
                 identity: Self.python("dies", arguments: ["die-before-ready"]),
-                onInterruption: recorder.onInterruption, onEvent: recorder.onEvent, readyTimeout: .seconds(60)))
+                onInterruption: recorder.onInterruption, onEvent: recorder.onEvent, readyTimeout: .seconds(300)))
         }
-        switch await Self.outcome(of: launch, within: 30) {
+        switch await Self.outcome(of: launch, within: 240) {
         case .failure(ExtensionError.endedBeforeReady(let termination))?:
             #expect(termination == .signaled(signal: SIGKILL))
         case .failure(let other)?: Issue.record("expected endedBeforeReady(signal 9), got \(other)")

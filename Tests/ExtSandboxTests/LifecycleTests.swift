@@ -40,7 +40,8 @@ struct PerHandleLifecycleTests {
         let recorder = Recorder()
         let process = try await AppExtensionProcess(configuration: .init(
             identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
-            suspendAfter: .milliseconds(100), terminateAfter: .milliseconds(800)))
+            // Ended 5 s after it goes idle: time to see it stopped even on a loaded test run.
+            suspendAfter: .milliseconds(100), terminateAfter: .seconds(5)))
         defer { process.invalidate() }
         let sandbox = process.sandbox
         let inside = sandbox.processIdentifiers().dropFirst()
@@ -48,7 +49,7 @@ struct PerHandleLifecycleTests {
         #expect(await HostFixtures.eventually { inside.allSatisfy { HostFixtures.processState($0) == "T" } },
                 "\(inside.map { HostFixtures.processState($0) ?? "gone" })")
         // Continued to read its GOODBYE, it exits 0 of its own accord.
-        #expect(await HostFixtures.exit(of: sandbox) == .exited(code: 0))
+        #expect(await HostFixtures.exit(of: sandbox, within: 60) == .exited(code: 0))
         #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.terminated) })
         #expect(recorder.recordedInterruptions.isEmpty)
     }

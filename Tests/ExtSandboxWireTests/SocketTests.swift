@@ -276,7 +276,8 @@ struct SocketTests {
         #expect(host.decoder.reservedByteCount == 0)
         writer.join()
         host.close()
-        #expect(probes.joined().allSatisfy { $0.isClosed })
+        // Eventually: a process another suite forks meanwhile holds copies until it execs.
+        #expect(probes.joined().allSatisfy { $0.becomesClosed })
     }
 
     @Test("64-byte round trips between two threads (timing)")
