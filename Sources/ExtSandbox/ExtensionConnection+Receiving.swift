@@ -66,7 +66,7 @@ extension ExtensionConnection {
             var roomWaiters: [CheckedContinuation<Void, any Error>] = []
             let failure: ExtensionError? = output.withLock { output in
                 guard output.open else { return nil }
-                do {
+                do throws(WireError) {
                     if try output.sender.flush(), output.watchingWritability {
                         output.watchingWritability = false
                         monitor.modify(fd: descriptor, token: token.load(ordering: .relaxed), events: EventMonitor.readable)
@@ -92,7 +92,7 @@ extension ExtensionConnection {
             var farewell: Frame?
             let more = state.withLock { state -> Bool in
                 guard state.open else { return false }
-                do {
+                do throws(WireError) {
                     switch try state.receiver.receiveNext(wait: false) {
                     case .wouldBlock:
                         return false

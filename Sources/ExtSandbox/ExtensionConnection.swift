@@ -83,7 +83,7 @@ public final class ExtensionConnection: Sendable {
         output = Mutex(Output(sender: FrameSender(descriptor: descriptor)))
         // A fresh socket's buffer takes a HELLO whole; `enqueue` never blocks (MSG_DONTWAIT).
         let failure: ExtensionError? = output.withLock { output in
-            do {
+            do throws(WireError) {
                 try output.sender.enqueue(.hello(Hello(name: name)))
                 return output.sender.hasPendingOutput ? .connectionClosed(detail: "the HELLO could not be written") : nil
             } catch {

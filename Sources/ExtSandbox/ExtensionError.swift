@@ -80,17 +80,6 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
         error == .connectionClosed ? .connectionClosed(detail: "the extension closed the connection") : .protocolError(error)
     }
 
-    /// ``wire(_:)`` for an error caught untyped (in a closure): the socket's calls throw
-    /// ``WireError`` only, and an ``ExtensionError`` passes through; anything else (nothing
-    /// today) would close the connection with its description.
-    static func wire(_ error: any Error) -> ExtensionError {
-        switch error {
-        case let wire as WireError: return .wire(wire)
-        case let extensionError as ExtensionError: return extensionError
-        default: return .connectionClosed(detail: "\(error)")
-        }
-    }
-
     /// A launch the runtime refused, as the host reports it: a policy that could not be
     /// compiled as ``policyFailed(securityLevel:error:)`` (as one that could not be loaded is),
     /// any other failure as ``sandboxFailed(_:)``.
