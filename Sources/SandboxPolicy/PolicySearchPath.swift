@@ -118,23 +118,9 @@ public struct PolicySearchPath: Sendable, Equatable {
         return out
     }
 
-    /// The names in an open directory (read through a duplicate of its fd).
+    /// The names in an open directory.
     private static func names(in directory: TrustedPath.Directory) -> [String] {
-        let fd = dup(directory.fd.rawValue)
-        guard fd >= 0 else { return [] }
-        guard let stream = fdopendir(fd) else {
-            close(fd)
-            return []
-        }
-        defer { closedir(stream) }
-        var names: [String] = []
-        while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
+        SystemFiles.entries(of: directory.fd) ?? []
     }
 
     /// The file of policy `name`: the last directory that has `name.yaml`.

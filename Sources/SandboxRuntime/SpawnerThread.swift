@@ -28,8 +28,8 @@ final class SpawnerThread: @unchecked Sendable {
     /// Runs `body` on the spawner thread and returns its result. `body` and what it captures
     /// are handed over whole (`sending`): the caller keeps no reference to them.
     func run<T: Sendable>(_ body: sending @escaping () -> T) async -> T {
-        let result = JobResult<T>()
-        let job = Job { result.deliver(body()) }
+        let result = OnceContinuation<T>()
+        let job = Job { result.resume(body()) }
         jobs.withLock { $0.append(job) }
         sem_post(pending)
         return await result.value
@@ -48,33 +48,6 @@ final class SpawnerThread: @unchecked Sendable {
             work.withLock { work in
                 work?()
                 work = nil
-            }
-        }
-    }
-
-    /// A job's result, delivered by the spawner thread to the task that waits for it.
-    private final class JobResult<T: Sendable>: Sendable {
-        private let state = Mutex<(value: T?, waiter: CheckedContinuation<T, Never>?)>((nil, nil))
-
-        func deliver(_ value: T) {
-            let waiter = state.withLock { state -> CheckedContinuation<T, Never>? in
-                state.value = value
-                defer { state.waiter = nil }
-                return state.waiter
-            }
-            waiter?.resume(returning: value)
-        }
-
-        var value: T {
-            get async {
-                await withCheckedContinuation { continuation in
-                    let ready = state.withLock { state -> T? in
-                        if let value = state.value { return value }
-                        state.waiter = continuation
-                        return nil
-                    }
-                    if let ready { continuation.resume(returning: ready) }
-                }
             }
         }
     }

@@ -33,6 +33,25 @@ package enum SystemFiles {
     /// The names in a directory (without `.` and `..`), or `nil` if it cannot be listed.
     package static func entries(_ path: String) -> [String]? {
         guard let directory = opendir(path) else { return nil }
+        return entries(of: directory)
+    }
+
+    /// The names in the open directory `directory` (read through a close-on-exec duplicate of
+    /// its fd, which stays open), or `nil` if it cannot be listed.
+    package static func entries(of directory: FileDescriptor) -> [String]? {
+        let copy = fcntl(directory.rawValue, F_DUPFD_CLOEXEC, 0)
+        guard copy >= 0 else { return nil }
+        guard let stream = fdopendir(copy) else {
+            close(copy)
+            return nil
+        }
+        // The duplicate shares the original's position: start from the top whatever read it before.
+        rewinddir(stream)
+        return entries(of: stream)
+    }
+
+    /// The names a directory stream lists, without `.` and `..`; closes the stream.
+    private static func entries(of directory: OpaquePointer) -> [String] {
         defer { closedir(directory) }
         var names: [String] = []
         while let entry = readdir(directory) {
