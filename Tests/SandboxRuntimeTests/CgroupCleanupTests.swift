@@ -35,8 +35,11 @@ struct CgroupCleanupTests {
             return
         }
         let parentTasks = pidsParent + "/tasks"
-        let other = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["sleep", "30"]))
-        let busy = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["sleep", "30"]))
+        // Long sleeps, killed by the test: a loaded run can keep this task waiting for a minute.
+        let other = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["sleep", "600"]))
+        defer { other.kill() }
+        let busy = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["sleep", "600"]))
+        defer { busy.kill() }
         guard let pidsDirectory = busy.cgroupDirectories.first(where: { $0.contains("/pids/") }) else {
             Issue.record("no pids cgroup: \(busy.cgroupDirectories)")
             return

@@ -34,7 +34,7 @@ struct SandboxInitTests {
         // other tests it has been seen to end early (the init then is a zombie): try again, and say why.
         var endings: [String] = []
         for _ in 0..<3 {
-            let process = try await Supervisor.shared.launch(try Fixtures.probeConfiguration(["sleep", "30"]))
+            let process = try await Supervisor.shared.launch(try Fixtures.probeConfiguration(["sleep", "600"]))
             defer { process.kill() }
             let exe = SystemFiles.linkTarget("/proc/\(process.pid)/exe")
             let size = Self.status(process.pid, "VmSize").flatMap { Int($0.split(separator: " ")[0]) }
