@@ -39,6 +39,9 @@ let package = Package(
 
         // The C that must run between clone and exec: async-signal-safe raw syscalls only.
         .target(name: "CSandboxShim"),
+        // The supervisor's own C helpers (epoll with tokens, a bounded readability wait, thread
+        // names): they run in its threads, never between clone and exec.
+        .target(name: "CSupervisorSupport"),
         // The sandbox init: a small static C program (no Swift, no dynamic loader), exec'd by
         // every launch so that no sandbox holds anything of its host's memory (docs/architecture.md).
         // -nostartfiles leaves out the Swift runtime's start-up object that swiftc would link.
@@ -63,7 +66,7 @@ let package = Package(
         .target(name: "ExtSandboxWire"),
 
         // Spawn and supervise: namespaces, mounts, capabilities, limits, seccomp, pidfds.
-        .target(name: "SandboxRuntime", dependencies: ["CSandboxShim", "CSeccomp", "SandboxPolicy", "SandboxSystem"]),
+        .target(name: "SandboxRuntime", dependencies: ["CSandboxShim", "CSupervisorSupport", "CSeccomp", "SandboxPolicy", "SandboxSystem"]),
 
         // Release builds use `swift build --static-swift-stdlib` (scripts/): loading libswiftCore
         // and Foundation dynamically costs more per `extsandbox exec` than the sandbox itself.

@@ -1,4 +1,4 @@
-import CSandboxShim
+import CSupervisorSupport
 import ExtSandboxWire
 import FoundationEssentials
 import Glibc

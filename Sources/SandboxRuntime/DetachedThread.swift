@@ -1,4 +1,4 @@
-import CSandboxShim
+import CSupervisorSupport
 import Glibc
 
 /// Starts the supervisor's long-lived POSIX threads (the spawner and the event monitor).

@@ -1,4 +1,4 @@
-import CSandboxShim
+import CSupervisorSupport
 import Dispatch
 import Glibc
 import Synchronization
@@ -92,10 +92,11 @@ public final class EventMonitor: Sendable {
 
     private func loop() -> Never {
         monitorThread.store(UInt(pthread_self()), ordering: .relaxed)
-        var tokens = [UInt64](repeating: 0, count: 64)
-        var events = [UInt32](repeating: 0, count: 64)
+        let batch = Int(XSB_EPOLL_MAX_EVENTS)
+        var tokens = [UInt64](repeating: 0, count: batch)
+        var events = [UInt32](repeating: 0, count: batch)
         while true {
-            let count = xsb_epoll_wait(epollFD, &tokens, &events, 64, -1)
+            let count = xsb_epoll_wait(epollFD, &tokens, &events, Int32(batch), -1)
             guard count > 0 else { continue }
             for index in 0..<Int(count) {
                 let token = tokens[index]

@@ -1,4 +1,5 @@
 import CSandboxShim
+import CSupervisorSupport
 import Glibc
 import SandboxPolicy
 import SandboxSystem

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #ifdef __cplusplus
@@ -237,34 +238,16 @@ int xsb_pidfd_wait(int pidfd);
 /// (as waitpid would report it) when it had ended, 0 when it still runs, -errno on error.
 int xsb_pidfd_reap(int pidfd, int *wait_status);
 
-/// Constants Swift's Glibc module does not import (epoll, and rlimits glibc defines as macros).
+/// Resource numbers as plain integers: glibc declares them as an enum Swift imports as a type of
+/// its own (and as macros). The kernel's values, from its header, not copied.
 enum {
-    XSB_EPOLLIN = 0x001,
-    XSB_EPOLLOUT = 0x004,
-    XSB_EPOLLERR = 0x008,
-    XSB_EPOLLHUP = 0x010,
-    XSB_RLIMIT_CPU = 0,
-    XSB_RLIMIT_FSIZE = 1,
-    XSB_RLIMIT_CORE = 4,
-    XSB_RLIMIT_NPROC = 6,
-    XSB_RLIMIT_NOFILE = 7,
-    XSB_RLIMIT_AS = 9,
+    XSB_RLIMIT_CPU = RLIMIT_CPU,
+    XSB_RLIMIT_FSIZE = RLIMIT_FSIZE,
+    XSB_RLIMIT_CORE = RLIMIT_CORE,
+    XSB_RLIMIT_NPROC = RLIMIT_NPROC,
+    XSB_RLIMIT_NOFILE = RLIMIT_NOFILE,
+    XSB_RLIMIT_AS = RLIMIT_AS,
 };
-
-/// An epoll instance (close-on-exec), or -errno.
-int xsb_epoll_create(void);
-/// epoll with a 64-bit token per registration (struct epoll_event is packed: kept out of Swift).
-int xsb_epoll_add(int epfd, int fd, uint32_t events, uint64_t token);
-int xsb_epoll_remove(int epfd, int fd);
-int xsb_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token);
-/// Returns the number of events, or -errno. At most 64 per call.
-int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms);
-/// Waits up to `timeout_ns` for `fd` to become readable (ppoll). Returns 1 when it is, 0 on
-/// timeout, -errno on error.
-int xsb_wait_readable(int fd, long timeout_ns);
-
-/// Names the calling thread (at most 15 bytes). Returns 0 or an errno.
-int xsb_set_thread_name(const char *name);
 
 /// Drops the calling thread's supplementary groups (only that thread's: a raw setgroups).
 /// The spawner thread of a root supervisor does this so that sandboxes, which cannot drop

@@ -3,7 +3,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 
-#include "xsb_shim.h"
+#include "xsb_supervisor_support.h"
 
 int xsb_set_thread_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
 

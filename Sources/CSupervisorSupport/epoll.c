@@ -1,10 +1,12 @@
-// Thin epoll wrappers: struct epoll_event is packed on x86_64, which Swift imports awkwardly.
+// Thin epoll wrappers for the supervisor's monitor thread: struct epoll_event is packed on
+// x86_64, which Swift imports awkwardly.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <sys/epoll.h>
 
-#include "xsb_shim.h"
+#include "xsb_supervisor_support.h"
 
 int xsb_epoll_create(void) {
     int fd = epoll_create1(EPOLL_CLOEXEC);
@@ -26,8 +28,8 @@ int xsb_epoll_remove(int epfd, int fd) {
 }
 
 int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms) {
-    struct epoll_event evs[64];
-    if (max > 64) max = 64;
+    struct epoll_event evs[XSB_EPOLL_MAX_EVENTS];
+    if (max > XSB_EPOLL_MAX_EVENTS) max = XSB_EPOLL_MAX_EVENTS;
     int n = epoll_wait(epfd, evs, max, timeout_ms);
     if (n < 0) return -errno;
     for (int i = 0; i < n; i++) {
