@@ -2,7 +2,9 @@ import ExtensionCatalog
 
 /// Why discovery, or a launch of a discovered extension, failed.
 public enum DiscoveryError: Error, Sendable, CustomStringConvertible {
-    /// The approvals file (or another file discovery needs) is broken or unreadable.
+    /// A file discovery or a launch needs is broken, unreadable or unsafe: the approvals file,
+    /// or the extension's bundle (its manifest, its executable) found no longer valid right
+    /// before a launch. The problem names the file and line. Nothing ran.
     case catalog(CatalogProblem)
     /// The identity was not produced by discovery in this process (forged, or altered).
     case notDiscovered(identifier: String)

@@ -118,9 +118,9 @@ public final class ExtensionConnection: Sendable {
                 // when it does, and only then hand the socket to the monitor thread (which then
                 // never wakes for the answer too, nor contends for the lock).
                 if waitBriefly(for: descriptor) == true { eventsArrived(EventMonitor.readable) }
-                let watchFailure: (any Error)? = state.withLock { state in
+                let watchFailure: SandboxError? = state.withLock { state in
                     guard state.open else { return nil }  // closed meanwhile: that failed the handshake
-                    do {
+                    do throws(SandboxError) {
                         let token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { [weak self] events in
                             self?.eventsArrived(events)
                         }
@@ -131,7 +131,7 @@ public final class ExtensionConnection: Sendable {
                     }
                 }
                 // Unwatched, nothing more would be read: close (which fails a pending handshake).
-                if let watchFailure { close(because: .connectionClosed(detail: "cannot watch the socket: \(watchFailure)")) }
+                if let watchFailure { close(because: .monitorFailed(watchFailure)) }
             }
             // No request is sent before the handshake is done: nothing else uses the encoder yet.
             output.withLock { output in if output.open { output.sender.encoder.maximumFrameSize = peerMaximum } }

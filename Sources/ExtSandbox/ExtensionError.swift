@@ -16,6 +16,10 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     case notReadyInTime
     /// The extension refused the connection.
     case rejected(String)
+    /// The host could not watch the connection's socket: its event monitor refused the
+    /// registration (`epoll_ctl`), the runtime's typed cause (the step, the `errno`). Nothing
+    /// more would have been read, so the connection is closed.
+    case monitorFailed(SandboxError)
     /// The extension process ended unexpectedly; pending requests fail with this reason.
     case interrupted(Termination)
     /// The host invalidated the connection or the process.
@@ -49,6 +53,7 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
         case .endedBeforeReady(let termination): return "the extension ended before it was ready: \(termination)"
         case .notReadyInTime: return "the extension did not become ready in time"
         case .rejected(let message): return "the extension rejected the connection" + (message.isEmpty ? "" : ": \(message)")
+        case .monitorFailed(let error): return "the host cannot watch the connection: \(error)"
         case .interrupted(let termination): return "the extension was interrupted: \(termination)"
         case .invalidated: return "the connection was invalidated"
         case .connectionClosed(let detail): return "the connection closed: \(detail)"
@@ -64,11 +69,11 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     }
 
     /// The typed error this one wraps, if any: the ``PolicyError`` or ``SandboxError`` of a
-    /// launch, the ``WireError`` of a connection.
+    /// launch, the ``SandboxError`` of a connection's registration, the ``WireError`` of a connection.
     public var underlying: (any Error)? {
         switch self {
         case .policyFailed(_, let error): return error
-        case .sandboxFailed(let error): return error
+        case .sandboxFailed(let error), .monitorFailed(let error): return error
         case .protocolError(let error): return error
         default: return nil
         }

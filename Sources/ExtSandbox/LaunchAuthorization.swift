@@ -42,7 +42,9 @@ struct LaunchAuthorization: Sendable {
     /// A `#!` script: the interpreter is the running program, the script the file it reads.
     var isScript = false
 
-    /// Checks `identity` now; throws ``DiscoveryError`` when it may not run.
+    /// Checks `identity` now; throws ``DiscoveryError`` when it may not run: a bundle or
+    /// approvals file that is no longer valid as its ``CatalogProblem`` (``DiscoveryError/catalog(_:)``),
+    /// naming the file and line.
     static func authorize(_ identity: AppExtensionIdentity) throws -> LaunchAuthorization {
         var environment = [
             ExtensionEnvironment.identifier: identity.bundleIdentifier,
@@ -60,7 +62,7 @@ struct LaunchAuthorization: Sendable {
         }
         let current: ValidatedBundle
         switch BundleValidator.validate(bundleAt: discovered.bundle.path) {
-        case .failure(let problem): throw DiscoveryError.refused(identifier: id, reason: "its bundle is no longer valid: \(problem)")
+        case .failure(let problem): throw DiscoveryError.catalog(problem)
         case .success(let bundle): current = bundle
         }
         guard current == discovered.bundle else {
@@ -77,7 +79,7 @@ struct LaunchAuthorization: Sendable {
         case .enabled: break
         case .disabled: throw DiscoveryError.refused(identifier: id, reason: "the owner disabled it")
         case .unapproved(let reason): throw DiscoveryError.refused(identifier: id, reason: "it is not approved: \(reason)")
-        case .invalid(let problem): throw DiscoveryError.refused(identifier: id, reason: "\(problem)")
+        case .invalid(let problem): throw DiscoveryError.catalog(problem)
         }
         // The digests just compared (or, for a bundled extension, the file as it is now) belong to
         // this fingerprint; the program that runs must be this very file, unchanged.
@@ -85,7 +87,7 @@ struct LaunchAuthorization: Sendable {
         do throws(CatalogProblem) {
             (_, fingerprint) = try ContentHasher.shared.digest(ofFileAt: current.executablePath)
         } catch {
-            throw DiscoveryError.refused(identifier: id, reason: "\(error)")
+            throw DiscoveryError.catalog(error)
         }
         var mounts: [MountEntry] = []
         for resource in current.resources {

@@ -54,9 +54,10 @@ public final class EventMonitor: Sendable {
     }
 
     /// Watches `fd` (level-triggered) and calls `handler` on the monitor thread. Returns the
-    /// token for ``remove(fd:token:)``.
+    /// token for ``remove(fd:token:)``; throws the failed `epoll_ctl` (step ``SandboxError/Step/control``,
+    /// its `errno`).
     @discardableResult
-    public func add(fd: Int32, events: UInt32 = UInt32(XSB_EPOLLIN), handler: @escaping Handler) throws -> UInt64 {
+    public func add(fd: Int32, events: UInt32 = UInt32(XSB_EPOLLIN), handler: @escaping Handler) throws(SandboxError) -> UInt64 {
         let token = nextToken.add(1, ordering: .relaxed).oldValue
         registrations.withLock { $0.handlers[token] = handler }
         let rc = xsb_epoll_add(epollFD, fd, events, token)

@@ -18,7 +18,8 @@ extension ConformanceRun {
         case DiscoveryError.identifierMismatch:
             return "READY must carry exactly $EXTSANDBOX_EXTENSION_IDENTIFIER (\(identifier)), the manifest's identifier (\(protocolDoc) §7)"
         default:
-            return nil
+            // Its policy, its sandbox or its bundle: the advice `run` and `exec` give.
+            return ErrorAdvice.extensionLaunch(error)
         }
     }
 

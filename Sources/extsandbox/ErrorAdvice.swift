@@ -63,11 +63,13 @@ enum ErrorAdvice {
         }
     }
 
-    /// For an extension that could not be launched: its policy's advice, or its failed step's.
+    /// For an extension that could not be launched: its policy's advice, its failed step's, or
+    /// its bundle's or approvals file's.
     static func extensionLaunch(_ error: any Error) -> String? {
         switch error {
         case ExtensionError.policyFailed(let level, let policyError): return policy(policyError, nameOrPath: level)
         case ExtensionError.sandboxFailed(let sandboxError): return launch(sandboxError)
+        case DiscoveryError.catalog(let problem): return catalog(problem)
         default: return nil
         }
     }
