@@ -1,6 +1,7 @@
 import CSandboxShim
 import CSeccomp
 import Glibc
+import SandboxSystem
 
 /// Signals and exit of a sandbox's init without holding a pidfd for its whole life.
 ///
@@ -23,26 +24,25 @@ import Glibc
 ///   `SIG_IGN` (or `SA_NOCLDWAIT`) the kernel reaps by itself: then nothing is reaped here,
 ///   the hang-up alone ends the sandbox.
 enum InitProcess {
-    /// Sends `signal` to the init `pid` if it still runs (its control socket `controlFD` has
-    /// not hung up). Returns false when it has ended (or is ending) already.
+    /// Sends `signal` to the init `pid` if it still runs (its control socket `controlFD` is
+    /// open and has not hung up). Returns false when it has ended (or is ending) already.
     @discardableResult
-    static func signal(_ signal: Int32, pid: pid_t, controlFD: Int32) -> Bool {
-        let pidfd = openPidfd(pid)
-        guard pidfd >= 0 else { return false }  // ESRCH: reaped already
-        defer { close(pidfd) }
+    static func signal(_ signal: Int32, pid: pid_t, controlFD: FileDescriptor?) -> Bool {
+        guard let pidfd = openPidfd(pid) else { return false }  // ESRCH: reaped already
+        defer { pidfd.close() }
         // Checked after the open: the pidfd is the init's exactly when the init still ran then.
-        guard controlFD >= 0, !hungUp(controlFD) else { return false }
-        return xsb_pidfd_send_signal(pidfd, signal) == 0
+        guard let controlFD, !hungUp(controlFD) else { return false }
+        return xsb_pidfd_send_signal(pidfd.rawValue, signal) == 0
     }
 
-    /// A pidfd for `pid` (close-on-exec), or -1 with errno.
-    static func openPidfd(_ pid: pid_t) -> Int32 {
-        Int32(truncatingIfNeeded: xsb_raw_syscall6(Int(SYS_pidfd_open), UInt(pid), 0, 0, 0, 0, 0))
+    /// A pidfd for `pid` (close-on-exec), or nil with errno.
+    static func openPidfd(_ pid: pid_t) -> FileDescriptor? {
+        FileDescriptor(adopting: Int32(truncatingIfNeeded: xsb_raw_syscall6(Int(SYS_pidfd_open), UInt(pid), 0, 0, 0, 0, 0)))
     }
 
     /// Whether the peer of the socket `fd` has closed its end.
-    static func hungUp(_ fd: Int32) -> Bool {
-        var entry = pollfd(fd: fd, events: 0, revents: 0)
+    static func hungUp(_ fd: FileDescriptor) -> Bool {
+        var entry = pollfd(fd: fd.rawValue, events: 0, revents: 0)
         return poll(&entry, 1, 0) == 1 && entry.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
     }
 

@@ -27,12 +27,13 @@ public final class SandboxedProcess: Sendable {
         var violation: Termination?
         var killCause: KillCause?
         /// The init's control socket: messages, and its hang-up is the init's exit (the host
-        /// holds no pidfd per sandbox: InitProcess.swift). -1 once closed.
-        var controlFD: Int32
+        /// holds no pidfd per sandbox: InitProcess.swift). Nil once closed, which happens only
+        /// after its registration (`controlToken`) is removed from the monitor.
+        var controlFD: FileDescriptor?
         var controlToken: UInt64?
         /// A pidfd opened only for the moments between the hang-up and the exit being
-        /// reapable, with its registration.
-        var exitWatch: (fd: Int32, token: UInt64)?
+        /// reapable, with its registration (removed before the pidfd closes).
+        var exitWatch: (fd: FileDescriptor, token: UInt64)?
         var audited: Set<String> = []
         /// Set once the cgroups are gone too: what waitForExit() returns.
         var finished: Termination?
@@ -48,8 +49,8 @@ public final class SandboxedProcess: Sendable {
         self.monitor = monitor
         self.cgroup = cgroup
         // The pidfd served the launch; from now on the control socket tells the exit.
-        if result.pidfd >= 0 { close(result.pidfd) }
-        var initial = State(controlFD: result.control_fd)
+        FileDescriptor(adopting: result.pidfd)?.close()
+        var initial = State(controlFD: FileDescriptor(adopting: result.control_fd))
         withUnsafeBytes(of: result.audited) { raw in
             for number in raw.bindMemory(to: Int32.self).prefix(Int(result.audited_count)) {
                 initial.audited.insert(Self.syscallName(number))
@@ -87,7 +88,10 @@ public final class SandboxedProcess: Sendable {
         // Added under the lock: the handler (which takes it) cannot run before the token is
         // recorded, or it could not remove its registration.
         try state.withLock { state in
-            state.controlToken = try monitor.add(fd: state.controlFD) { [self] events in self.controlReadable(events) }
+            guard let control = state.controlFD else {
+                throw SandboxError(step: .control, errorNumber: EBADF, detail: "the launch returned no control socket")
+            }
+            state.controlToken = try monitor.add(fd: control.rawValue) { [self] events in self.controlReadable(events) }
         }
     }
 
@@ -96,12 +100,12 @@ public final class SandboxedProcess: Sendable {
         let (control, token) = state.withLock { state in
             InitProcess.signal(SIGKILL, pid: pid, controlFD: state.controlFD)
             state.termination = .killed
-            defer { state.controlFD = -1; state.controlToken = nil }
+            defer { state.controlFD = nil; state.controlToken = nil }
             return (state.controlFD, state.controlToken)
         }
-        if let token { monitor.remove(fd: control, token: token) }
+        if let control, let token { monitor.remove(fd: control.rawValue, token: token) }
         InitProcess.reapBlocking(pid)
-        if control >= 0 { close(control) }
+        control?.close()
         cgroup?.remove()
         state.withLock { $0.finished = .killed }
     }
@@ -179,7 +183,7 @@ public final class SandboxedProcess: Sendable {
                     return
                 }
                 state.ackWaiters.append((type, continuation))
-                let rc = xsb_send_msg(state.controlFD, type, value)
+                let rc = state.controlFD.map { xsb_send_msg($0.rawValue, type, value) } ?? -EBADF
                 if rc != 0 {
                     state.ackWaiters.removeLast()
                     continuation.resume(throwing: SandboxError(step: .control, errorNumber: -rc, detail: "control message"))
@@ -200,7 +204,7 @@ public final class SandboxedProcess: Sendable {
             defer { state.controlToken = nil }
             return (state.controlFD, state.controlToken)
         }
-        if let token { monitor.remove(fd: control, token: token) }
+        if let control, let token { monitor.remove(fd: control.rawValue, token: token) }
         initExiting()
     }
 
@@ -209,8 +213,8 @@ public final class SandboxedProcess: Sendable {
     private func drainControl() -> Bool {
         state.withLock { state in
             var message = xsb_msg()
-            while state.controlFD >= 0 {
-                let got = xsb_recv_msg(state.controlFD, &message)
+            while let control = state.controlFD {
+                let got = xsb_recv_msg(control.rawValue, &message)
                 if got < 0 { return got == -EPIPE }
                 if got == 0 { return false }
                 switch message.type {
@@ -239,16 +243,15 @@ public final class SandboxedProcess: Sendable {
             initExited()
         case .running:
             // Still our unreaped child (waitpid just said so): the pid is its own.
-            let pidfd = InitProcess.openPidfd(pid)
-            guard pidfd >= 0 else { return reapOffThisThread() }  // EMFILE: a host at its limit
+            guard let pidfd = InitProcess.openPidfd(pid) else { return reapOffThisThread() }  // EMFILE: a host at its limit
             do {
                 // Level-triggered: if it became reapable meanwhile, this fires at once.
-                let token = try monitor.add(fd: pidfd) { [self] _ in
+                let token = try monitor.add(fd: pidfd.rawValue) { [self] _ in
                     if InitProcess.reap(pid) != .running { initExited() }
                 }
                 state.withLock { $0.exitWatch = (pidfd, token) }
             } catch {
-                close(pidfd)
+                pidfd.close()
                 reapOffThisThread()
             }
         }
@@ -277,17 +280,19 @@ public final class SandboxedProcess: Sendable {
             let termination = Self.termination(state: state, memoryLimitHit: memoryHit)
             state.termination = termination
             defer {
-                state.controlFD = -1
+                state.controlFD = nil
                 state.controlToken = nil
                 state.exitWatch = nil
             }
             return (termination, (state.controlFD, state.controlToken), state.exitWatch)
         }
-        if let token = control.1 { monitor.remove(fd: control.0, token: token) }
-        if control.0 >= 0 { close(control.0) }
+        // Each registration goes before its fd closes: a number reused while still registered
+        // would deliver someone else's events here.
+        if let fd = control.0, let token = control.1 { monitor.remove(fd: fd.rawValue, token: token) }
+        control.0?.close()
         if let watch {
-            monitor.remove(fd: watch.fd, token: watch.token)
-            close(watch.fd)
+            monitor.remove(fd: watch.fd.rawValue, token: watch.token)
+            watch.fd.close()
         }
         // The cgroups go before anyone hears of the end. rmdir usually succeeds at once; when
         // the kernel still holds a cgroup (EBUSY) the retries run on a thread of their own:
