@@ -132,8 +132,8 @@ final class SandboxCgroup: Sendable {
     /// Collects the directories and fds while the cgroups are made (one thread).
     struct Builder {
         var directories: [String] = []
-        var tasksFileDescriptors: [Int32] = []
-        var directoryDescriptor: Int32 = -1
+        var tasksFileDescriptors: [FileDescriptor] = []
+        var directoryDescriptor: FileDescriptor?
         var oomControl: String?
         var limitsProcesses = false
         var limitsMemory = false
@@ -155,14 +155,16 @@ final class SandboxCgroup: Sendable {
         }
 
         mutating func openTasks(_ dir: String) throws {
-            let fd = open("\(dir)/tasks", O_WRONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(dir)/tasks") }
+            guard let fd = FileDescriptor(adopting: open("\(dir)/tasks", O_WRONLY | O_CLOEXEC)) else {
+                throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(dir)/tasks")
+            }
             tasksFileDescriptors.append(fd)
         }
 
         mutating func openDirectory(_ dir: String) throws {
-            let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: dir) }
+            guard let fd = FileDescriptor(adopting: open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) else {
+                throw SandboxError(step: .cgroup, errorNumber: errno, detail: dir)
+            }
             directoryDescriptor = fd
         }
 
@@ -170,8 +172,8 @@ final class SandboxCgroup: Sendable {
     }
 
     private struct LaunchDescriptors {
-        var tasks: [Int32]
-        var directory: Int32
+        var tasks: [FileDescriptor]
+        var directory: FileDescriptor?
     }
 
     /// The directories, in the order they were made.
@@ -196,18 +198,20 @@ final class SandboxCgroup: Sendable {
     }
 
     /// v1: the `tasks` files the sandbox's init writes "0" to, moving itself (see xsb_shim.h).
-    var tasksFileDescriptors: [Int32] { descriptors.withLock { $0.tasks } }
-    /// v2: the directory the init is cloned into (CLONE_INTO_CGROUP), or -1.
-    var directoryDescriptor: Int32 { descriptors.withLock { $0.directory } }
+    /// Open until ``closeDescriptors()``, which the launch calls once the init has joined.
+    var tasksFileDescriptors: [FileDescriptor] { descriptors.withLock { $0.tasks } }
+    /// v2: the directory the init is cloned into (CLONE_INTO_CGROUP), if any; open until
+    /// ``closeDescriptors()``.
+    var directoryDescriptor: FileDescriptor? { descriptors.withLock { $0.directory } }
 
     /// Closes what the launch needed (once); the directories stay until ``remove()``.
     func closeDescriptors() {
         let (tasks, directory) = descriptors.withLock { fds in
-            defer { fds = LaunchDescriptors(tasks: [], directory: -1) }
+            defer { fds = LaunchDescriptors(tasks: [], directory: nil) }
             return (fds.tasks, fds.directory)
         }
-        for fd in tasks { close(fd) }
-        if directory >= 0 { close(directory) }
+        for fd in tasks { fd.close() }
+        directory?.close()
     }
 
     /// Whether the kernel's OOM killer acted inside this cgroup.

@@ -119,9 +119,10 @@ public final class Supervisor: Sendable {
         for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd }
         config.extra_fds = UnsafePointer(extra)
         config.extra_fd_count = configuration.extraFileDescriptors.count
-        let tasks = cgroup?.tasksFileDescriptors ?? []
+        // (-1: none, in the C launch's terms; the cgroup keeps them open until closeDescriptors.)
+        let tasks = cgroup?.tasksFileDescriptors.map(\.rawValue) ?? []
         config.cgroup_tasks_fds = (tasks.count > 0 ? tasks[0] : -1, tasks.count > 1 ? tasks[1] : -1, tasks.count > 2 ? tasks[2] : -1, -1)
-        config.cgroup_directory_fd = cgroup?.directoryDescriptor ?? -1
+        config.cgroup_directory_fd = cgroup?.directoryDescriptor?.rawValue ?? -1
         config.audit = configuration.auditSeccomp ? 1 : 0
         config.memory_deny_write_execute = configuration.policy.seccomp.memoryDenyWriteExecute ? 1 : 0
         config.controlling_terminal = configuration.controllingTerminal ? 1 : 0
