@@ -64,7 +64,7 @@ final class SandboxStreams {
         var done: [(device: UInt, inode: UInt, mode: Int32, input: Bool, fd: Int32)] = []
         for fd in 0..<3 where flags[fd] >= 0 {
             if isTerminal[fd], let terminal {
-                sandboxFDs[fd] = terminal.slave
+                sandboxFDs[fd] = terminal.slave?.rawValue  // open until launched()
                 continue
             }
             let mode = flags[fd] & O_ACCMODE, input = fd == 0
@@ -79,9 +79,9 @@ final class SandboxStreams {
         }
         if let terminal {
             if let input = terminal.input {
-                channels.append(.init(source: input, destination: terminal.master, direction: .towardSandbox))
+                channels.append(.init(source: input, destination: terminal.master.rawValue, direction: .towardSandbox))
             }
-            channels.append(.init(source: terminal.master, destination: terminal.output, direction: .fromSandbox))
+            channels.append(.init(source: terminal.master.rawValue, destination: terminal.output, direction: .fromSandbox))
         }
         if !channels.isEmpty { relay = try StreamRelay(channels: channels, terminal: terminal) }
     }

@@ -1,4 +1,5 @@
 import Glibc
+import SandboxSystem
 
 /// A pseudo-terminal the CLI owns and relays, handed to the sandbox in place of the caller's
 /// terminal (as `systemd-run --pty`, `su --pty` and `ssh -t` do).
@@ -18,9 +19,10 @@ import Glibc
 /// and a crash of the CLI itself leave the terminal raw (`stty sane` or `reset` repairs it).
 final class PseudoTerminal {
     /// The side the CLI reads and writes (non-blocking; close-on-exec).
-    let master: Int32
-    /// The side the sandbox gets as its terminal stdio; the CLI's copy is closed once launched.
-    private(set) var slave: Int32
+    let master: FileDescriptor
+    /// The side the sandbox gets as its terminal stdio; the CLI's copy is closed once launched
+    /// (nil from then on).
+    private(set) var slave: FileDescriptor?
     /// The caller's terminal: where the settings and the window size come from.
     let callerTerminal: Int32
     /// The caller's standard input when it is a terminal: relayed to the master, in raw mode.
@@ -33,12 +35,12 @@ final class PseudoTerminal {
     init(callerTerminal: Int32, input: Int32?, output: Int32) throws(StreamSetupError) {
         var settings = termios()
         guard tcgetattr(callerTerminal, &settings) == 0 else { throw StreamSetupError("tcgetattr on fd \(callerTerminal)") }
-        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)
-        guard master >= 0 else { throw StreamSetupError("/dev/ptmx") }
-        let slave = Self.openSlave(master)
-        guard slave >= 0 else {
+        guard let master = FileDescriptor(adopting: open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)) else {
+            throw StreamSetupError("/dev/ptmx")
+        }
+        guard let slave = Self.openSlave(master) else {
             let error = StreamSetupError("the slave of /dev/ptmx")
-            close(master)
+            master.close()
             throw error
         }
         self.master = master
@@ -52,17 +54,18 @@ final class PseudoTerminal {
         // processing (newline to CR-LF) itself; the slave must not do it a second time.
         var inner = settings
         if input == nil { inner.c_oflag &= ~tcflag_t(OPOST) }
-        guard tcsetattr(slave, TCSANOW, &inner) == 0, fcntl(master, F_SETFL, O_NONBLOCK) == 0 else {
+        guard tcsetattr(slave.rawValue, TCSANOW, &inner) == 0, fcntl(master.rawValue, F_SETFL, O_NONBLOCK) == 0 else {
+            // (The deinit runs too, and closes nothing twice.)
             let error = StreamSetupError("setting up the pseudo-terminal")
-            close(master)
-            close(slave)
+            master.close()
+            slave.close()
             throw error
         }
         copyWindowSize()
     }
 
     deinit {
-        close(master)
+        master.close()
         closeSlave()
     }
 
@@ -73,15 +76,14 @@ final class PseudoTerminal {
 
     /// Unlocks the slave and opens it: through the master where the kernel can (Linux 4.13+,
     /// no path to race on), else by its number under /dev/pts.
-    private static func openSlave(_ master: Int32) -> Int32 {
+    private static func openSlave(_ master: FileDescriptor) -> FileDescriptor? {
         var unlock: Int32 = 0
-        guard ioctl(master, unlockRequest, &unlock) == 0 else { return -1 }
+        guard ioctl(master.rawValue, unlockRequest, &unlock) == 0 else { return nil }
         let flags = O_RDWR | O_NOCTTY | O_CLOEXEC
-        let peer = ioctl(master, peerRequest, flags)
-        if peer >= 0 { return peer }
+        if let peer = FileDescriptor(adopting: ioctl(master.rawValue, peerRequest, flags)) { return peer }
         var number: UInt32 = 0
-        guard ioctl(master, numberRequest, &number) == 0 else { return -1 }
-        return open("/dev/pts/\(number)", flags)
+        guard ioctl(master.rawValue, numberRequest, &number) == 0 else { return nil }
+        return FileDescriptor(adopting: open("/dev/pts/\(number)", flags))
     }
 
     /// The caller's window size onto the pseudo-terminal; when it changed, the kernel sends
@@ -89,15 +91,15 @@ final class PseudoTerminal {
     func copyWindowSize() {
         var size = winsize()
         if ioctl(callerTerminal, UInt(TIOCGWINSZ), &size) == 0 {
-            _ = ioctl(master, UInt(TIOCSWINSZ), &size)
+            _ = ioctl(master.rawValue, UInt(TIOCSWINSZ), &size)
         }
     }
 
     /// Closes the CLI's copy of the slave: once the sandbox's copies are gone too, reading the
     /// master ends (EIO), which is how the relay knows the output is drained.
     func closeSlave() {
-        if slave >= 0 { close(slave) }
-        slave = -1
+        slave?.close()
+        slave = nil
     }
 
     /// Installs the signal handlers (window size, job control, fatal signals) and, when there
