@@ -63,7 +63,9 @@ let package = Package(
         .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem"]),
 
         // The host/extension wire protocol: frames, envelope, handshake (docs/wire-protocol.md).
-        .target(name: "ExtSandboxWire"),
+        // Its sockets own their fd as SandboxSystem's FileDescriptor (Glibc and Synchronization
+        // only, nothing more in an extension).
+        .target(name: "ExtSandboxWire", dependencies: ["SandboxSystem"]),
 
         // Spawn and supervise: namespaces, mounts, capabilities, limits, seccomp, pidfds.
         .target(name: "SandboxRuntime", dependencies: ["CSandboxShim", "CSupervisorSupport", "CSeccomp", "SandboxPolicy", "SandboxSystem"]),

@@ -208,18 +208,18 @@ extension ExtensionProcessCore {
             environment: SandboxEnvironment.compose(
                 policy: policy, caller: ProcessInfo.processInfo.environment, overrides: authorization.environment),
             policy: policy, extraMounts: authorization.mounts, standardInput: .null, standardOutput: .inherit, standardError: .inherit,
-            extraFileDescriptors: [extensionFD])
+            extraFileDescriptors: [extensionFD.rawValue])
         let sandbox: SandboxedProcess
         do {
             sandbox = try await Supervisor.shared.launch(sandboxConfiguration)
         } catch {
-            close(hostFD)
-            close(extensionFD)
+            hostFD.close()
+            extensionFD.close()
             // The runtime throws SandboxError only; anything else goes on as it is.
             guard let error = error as? SandboxError else { throw error }
             throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
         }
-        close(extensionFD)
+        extensionFD.close()
         func abandon(_ error: any Error) async -> any Error {
             sandbox.kill()
             _ = await sandbox.waitForExit()
@@ -252,7 +252,7 @@ extension ExtensionProcessCore {
         let once = OnceContinuation<Outcome>()
         let monitor = Supervisor.shared.monitor
         try control.setNonBlocking(true)
-        let descriptor = control.descriptor
+        guard let descriptor = control.descriptor?.rawValue else { throw ExtensionError.connectionClosed(detail: "the control socket is closed") }
         // The monitor thread reads the socket until the outcome; it is ours again once the
         // registration is removed.
         let reader = ControlUntilReady(control)

@@ -30,7 +30,7 @@ extension ExtensionConnection {
     /// be woken by the same data and read concurrently: `state` serializes reading, so each frame
     /// is handled once, by whichever thread got it.
     func waitForReadableBriefly(_ alone: (State) -> Bool) {
-        let descriptor: Int32? = state.withLock { state in
+        let descriptor: FileDescriptor? = state.withLock { state in
             guard state.open, alone(state) else { return nil }
             guard state.waitsToSkip == 0 else {
                 state.waitsToSkip -= 1
@@ -48,14 +48,14 @@ extension ExtensionConnection {
 
     /// Waits up to ``callerWait`` for `descriptor` to become readable: true when it is, false
     /// after the wait timed out, nil (at once) when another caller in the process is waiting.
-    func waitBriefly(for descriptor: Int32) -> Bool? {
+    func waitBriefly(for descriptor: FileDescriptor) -> Bool? {
         guard Self.waiters.add(1, ordering: .relaxed).newValue <= Self.maximumWaiters else {
             Self.waiters.subtract(1, ordering: .relaxed)
             return nil
         }
         defer { Self.waiters.subtract(1, ordering: .relaxed) }
         let (seconds, attoseconds) = Self.callerWait.components
-        return xsb_wait_readable(descriptor, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)) == 1
+        return xsb_wait_readable(descriptor.rawValue, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)) == 1
     }
 
     /// On the monitor thread (or a caller's, readable only): write what is queued, read what
@@ -69,7 +69,7 @@ extension ExtensionConnection {
                 do throws(WireError) {
                     if try output.sender.flush(), output.watchingWritability {
                         output.watchingWritability = false
-                        monitor.modify(fd: descriptor, token: token.load(ordering: .relaxed), events: EventMonitor.readable)
+                        monitor.modify(fd: descriptor.rawValue, token: token.load(ordering: .relaxed), events: EventMonitor.readable)
                     }
                     roomWaiters = takeRoomWaiters(&output)
                     return nil

@@ -169,7 +169,7 @@ extension ExtensionConnection {
         }
         if output.sender.hasPendingOutput && !output.watchingWritability {
             output.watchingWritability = true
-            monitor.modify(fd: descriptor, token: token.load(ordering: .relaxed),
+            monitor.modify(fd: descriptor.rawValue, token: token.load(ordering: .relaxed),
                            events: EventMonitor.readable | EventMonitor.writable)
         }
         return nil

@@ -56,7 +56,7 @@ public final class ExtensionConnection: Sendable {
     /// The socket, owned by the connection (closed by ``closeSocket()``). Its receiving direction
     /// lives in `state`, its sending direction in `output`: each is used under its lock only.
     /// `output` is taken before `state`, the lock order everywhere.
-    let descriptor: Int32
+    let descriptor: FileDescriptor
     let state: Mutex<State>
     let output: Mutex<Output>
     let token = Atomic<UInt64>(0)
@@ -72,7 +72,7 @@ public final class ExtensionConnection: Sendable {
     /// that the extension finds it waiting when it gets its end (``handshake(timeout:)`` then
     /// waits for the answer). Later, requests are written by their callers, and replies read
     /// on `monitor` (or by a caller waiting briefly for its own).
-    init(descriptor: Int32, monitor: EventMonitor, name: String, sendQueueLimit: SendQueueLimit = SendQueueLimit(),
+    init(descriptor: FileDescriptor, monitor: EventMonitor, name: String, sendQueueLimit: SendQueueLimit = SendQueueLimit(),
          handlers: Handlers = Handlers(), onClose: @escaping @Sendable () -> Void) {
         self.handlers = handlers
         self.monitor = monitor
@@ -104,7 +104,7 @@ public final class ExtensionConnection: Sendable {
         defer { Deadlines.shared.cancel(deadline) }
         do {
             let peerMaximum = try await withCheckedThrowingContinuation { (continuation: Handshake) in
-                let opened: Result<Int32, any Error> = state.withLock { state in
+                let opened: Result<FileDescriptor, any Error> = state.withLock { state in
                     if let closed = state.closedBecause { return .failure(closed) }
                     guard state.open else { return .failure(ExtensionError.connectionClosed(detail: "the extension closed the connection")) }
                     state.handshake = continuation
@@ -121,7 +121,7 @@ public final class ExtensionConnection: Sendable {
                 let watchFailure: SandboxError? = state.withLock { state in
                     guard state.open else { return nil }  // closed meanwhile: that failed the handshake
                     do throws(SandboxError) {
-                        let token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { [weak self] events in
+                        let token = try monitor.add(fd: descriptor.rawValue, events: EventMonitor.readable) { [weak self] events in
                             self?.eventsArrived(events)
                         }
                         self.token.store(token, ordering: .relaxed)
@@ -212,10 +212,10 @@ public final class ExtensionConnection: Sendable {
     /// the socket. `remove` returns once no handler of ours runs; then the two directions let go
     /// of the descriptor (the sender closes the fds still queued) and it closes.
     func closeSocket() {
-        monitor.remove(fd: descriptor, token: token.load(ordering: .relaxed))
+        monitor.remove(fd: descriptor.rawValue, token: token.load(ordering: .relaxed))
         output.withLock { $0.sender.detach() }
         state.withLock { $0.receiver.detach() }
-        _ = Glibc.close(descriptor)
+        descriptor.close()
     }
 
     static func duplicate(_ fds: [Int32]) throws -> [Int32] {

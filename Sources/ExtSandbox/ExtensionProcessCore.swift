@@ -112,9 +112,9 @@ final class ExtensionProcessCore: Sendable {
         Telemetry.launches.increment()
         logger.info("extension launched", metadata: ["executable": "\(key.identity.executablePath)"])
         let watchFailed = state.withLock { state -> Bool in
-            guard let control = state.control else { return false }
+            guard let fd = state.control?.descriptor?.rawValue else { return false }
             do {
-                state.controlToken = try Supervisor.shared.monitor.add(fd: control.descriptor) { [weak self] _ in self?.controlReadable() }
+                state.controlToken = try Supervisor.shared.monitor.add(fd: fd) { [weak self] _ in self?.controlReadable() }
                 return false
             } catch {
                 return true
@@ -220,18 +220,18 @@ final class ExtensionProcessCore: Sendable {
             enum Refusal: Error { case ended, invalidated, failed(ExtensionError) }
             let refusal: Refusal? = state.withLock { state in
                 guard state.phase == .running, let control = state.control else {
-                    close(extensionFD)
+                    extensionFD.close()
                     return .ended
                 }
                 // The handle was invalidated meanwhile (its slots went with it).
                 guard state.slots[connectionID] != nil else {
-                    close(extensionFD)
+                    extensionFD.close()
                     return .invalidated
                 }
                 // Its HELLO could not be written: it has closed (and reported it) already.
                 // (The connection never takes this lock while holding its own.)
-                guard connection.isOpen else {
-                    close(extensionFD)
+                guard connection.isOpen, let handedOn = extensionFD.release() else {
+                    extensionFD.close()
                     return .failed(.connectionClosed(detail: "the HELLO could not be written"))
                 }
                 // An interruption from now on fails the handshake with its reason.
@@ -239,7 +239,7 @@ final class ExtensionProcessCore: Sendable {
                 do throws(WireError) {
                     // enqueue takes the fd; a control socket that does not drain means an
                     // extension that does not accept: refuse rather than block the host.
-                    try control.enqueue(.connect(id: connectionID, descriptor: extensionFD))
+                    try control.enqueue(.connect(id: connectionID, descriptor: handedOn))
                     if control.hasPendingOutput { return .failed(.connectionClosed(detail: "the extension is not accepting connections")) }
                     return nil
                 } catch .connectionClosed {
@@ -438,8 +438,8 @@ final class ExtensionProcessCore: Sendable {
     /// monitor, off the lock unless on the monitor thread: `remove` waits for a running handler,
     /// and ours takes the lock.
     private func stopWatchingControl(_ state: inout State) -> ControlWatch? {
-        guard let token = state.controlToken.take(), let control = state.control else { return nil }
-        return ControlWatch(fd: control.descriptor, token: token)
+        guard let token = state.controlToken.take(), let fd = state.control?.descriptor?.rawValue else { return nil }
+        return ControlWatch(fd: fd, token: token)
     }
 
     /// Each attached handle's `onEvent`.

@@ -8,10 +8,10 @@ import Synchronization
 /// connection, it costs the next one nothing. One for the whole host, not one per process: a
 /// spare per extension held two fds per running extension (issue 14: fds per extension).
 enum SpareSocketPair {
-    private static let spare = Mutex<(host: Int32, extension: Int32)?>(nil)
+    private static let spare = Mutex<(host: FileDescriptor, extension: FileDescriptor)?>(nil)
 
-    /// The spare pair, or a new one.
-    static func take() throws -> (Int32, Int32) {
+    /// The spare pair, or a new one: the caller's, each closed by its last holder.
+    static func take() throws -> (host: FileDescriptor, extension: FileDescriptor) {
         if let pair = spare.withLock({ $0.take() }) { return (pair.host, pair.extension) }
         return try FrameSocket.makeSocketPair()
     }
@@ -20,14 +20,14 @@ enum SpareSocketPair {
     /// makes its own.
     static func prepare() {
         guard spare.withLock({ $0 == nil }), let pair = try? FrameSocket.makeSocketPair() else { return }
-        let unused = spare.withLock { spare -> (Int32, Int32)? in
+        let unused = spare.withLock { spare -> (FileDescriptor, FileDescriptor)? in
             guard spare == nil else { return pair }
             spare = (pair.0, pair.1)
             return nil
         }
         if let unused {
-            close(unused.0)
-            close(unused.1)
+            unused.0.close()
+            unused.1.close()
         }
     }
 }

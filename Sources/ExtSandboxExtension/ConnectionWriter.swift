@@ -13,13 +13,13 @@ final class ConnectionWriter: Sendable {
         var open = true
     }
 
-    let descriptor: Int32
+    let descriptor: FileDescriptor
     /// Held while a frame is written.
     private let writer: Mutex<Writer>
     let tasks = Mutex<[UInt64: Task<Void, Never>]>([:])
 
     /// Takes ownership of `descriptor`, a connected socket.
-    init(descriptor: Int32) {
+    init(descriptor: FileDescriptor) {
         self.descriptor = descriptor
         writer = Mutex(Writer(sender: FrameSender(descriptor: descriptor)))
     }
@@ -67,7 +67,7 @@ final class ConnectionWriter: Sendable {
         receiver.detach()
         writer.withLock { writer in
             writer.sender.detach()
-            if writer.open { _ = Glibc.close(descriptor) }
+            if writer.open { descriptor.close() }
             writer.open = false
         }
     }

@@ -58,8 +58,9 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
                 // The host writes its HELLO before it hands the socket over, so the answer usually
                 // goes out from here at once; a HELLO still to come is waited for in `serve`.
                 // The receiving direction is this thread's alone; the sending one is shared.
-                let connection = ConnectionWriter(descriptor: frame.fds[0])
-                let receiver = FrameReceiver(descriptor: frame.fds[0])
+                guard let descriptor = FileDescriptor(adopting: frame.fds[0]) else { continue }
+                let connection = ConnectionWriter(descriptor: descriptor)
+                let receiver = FrameReceiver(descriptor: descriptor)
                 var greeted = false
                 if case .frame(let first)? = try? receiver.receiveNext(wait: false) {
                     guard answer(hello: first, connection: connection) else {
@@ -142,8 +143,9 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         /// A CONNECT (or GOODBYE, or EOF) waits on the control socket, or `poll` failed.
         func controlNeedsLeader(waitingForConnection: Bool) -> Bool {
             if control.socket.withLock({ $0.hasBufferedInput }) { return true }
-            var fds = [pollfd(fd: socket.descriptor, events: Int16(POLLIN), revents: 0),
-                       pollfd(fd: control.descriptor, events: Int16(POLLIN), revents: 0)]
+            // (poll skips a negative number: a detached receiver, which this loop never has.)
+            var fds = [pollfd(fd: socket.descriptor?.rawValue ?? -1, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: control.descriptor.rawValue, events: Int16(POLLIN), revents: 0)]
             while true {
                 let n = fds.withUnsafeMutableBufferPointer { both in
                     waitingForConnection ? poll(both.baseAddress, 2, -1) : poll(both.baseAddress! + 1, 1, 0)
@@ -310,12 +312,15 @@ final class ConnectionThreads: Sendable {
 /// each use is one at a time.
 final class ControlSocket: Sendable {
     let socket: Mutex<FrameSocket>
-    /// The socket's descriptor (open until the process exits).
-    let descriptor: Int32
+    /// The socket's descriptor, owned by `socket` (open until the process exits): polled
+    /// without taking the lock.
+    let descriptor: FileDescriptor
 
+    /// Takes the number the host gave the process (fd 3).
     init(descriptor: Int32) {
-        self.descriptor = descriptor
-        socket = Mutex(FrameSocket(descriptor: descriptor))
+        guard let owned = FileDescriptor(adopting: descriptor) else { preconditionFailure("the control socket is fd \(descriptor)") }
+        self.descriptor = owned
+        socket = Mutex(FrameSocket(descriptor: owned))
     }
 }
 
@@ -377,6 +382,6 @@ func startThread(_ body: @escaping @Sendable () -> Void) {
 extension FrameSender {
     /// Makes every further read and write fail, so the reader loop ends.
     func shutdownReadAndWrite() {
-        _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
+        if let descriptor { _ = Glibc.shutdown(descriptor.rawValue, Int32(SHUT_RDWR)) }
     }
 }

@@ -1,10 +1,15 @@
+/// `FrameSocket` owns its socket as a `FileDescriptor` (closed once): users of this module get the
+/// type with it.
+@_exported import class SandboxSystem.FileDescriptor
+
 /// The host/extension wire protocol (docs/wire-protocol.md).
 ///
 /// Every connection is one `AF_UNIX` `SOCK_STREAM` socket carrying length-prefixed frames; file
 /// descriptors travel as `SCM_RIGHTS` ancillary data attached to the first byte of the frame that
 /// declares them. This module holds the value types (``Frame``, ``FrameHeader``, ``Hello``,
 /// ``ErrorPayload``), the codec (``FrameEncoder``, ``FrameDecoder``) and the socket I/O
-/// (``FrameSocket``). It depends on Glibc and the Swift standard library only.
+/// (``FrameSocket``). It depends on Glibc, the Swift standard library and the owned descriptor
+/// type of `SandboxSystem` (re-exported below, being part of ``FrameSocket``'s API).
 public enum ExtSandboxWire {
     /// The protocol version this implementation speaks, carried in ``Hello/version``.
     public static let protocolVersion: UInt16 = 1

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import SandboxSystem
 
 /// The receiving direction of a frame socket: the decoder, the read buffer and the `recvmsg`
 /// ancillary buffer, and nothing the sending direction uses.
@@ -9,8 +10,8 @@ import Glibc
 /// makes one of its own with ``init(descriptor:maximumFrameSize:)`` beside a ``FrameSender``. It
 /// does not own the descriptor: its owner calls ``detach()`` before closing it.
 public final class FrameReceiver {
-    /// The socket; -1 once detached.
-    public private(set) var descriptor: Int32
+    /// The socket (its owner's: this object never closes it); nil once detached.
+    public private(set) var descriptor: FileDescriptor?
     /// Decodes incoming frames; its ``FrameDecoder/maximumFrameSize`` is this side's maximum.
     public private(set) var decoder: FrameDecoder
 
@@ -25,7 +26,7 @@ public final class FrameReceiver {
 
     /// Receives from `descriptor` (a connected stream socket that stays its owner's).
     /// - Parameter maximumFrameSize: the largest frame this side accepts (advertise it in your HELLO).
-    public init(descriptor: Int32, maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+    public init(descriptor: FileDescriptor, maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
         self.descriptor = descriptor
         decoder = FrameDecoder(maximumFrameSize: maximumFrameSize)
         readBuffer = .allocate(byteCount: FrameSocket.receiveBufferSize, alignment: 16)
@@ -41,7 +42,7 @@ public final class FrameReceiver {
     /// Stops using the descriptor (before its owner closes it) and closes the fds of a frame
     /// partly received. Later receives throw ``WireError/connectionClosed``.
     public func detach() {
-        descriptor = -1
+        descriptor = nil
         if decoder.error == nil { decoder.abort(.connectionClosed) }
     }
 
@@ -99,7 +100,7 @@ public final class FrameReceiver {
                 if let frame { return .frame(frame) }
                 continue
             }
-            guard descriptor >= 0 else { throw .connectionClosed }
+            guard let socket = descriptor?.rawValue else { throw .connectionClosed }
             if lastReadWasShort {
                 lastReadWasShort = false
                 if trustShortReads { return .wouldBlock }
@@ -111,7 +112,7 @@ public final class FrameReceiver {
                 var failure: WireError?
                 let (n, frame) = decoder.readPayload { buffer in
                     do throws(WireError) {
-                        let (n, received) = try receiveMessage(into: buffer, flags: flags)
+                        let (n, received) = try receiveMessage(from: socket, into: buffer, flags: flags)
                         fds = received
                         lastReadWasShort = n > 0 && n < buffer.count && received.isEmpty
                         return n
@@ -136,7 +137,7 @@ public final class FrameReceiver {
             }
             let n: Int
             let fds: [Int32]
-            do { (n, fds) = try receiveMessage(into: readBuffer, flags: flags) } catch { throw decoder.abort(error) }
+            do { (n, fds) = try receiveMessage(from: socket, into: readBuffer, flags: flags) } catch { throw decoder.abort(error) }
             if n < 0 { return .wouldBlock }
             lastReadWasShort = n > 0 && n < readBuffer.count && fds.isEmpty
             if n == 0 {
@@ -155,7 +156,7 @@ public final class FrameReceiver {
     /// One `recvmsg` with `MSG_CMSG_CLOEXEC`. Returns the byte count (-1 for `EAGAIN`, 0 at end of
     /// stream) and the fds received. Throws ``WireError/controlDataTruncated`` for `MSG_CTRUNC`
     /// (after closing the fds that did arrive).
-    private func receiveMessage(into buffer: UnsafeMutableRawBufferPointer, flags: Int32) throws(WireError) -> (Int, [Int32]) {
+    private func receiveMessage(from socket: Int32, into buffer: UnsafeMutableRawBufferPointer, flags: Int32) throws(WireError) -> (Int, [Int32]) {
         var iov = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
         var message = msghdr()
         let n: Int = withUnsafeMutablePointer(to: &iov) { iovPointer in
@@ -164,7 +165,7 @@ public final class FrameReceiver {
             message.msg_control = controlBuffer.baseAddress
             message.msg_controllen = controlBuffer.count
             while true {
-                let n = recvmsg(descriptor, &message, Int32(MSG_CMSG_CLOEXEC) | flags)
+                let n = recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC) | flags)
                 if n >= 0 || errno != EINTR { return n }
             }
         }

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import SandboxSystem
 
 /// The sending direction of a frame socket: the encoder, the queue of ``enqueue(_:)`` and the
 /// `sendmsg` ancillary buffer, and nothing the receiving direction uses.
@@ -10,8 +11,8 @@ import Glibc
 /// beside a ``FrameReceiver``, so that the compiler sees two separately owned values. It does not
 /// own the descriptor: its owner calls ``detach()`` before closing it.
 public final class FrameSender {
-    /// The socket; -1 once detached.
-    public private(set) var descriptor: Int32
+    /// The socket (its owner's: this object never closes it); nil once detached.
+    public private(set) var descriptor: FileDescriptor?
     /// Encodes outgoing frames; set its ``FrameEncoder/maximumFrameSize`` to the peer's maximum
     /// (from its HELLO).
     public var encoder: FrameEncoder
@@ -36,7 +37,7 @@ public final class FrameSender {
     /// Sends on `descriptor` (a connected stream socket that stays its owner's).
     /// - Parameter peerMaximumFrameSize: the largest frame the peer accepts (update ``encoder``
     ///   once its HELLO is known).
-    public init(descriptor: Int32, peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+    public init(descriptor: FileDescriptor, peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
         self.descriptor = descriptor
         encoder = FrameEncoder(maximumFrameSize: peerMaximumFrameSize)
         sendControlBuffer = .allocate(byteCount: FrameSocket.controlBufferSize, alignment: 16)
@@ -50,7 +51,7 @@ public final class FrameSender {
     /// Stops using the descriptor (before its owner closes it) and closes the fds of the frames
     /// still queued. Later sends throw ``WireError/connectionClosed``.
     public func detach() {
-        descriptor = -1
+        descriptor = nil
         for item in queue[queueHead...] { item.frame.closeFDs() }
         queue = []
         queueHead = 0
@@ -62,7 +63,7 @@ public final class FrameSender {
     /// ``enqueue(_:)``). Its fds travel with the first byte; they stay the caller's (see ``Frame``).
     public func send(_ frame: Frame) throws(WireError) {
         let header = try encoder.validate(frame)
-        guard descriptor >= 0 else { throw .connectionClosed }
+        guard descriptor != nil else { throw .connectionClosed }
         while !(try flush()) { try waitUntilReady(descriptor, for: Int16(POLLOUT)) }
         // 20 bytes of prefix and header on the stack.
         var headerStorage: (UInt64, UInt64, UInt32) = (0, 0, 0)
@@ -91,7 +92,7 @@ public final class FrameSender {
             frame.closeFDs()
             throw error
         }
-        guard descriptor >= 0 else {
+        guard descriptor != nil else {
             frame.closeFDs()
             throw .connectionClosed
         }
@@ -152,7 +153,7 @@ public final class FrameSender {
     @discardableResult
     public func flush() throws(WireError) -> Bool {
         while queueHead < queue.count {
-            guard descriptor >= 0 else { throw .connectionClosed }
+            guard descriptor != nil else { throw .connectionClosed }
             let item = queue[queueHead]
             let n = try item.header.withUnsafeBytes { header in
                 item.frame.payload.withUnsafeBytes { payload in
@@ -182,6 +183,7 @@ public final class FrameSender {
     /// bytes written, or -1 for `EAGAIN`.
     private func write(header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, fds: [Int32],
                        from sent: Int, flags: Int32) throws(WireError) -> Int {
+        guard let socket = descriptor?.rawValue else { throw .connectionClosed }
         var iov = (iovec(), iovec())
         var iovCount = 0
         if sent < header.count {
@@ -216,7 +218,7 @@ public final class FrameSender {
                     message.msg_controllen = space
                 }
                 while true {
-                    let n = sendmsg(descriptor, &message, Int32(MSG_NOSIGNAL) | flags)
+                    let n = sendmsg(socket, &message, Int32(MSG_NOSIGNAL) | flags)
                     if n >= 0 || errno != EINTR { return n }
                 }
             }

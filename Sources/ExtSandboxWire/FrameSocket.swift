@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import SandboxSystem
 
 /// Frames over a connected `AF_UNIX` `SOCK_STREAM` socket, with file descriptors as `SCM_RIGHTS`.
 ///
@@ -13,7 +14,7 @@ import Glibc
 /// - ``receiveNext(wait:)`` serves loops that alternate between reading and other work, and
 ///   saves them the `recvmsg` that would only say `EAGAIN`.
 ///
-/// A `FrameSocket` owns its descriptor and closes it in ``close()`` or when it is released. It is
+/// A `FrameSocket` owns its descriptor and closes it (once) in ``close()`` or when it is released. It is
 /// not thread-safe. Its two directions are a ``FrameSender`` and a ``FrameReceiver``: a connection
 /// whose directions are used by different threads holds those two itself (each owned by its own
 /// lock or thread, which the compiler then checks) rather than one `FrameSocket`. After any error other than
@@ -40,8 +41,9 @@ public final class FrameSocket {
     static let controlBufferSize = cmsgSpace(ExtSandboxWire.maximumFDsPerFrame * MemoryLayout<Int32>.size)
 
 
-    /// The socket; -1 once closed.
-    public private(set) var descriptor: Int32
+    /// The socket, owned by this object; nil once closed. Its number is for system calls
+    /// (`poll`, `epoll_ctl`) while it is open; ``close()`` closes it.
+    public private(set) var descriptor: FileDescriptor?
     private let sender: FrameSender
     private let receiver: FrameReceiver
 
@@ -54,17 +56,30 @@ public final class FrameSocket {
     /// Decodes incoming frames; its ``FrameDecoder/maximumFrameSize`` is this side's maximum.
     public var decoder: FrameDecoder { receiver.decoder }
 
-    /// Wraps a connected stream socket, taking ownership of `descriptor`.
+    /// Wraps a connected stream socket, taking ownership of `descriptor` (this object closes it:
+    /// its other holders must not).
     /// - Parameters:
     ///   - maximumFrameSize: the largest frame this side accepts (advertise it in your HELLO).
     ///   - peerMaximumFrameSize: the largest frame the peer accepts (update ``encoder`` once its
     ///     HELLO is known).
-    public init(descriptor: Int32,
+    public init(descriptor: FileDescriptor,
                 maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize,
                 peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
         self.descriptor = descriptor
         sender = FrameSender(descriptor: descriptor, peerMaximumFrameSize: peerMaximumFrameSize)
         receiver = FrameReceiver(descriptor: descriptor, maximumFrameSize: maximumFrameSize)
+    }
+
+    /// Wraps the connected stream socket numbered `descriptor`, taking ownership of the number:
+    /// for one the process was given rather than opened (an extension's control socket, fd 3).
+    /// - Precondition: `descriptor` is not negative.
+    public convenience init(descriptor: Int32,
+                            maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize,
+                            peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+        guard let owned = FileDescriptor(adopting: descriptor) else {
+            preconditionFailure("FrameSocket: \(descriptor) is not a file descriptor")
+        }
+        self.init(descriptor: owned, maximumFrameSize: maximumFrameSize, peerMaximumFrameSize: peerMaximumFrameSize)
     }
 
     deinit {
@@ -75,33 +90,36 @@ public final class FrameSocket {
     public func close() {
         sender.detach()
         receiver.detach()
-        if descriptor >= 0 {
-            _ = Glibc.close(descriptor)
-            descriptor = -1
-        }
+        descriptor?.close()
+        descriptor = nil
     }
 
     /// `shutdown(SHUT_WR)`: the peer reads end of stream after the frames already sent.
     public func shutdownWrite() throws(WireError) {
-        guard descriptor >= 0 else { throw .connectionClosed }
-        if Glibc.shutdown(descriptor, Int32(SHUT_WR)) != 0 { throw .systemCall("shutdown", errno: errno) }
+        guard let descriptor else { throw .connectionClosed }
+        if Glibc.shutdown(descriptor.rawValue, Int32(SHUT_WR)) != 0 { throw .systemCall("shutdown", errno: errno) }
     }
 
     /// Sets or clears `O_NONBLOCK`.
     public func setNonBlocking(_ nonBlocking: Bool) throws(WireError) {
-        let flags = fcntl(descriptor, F_GETFL)
+        guard let descriptor else { throw .connectionClosed }
+        let flags = fcntl(descriptor.rawValue, F_GETFL)
         guard flags >= 0 else { throw .systemCall("fcntl", errno: errno) }
         let new = nonBlocking ? flags | O_NONBLOCK : flags & ~O_NONBLOCK
-        if new != flags, fcntl(descriptor, F_SETFL, new) != 0 { throw .systemCall("fcntl", errno: errno) }
+        if new != flags, fcntl(descriptor.rawValue, F_SETFL, new) != 0 { throw .systemCall("fcntl", errno: errno) }
     }
 
-    /// A connected pair of `AF_UNIX` `SOCK_STREAM` sockets with `SOCK_CLOEXEC`.
-    public static func makeSocketPair(nonBlocking: Bool = false) throws(WireError) -> (Int32, Int32) {
-        var fds: [Int32] = [-1, -1]
+    /// A connected pair of `AF_UNIX` `SOCK_STREAM` sockets with `SOCK_CLOEXEC`, each closed by
+    /// its last holder (or handed on with `release()`).
+    public static func makeSocketPair(nonBlocking: Bool = false) throws(WireError) -> (FileDescriptor, FileDescriptor) {
+        var fds: (Int32, Int32) = (0, 0)
         var type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
         if nonBlocking { type |= Int32(SOCK_NONBLOCK.rawValue) }
-        guard socketpair(AF_UNIX, type, 0, &fds) == 0 else { throw .systemCall("socketpair", errno: errno) }
-        return (fds[0], fds[1])
+        let made = withUnsafeMutableBytes(of: &fds) { socketpair(AF_UNIX, type, 0, $0.baseAddress!.assumingMemoryBound(to: Int32.self)) }
+        guard made == 0, let first = FileDescriptor(adopting: fds.0), let second = FileDescriptor(adopting: fds.1) else {
+            throw .systemCall("socketpair", errno: errno)
+        }
+        return (first, second)
     }
 
     /// Two `FrameSocket`s over a new socket pair.
@@ -158,9 +176,9 @@ public final class FrameSocket {
 
 /// Waits until `descriptor` is ready for `events` (for a blocking send or receive on a
 /// non-blocking socket).
-func waitUntilReady(_ descriptor: Int32, for events: Int16) throws(WireError) {
-    guard descriptor >= 0 else { throw .connectionClosed }
-    var entry = pollfd(fd: descriptor, events: events, revents: 0)
+func waitUntilReady(_ descriptor: FileDescriptor?, for events: Int16) throws(WireError) {
+    guard let descriptor else { throw .connectionClosed }
+    var entry = pollfd(fd: descriptor.rawValue, events: events, revents: 0)
     while poll(&entry, 1, -1) < 0 {
         if errno != EINTR { throw .systemCall("poll", errno: errno) }
     }

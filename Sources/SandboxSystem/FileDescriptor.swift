@@ -9,20 +9,27 @@ import Synchronization
 /// number for). With this type the descriptor is closed by its owner's lifetime, an invalid one
 /// cannot be made (no `-1` travels), and ``release()`` hands the number on explicitly when another
 /// owner (a C launch, a socket type of its own) takes it.
-package final class FileDescriptor: Sendable {
-    /// The descriptor's number, valid while this object is open (not closed or released).
-    package let rawValue: Int32
+///
+/// Public because the wire module's sockets (``ExtSandboxWire``'s `FrameSocket`), which
+/// extensions use, hold one; everything else of this module stays inside the package.
+public final class FileDescriptor: Sendable {
+    /// The descriptor's number, valid while this object is open (not closed or released): pass
+    /// it to system calls only, never keep it beyond this object.
+    public let rawValue: Int32
     private let owned = Atomic<Bool>(true)
 
     /// Takes ownership of `rawValue`; `nil` for a negative value (a failed `open`, whose
     /// `errno` is left untouched for the caller).
-    package init?(adopting rawValue: Int32) {
+    public init?(adopting rawValue: Int32) {
         guard rawValue >= 0 else { return nil }
         self.rawValue = rawValue
     }
 
+    /// Whether this object still owns the descriptor (neither closed nor released).
+    public var isOpen: Bool { owned.load(ordering: .acquiring) }
+
     /// Closes the descriptor now; later calls (and the deinit) do nothing.
-    package func close() {
+    public func close() {
         if owned.exchange(false, ordering: .acquiringAndReleasing) {
             _ = Glibc.close(rawValue)
         }
@@ -30,7 +37,7 @@ package final class FileDescriptor: Sendable {
 
     /// Gives up ownership without closing: the caller now owns the returned number. `nil` if it
     /// was closed or released already.
-    package func release() -> Int32? {
+    public func release() -> Int32? {
         owned.exchange(false, ordering: .acquiringAndReleasing) ? rawValue : nil
     }
 

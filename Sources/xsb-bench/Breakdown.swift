@@ -37,8 +37,8 @@ struct Breakdown {
         /// CONNECT and the HELLO exchange; the caller owns the socket.
         func connect() throws -> FrameSocket {
             let (host, ext) = try FrameSocket.makeSocketPair()
-            try control.send(.connect(id: nextConnection, descriptor: ext))
-            close(ext)
+            try control.send(.connect(id: nextConnection, descriptor: ext.rawValue))
+            ext.close()
             nextConnection += 1
             let socket = FrameSocket(descriptor: host)
             try socket.send(.hello(Hello(name: "xsb-bench")))
@@ -53,9 +53,9 @@ struct Breakdown {
             executable: executable, arguments: [executable] + arguments,
             environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
             policy: policy, standardInput: .null, standardOutput: .inherit, standardError: .inherit,
-            extraFileDescriptors: [extFD])
+            extraFileDescriptors: [extFD.rawValue])
         let sandbox = try await Supervisor.shared.launch(configuration)
-        close(extFD)
+        extFD.close()
         let host = DirectHost(control: FrameSocket(descriptor: hostFD), sandbox: sandbox)
         guard let ready = try host.control.receive(), ready.kind == .ready else { throw BenchError("no READY from \(executable)") }
         return host

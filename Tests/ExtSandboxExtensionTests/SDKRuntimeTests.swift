@@ -25,8 +25,8 @@ struct SDKRuntimeTests {
             let executable = TestPaths.echoExtension
             let sandbox = try await Supervisor.shared.launch(SandboxConfiguration(
                 executable: executable, environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
-                policy: policy, standardInput: .null, extraFileDescriptors: [ext]))
-            close(ext)
+                policy: policy, standardInput: .null, extraFileDescriptors: [ext.rawValue]))
+            ext.close()
             self.sandbox = sandbox
             control = FrameSocket(descriptor: host)
             let ready = try #require(try control.receive())
@@ -43,8 +43,8 @@ struct SDKRuntimeTests {
             let (host, ext) = try FrameSocket.makeSocketPair()
             let socket = FrameSocket(descriptor: host)
             if helloFirst { try socket.send(.hello(Hello(name: "test"))) }
-            try control.send(.connect(id: nextConnection, descriptor: ext))
-            close(ext)
+            try control.send(.connect(id: nextConnection, descriptor: ext.rawValue))
+            ext.close()
             nextConnection += 1
             if !helloFirst {
                 if delay > .zero { usleep(UInt32(delay.components.attoseconds / 1_000_000_000_000)) }
@@ -80,8 +80,8 @@ struct SDKRuntimeTests {
         // would exceed it.
         let limit = ExtSandboxWire.minimumMaximumFrameSize
         try socket.send(.hello(Hello(maximumFrameSize: limit, name: "small")))
-        try echo.control.send(.connect(id: 99, descriptor: ext))
-        close(ext)
+        try echo.control.send(.connect(id: 99, descriptor: ext.rawValue))
+        ext.close()
         #expect(try socket.receive()?.kind == .hello)
         try socket.send(.request(id: 1, payload: [UInt8](repeating: 7, count: Int(limit) * 2)))
         let refused = try #require(try socket.receive())
@@ -121,12 +121,12 @@ struct SDKRuntimeTests {
         reader.start()
         defer {
             progress.stop.store(true, ordering: .relaxed)
-            shutdown(busy.descriptor, Int32(SHUT_RDWR))
+            shutdown(busy.descriptor!.rawValue, Int32(SHUT_RDWR))
         }
         while progress.drained.load(ordering: .relaxed) < 100 { try await Task.sleep(for: .milliseconds(1)) }
         // The next connection is answered while the first one is still busy.
         let next = try echo.connect(helloFirst: true)
-        var readable = pollfd(fd: next.descriptor, events: Int16(POLLIN), revents: 0)
+        var readable = pollfd(fd: next.descriptor!.rawValue, events: Int16(POLLIN), revents: 0)
         let answered = poll(&readable, 1, 5000) == 1
         #expect(answered, "the extension answers the next HELLO while the busy connection runs")
         guard answered else { return }

@@ -2,6 +2,7 @@ import Glibc
 import SandboxRuntime
 import Testing
 @testable import ExtSandbox
+import ExtSandboxWire
 
 /// Issue 12's typed errors: a connection whose socket the host's event monitor cannot watch
 /// closes with the runtime's typed cause (``ExtensionError/monitorFailed(_:)``, a
@@ -21,7 +22,7 @@ struct ConnectionWatchErrorTests {
         let earlier = try monitor.add(fd: hostEnd, events: EventMonitor.readable) { _ in }
         // The connection owns (and closes) the host's end; only this test's handler is left.
         defer { monitor.remove(fd: hostEnd, token: earlier) }
-        let connection = ExtensionConnection(descriptor: hostEnd, monitor: monitor, name: "host", onClose: {})
+        let connection = ExtensionConnection(descriptor: try #require(FileDescriptor(adopting: hostEnd)), monitor: monitor, name: "host", onClose: {})
         do {
             try await connection.handshake(timeout: .seconds(30))
             Issue.record("the handshake succeeded on a socket the monitor did not watch")

@@ -15,8 +15,8 @@ struct PythonExampleTests {
         init() throws {
             let (host, child) = try FrameSocket.makeSocketPair()
             // Move the child's end out of the way of fd 3 (dup2 onto itself would keep CLOEXEC).
-            let high = fcntl(child, F_DUPFD_CLOEXEC, 64)
-            close(child)
+            let high = fcntl(child.rawValue, F_DUPFD_CLOEXEC, 64)
+            child.close()
             var actions = posix_spawn_file_actions_t()
             posix_spawn_file_actions_init(&actions)
             defer { posix_spawn_file_actions_destroy(&actions) }
@@ -35,8 +35,8 @@ struct PythonExampleTests {
         /// Sends CONNECT with a new socketpair end; returns the host's end.
         func connect(id: UInt64) throws -> FrameSocket {
             let (host, ext) = try FrameSocket.makeSocketPair()
-            try control.send(.connect(id: id, descriptor: ext))
-            close(ext)
+            try control.send(.connect(id: id, descriptor: ext.rawValue))
+            ext.close()
             return FrameSocket(descriptor: host)
         }
 
@@ -123,7 +123,7 @@ struct PythonExampleTests {
         // A malformed frame from the host: the extension answers ERROR 4 and closes; others carry on.
         let garbage = try ext.connect(id: 4)
         _ = try handshake(garbage, name: "garbage")
-        rawSend(garbage.descriptor, rawFrame(kind: 77, id: 1))
+        rawSend(garbage.descriptor!.rawValue, rawFrame(kind: 77, id: 1))
         let protocolError = try #require(try garbage.receive())
         #expect(try protocolError.errorPayload().code == .protocolError)
         #expect(try garbage.receive() == nil)
@@ -155,9 +155,9 @@ struct PythonExampleTests {
         ]
         for (bytes, fds, expected) in cases {
             let (host, ext) = try FrameSocket.makeSocketPair()
-            rawSend(ext, bytes, fds: fds)
+            rawSend(ext.rawValue, bytes, fds: fds)
             fds.forEach { close($0) }
-            close(ext)
+            ext.close()
             let socket = FrameSocket(descriptor: host)
             var frames: [Frame] = []
             do {

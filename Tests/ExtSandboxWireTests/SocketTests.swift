@@ -68,7 +68,7 @@ struct SocketTests {
             try! socket.enqueue(.oneway(payload: payload, fds: [memfd]))   // takes ownership of memfd
             try! socket.enqueue(.request(id: 10, payload: payload))
             while !(try! socket.flush()) {
-                var entry = pollfd(fd: socket.descriptor, events: Int16(POLLOUT), revents: 0)
+                var entry = pollfd(fd: socket.descriptor!.rawValue, events: Int16(POLLOUT), revents: 0)
                 _ = poll(&entry, 1, -1)
             }
             #expect(!socket.hasPendingOutput)
@@ -94,9 +94,9 @@ struct SocketTests {
         guard case .wouldBlock = try b.tryReceive() else { Issue.record("expected wouldBlock"); return }
         let bytes = try FrameEncoder().encode(.request(id: 3, payload: Array(repeating: 7, count: 100_000)))
         // Half a frame: still wouldBlock, and the bytes are kept.
-        rawSend(a.descriptor, Array(bytes[..<50_000]))
+        rawSend(a.descriptor!.rawValue, Array(bytes[..<50_000]))
         guard case .wouldBlock = try b.tryReceive() else { Issue.record("expected wouldBlock"); return }
-        rawSend(a.descriptor, Array(bytes[50_000...]))
+        rawSend(a.descriptor!.rawValue, Array(bytes[50_000...]))
         guard case .frame(let frame) = try b.tryReceive() else { Issue.record("expected a frame"); return }
         #expect(frame.id == 3 && frame.payload.count == 100_000)
         a.close()
@@ -110,11 +110,11 @@ struct SocketTests {
         // Two frames in one write, the second incomplete: one short read takes them all.
         let first = try FrameEncoder().encode(.request(id: 1, payload: [1]))
         let second = try FrameEncoder().encode(.request(id: 2, payload: [UInt8](repeating: 2, count: 1000)))
-        rawSend(a.descriptor, first + Array(second[..<500]))
+        rawSend(a.descriptor!.rawValue, first + Array(second[..<500]))
         guard case .frame(let one) = try b.receiveNext(wait: false), one.id == 1 else { Issue.record("expected frame 1"); return }
         guard case .wouldBlock = try b.receiveNext(wait: false) else { Issue.record("expected wouldBlock"); return }
         // The rest arrives after the trusted short read: the next call reads it.
-        rawSend(a.descriptor, Array(second[500...]))
+        rawSend(a.descriptor!.rawValue, Array(second[500...]))
         guard case .frame(let two) = try b.receiveNext(wait: false), two.id == 2, two.payload.count == 1000 else {
             Issue.record("expected frame 2"); return
         }
@@ -158,7 +158,7 @@ struct SocketTests {
                 } else {
                     try! shared.value.enqueue(frame)
                     while !(try! shared.value.flush()) {
-                        var entry = pollfd(fd: shared.value.descriptor, events: Int16(POLLOUT), revents: 0)
+                        var entry = pollfd(fd: shared.value.descriptor!.rawValue, events: Int16(POLLOUT), revents: 0)
                         _ = poll(&entry, 1, -1)
                     }
                 }
@@ -203,7 +203,7 @@ struct SocketTests {
             precondition(second.id == 2)
         }
         while !(try a.flush()) {
-            var entry = pollfd(fd: a.descriptor, events: Int16(POLLOUT), revents: 0)
+            var entry = pollfd(fd: a.descriptor!.rawValue, events: Int16(POLLOUT), revents: 0)
             _ = poll(&entry, 1, -1)
         }
         reader.join()
@@ -265,11 +265,11 @@ struct SocketTests {
         let chunks = input.chunks
         let writer = TestThread {
             for (chunk, fds) in zip(chunks, probes) {
-                rawSend(x, chunk, fds: fds.map(\.writeEnd))
+                rawSend(x.rawValue, chunk, fds: fds.map(\.writeEnd))
                 fds.forEach { close($0.writeEnd) }
-                waitUntilRead(x)  // the receiver reads the chunks with separate recvmsg calls
+                waitUntilRead(x.rawValue)  // the receiver reads the chunks with separate recvmsg calls
             }
-            close(x)
+            x.close()
         }
         let host = FrameSocket(descriptor: y)
         #expect(receiveError(host) == input.error)
