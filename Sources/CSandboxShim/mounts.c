@@ -1,9 +1,9 @@
 // The sandbox's file system: a fresh tmpfs root holding only what the policy binds, a fresh
-// /proc, a minimal /dev, a size-limited /tmp; then pivot_root with the old root detached.
+// /proc, a minimal /dev, a size-limited /tmp; then the old root detached and the new one entered.
 //
 // Technique (as in bubblewrap): mount a tmpfs over /tmp of our private mount namespace and
 // pivot into it, so the host's root stays reachable as /oldroot — even /tmp, which the tmpfs
-// covered — while /newroot is populated; then pivot a second time into /newroot.
+// covered — while /newroot is populated; then detach /oldroot and move /newroot over / (chroot).
 //
 // No path is ever resolved through a symlink: a writable bind lets the sandbox plant symlinks
 // that a later launch would otherwise follow out of /newroot (onto the host, via /oldroot).
@@ -354,8 +354,12 @@ int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd) {
         xsb_child_report(control_fd, XSB_STEP_PIVOT_ROOT, errno, "detach old root");
         return -1;
     }
-    if (chdir(NEW) != 0 || syscall(SYS_pivot_root, ".", ".") != 0 || umount2(".", MNT_DETACH) != 0 || chdir("/") != 0) {
-        xsb_child_report(control_fd, XSB_STEP_PIVOT_ROOT, errno, "second pivot");
+    // Enter /newroot by moving it over / and chroot-ing into it, not by a second pivot_root:
+    // pivot_root walks every thread on the machine (chroot_fs_refs), which made launches slower
+    // the more sandboxes ran. What stays below the new root is only the staging tmpfs, whose
+    // host root (/oldroot) was detached above: nothing of the host to walk back out to.
+    if (chdir(NEW) != 0 || mount(".", "/", NULL, MS_MOVE, NULL) != 0 || chroot(".") != 0 || chdir("/") != 0) {
+        xsb_child_report(control_fd, XSB_STEP_PIVOT_ROOT, errno, "enter new root");
         return -1;
     }
     return 0;
