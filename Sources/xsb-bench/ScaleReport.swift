@@ -27,6 +27,7 @@ struct ScaleReport {
         json["scale_extensions"] = largest?.extensions ?? 0
         json["scale_failed"] = outcome.failures.count
         put("host_fds_per_extension", largest?.hostFDsPerExtension)
+        put("host_fds_per_extension_with_connection", largest?.hostFDsPerExtensionWithConnection)
         put("host_kib_per_extension", largest?.hostKiBPerExtension)
         json["host_threads"] = Dictionary(steps.filter { $0.extensions > 0 }.map { ("\($0.extensions)", $0.hostThreads) }) { $1 }
         json["host_threads_constant"] = threadsConstant
@@ -87,6 +88,7 @@ struct ScaleReport {
         row("scale_extensions", Double(largest?.extensions ?? 0), ">= \(goal)") { $0 >= Double(goal) }
         row("scale_failed", Double(outcome.failures.count), "== 0") { $0 == 0 }
         row("host_fds_per_extension", largest?.hostFDsPerExtension, "<= 2") { $0 <= 2 }
+        lines.append("  (+ 1 per open connection: \(largest.map { String(format: "%.2f", $0.hostFDsPerExtensionWithConnection) } ?? "-") with the one each keeps open)")
         row("host_kib_per_extension", largest?.hostKiBPerExtension, "<= 64") { $0 <= 64 }
         lines.append("host_threads_constant".padding(toLength: 36, withPad: " ", startingAt: 0)
                      + "\(threads)".padding(toLength: 12, withPad: " ", startingAt: 0) + "constant  " + verdict(threadsConstant))
