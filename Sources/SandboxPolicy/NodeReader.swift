@@ -64,8 +64,9 @@ struct NodeReader {
             let key = keyScalar.string
             let loc = Loc(keyNode)
             if let allowed, !allowed.contains(key) {
-                if let match = Suggest.closest(to: key, in: allowed) { diag.suggestedKeys.insert(match) }
-                diag.error(loc, "unknown key \"\(key)\" in \(what)\(Suggest.hint(for: key, in: allowed))"
+                let match = diag.closest(to: key, in: allowed)
+                if let match { diag.suggestedKeys.insert(match) }
+                diag.error(loc, "unknown key \"\(key)\" in \(what)\(match.map(Suggest.hint(match:)) ?? "")"
                     + " (known keys: \(allowed.joined(separator: ", ")))")
                 continue
             }

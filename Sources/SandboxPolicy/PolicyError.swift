@@ -90,7 +90,9 @@ enum Suggest {
 
     /// `; did you mean "x"?` or the empty string.
     static func hint<S: Sequence>(for word: String, in candidates: S) -> String where S.Element == String {
-        if let match = closest(to: word, in: candidates) { return "; did you mean \"\(match)\"?" }
-        return ""
+        closest(to: word, in: candidates).map(hint(match:)) ?? ""
     }
+
+    /// `; did you mean "match"?`
+    static func hint(match: String) -> String { "; did you mean \"\(match)\"?" }
 }

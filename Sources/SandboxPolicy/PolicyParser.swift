@@ -143,7 +143,7 @@ struct PolicyParser {
             if known.contains(word) {
                 diag.error(node, "\"\(word)\" takes no argument; write \"\(word)\"")
             } else {
-                diag.error(node, "unknown action \"\(text)\"\(Suggest.hint(for: word, in: known)); actions are allow, kill, log and errno NAME")
+                diag.error(node, "unknown action \"\(text)\"\(diag.hint(for: word, in: known)); actions are allow, kill, log and errno NAME")
             }
             return nil
         case nil:
@@ -155,7 +155,7 @@ struct PolicyParser {
     func parseErrno(_ text: String, loc: Loc) -> Int32? {
         if let value = PolicyConstants.errnos[text] { return value }
         if let n = Int32(text), (1...4095).contains(n) { return n }
-        diag.error(loc, "unknown errno \"\(text)\"\(Suggest.hint(for: text, in: PolicyConstants.errnos.keys))")
+        diag.error(loc, "unknown errno \"\(text)\"\(diag.hint(for: text, in: PolicyConstants.errnos.keys))")
         return nil
     }
 
@@ -166,7 +166,7 @@ struct PolicyParser {
         if anyArch != __NR_SCMP_ERROR {
             diag.error(loc, "\"\(name)\" is not a system call on x86_64")
         } else {
-            diag.error(loc, "unknown system call \"\(name)\"\(Suggest.hint(for: name, in: Syscalls.allNames))")
+            diag.error(loc, "unknown system call \"\(name)\"\(diag.hint(for: name, in: Syscalls.allNames))")
         }
         return false
     }
@@ -191,7 +191,7 @@ struct PolicyParser {
                 continue
             } else if name.hasPrefix("@") {
                 guard let members = SyscallGroups.syscalls(in: name) else {
-                    diag.error(loc, "unknown syscall group \"\(name)\"\(Suggest.hint(for: name, in: SyscallGroups.names))")
+                    diag.error(loc, "unknown syscall group \"\(name)\"\(diag.hint(for: name, in: SyscallGroups.names))")
                     continue
                 }
                 // clone3 is always ENOSYS, whatever a group says.
