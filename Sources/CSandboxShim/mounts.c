@@ -184,6 +184,23 @@ static int tmpfs_at(int root, const char *target, uint32_t mode, uint64_t bytes,
     return rc;
 }
 
+/// A bind of the new root's own directory `target` onto itself: a mount with flags of its own,
+/// but no file system of its own. Every superblock registers a memcg-aware shrinker, and the
+/// kernel sizes each new memory cgroup by the most of those ever registered at once (1 KiB per
+/// 64), so each superblock a sandbox saves makes every sandbox's memory cgroup cheaper.
+static int directory_mount_at(int root, const char *target, uint64_t attrs) {
+    int point = open_mount_point(root, target, 1);
+    if (point < 0) return -1;
+    int tree = (int)syscall(SYS_open_tree, point, "", XSB_OPEN_TREE_CLONE | O_CLOEXEC | AT_EMPTY_PATH);
+    if (tree < 0) return close_keeping_errno(point);
+    struct xsb_mount_attr attr = {.attr_set = attrs};
+    int rc = (int)syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr);
+    if (rc == 0) rc = attach(tree, point);
+    close_keeping_errno(tree);
+    close_keeping_errno(point);
+    return rc;
+}
+
 static int symlink_at(int root, const char *text, const char *target) {
     char leaf[256];
     int parent = open_parent(root, target, leaf, sizeof leaf);
@@ -216,7 +233,9 @@ static int setup_dev(int root, const struct xsb_spawn_config *cfg, int control_f
         {"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
         {"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
     };
-    if (tmpfs_at(root, "/dev", 0755, 64 * 1024, XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NOEXEC) != 0) {
+    // A directory of the root's tmpfs, not a tmpfs of its own (directory_mount_at); read-only
+    // below, like the root, before the program runs.
+    if (directory_mount_at(root, "/dev", XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NOEXEC) != 0) {
         xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, "/dev");
         return -1;
     }
