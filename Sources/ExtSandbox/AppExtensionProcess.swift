@@ -256,33 +256,39 @@ extension ExtensionProcessCore {
         // The monitor thread reads the socket until the outcome; it is ours again once the
         // registration is removed.
         let reader = ControlUntilReady(control)
-        let token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { _ in
-            reader.socket.withLock { socket in
-                guard let socket else { return }
-                while true {
-                    do throws(WireError) {
-                        switch try socket.tryReceive() {
-                        case .wouldBlock: return
-                        case .closed: once.resume(.closed); return
-                        case .frame(let frame):
-                            frame.closeFDs()
-                            guard frame.kind == .ready else {
-                                once.resume(.broken(.unexpectedFrame(kind: frame.kind, reason: "the launch expects READY")))
+        let token: UInt64
+        do {
+            token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { _ in
+                reader.socket.withLock { socket in
+                    guard let socket else { return }
+                    while true {
+                        do throws(WireError) {
+                            switch try socket.tryReceive() {
+                            case .wouldBlock: return
+                            case .closed: once.resume(.closed); return
+                            case .frame(let frame):
+                                frame.closeFDs()
+                                guard frame.kind == .ready else {
+                                    once.resume(.broken(.unexpectedFrame(kind: frame.kind, reason: "the launch expects READY")))
+                                    return
+                                }
+                                let said = String(decoding: frame.payload, as: UTF8.self)
+                                once.resume(said == identifier ? .ready : .mismatch(said))
                                 return
                             }
-                            let said = String(decoding: frame.payload, as: UTF8.self)
-                            once.resume(said == identifier ? .ready : .mismatch(said))
+                        } catch .connectionClosed {
+                            once.resume(.closed)
+                            return
+                        } catch {
+                            once.resume(.broken(error))
                             return
                         }
-                    } catch .connectionClosed {
-                        once.resume(.closed)
-                        return
-                    } catch {
-                        once.resume(.broken(error))
-                        return
                     }
                 }
             }
+        } catch {
+            // The caller kills the sandbox; the control socket closes with `reader`.
+            throw ExtensionError.monitorFailed(error)
         }
         let watchers = [
             Task { once.resume(.ended(await sandbox.waitForExit())) },

@@ -1,4 +1,3 @@
-import CSandboxShim
 import ExtSandboxWire
 import FoundationEssentials
 import Glibc

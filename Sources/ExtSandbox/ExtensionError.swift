@@ -16,9 +16,10 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     case notReadyInTime
     /// The extension refused the connection.
     case rejected(String)
-    /// The host could not watch the connection's socket: its event monitor refused the
+    /// The host could not watch a socket of the extension's: its event monitor refused the
     /// registration (`epoll_ctl`), the runtime's typed cause (the step, the `errno`). Nothing
-    /// more would have been read, so the connection is closed.
+    /// more would have been read, so a connection is closed; at launch (the control socket, while
+    /// waiting for READY) the sandbox is ended.
     case monitorFailed(SandboxError)
     /// The extension process ended unexpectedly; pending requests fail with this reason.
     case interrupted(Termination)
