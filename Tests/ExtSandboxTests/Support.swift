@@ -36,12 +36,7 @@ enum HostFixtures {
 
     /// Polls without blocking a thread: what it waits for runs on the same small pool.
     static func eventually(within seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return condition()
+        await Fixtures.eventually(within: seconds, condition)
     }
 }
 

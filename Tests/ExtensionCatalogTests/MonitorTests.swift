@@ -55,18 +55,18 @@ struct MonitorTests {
         #expect(installed?.unapprovedCount == 1)
         #expect(installed?.identities.count == 1)
 
-        #expect(try world.cli(["approve", "org.example.outside"]).status == 0)
+        #expect(try await world.cli(["approve", "org.example.outside"]).status == 0)
         #expect(await eventually(monitor) { $0.identities.map(\.bundleIdentifier) == ["org.example.bundled", "org.example.outside"] })
 
         try world.replaceExecutable(of: external)
         #expect(await eventually(monitor) { $0.unapprovedCount == 1 && $0.identities.count == 1 })
 
-        #expect(try world.cli(["approve", "org.example.outside"]).status == 0)
+        #expect(try await world.cli(["approve", "org.example.outside"]).status == 0)
         #expect(await eventually(monitor) { $0.identities.count == 2 })
-        #expect(try world.cli(["disable", "org.example.bundled"]).status == 0)
+        #expect(try await world.cli(["disable", "org.example.bundled"]).status == 0)
         #expect(await eventually(monitor) { $0.disabledCount == 1 && $0.identities.map(\.bundleIdentifier) == ["org.example.outside"] })
-        #expect(try world.cli(["enable", "org.example.bundled"]).status == 0)
-        #expect(try world.cli(["revoke", "org.example.outside"]).status == 0)
+        #expect(try await world.cli(["enable", "org.example.bundled"]).status == 0)
+        #expect(try await world.cli(["revoke", "org.example.outside"]).status == 0)
         #expect(await eventually(monitor) { $0.disabledCount == 0 && $0.unapprovedCount == 1 && $0.identities.count == 1 })
 
         try FileManager.default.removeItem(atPath: external)
@@ -147,7 +147,7 @@ struct MonitorTests {
     @Test func discoveredExtensionsLaunchOnlyWhileApprovedAndUnchanged() async throws {
         let world = try ExtensionWorld()
         let path = try world.install("org.example.echo", executableSource: Self.echo)
-        #expect(try world.cli(["approve", "org.example.echo"]).status == 0)
+        #expect(try await world.cli(["approve", "org.example.echo"]).status == 0)
         let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
         let identity = try #require(monitor.identities.first)
         let process = try await AppExtensionProcess(configuration: .init(identity: identity))
@@ -159,14 +159,14 @@ struct MonitorTests {
         #expect(await eventually(monitor) { _ in process.sandbox.isRunning == false })
 
         // Revoked in another process: the identity the host still holds no longer launches.
-        #expect(try world.cli(["revoke", "org.example.echo"]).status == 0)
+        #expect(try await world.cli(["revoke", "org.example.echo"]).status == 0)
         await #expect {
             _ = try await AppExtensionProcess(configuration: .init(identity: identity))
         } throws: { error in
             "\(error)" == "refusing to launch org.example.echo: it is not approved: not approved yet"
         }
         // Approved again, then its executable replaced: refused again.
-        #expect(try world.cli(["approve", "org.example.echo"]).status == 0)
+        #expect(try await world.cli(["approve", "org.example.echo"]).status == 0)
         try FileManager.default.removeItem(atPath: path + "/bin/run")
         try FileManager.default.copyItem(atPath: "/bin/true", toPath: path + "/bin/run")
         await #expect {

@@ -43,23 +43,23 @@ struct BindSourceTests {
 
     /// Before: the second launch resolved DIR/x with realpath and showed the private directory.
     @Test("a symlink a sandbox planted in its writable bind is not followed by a later bind", arguments: Fixtures.Caller.allCases)
-    func plantedSymlinkIsRefused(caller: Fixtures.Caller) throws {
+    func plantedSymlinkIsRefused(caller: Fixtures.Caller) async throws {
         let tree = try Tree()
         defer { tree.remove() }
-        let plant = try Fixtures.exec(["/bin/ln", "-s", tree.privateDirectory, "/w/x"], options: ["--bind", "\(tree.writable):/w"], as: caller)
+        let plant = try await Fixtures.exec(["/bin/ln", "-s", tree.privateDirectory, "/w/x"], options: ["--bind", "\(tree.writable):/w"], as: caller)
         try #require(plant.status == 0, "\(plant.stderr)")
-        let read = try Fixtures.exec(["/bin/cat", "/x/secret"], options: ["--ro-bind", "\(tree.writable)/x:/x"], as: caller)
+        let read = try await Fixtures.exec(["/bin/cat", "/x/secret"], options: ["--ro-bind", "\(tree.writable)/x:/x"], as: caller)
         #expect(read.status == 125, "\(read.stdout)\(read.stderr)")
         #expect(!read.stdout.contains("private text"))
         #expect(read.stderr.contains("symlink"), "\(read.stderr)")
         // The same through a planted symlink in the middle of the path.
-        let middle = try Fixtures.exec(["/bin/cat", "/x"], options: ["--ro-bind", "\(tree.writable)/x/secret:/x"], as: caller)
+        let middle = try await Fixtures.exec(["/bin/cat", "/x"], options: ["--ro-bind", "\(tree.writable)/x/secret:/x"], as: caller)
         #expect(middle.status == 125 && !middle.stdout.contains("private text"), "\(middle.stdout)\(middle.stderr)")
         #expect(middle.stderr.contains("goes through symlink"), "\(middle.stderr)")
     }
 
     @Test("root-owned symlinks on the way are followed (as /lib -> usr/lib is)", arguments: Fixtures.Caller.allCases)
-    func rootOwnedSymlinksWork(caller: Fixtures.Caller) throws {
+    func rootOwnedSymlinksWork(caller: Fixtures.Caller) async throws {
         guard getuid() == 0 else {
             print("skipped: making a root-owned symlink needs root (the test runs as uid \(getuid()))")
             return
@@ -67,7 +67,7 @@ struct BindSourceTests {
         let tree = try Tree()
         defer { tree.remove() }
         try FileManager.default.createSymbolicLink(atPath: tree.base + "/link", withDestinationPath: "private")
-        let result = try Fixtures.exec(["/bin/cat", "/x/secret"], options: ["--ro-bind", "\(tree.base)/link:/x"], as: caller)
+        let result = try await Fixtures.exec(["/bin/cat", "/x/secret"], options: ["--ro-bind", "\(tree.base)/link:/x"], as: caller)
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdout == "the private text\n")
     }
@@ -136,7 +136,7 @@ struct BindSourceTests {
                 let process = try await Supervisor.shared.launch(config)
                 _ = await process.waitForExit()
                 pipe.closeWriteEnd()
-                let text = pipe.waitFor("\n", seconds: 2)
+                let text = await pipe.waitFor("\n", seconds: 2)
                 #expect(!text.contains("private text"), "the swapped-in symlink was followed")
                 outcomes[text.contains("bound text") ? "bound the directory" : "ran, read nothing", default: 0] += 1
             } catch let error as SandboxError {
@@ -148,7 +148,7 @@ struct BindSourceTests {
 
     /// Before: the socket was bound, and connect() through a read-only bind works.
     @Test("a unix socket is refused as a bind source", arguments: Fixtures.Caller.allCases)
-    func socketSourceIsRefused(caller: Fixtures.Caller) throws {
+    func socketSourceIsRefused(caller: Fixtures.Caller) async throws {
         let tree = try Tree()
         defer { tree.remove() }
         let path = tree.writable + "/daemon.sock"
@@ -164,7 +164,7 @@ struct BindSourceTests {
         }
         try #require(bound == 0)
         chmod(path, 0o777)
-        let result = try Fixtures.exec(["/bin/true"], options: ["--ro-bind", "\(path):/run/daemon.sock"], as: caller)
+        let result = try await Fixtures.exec(["/bin/true"], options: ["--ro-bind", "\(path):/run/daemon.sock"], as: caller)
         #expect(result.status == 125, "\(result.stderr)")
         #expect(result.stderr.contains("unix socket"), "\(result.stderr)")
     }

@@ -61,7 +61,7 @@ struct CgroupCleanupTests {
         let busyEnded = Task { _ = await busy.waitForExit(); return Date() }
         busy.kill()
         // Its end is seen (the termination is decided) while its cgroup is still busy.
-        #expect(Fixtures.eventually { !busy.isRunning })
+        #expect(await Fixtures.eventually { !busy.isRunning })
         other.kill()
         _ = await other.waitForExit()
         let otherEnded = Date()

@@ -57,11 +57,11 @@ struct FailClosedTests {
     }
 
     @Test("no user namespaces: the launch fails at clone, it never runs unconfined")
-    func noUserNamespaces() throws {
+    func noUserNamespaces() async throws {
         // max_user_namespaces is per user namespace: setting it to 0 inside a throwaway one
         // affects only this test's supervisor.
         let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\""
-        let result = try Fixtures.run(["/usr/bin/unshare", "--user", "--map-root-user", "/bin/sh", "-c", script, "sh",
+        let result = try await Fixtures.run(["/usr/bin/unshare", "--user", "--map-root-user", "/bin/sh", "-c", script, "sh",
                                        Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath, "--", Fixtures.probe, "exit", "0"])
         #expect(result.status == 125, "\(result.stderr)")
         #expect(result.stderr.contains("clone3"), "\(result.stderr)")
@@ -88,7 +88,7 @@ struct FailClosedTests {
         var config = try Fixtures.probeConfiguration([])
         config.executable = "/nonexistent/program"
         await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
-        let result = try Fixtures.run([Fixtures.cli, "exec", "--", "no-such-program-xsb"])
+        let result = try await Fixtures.run([Fixtures.cli, "exec", "--", "no-such-program-xsb"])
         #expect(result.status == 127)
     }
 }
@@ -122,10 +122,10 @@ struct HardeningTests {
     }
 
     @Test("a closed standard fd of the supervisor never reaches the sandbox")
-    func closedStdin() throws {
+    func closedStdin() async throws {
         // The CLI started with stdin closed: the sandbox must get /dev/null there, not
         // whatever the runtime opened into slot 0.
-        let result = try Fixtures.run(["/bin/sh", "-c", "exec \"$@\" <&-", "sh", Fixtures.cli, "exec", "--policy",
+        let result = try await Fixtures.run(["/bin/sh", "-c", "exec \"$@\" <&-", "sh", Fixtures.cli, "exec", "--policy",
                                        Fixtures.standardPolicyPath, "--", "/bin/sh", "-c", "readlink /proc/self/fd/0"])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdout == "/dev/null\n", "\(result.stdout)")
@@ -140,13 +140,13 @@ struct HardeningTests {
     }
 
     @Test("the sandbox init is not dumpable once running")
-    func initNotDumpable() throws {
+    func initNotDumpable() async throws {
         // From inside, the init (PID 1) must not expose the supervisor's memory image.
         let script = """
             for f in /proc/1/environ /proc/1/mem /proc/1/fd/64; do cat $f >/dev/null 2>&1 && echo "$f readable"; done
             ls /proc/1/root >/dev/null 2>&1 && echo "root readable"; echo done
             """
-        let result = try Fixtures.exec(["/bin/sh", "-c", script])
+        let result = try await Fixtures.exec(["/bin/sh", "-c", script])
         #expect(result.stdout == "done\n", "\(result.stdout)")
     }
 }

@@ -18,14 +18,14 @@ struct HostIdentityTests {
     /// Before: the file was owned by host uid 0 and gid 0 (with a setuid bit, a setuid-root
     /// program on the host), and root's supplementary groups came along.
     @Test("as root, what a sandbox creates in a writable bind is owned by nobody, not root")
-    func rootCallerCreatesNobodyFiles() throws {
+    func rootCallerCreatesNobodyFiles() async throws {
         guard getuid() == 0 else {
             print("skipped: needs a root caller (the test runs as uid \(getuid()))")
             return
         }
         let dir = try Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let result = try Fixtures.exec(
+        let result = try await Fixtures.exec(
             ["/bin/sh", "-c", "echo x > /out/file && mkdir /out/dir && grep '^Groups:' /proc/self/status"],
             options: ["--bind", "\(dir):/out"])
         #expect(result.status == 0, "\(result.stderr)")
@@ -41,12 +41,12 @@ struct HostIdentityTests {
 
     /// Before: /proc/slabinfo (0400 root) was readable, since the sandbox was host uid 0.
     @Test("as root, the sandbox cannot read root-only kernel files such as /proc/slabinfo")
-    func rootOnlyProcFiles() throws {
+    func rootOnlyProcFiles() async throws {
         guard getuid() == 0 else {
             print("skipped: needs a root caller (the test runs as uid \(getuid()))")
             return
         }
-        let result = try Fixtures.exec(["/bin/sh", "-c", "head -c 20 /proc/slabinfo"])
+        let result = try await Fixtures.exec(["/bin/sh", "-c", "head -c 20 /proc/slabinfo"])
         #expect(result.status != 0, "\(result.stdout)")
         #expect(result.stderr.contains("Permission denied"), "\(result.stderr)")
     }

@@ -14,10 +14,10 @@ struct KillRobustnessTests {
     /// each one and ends the sandbox (naming the call when it can).
     @Test("a kill-listed call interrupted by a flood of signals still kills the sandbox", arguments: Fixtures.Caller.allCases)
     func killUnderSignals(caller: Fixtures.Caller) async throws {
-        // 50 blocking runs: on a thread of their own, not on the concurrency pool that other
-        // tests' sandboxes are waiting on.
-        let results = try await Self.offThePool {
-            try (1...50).map { _ in try Fixtures.exec([Fixtures.probe, "kill-under-signals"], as: caller) }
+        // 50 runs, one after another (each waits off the concurrency pool, see Fixtures.run).
+        var results: [Fixtures.Output] = []
+        for _ in 1...50 {
+            results.append(try await Fixtures.exec([Fixtures.probe, "kill-under-signals"], as: caller))
         }
         for (run, result) in results.enumerated() {
             let context = Comment(rawValue: "run \(run + 1) as \(caller): status \(result.status)\nstdout: \(result.stdout)\nstderr: \(result.stderr)")
@@ -31,17 +31,11 @@ struct KillRobustnessTests {
     /// turn a kill-listed call into a plain error. Every compiled filter refuses to let a
     /// filter be installed; were one installed anyway, the call must still kill.
     @Test("a filter the program stacks cannot turn a kill into an errno", arguments: Fixtures.Caller.allCases)
-    func stackedFilter(caller: Fixtures.Caller) throws {
-        let result = try Fixtures.exec([Fixtures.probe, "stacked-errno"], as: caller)
+    func stackedFilter(caller: Fixtures.Caller) async throws {
+        let result = try await Fixtures.exec([Fixtures.probe, "stacked-errno"], as: caller)
         let context = Comment(rawValue: "as \(caller): status \(result.status)\nstdout: \(result.stdout)\nstderr: \(result.stderr)")
         let refused = result.status == 0 && result.stdout.contains("stacked-errno: blocked (EPERM)")
         let killed = result.status == 128 + SIGSYS && result.stderr.contains("killed: seccomp violation: ptrace")
         #expect(refused || killed, context)
-    }
-
-    static func offThePool<Value: Sendable>(_ body: @escaping @Sendable () throws -> Value) async throws -> Value {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try body() }) }.start()
-        }
     }
 }

@@ -25,16 +25,16 @@ struct LifecycleTests {
         // task has been seen to resume only after a minute, when a 60 s program had ended.
         let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
         defer { process.kill() }
-        _ = output.waitFor("tick")
+        _ = await output.waitFor("tick")
         let inside = process.processIdentifiers().dropFirst()  // all but the init
         #expect(inside.count >= 2, "the probe and its forked child")
 
         try await process.suspend()
-        #expect(Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) == "T" } },
+        #expect(await Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) == "T" } },
                 "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
 
         try await process.resume()
-        #expect(Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) != "T" } },
+        #expect(await Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) != "T" } },
                 "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
 
         process.kill()
@@ -51,7 +51,7 @@ struct LifecycleTests {
         let output = OutputPipe()
         let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
         defer { process.kill() }
-        _ = output.waitFor("tick")
+        _ = await output.waitFor("tick")
         let everyone = process.processIdentifiers()
         #expect(everyone.count >= 3, "the init, the probe and its forked child")
         // /proc/PID/cgroup from the host: "ID:CONTROLLERS:PATH" per hierarchy.
@@ -106,13 +106,13 @@ struct LifecycleTests {
     }
 
     @Test("the sandbox's fds are only stdio", arguments: Fixtures.Caller.allCases)
-    func onlyStdio(caller: Fixtures.Caller) throws {
-        let result = try Fixtures.exec([Fixtures.probe, "fds"], as: caller)
+    func onlyStdio(caller: Fixtures.Caller) async throws {
+        let result = try await Fixtures.exec([Fixtures.probe, "fds"], as: caller)
         #expect(result.status == 0, "\(result.stdout)")
     }
 
     @Test("every sandbox process dies when the supervisor is killed with SIGKILL", arguments: Fixtures.Caller.allCases)
-    func dieWithSupervisor(caller: Fixtures.Caller) throws {
+    func dieWithSupervisor(caller: Fixtures.Caller) async throws {
         let cli = Process()
         var argv = [Fixtures.cli, "exec", "--policy", Fixtures.policyPath(for: caller), "--", Fixtures.probe, "fork-sleep", "300"]
         if caller == .nobody { argv = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] + argv }
@@ -125,13 +125,13 @@ struct LifecycleTests {
         // setpriv execs the CLI in place, so the CLI keeps this pid.
         let supervisor = cli.processIdentifier
         var sandboxed: [pid_t] = []
-        #expect(Fixtures.eventually(within: 10) {
+        #expect(await Fixtures.eventually(within: 10) {
             sandboxed = Self.descendants(of: supervisor)
             return sandboxed.count >= 3  // init, probe, its child
         }, "sandbox processes: \(sandboxed)")
         kill(supervisor, SIGKILL)
-        cli.waitUntilExit()
-        #expect(Fixtures.eventually { sandboxed.allSatisfy { Fixtures.processState($0) == nil || Fixtures.processState($0) == "Z" } },
+        await offThePool { cli.waitUntilExit() }
+        #expect(await Fixtures.eventually { sandboxed.allSatisfy { Fixtures.processState($0) == nil || Fixtures.processState($0) == "Z" } },
                 "survivors: \(sandboxed.filter { Fixtures.processState($0) != nil }.map { "\($0)=\(Fixtures.processState($0)!)" })")
     }
 

@@ -36,8 +36,13 @@ final class OutputPipe: @unchecked Sendable {
         writeFD = fds[1]
     }
 
-    /// Reads until a line containing `text` arrived or `seconds` passed.
-    func waitFor(_ text: String, seconds: Double = 10) -> String {
+    /// Reads until a line containing `text` arrived or `seconds` passed (polling on a thread of
+    /// its own, see ``offThePool(_:)``).
+    func waitFor(_ text: String, seconds: Double = 10) async -> String {
+        await offThePool { [self] in readUntil(text, seconds: seconds) }
+    }
+
+    private func readUntil(_ text: String, seconds: Double) -> String {
         var collected = ""
         let deadline = Date().addingTimeInterval(seconds)
         var buffer = [UInt8](repeating: 0, count: 4096)

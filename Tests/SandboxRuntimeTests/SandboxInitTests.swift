@@ -65,7 +65,7 @@ struct SandboxInitTests {
     }
 
     @Test("an init others could have written, or none at all, fails the launch naming the paths")
-    func untrustedOrMissingInit() throws {
+    func untrustedOrMissingInit() async throws {
         let directory = try TestPaths.makePolicyDirectory("init").path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let copy = directory + "/xsb-init"
@@ -73,17 +73,17 @@ struct SandboxInitTests {
         chmod(copy, 0o775)
         var environment = TestPaths.environmentWithPolicies()
         environment["EXTSANDBOX_INIT"] = copy
-        let refused = try Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], environment: environment)
+        let refused = try await Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], environment: environment)
         #expect(refused.status == 125, "\(refused.stderr)")
         #expect(refused.stderr.contains("cannot use the sandbox init \(copy)") && refused.stderr.contains("writable by its group"),
                 "\(refused.stderr)")
 
         chmod(copy, 0o755)
-        let trusted = try Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], environment: environment)
+        let trusted = try await Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], environment: environment)
         #expect(trusted.status == 0, "a copy that passes the checks runs: \(trusted.stderr)")
 
         environment["EXTSANDBOX_INIT"] = directory + "/missing"
-        let missing = try Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], environment: environment)
+        let missing = try await Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], environment: environment)
         #expect(missing.status == 125, "\(missing.stderr)")
         #expect(missing.stderr.contains("looked for \(directory)/missing (missing)") && missing.stderr.contains("EXTSANDBOX_INIT"),
                 "\(missing.stderr)")
@@ -137,7 +137,7 @@ struct SandboxInitTests {
     /// Runs xsb-init outside any sandbox with `description` as its fd 1 and a socket as fd 0
     /// (and a passed fd 2 and 3, as the description says). Returns the ERROR it reported (nil when it
     /// accepted the description and waited for GO) and how it ended.
-    static func runInit(description: Int32) throws -> (error: xsb_msg?, status: Int32) {
+    static func runInit(description: Int32) async throws -> (error: xsb_msg?, status: Int32) {
         var pair: [Int32] = [-1, -1]
         try #require(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
         var actions = posix_spawn_file_actions_t()
@@ -153,17 +153,21 @@ struct SandboxInitTests {
         let empty: [UnsafeMutablePointer<CChar>?] = [nil]
         try #require(posix_spawn(&pid, initPath, &actions, nil, argv, empty) == 0)
         close(pair[1])
-        var message = xsb_msg()
-        var poller = pollfd(fd: pair[0], events: Int16(POLLIN), revents: 0)
-        var error: xsb_msg?
-        // A refusal comes at once; an accepted description leaves the init waiting for GO.
-        if poll(&poller, 1, 2000) == 1, recv(pair[0], &message, MemoryLayout<xsb_msg>.size, 0) == MemoryLayout<xsb_msg>.size {
-            error = message
+        let socket = pair[0], spawned = pid
+        // Up to 2 s of waiting: on a thread of its own (see offThePool).
+        return await offThePool { () -> (error: xsb_msg?, status: Int32) in
+            var message = xsb_msg()
+            var poller = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+            var error: xsb_msg?
+            // A refusal comes at once; an accepted description leaves the init waiting for GO.
+            if poll(&poller, 1, 2000) == 1, recv(socket, &message, MemoryLayout<xsb_msg>.size, 0) == MemoryLayout<xsb_msg>.size {
+                error = message
+            }
+            close(socket)  // the init waiting for GO reads EOF and exits
+            var status: Int32 = 0
+            waitpid(spawned, &status, 0)
+            return (error, status)
         }
-        close(pair[0])  // the init waiting for GO reads EOF and exits
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        return (error, status)
     }
 
     static func detail(_ message: xsb_msg) -> String {
@@ -171,16 +175,16 @@ struct SandboxInitTests {
     }
 
     @Test("the init accepts a valid description, and refuses broken ones naming what is wrong")
-    func descriptionChecks() throws {
+    func descriptionChecks() async throws {
         let valid = try Self.validDescription()
-        let accepted = try Self.runInit(description: Self.memfd(valid))
+        let accepted = try await Self.runInit(description: Self.memfd(valid))
         #expect(accepted.error == nil, "a valid description was refused: \(accepted.error.map(Self.detail) ?? "")")
         #expect(accepted.status == 127 << 8, "it waited for GO and left on EOF: \(accepted.status)")
 
-        func refusal(_ bytes: [UInt8], seal: Bool = true) throws -> String {
+        func refusal(_ bytes: [UInt8], seal: Bool = true) async throws -> String {
             let fd = Self.memfd(bytes, seal: seal)
             defer { close(fd) }
-            let run = try Self.runInit(description: fd)
+            let run = try await Self.runInit(description: fd)
             #expect(run.status == 127 << 8, "it ended on its own, never on a signal: \(run.status)")
             guard let error = run.error else { return "(accepted)" }
             #expect(error.type == XSB_MSG_ERROR.rawValue && error.step == Int32(XSB_STEP_LAUNCH_DESCRIPTION.rawValue))
@@ -191,21 +195,21 @@ struct SandboxInitTests {
             withUnsafeBytes(of: value.littleEndian) { for i in 0..<8 { bytes[offset + i] = $0[i] } }
             return bytes
         }
-        #expect(try refusal(valid, seal: false) == "launch description: not sealed")
-        #expect(try refusal(Array(valid.prefix(40))).contains("not a description"))
-        #expect(try refusal(patched(0, 0x1234_5678)).contains("bad magic"))
-        #expect(try refusal(valid + [0, 0, 0, 0, 0, 0, 0, 0]) == "launch description: size")
+        #expect(try await refusal(valid, seal: false) == "launch description: not sealed")
+        #expect(try await refusal(Array(valid.prefix(40))).contains("not a description"))
+        #expect(try await refusal(patched(0, 0x1234_5678)).contains("bad magic"))
+        #expect(try await refusal(valid + [0, 0, 0, 0, 0, 0, 0, 0]) == "launch description: size")
         // The header's spans (offset, length): path at 16, cwd at 32, hostname at 48, argv at 64.
-        #expect(try refusal(patched(16, UInt64(valid.count))) == "launch description: program path")
-        #expect(try refusal(patched(16, UInt64.max - 4)) == "launch description: program path")
-        #expect(try refusal(patched(24, 1)) == "launch description: program path")
-        #expect(try refusal(patched(32 + 8, UInt64.max)) == "launch description: working directory")
-        #expect(try refusal(patched(64 + 8, 17)) == "launch description: arguments")
-        #expect(try refusal(patched(64 + 8, 0)) == "launch description: no arguments (argv[0])")
+        #expect(try await refusal(patched(16, UInt64(valid.count))) == "launch description: program path")
+        #expect(try await refusal(patched(16, UInt64.max - 4)) == "launch description: program path")
+        #expect(try await refusal(patched(24, 1)) == "launch description: program path")
+        #expect(try await refusal(patched(32 + 8, UInt64.max)) == "launch description: working directory")
+        #expect(try await refusal(patched(64 + 8, 17)) == "launch description: arguments")
+        #expect(try await refusal(patched(64 + 8, 0)) == "launch description: no arguments (argv[0])")
     }
 
     @Test("a description damaged anywhere is refused or harmless: the init never crashes on it")
-    func damagedDescriptions() throws {
+    func damagedDescriptions() async throws {
         let valid = try Self.validDescription()
         var generator = SystemRandomNumberGenerator()
         for round in 0..<150 {
@@ -217,7 +221,7 @@ struct SandboxInitTests {
                 bytes[at] = round % 2 == 0 ? UInt8.random(in: 0...255, using: &generator) : bytes[at] ^ 0x80
             }
             let fd = Self.memfd(bytes)
-            let run = try Self.runInit(description: fd)
+            let run = try await Self.runInit(description: fd)
             close(fd)
             #expect(run.status == 127 << 8, "round \(round): the init ended with status \(run.status)")
             if let error = run.error {

@@ -40,7 +40,7 @@ struct ScaleFaultTests {
         child.standardInput = FileHandle.nullDevice
         try child.run()
         // Blocking reads on a thread of their own, not on the pool other tests' sandboxes use.
-        let text = try await Self.offThePool { () -> String in
+        let text = await offThePool { () -> String in
             var text = ""
             while !text.contains("READY\n") {
                 let data = out.fileHandleForReading.availableData
@@ -51,8 +51,8 @@ struct ScaleFaultTests {
         }
         guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("PIDS ") }) else {
             kill(child.processIdentifier, SIGKILL)
-            child.waitUntilExit()
-            let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            await offThePool { child.waitUntilExit() }
+            let stderr = await offThePool { String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
             Issue.record("the child host did not report its sandboxes: \(text)\nstderr: \(stderr)")
             return
         }
@@ -74,7 +74,7 @@ struct ScaleFaultTests {
         }
         let elapsed = Date().timeIntervalSince(killed)
         let survivors = pids.filter(alive)
-        child.waitUntilExit()
+        await offThePool { child.waitUntilExit() }
         #expect(survivors.isEmpty, "alive 1 s after the host's SIGKILL: \(survivors.map { "\($0) \(Self.processState($0)?.state ?? "?")" })")
         print(String(format: "host SIGKILLed: %d sandboxed processes of 50 extensions gone after %.0f ms", pids.count, elapsed * 1000))
         // Whatever survived must not outlive the test.
@@ -86,10 +86,9 @@ struct ScaleFaultTests {
     @Test("3,000 launch/use/invalidate cycles (or 150 s of them): no growth in fds, threads, children, zombies, cgroups, mounts; bounded memory")
     func cycles() async throws {
         // In a process of its own (xsb-bench), where nothing else opens descriptors or threads.
-        let result = try await Self.offThePool {
-            try Self.run([Self.bench, "--cycles-only", "\(Self.cycleCount)", "--cycle-time-limit", "\(Self.cycleSeconds)",
-                          "--extension", Self.echo, "--scale-policy", Self.hardened])
-        }
+        let result = try await Fixtures.run([Self.bench, "--cycles-only", "\(Self.cycleCount)", "--cycle-time-limit", "\(Self.cycleSeconds)",
+                                             "--extension", Self.echo, "--scale-policy", Self.hardened],
+                                            environment: TestPaths.environmentWithPolicies())
         let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
         guard let object, let growth = object["growth"] as? [String: Int] else {
             Issue.record("xsb-bench --cycles-only: status \(result.status)\nstdout: \(result.stdout)\nstderr: \(result.stderr)")
@@ -178,7 +177,7 @@ struct ScaleFaultTests {
             }
         }
         let termination = await sandbox.waitForExit()
-        let text = output.wait()
+        let text = await output.wait()
         let context = Comment(rawValue: "\(bomb.rawValue): \(termination); output: \(text)")
 
         // It was stopped by its own sandbox's limit, not by the machine's.
@@ -278,39 +277,6 @@ struct ScaleFaultTests {
         guard fields.count > 19, let start = UInt64(fields[19]) else { return nil }
         return (String(fields[0]), start)
     }
-
-    struct Output: Sendable {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-    }
-
-    /// Runs a program to its end with the checkout's policies; its output.
-    static func run(_ argv: [String]) throws -> Output {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: argv[0])
-        process.arguments = Array(argv.dropFirst())
-        process.environment = TestPaths.environmentWithPolicies()
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let errData = Mutex(Data())
-        let reader = Thread { let data = err.fileHandleForReading.readDataToEndOfFile(); errData.withLock { $0 = data } }
-        reader.start()
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        while !reader.isFinished { usleep(1000) }
-        return Output(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                      stderr: String(decoding: errData.withLock { $0 }, as: UTF8.self))
-    }
-
-    static func offThePool<Value: Sendable>(_ body: @escaping @Sendable () throws -> Value) async throws -> Value {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try body() }) }.start()
-        }
-    }
 }
 
 /// Everything a sandbox writes to a pipe, read on a thread of its own.
@@ -334,9 +300,10 @@ final class OutputCollector: Sendable {
 
     var text: String { collected.withLock { $0.text } }
 
-    /// The whole output, once the writer's end is closed (at most 10 s).
-    func wait() -> String {
-        for _ in 0..<1000 where !collected.withLock({ $0.done }) { usleep(10_000) }
+    /// The whole output, once the writer's end is closed (at most 10 s, polled without holding
+    /// a pool thread).
+    func wait() async -> String {
+        _ = await Fixtures.eventually(within: 10) { collected.withLock { $0.done } }
         return text
     }
 }

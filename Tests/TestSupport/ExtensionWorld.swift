@@ -92,35 +92,21 @@ public final class ExtensionWorld: @unchecked Sendable {
     public typealias Output = Fixtures.Output
 
 
-    /// Runs the built `extsandbox` with this world's locations.
-    public func cli(_ arguments: [String]) throws -> Output {
-        try start(arguments)()
+    /// Runs the built `extsandbox` with this world's locations (suspending meanwhile, see
+    /// ``Fixtures/run(_:as:environment:standardInput:)``).
+    public func cli(_ arguments: [String]) async throws -> Output {
+        try await start(arguments).output()
     }
 
-    /// Starts the built `extsandbox`; the returned function waits for it. (Starting many first
-    /// and then waiting keeps concurrent runs from holding a concurrency-pool thread each.)
-    public func start(_ arguments: [String]) throws -> () throws -> Output {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: TestPaths.cli)
-        process.arguments = arguments
-        process.environment = environment
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        return {
-            let stdout = out.fileHandleForReading.readDataToEndOfFile()
-            let stderr = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return Output(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-                          stderr: String(decoding: stderr, as: UTF8.self))
-        }
+    /// Starts the built `extsandbox` with this world's locations; ``StartedProcess/output()``
+    /// waits for it. (Starting several first and then waiting runs them concurrently.)
+    public func start(_ arguments: [String]) throws -> StartedProcess {
+        try Fixtures.start([TestPaths.cli] + arguments, environment: environment)
     }
 
     /// `extsandbox list --all --json`, as identifier → state.
-    public func states() throws -> [String: String] {
-        let output = try cli(["list", "--all", "--json"])
+    public func states() async throws -> [String: String] {
+        let output = try await cli(["list", "--all", "--json"])
         guard output.status == 0 else { throw CLIFailure(output: output.stderr) }
         let rows = try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [[String: Any]] ?? []
         var states: [String: String] = [:]

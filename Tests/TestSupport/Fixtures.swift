@@ -49,8 +49,34 @@ public enum Fixtures {
         public var stderr: String
     }
 
-    /// Runs a command (optionally as `nobody` through setpriv) and collects its output.
-    public static func run(_ arguments: [String], as caller: Caller = .root, environment: [String: String]? = nil) throws -> Output {
+    /// Runs a command (optionally as `nobody` through setpriv) to its end and collects its output.
+    /// Suspends meanwhile; the waiting happens on threads of its own (see ``offThePool(_:)``).
+    public static func run(_ arguments: [String], as caller: Caller = .root, environment: [String: String]? = nil,
+                           standardInput: String? = nil) async throws -> Output {
+        // An executable a test has just copied can be refused for up to a moment with ETXTBSY: a
+        // process another test forks meanwhile holds a copy of the write descriptor until it execs.
+        var attempt = 1
+        while true {
+            do {
+                return try await start(arguments, as: caller, environment: environment, standardInput: standardInput).output()
+            } catch where attempt < 100 && isTextFileBusy(error) {
+                attempt += 1
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+    }
+
+    /// Whether `error` (from `Process.run`) is ETXTBSY.
+    static func isTextFileBusy(_ error: any Error) -> Bool {
+        let error = error as NSError
+        if error.domain == NSPOSIXErrorDomain { return error.code == Int(ETXTBSY) }
+        return (error.userInfo[NSUnderlyingErrorKey] as? NSError).map(isTextFileBusy) ?? false
+    }
+
+    /// Starts a command (optionally as `nobody` through setpriv); ``StartedProcess/output()`` waits
+    /// for it. (Starting several first and then waiting runs them concurrently.)
+    public static func start(_ arguments: [String], as caller: Caller = .root, environment: [String: String]? = nil,
+                             standardInput: String? = nil) throws -> StartedProcess {
         let process = Process()
         var argv = arguments
         if caller == .nobody {
@@ -59,26 +85,22 @@ public enum Fixtures {
         process.executableURL = URL(fileURLWithPath: argv[0])
         process.arguments = Array(argv.dropFirst())
         if let environment { process.environment = environment }
-        let out = Pipe(), err = Pipe()
+        let out = Pipe(), err = Pipe(), input = Pipe()
         process.standardOutput = out
         process.standardError = err
-        process.standardInput = FileHandle.nullDevice
+        process.standardInput = standardInput == nil ? FileHandle.nullDevice : input
         try process.run()
-        // Read both pipes concurrently so neither fills up and stalls the child.
-        let errData = LockedData()
-        let reader = Thread { errData.set(err.fileHandleForReading.readDataToEndOfFile()) }
-        reader.start()
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        while !errData.isSet { usleep(1000) }
-        return Output(
-            status: process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus,
-            stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData.value, as: UTF8.self))
+        if let standardInput {
+            // Small texts only: it must fit the pipe's buffer (64 KiB) before the child reads it.
+            input.fileHandleForWriting.write(Data(standardInput.utf8))
+            try input.fileHandleForWriting.close()
+        }
+        return StartedProcess(process: process, stdout: out, stderr: err)
     }
 
     /// `extsandbox exec --policy standard.yaml [options] -- argv…` (see ``policyPath(_:for:)``)
-    public static func exec(_ argv: [String], options: [String] = [], as caller: Caller = .root) throws -> Output {
-        try run([cli, "exec", "--policy", policyPath(for: caller)] + options + ["--"] + argv, as: caller)
+    public static func exec(_ argv: [String], options: [String] = [], as caller: Caller = .root) async throws -> Output {
+        try await run([cli, "exec", "--policy", policyPath(for: caller)] + options + ["--"] + argv, as: caller)
     }
 
     /// Fds open in this process, for leak checks.
@@ -94,22 +116,38 @@ public enum Fixtures {
         return stat[stat.index(close, offsetBy: 2)...].split(separator: " ").first.map(String.init)
     }
 
-    /// Polls `condition` until it holds or `seconds` pass.
-    public static func eventually(within seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+    /// Polls `condition` every 10 ms until it holds or `seconds` pass, without holding a pool
+    /// thread meanwhile (what it waits for may need one).
+    public static func eventually(within seconds: Double = 5, _ condition: () throws -> Bool) async rethrows -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
-            if condition() { return true }
-            usleep(10_000)
+            if try condition() { return true }
+            try? await Task.sleep(for: .milliseconds(10))
         }
-        return condition()
+        return try condition()
     }
 }
 
-final class LockedData: @unchecked Sendable {
-    private let lock = NSLock()
-    private var data = Data()
-    private var done = false
-    func set(_ value: Data) { lock.lock(); data = value; done = true; lock.unlock() }
-    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return done }
-    var value: Data { lock.lock(); defer { lock.unlock() }; return data }
+/// A process started by ``Fixtures/start(_:as:environment:standardInput:)``, its output pipes
+/// not yet read.
+public struct StartedProcess: Sendable {
+    /// The started process (for its pid, or to signal it).
+    public let process: Process
+    let stdout: Pipe
+    let stderr: Pipe
+
+    /// Waits for the process to end and returns what it wrote: both pipes are read to their end
+    /// concurrently (so that neither fills up and stalls the child), each on a thread of its own,
+    /// as is the wait; the caller suspends meanwhile. A process killed by a signal has the
+    /// shell's status, 128 + the signal.
+    public func output() async -> Fixtures.Output {
+        let (stdout, stderr, process) = (stdout, stderr, process)
+        async let outData = offThePool { stdout.fileHandleForReading.readDataToEndOfFile() }
+        async let errData = offThePool { stderr.fileHandleForReading.readDataToEndOfFile() }
+        let (out, err) = await (outData, errData)
+        await offThePool { process.waitUntilExit() }
+        return Fixtures.Output(
+            status: process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus,
+            stdout: String(decoding: out, as: UTF8.self), stderr: String(decoding: err, as: UTF8.self))
+    }
 }

@@ -7,7 +7,7 @@ import TestSupport
 /// `extsandbox list|approve|revoke|enable|disable`, run as the built binary.
 @Suite("extsandbox list/approve")
 struct CLITests {
-    @Test func listShowsEachStateAndApproveEnableDisableChangeIt() throws {
+    @Test func listShowsEachStateAndApproveEnableDisableChangeIt() async throws {
         let world = try ExtensionWorld()
         try world.install("org.example.bundled", in: world.hostBundle + "/Extensions")
         let external = try world.install("org.example.outside")
@@ -15,56 +15,56 @@ struct CLITests {
         try world.install("org.example.private", point: ExtensionWorld.appOnlyPoint)
         try world.install("org.example.orphan", point: "org.example.nohost.point")
 
-        let states = try world.states()
+        let states = try await world.states()
         #expect(states["org.example.bundled"] == "enabled")
         #expect(states["org.example.outside"] == "unapproved")
         #expect(states["org.example.private"] == "invalid")
         #expect(states["org.example.orphan"] == "invalid")
         #expect(states[world.external + "/broken.appex"] == "invalid")
 
-        let table = try world.cli(["list"])
+        let table = try await world.cli(["list"])
         #expect(table.status == 0)
         #expect(table.stdout.contains("org.example.outside"))
         #expect(table.stdout.contains("note: not approved yet"))
         #expect(!table.stdout.contains("org.example.orphan"))
         #expect(table.stdout.contains("3 invalid bundles not shown (extsandbox list --all)"))
-        let all = try world.cli(["list", "--all"])
+        let all = try await world.cli(["list", "--all"])
         #expect(all.stdout.contains("why: \(world.external)/broken.appex/extension.yaml:1: missing 'point'"), "\(all.stdout)")
         #expect(all.stdout.contains("accepts only the host's own extensions (scope: application)"))
         #expect(all.stdout.contains("unknown point org.example.nohost.point: no installed host declares it"))
 
-        let approve = try world.cli(["approve", "org.example.outside"])
+        let approve = try await world.cli(["approve", "org.example.outside"])
         #expect(approve.status == 0, "\(approve.stderr)")
-        #expect(try world.states()["org.example.outside"] == "enabled")
-        #expect(try world.cli(["disable", "org.example.bundled"]).status == 0)
-        #expect(try world.cli(["disable", "org.example.outside"]).status == 0)
-        #expect(try world.states()["org.example.bundled"] == "disabled")
-        #expect(try world.states()["org.example.outside"] == "disabled")
-        #expect(try world.cli(["enable", "org.example.outside"]).status == 0)
-        #expect(try world.states()["org.example.outside"] == "enabled")
+        #expect(try await world.states()["org.example.outside"] == "enabled")
+        #expect(try await world.cli(["disable", "org.example.bundled"]).status == 0)
+        #expect(try await world.cli(["disable", "org.example.outside"]).status == 0)
+        #expect(try await world.states()["org.example.bundled"] == "disabled")
+        #expect(try await world.states()["org.example.outside"] == "disabled")
+        #expect(try await world.cli(["enable", "org.example.outside"]).status == 0)
+        #expect(try await world.states()["org.example.outside"] == "enabled")
 
         try world.replaceExecutable(of: external)
-        let replaced = try world.cli(["list", "--json"])
+        let replaced = try await world.cli(["list", "--json"])
         #expect(replaced.stdout.contains("the executable changed since it was approved"))
-        #expect(try world.states()["org.example.outside"] == "unapproved")
-        #expect(try world.cli(["approve", "org.example.outside"]).status == 0)
-        #expect(try world.cli(["revoke", "org.example.outside"]).status == 0)
-        #expect(try world.states()["org.example.outside"] == "unapproved")
+        #expect(try await world.states()["org.example.outside"] == "unapproved")
+        #expect(try await world.cli(["approve", "org.example.outside"]).status == 0)
+        #expect(try await world.cli(["revoke", "org.example.outside"]).status == 0)
+        #expect(try await world.states()["org.example.outside"] == "unapproved")
 
-        let invalid = try world.cli(["approve", "org.example.private"])
+        let invalid = try await world.cli(["approve", "org.example.private"])
         #expect(invalid.status == 1)
         #expect(invalid.stderr.contains("org.example.private is invalid and cannot be approved"))
-        let unknown = try world.cli(["approve", "org.example.nothing"])
+        let unknown = try await world.cli(["approve", "org.example.nothing"])
         #expect(unknown.status == 1)
         #expect(unknown.stderr.contains("no installed extension has the identifier org.example.nothing"))
     }
 
-    @Test func aCorruptApprovalsFileFailsEveryCommandAndStaysAsItWas() throws {
+    @Test func aCorruptApprovalsFileFailsEveryCommandAndStaysAsItWas() async throws {
         let world = try ExtensionWorld()
         try world.install("org.example.outside")
         try world.write(world.stateFile, "extsandbox-approvals 1\napproved everything\n")
         for arguments in [["list"], ["approve", "org.example.outside"], ["disable", "org.example.outside"]] {
-            let output = try world.cli(arguments)
+            let output = try await world.cli(arguments)
             #expect(output.status == 1)
             #expect(output.stderr.contains("\(world.stateFile):2: "), "\(arguments): \(output.stderr)")
         }
@@ -72,18 +72,18 @@ struct CLITests {
     }
 
     /// Writers take the lock for the whole read-modify-write: none loses another's change.
-    @Test func concurrentApprovalsAreAllKept() throws {
+    @Test func concurrentApprovalsAreAllKept() async throws {
         let world = try ExtensionWorld()
         let identifiers = (0..<8).map { "org.example.ext\($0)" }
         for identifier in identifiers { try world.install(identifier) }
         // All started before any is waited for: they run at once.
-        var running: [() throws -> ExtensionWorld.Output] = []
+        var running: [StartedProcess] = []
         for identifier in identifiers {
             running.append(try world.start(["approve", identifier]))
             running.append(try world.start(["disable", identifier]))
         }
-        for wait in running {
-            let output = try wait()
+        for started in running {
+            let output = await started.output()
             #expect(output.status == 0, "\(output.stderr)")
         }
         let state = try ApprovalStore(path: world.stateFile).load()

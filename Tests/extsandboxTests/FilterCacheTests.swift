@@ -6,7 +6,7 @@ import Testing
 @Suite("Filter cache of the CLI")
 struct FilterCacheTests {
     @Test("a cached filter is never used once any file of the policy changed")
-    func invalidatedByExtendedFile() throws {
+    func invalidatedByExtendedFile() async throws {
         let dir = try TestPaths.makePolicyDirectory("filter-cache").path
         try FileManager.default.createDirectory(atPath: dir + "/cache", withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -16,10 +16,10 @@ struct FilterCacheTests {
         try "version: 1\nextends: ./base.yaml\n".write(toFile: dir + "/child.yaml", atomically: true, encoding: .utf8)
         var environment = ProcessInfo.processInfo.environment
         environment["XDG_CACHE_HOME"] = dir + "/cache"
-        let run = { try Fixtures.run([Fixtures.cli, "exec", "--policy", dir + "/child.yaml", "--", Fixtures.probe, "ptrace"], environment: environment) }
+        let run = { try await Fixtures.run([Fixtures.cli, "exec", "--policy", dir + "/child.yaml", "--", Fixtures.probe, "ptrace"], environment: environment) }
 
-        #expect(try run().status == 159)   // compiled and cached
-        #expect(try run().status == 159)   // from the cache
+        #expect(try await run().status == 159)   // compiled and cached
+        #expect(try await run().status == 159)   // from the cache
         let entries = try FileManager.default.contentsOfDirectory(atPath: dir + "/cache/extsandbox")
         #expect(entries.count == 1, "\(entries)")
 
@@ -33,7 +33,7 @@ struct FilterCacheTests {
         lines.insert("    - {syscall: ptrace, action: allow, why: \"test of the cache\"}", at: rules + 1)
         let allowing = lines.joined(separator: "\n")
         try allowing.write(toFile: dir + "/base.yaml", atomically: true, encoding: .utf8)
-        let after = try run()
+        let after = try await run()
         #expect(after.status == 1, "ptrace now runs (the probe calls that an escape): \(after.stdout) \(after.stderr)")
     }
 }

@@ -29,12 +29,12 @@ struct InstallTests {
     }
 
     /// Runs `argv` from `/` (a directory unrelated to the checkout and the prefix).
-    static func runFromRoot(_ argv: [String], as caller: Fixtures.Caller = .root) throws -> Fixtures.Output {
-        try Fixtures.run(["/bin/sh", "-c", "cd / && exec \"$@\"", "sh"] + argv, as: caller, environment: userEnvironment)
+    static func runFromRoot(_ argv: [String], as caller: Fixtures.Caller = .root) async throws -> Fixtures.Output {
+        try await Fixtures.run(["/bin/sh", "-c", "cd / && exec \"$@\"", "sh"] + argv, as: caller, environment: userEnvironment)
     }
 
     @Test("install into a prefix, use it from anywhere, uninstall exactly what was installed")
-    func installUseUninstall() throws {
+    func installUseUninstall() async throws {
         let prefix = try TestPaths.makePolicyDirectory("prefix").path   // mode 755, owned by root
         defer { try? FileManager.default.removeItem(atPath: prefix) }
         // Something of someone else's in the prefix: the uninstall leaves it.
@@ -42,7 +42,7 @@ struct InstallTests {
         try "other\n".write(toFile: prefix + "/share/man/man1/other.1", atomically: true, encoding: .utf8)
         let before = Self.tree(prefix)
 
-        let install = try Fixtures.run(["/bin/bash", Self.root + "/scripts/install", "--prefix", prefix, "--cli", Fixtures.cli])
+        let install = try await Fixtures.run(["/bin/bash", Self.root + "/scripts/install", "--prefix", prefix, "--cli", Fixtures.cli])
         try #require(install.status == 0, "install failed: \(install.stdout)\n\(install.stderr)")
         let installed = Set(Self.tree(prefix))
         for path in [
@@ -68,12 +68,12 @@ struct InstallTests {
         // come from its prefix.
         let cli = prefix + "/bin/extsandbox"
         for caller in Fixtures.Caller.allCases {
-            let run = try Self.runFromRoot([cli, "exec", "--", "/bin/true"], as: caller)
+            let run = try await Self.runFromRoot([cli, "exec", "--", "/bin/true"], as: caller)
             // Nobody has no memory cgroup here: the shipped policy loads, and its whole-sandbox
             // memory limit then fails the launch, saying so (see MemoryScopeTests).
             #expect(run.status == 0 || (caller == .nobody && run.stderr.contains("memory-scope: per-process")),
                     "exec as \(caller): \(run.stdout) \(run.stderr)")
-            let list = try Self.runFromRoot([cli, "policy", "list"], as: caller)
+            let list = try await Self.runFromRoot([cli, "policy", "list"], as: caller)
             #expect(list.status == 0, "policy list as \(caller): \(list.stderr)")
             #expect(list.stdout.contains("1. \(prefix)/share/extsandbox/policies  (the install's policies)"), "\(list.stdout)")
             #expect(list.stdout.contains("standard    \(prefix)/share/extsandbox/policies/standard.yaml"), "\(list.stdout)")
@@ -82,29 +82,29 @@ struct InstallTests {
         // names where it looked (no init of the build tree's, or of another install, is used).
         let initPath = prefix + "/libexec/extsandbox/xsb-init"
         try FileManager.default.moveItem(atPath: initPath, toPath: initPath + ".away")
-        let withoutInit = try Self.runFromRoot([cli, "exec", "--", "/bin/true"])
+        let withoutInit = try await Self.runFromRoot([cli, "exec", "--", "/bin/true"])
         try FileManager.default.moveItem(atPath: initPath + ".away", toPath: initPath)
         #expect(withoutInit.status == 125, "\(withoutInit.stderr)")
         #expect(withoutInit.stderr.contains("looked for \(prefix)/bin/xsb-init (missing), \(initPath) (missing)"), "\(withoutInit.stderr)")
 
-        let version = try Self.runFromRoot([cli, "--version"])
+        let version = try await Self.runFromRoot([cli, "--version"])
         #expect(version.status == 0)
         #expect(version.stdout.hasPrefix("extsandbox 0.1.0 ("), "\(version.stdout)")
 
-        let uninstall = try Fixtures.run(["/bin/bash", Self.root + "/scripts/uninstall", "--prefix", prefix])
+        let uninstall = try await Fixtures.run(["/bin/bash", Self.root + "/scripts/uninstall", "--prefix", prefix])
         #expect(uninstall.status == 0, "uninstall failed: \(uninstall.stdout)\n\(uninstall.stderr)")
         #expect(Self.tree(prefix) == before, "left behind or removed too much: \(Self.tree(prefix)) (before: \(before))")
     }
 
     @Test("uninstall keeps a file changed since the install, and says so")
-    func uninstallKeepsChangedFiles() throws {
+    func uninstallKeepsChangedFiles() async throws {
         let prefix = try TestPaths.makePolicyDirectory("prefix").path
         defer { try? FileManager.default.removeItem(atPath: prefix) }
-        let install = try Fixtures.run(["/bin/bash", Self.root + "/scripts/install", "--prefix", prefix, "--cli", Fixtures.cli])
+        let install = try await Fixtures.run(["/bin/bash", Self.root + "/scripts/install", "--prefix", prefix, "--cli", Fixtures.cli])
         try #require(install.status == 0, "install failed: \(install.stdout)\n\(install.stderr)")
         let edited = prefix + "/share/extsandbox/policies/standard.yaml"
         try "version: 1\n# edited\n".write(toFile: edited, atomically: true, encoding: .utf8)
-        let uninstall = try Fixtures.run(["/bin/bash", Self.root + "/scripts/uninstall", "--prefix", prefix])
+        let uninstall = try await Fixtures.run(["/bin/bash", Self.root + "/scripts/uninstall", "--prefix", prefix])
         #expect(uninstall.status == 1)
         #expect(uninstall.stderr.contains("kept (changed since it was installed): \(edited)"), "\(uninstall.stderr)")
         #expect(Self.tree(prefix) == ["share", "share/extsandbox", "share/extsandbox/policies", "share/extsandbox/policies/standard.yaml"],
@@ -112,7 +112,7 @@ struct InstallTests {
     }
 
     @Test("package-deb builds a Debian package whose CLI, unpacked, finds its policies")
-    func debianPackage() throws {
+    func debianPackage() async throws {
         // Optional (the "welcome"): ~30 s of packaging on a loaded 2-CPU machine, which
         // made the timing-sensitive lifecycle race tests running alongside fail.
         guard ProcessInfo.processInfo.environment["XSB_TEST_PACKAGE_DEB"] == "1" else {
@@ -121,20 +121,20 @@ struct InstallTests {
         }
         let output = try TestPaths.makePolicyDirectory("deb").path
         defer { try? FileManager.default.removeItem(atPath: output) }
-        let build = try Fixtures.run(["/bin/bash", Self.root + "/scripts/package-deb", "--output", output, "--cli", Fixtures.cli,
+        let build = try await Fixtures.run(["/bin/bash", Self.root + "/scripts/package-deb", "--output", output, "--cli", Fixtures.cli,
                                       "--compression", "none"])
         try #require(build.status == 0, "package-deb failed: \(build.stdout)\n\(build.stderr)")
         let deb = build.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(deb.hasPrefix(output + "/extsandbox_0.1.0_") && deb.hasSuffix(".deb"), "\(deb)")
-        let contents = try Fixtures.run(["/usr/bin/dpkg-deb", "--contents", deb])
+        let contents = try await Fixtures.run(["/usr/bin/dpkg-deb", "--contents", deb])
         for path in ["./usr/bin/extsandbox", "./usr/libexec/extsandbox/xsb-init", "./usr/share/extsandbox/policies/standard.yaml", "./usr/share/man/man1/extsandbox.1.gz",
                      "./usr/share/bash-completion/completions/extsandbox", "./usr/share/zsh/vendor-completions/_extsandbox"] {
             #expect(contents.stdout.contains(" \(path)\n"), "\(path) not in the package: \(contents.stdout)")
         }
         #expect(!contents.stdout.contains("install-manifest"))
         let unpacked = output + "/root"
-        #expect(try Fixtures.run(["/usr/bin/dpkg-deb", "-x", deb, unpacked]).status == 0)
-        let run = try Self.runFromRoot([unpacked + "/usr/bin/extsandbox", "exec", "--", "/bin/true"])
+        #expect(try await Fixtures.run(["/usr/bin/dpkg-deb", "-x", deb, unpacked]).status == 0)
+        let run = try await Self.runFromRoot([unpacked + "/usr/bin/extsandbox", "exec", "--", "/bin/true"])
         #expect(run.status == 0, "\(run.stderr)")
     }
 }

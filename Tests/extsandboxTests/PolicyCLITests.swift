@@ -6,11 +6,11 @@ import TestSupport
 /// `extsandbox policy …`, run as the built binary next to the test runner.
 @Suite("extsandbox policy")
 struct PolicyCLITests {
-    static func run(_ arguments: [String]) throws -> Fixtures.Output {
-        try Fixtures.run([TestPaths.cli] + arguments, environment: TestPaths.environmentWithPolicies())
+    static func run(_ arguments: [String]) async throws -> Fixtures.Output {
+        try await Fixtures.run([TestPaths.cli] + arguments, environment: TestPaths.environmentWithPolicies())
     }
 
-    @Test func checkReportsEveryProblemOfEveryFileAndFails() throws {
+    @Test func checkReportsEveryProblemOfEveryFileAndFails() async throws {
         let dir = try TestPaths.makePolicyDirectory("policy-cli")
         let first = dir.appendingPathComponent("first.yaml").path
         let second = dir.appendingPathComponent("second.yaml").path
@@ -23,7 +23,7 @@ struct PolicyCLITests {
               memory: lots
             """.write(toFile: first, atomically: true, encoding: .utf8)
         try "version: 1\nseccomp:\n  default: kill\n  allow: [\"@default\", ptrace]\n".write(toFile: second, atomically: true, encoding: .utf8)
-        let out = try Self.run(["policy", "check", first, "standard", second])
+        let out = try await Self.run(["policy", "check", first, "standard", second])
         #expect(out.status == 1)
         let lines = out.stdout.split(separator: "\n").map(String.init)
         #expect(lines.count == 4, "\(out.stdout)")
@@ -37,15 +37,15 @@ struct PolicyCLITests {
         #expect(out.stderr.contains("2 of 3 policies have problems"))
     }
 
-    @Test func checkOfTheShippedLevelsSucceeds() throws {
-        let out = try Self.run(["policy", "check", "standard", "restricted", "hardened"])
+    @Test func checkOfTheShippedLevelsSucceeds() async throws {
+        let out = try await Self.run(["policy", "check", "standard", "restricted", "hardened"])
         #expect(out.status == 0, "\(out.stdout)\(out.stderr)")
         #expect(out.stdout.split(separator: "\n").count == 3)
         #expect(out.stdout.split(separator: "\n").allSatisfy { $0.contains(".yaml: ok (default kill") })
     }
 
-    @Test func showStandard() throws {
-        let out = try Self.run(["policy", "show", "standard"])
+    @Test func showStandard() async throws {
+        let out = try await Self.run(["policy", "show", "standard"])
         #expect(out.status == 0, "\(out.stderr)")
         let text = out.stdout
         #expect(text.hasPrefix("# standard: Ordinary programs: shells and pipelines"))
@@ -70,16 +70,16 @@ struct PolicyCLITests {
         #expect(names == names.sorted() && names.count > 300)
     }
 
-    @Test func showRestrictedSaysWhoDecidesExec() throws {
-        let out = try Self.run(["policy", "show", "restricted"])
+    @Test func showRestrictedSaysWhoDecidesExec() async throws {
+        let out = try await Self.run(["policy", "show", "restricted"])
         #expect(out.status == 0, "\(out.stderr)")
         #expect(out.stdout.contains("exec after start: no: the supervisor lets the sandbox's own launch through"))
         #expect(out.stdout.contains("  execve                   kill          after the launch (the supervisor decides)\n"))
         #expect(out.stdout.contains("  socket                   errno EPERM\n"))
     }
 
-    @Test func listShowsTheSearchPathAndEveryLevel() throws {
-        let out = try Self.run(["policy", "list"])
+    @Test func listShowsTheSearchPathAndEveryLevel() async throws {
+        let out = try await Self.run(["policy", "list"])
         #expect(out.status == 0, "\(out.stderr)")
         let policies = TestPaths.policiesDirectory
         #expect(out.stdout.contains("  1. \(policies)  (the install's policies)"))
@@ -89,21 +89,21 @@ struct PolicyCLITests {
         }
     }
 
-    @Test func importDockerWritesALoadablePolicy() throws {
+    @Test func importDockerWritesALoadablePolicy() async throws {
         let dir = try TestPaths.makePolicyDirectory("policy-cli")
         let json = TestPaths.dockerSampleProfile
-        let out = try Self.run(["policy", "import-docker", json])
+        let out = try await Self.run(["policy", "import-docker", json])
         #expect(out.status == 0, "\(out.stderr)")
         #expect(out.stdout.hasPrefix("# Imported from the Docker/OCI seccomp profile \(json)"))
         #expect(out.stderr.contains("warning: syscalls[10] (sync) skipped: action SCMP_ACT_NOTIFY has no equivalent"))
         let yaml = dir.appendingPathComponent("imported.yaml").path
         try out.stdout.write(toFile: yaml, atomically: true, encoding: .utf8)
-        let check = try Self.run(["policy", "check", yaml])
+        let check = try await Self.run(["policy", "check", yaml])
         #expect(check.status == 0, "\(check.stdout)")
     }
 
-    @Test func helpTeaches() throws {
-        let out = try Self.run(["policy", "check", "--help"])
+    @Test func helpTeaches() async throws {
+        let out = try await Self.run(["policy", "check", "--help"])
         #expect(out.status == 0)
         #expect(out.stdout.contains("FILE:LINE:COLUMN: message"))
         #expect(out.stdout.contains("extsandbox policy check standard"))

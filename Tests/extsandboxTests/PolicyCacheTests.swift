@@ -28,8 +28,8 @@ struct PolicyCacheTests {
             environment["EXTSANDBOX_POLICIES_DIR"] = dir + "/policies"
         }
 
-        func run(_ argv: [String], audit: Bool = false) throws -> Fixtures.Output {
-            try Fixtures.run([Fixtures.cli, "exec", "--policy", dir + "/child.yaml"] + (audit ? ["--audit"] : []) + ["--"] + argv,
+        func run(_ argv: [String], audit: Bool = false) async throws -> Fixtures.Output {
+            try await Fixtures.run([Fixtures.cli, "exec", "--policy", dir + "/child.yaml"] + (audit ? ["--audit"] : []) + ["--"] + argv,
                              environment: environment)
         }
 
@@ -49,15 +49,15 @@ struct PolicyCacheTests {
     }
 
     @Test("a hit gives the policy and filter without storing again")
-    func hit() throws {
+    func hit() async throws {
         let setup = try Setup()
         defer { try? FileManager.default.removeItem(atPath: setup.dir) }
-        #expect(try setup.run([Fixtures.probe, "ptrace"]).status == 159)   // loaded, compiled, stored
+        #expect(try await setup.run([Fixtures.probe, "ptrace"]).status == 159)   // loaded, compiled, stored
         let first = try setup.entry()
         #expect(first.path.hasSuffix(".policy"))
 
-        #expect(try setup.run([Fixtures.probe, "ptrace"]).status == 159)   // from the cache
-        let env = try setup.run(["/bin/sh", "-c", "echo $FRAG"], audit: true)
+        #expect(try await setup.run([Fixtures.probe, "ptrace"]).status == 159)   // from the cache
+        let env = try await setup.run(["/bin/sh", "-c", "echo $FRAG"], audit: true)
         #expect(env.stdout == "yes\n")
         #expect(env.stderr.contains("the policy 'child' would have denied nothing"), "\(env.stderr)")
         let second = try setup.entry()
@@ -65,10 +65,10 @@ struct PolicyCacheTests {
     }
 
     @Test("a truncated, garbled or group-writable entry is not used, and is replaced")
-    func damaged() throws {
+    func damaged() async throws {
         let setup = try Setup()
         defer { try? FileManager.default.removeItem(atPath: setup.dir) }
-        #expect(try setup.run([Fixtures.probe, "ptrace"]).status == 159)
+        #expect(try await setup.run([Fixtures.probe, "ptrace"]).status == 159)
         let good = try setup.entry()
         let bytes = try #require(FileManager.default.contents(atPath: good.path))
 
@@ -87,7 +87,7 @@ struct PolicyCacheTests {
         for (label, damage) in damages {
             let before = try setup.entry()
             try damage(before.path)
-            let result = try setup.run([Fixtures.probe, "ptrace"])
+            let result = try await setup.run([Fixtures.probe, "ptrace"])
             #expect(result.status == 159, "\(label): \(result.stdout) \(result.stderr)")
             let after = try setup.entry()
             #expect(after.size == good.size, "\(label): stored again")
@@ -98,22 +98,22 @@ struct PolicyCacheTests {
     }
 
     @Test("an edited file reached by name is not served from the cache")
-    func editedByName() throws {
+    func editedByName() async throws {
         let setup = try Setup()
         defer { try? FileManager.default.removeItem(atPath: setup.dir) }
-        #expect(try setup.run(["/bin/sh", "-c", "echo $FRAG"]).stdout == "yes\n")
-        #expect(try setup.run(["/bin/sh", "-c", "echo $FRAG"]).stdout == "yes\n")
+        #expect(try await setup.run(["/bin/sh", "-c", "echo $FRAG"]).stdout == "yes\n")
+        #expect(try await setup.run(["/bin/sh", "-c", "echo $FRAG"]).stdout == "yes\n")
         try "version: 1\nenvironment:\n  set: {FRAG: no}\n".write(toFile: setup.dir + "/policies/frag.yaml", atomically: true, encoding: .utf8)
-        #expect(try setup.run(["/bin/sh", "-c", "echo $FRAG"]).stdout == "no\n")
+        #expect(try await setup.run(["/bin/sh", "-c", "echo $FRAG"]).stdout == "no\n")
         #expect(try setup.entries().count == 1)
     }
 
     @Test("EXTSANDBOX_NO_CACHE=1 neither reads nor writes the cache")
-    func noCache() throws {
+    func noCache() async throws {
         var setup = try Setup()
         defer { try? FileManager.default.removeItem(atPath: setup.dir) }
         setup.environment["EXTSANDBOX_NO_CACHE"] = "1"
-        #expect(try setup.run([Fixtures.probe, "ptrace"]).status == 159)
+        #expect(try await setup.run([Fixtures.probe, "ptrace"]).status == 159)
         #expect(!FileManager.default.fileExists(atPath: setup.cacheDirectory))
     }
 }

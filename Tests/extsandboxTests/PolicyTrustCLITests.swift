@@ -25,7 +25,7 @@ struct PolicyTrustCLITests {
 
     @Test("a CLI copied under a world-writable directory does not load a planted policy",
           arguments: [("extsandbox", "Policies"), ("bin/extsandbox", "share/extsandbox/policies"), ("a/b/extsandbox", "Policies")])
-    func plantedPolicyIsNotLoaded(executable: String, policies: String) throws {
+    func plantedPolicyIsNotLoaded(executable: String, policies: String) async throws {
         let dir = try Self.makeWorldWritableDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let copy = dir + "/" + executable
@@ -37,7 +37,7 @@ struct PolicyTrustCLITests {
         try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nenvironment:\n  set: {PLANTED: \"yes\"}\n"
             .write(toFile: dir + "/" + policies + "/standard.yaml", atomically: true, encoding: .utf8)
 
-        let result = try Fixtures.run([copy, "exec", "--policy", "standard", "--", "/bin/sh", "-c", "echo PLANTED=$PLANTED"],
+        let result = try await Fixtures.run([copy, "exec", "--policy", "standard", "--", "/bin/sh", "-c", "echo PLANTED=$PLANTED"],
                                       environment: Self.plainEnvironment)
         #expect(!result.stdout.contains("PLANTED=yes"), "the planted policy was loaded: \(result.stdout)")
         #expect(result.status != 0)
@@ -48,38 +48,38 @@ struct PolicyTrustCLITests {
     }
 
     @Test("a group-writable policy file is refused, with its path", arguments: Fixtures.Caller.allCases)
-    func groupWritablePolicy(caller: Fixtures.Caller) throws {
+    func groupWritablePolicy(caller: Fixtures.Caller) async throws {
         let dir = try TestPaths.makePolicyDirectory("group-writable").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let file = dir + "/mine.yaml"
         try "version: 1\nextends: \(Fixtures.standardPolicyPath)\nlimits:\n  memory-scope: per-process\n"
             .write(toFile: file, atomically: true, encoding: .utf8)
         chmod(file, 0o664)
-        let result = try Fixtures.run([Fixtures.cli, "exec", "--policy", file, "--", "/bin/true"], as: caller,
+        let result = try await Fixtures.run([Fixtures.cli, "exec", "--policy", file, "--", "/bin/true"], as: caller,
                                       environment: Self.plainEnvironment)
         #expect(result.status == 125, "\(result.stdout) \(result.stderr)")
         #expect(result.stderr.contains("\(file): refused: \(file) is writable by its group (gid 0, mode 664)"), "\(result.stderr)")
         // Once fixed, it loads (as root, and as nobody: root owns it and everything above it).
         chmod(file, 0o644)
-        let fixed = try Fixtures.run([Fixtures.cli, "exec", "--policy", file, "--", "/bin/true"], as: caller,
+        let fixed = try await Fixtures.run([Fixtures.cli, "exec", "--policy", file, "--", "/bin/true"], as: caller,
                                      environment: Self.plainEnvironment)
         #expect(fixed.status == 0, "\(fixed.stderr)")
     }
 
     @Test("the checkout's policies are found through EXTSANDBOX_POLICIES_DIR, also as nobody", arguments: Fixtures.Caller.allCases)
-    func developmentDirectory(caller: Fixtures.Caller) throws {
+    func developmentDirectory(caller: Fixtures.Caller) async throws {
         var environment = TestPaths.environmentWithPolicies(Self.plainEnvironment)
-        let list = try Fixtures.run([Fixtures.cli, "policy", "list"], as: caller, environment: environment)
+        let list = try await Fixtures.run([Fixtures.cli, "policy", "list"], as: caller, environment: environment)
         #expect(list.status == 0, "\(list.stderr)")
         #expect(list.stdout.contains("1. \(TestPaths.policiesDirectory)  (the install's policies)"), "\(list.stdout)")
         #expect(list.stdout.contains("standard    \(TestPaths.policiesDirectory)/standard.yaml"), "\(list.stdout)")
-        let run = try Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], as: caller, environment: environment)
+        let run = try await Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], as: caller, environment: environment)
         // Found and loaded; nobody has no memory cgroup here, so the shipped 1G limit for the
         // whole sandbox fails the launch after the policy loaded (see MemoryScopeTests).
         #expect(run.status == 0 || (caller == .nobody && run.stderr.contains("memory-scope: per-process")), "\(run.stderr)")
         // Without it, the build tree's CLI finds no policy (and says how to name the checkout's).
         environment["EXTSANDBOX_POLICIES_DIR"] = nil
-        let none = try Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], as: caller, environment: environment)
+        let none = try await Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], as: caller, environment: environment)
         #expect(none.status != 0)
         #expect(none.stderr.contains("set EXTSANDBOX_POLICIES_DIR=CHECKOUT/Policies"), "\(none.stderr)")
     }
@@ -87,11 +87,11 @@ struct PolicyTrustCLITests {
     // MARK: The policy cache
 
     /// Runs `exec --policy standard.yaml -- /bin/true` with `XDG_CACHE_HOME=cache`.
-    static func runWithCache(_ cache: String, as caller: Fixtures.Caller = .root) throws -> Fixtures.Output {
+    static func runWithCache(_ cache: String, as caller: Fixtures.Caller = .root) async throws -> Fixtures.Output {
         var environment = ProcessInfo.processInfo.environment
         environment["EXTSANDBOX_NO_CACHE"] = nil
         environment["XDG_CACHE_HOME"] = cache
-        return try Fixtures.run([Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath, "--", "/bin/true"],
+        return try await Fixtures.run([Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath, "--", "/bin/true"],
                                 as: caller, environment: environment)
     }
 
@@ -100,16 +100,16 @@ struct PolicyTrustCLITests {
     }
 
     @Test("the cache is used in a directory of the caller's own")
-    func cacheInOwnDirectory() throws {
+    func cacheInOwnDirectory() async throws {
         let dir = try TestPaths.makePolicyDirectory("own-cache").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         #expect(mkdir(dir + "/cache", 0o700) == 0)
-        #expect(try Self.runWithCache(dir + "/cache").status == 0)
+        #expect(try await Self.runWithCache(dir + "/cache").status == 0)
         #expect(Self.cacheEntries(dir + "/cache").count == 1)
     }
 
     @Test("the cache refuses a directory owned by another user, or reached through a symlink to one")
-    func cacheRefusesForeignDirectories() throws {
+    func cacheRefusesForeignDirectories() async throws {
         guard geteuid() == 0 else {
             print("skipped: giving a directory to another user needs root (this test runs as uid \(geteuid()))")
             return
@@ -119,39 +119,39 @@ struct PolicyTrustCLITests {
         // Another user's directory (nobody's), as XDG_CACHE_HOME.
         #expect(mkdir(dir + "/theirs", 0o755) == 0)
         #expect(chown(dir + "/theirs", 65534, 65534) == 0)
-        let foreign = try Self.runWithCache(dir + "/theirs")
+        let foreign = try await Self.runWithCache(dir + "/theirs")
         #expect(foreign.status == 0, "a refused cache is a miss, not an error: \(foreign.stderr)")
         #expect(!FileManager.default.fileExists(atPath: dir + "/theirs/extsandbox"), "a cache was made in another user's directory")
 
         // A symbolic link (ours, in our directory) to it: the target is checked, and refused.
         try FileManager.default.createSymbolicLink(atPath: dir + "/link", withDestinationPath: dir + "/theirs")
-        #expect(try Self.runWithCache(dir + "/link").status == 0)
+        #expect(try await Self.runWithCache(dir + "/link").status == 0)
         #expect(!FileManager.default.fileExists(atPath: dir + "/theirs/extsandbox"), "a cache was made through the link")
 
         // An extsandbox directory in our cache that is a symlink to their directory.
         #expect(mkdir(dir + "/mine", 0o700) == 0)
         try FileManager.default.createSymbolicLink(atPath: dir + "/mine/extsandbox", withDestinationPath: dir + "/theirs")
-        #expect(try Self.runWithCache(dir + "/mine").status == 0)
+        #expect(try await Self.runWithCache(dir + "/mine").status == 0)
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: dir + "/theirs")) ?? []).isEmpty, "an entry was written through the link")
 
         // Our own cache directory, but in a directory another user owns (they could swap it).
         #expect(mkdir(dir + "/theirs/cache", 0o700) == 0)
-        #expect(try Self.runWithCache(dir + "/theirs/cache").status == 0)
+        #expect(try await Self.runWithCache(dir + "/theirs/cache").status == 0)
         #expect(Self.cacheEntries(dir + "/theirs/cache").isEmpty, "a cache was used under another user's directory")
     }
 
     @Test("the cache refuses a directory its group or others can write")
-    func cacheRefusesWritableDirectories() throws {
+    func cacheRefusesWritableDirectories() async throws {
         let dir = try TestPaths.makePolicyDirectory("writable-cache").path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         #expect(mkdir(dir + "/cache", 0o700) == 0)
         chmod(dir + "/cache", 0o770)
-        #expect(try Self.runWithCache(dir + "/cache").status == 0)
+        #expect(try await Self.runWithCache(dir + "/cache").status == 0)
         #expect(!FileManager.default.fileExists(atPath: dir + "/cache/extsandbox"), "a group-writable cache home was used")
 
         let tmp = try Self.makeWorldWritableDirectory()
         defer { try? FileManager.default.removeItem(atPath: tmp) }
-        #expect(try Self.runWithCache(tmp).status == 0)
+        #expect(try await Self.runWithCache(tmp).status == 0)
         #expect(!FileManager.default.fileExists(atPath: tmp + "/extsandbox"), "a world-writable cache home was used")
     }
 }

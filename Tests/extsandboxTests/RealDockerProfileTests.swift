@@ -37,26 +37,26 @@ let realProfiles = [
 @Suite("import-docker with real profiles")
 struct RealDockerProfileTests {
     @Test(arguments: realProfiles)
-    func importsChecksAndRunsPrograms(_ profile: RealProfile) throws {
+    func importsChecksAndRunsPrograms(_ profile: RealProfile) async throws {
         try #require(FileManager.default.fileExists(atPath: profile.path),
                      "\(profile.path) is missing: scripts/setup installs it (Debian package golang-github-containers-common)")
-        let imported = try PolicyCLITests.run(["policy", "import-docker", profile.path])
+        let imported = try await PolicyCLITests.run(["policy", "import-docker", profile.path])
         #expect(imported.status == 0, "\(imported.stderr)")
         #expect(!imported.stderr.contains("does not load"), "\(imported.stderr)")
         let file = try TestPaths.makePolicyDirectory("docker-import").appendingPathComponent("imported.yaml")
         try imported.stdout.write(to: file, atomically: true, encoding: .utf8)
 
-        let check = try PolicyCLITests.run(["policy", "check", file.path])
+        let check = try await PolicyCLITests.run(["policy", "check", file.path])
         #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
         #expect(check.stdout.hasPrefix("\(file.path): ok ("), "\(check.stdout)")
 
-        func exec(_ argv: [String]) throws -> Fixtures.Output {
-            try PolicyCLITests.run(["exec", "--policy", file.path, "--"] + argv)
+        func exec(_ argv: [String]) async throws -> Fixtures.Output {
+            try await PolicyCLITests.run(["exec", "--policy", file.path, "--"] + argv)
         }
-        let shell = try exec(["/bin/sh", "-c", "i=0; while [ $i -lt 50 ]; do echo $i; i=$((i+1)); done | sort -rn | head -n 1"])
+        let shell = try await exec(["/bin/sh", "-c", "i=0; while [ $i -lt 50 ]; do echo $i; i=$((i+1)); done | sort -rn | head -n 1"])
         #expect(shell.status == 0 && shell.stdout == "49\n", "\(shell.stdout)\(shell.stderr)")
 
-        let python = try exec(["/usr/bin/python3", "-c", """
+        let python = try await exec(["/usr/bin/python3", "-c", """
             import threading, subprocess, tempfile
             out = []
             t = threading.Thread(target=lambda: out.append("thread")); t.start(); t.join()
@@ -67,10 +67,10 @@ struct RealDockerProfileTests {
             """])
         #expect(python.status == 0 && python.stdout == "thread subprocess temp\n", "\(python.stdout)\(python.stderr)")
 
-        let sockets = try exec(["/usr/bin/python3", "-c", profile.socketCheck])
+        let sockets = try await exec(["/usr/bin/python3", "-c", profile.socketCheck])
         #expect(sockets.status == 0 && sockets.stdout == "ok\n", "\(sockets.stdout)\(sockets.stderr)")
 
-        let sqlite = try exec(["/usr/bin/sqlite3", "/tmp/db", "create table t(x); insert into t values (42); select x * 2 from t;"])
+        let sqlite = try await exec(["/usr/bin/sqlite3", "/tmp/db", "create table t(x); insert into t values (42); select x * 2 from t;"])
         #expect(sqlite.status == 0 && sqlite.stdout == "84\n", "\(sqlite.stdout)\(sqlite.stderr)")
     }
 

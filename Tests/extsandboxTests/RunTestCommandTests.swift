@@ -32,114 +32,93 @@ struct RunTestCommandTests {
             try world.install("org.example.\(mode)", in: development, executableSource: RunTestCommandTests.nonconforming)
         }
 
-        struct Output {
-            var status: Int32
-            var stdout: String
-            var stderr: String
-        }
-
-        func run(_ arguments: [String], stdin: String? = nil) throws -> Output {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: TestPaths.cli)
-            process.arguments = arguments
-            process.environment = TestPaths.environmentWithPolicies(world.environment)
-            let out = Pipe(), err = Pipe(), input = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            process.standardInput = stdin == nil ? FileHandle.nullDevice : input
-            try process.run()
-            if let stdin {
-                input.fileHandleForWriting.write(Data(stdin.utf8))
-                try input.fileHandleForWriting.close()
-            }
-            let stdout = out.fileHandleForReading.readDataToEndOfFile()
-            let stderr = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return .init(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-                         stderr: String(decoding: stderr, as: UTF8.self))
+        /// Runs the built CLI with the world's locations and the checkout's policies.
+        func run(_ arguments: [String], stdin: String? = nil) async throws -> Fixtures.Output {
+            try await Fixtures.run([TestPaths.cli] + arguments, environment: TestPaths.environmentWithPolicies(world.environment),
+                                   standardInput: stdin)
         }
     }
 
-    @Test func runSendPrintsEachReplyAndExitsWithWhatHappened() throws {
+    @Test func runSendPrintsEachReplyAndExitsWithWhatHappened() async throws {
         let bundles = try Bundles()
         let bundle = try bundles.echo()
-        let replies = try bundles.run(["run", bundle, "--policy", "hardened", "--send", "hello", "--send", "memfd", "--send", "world"])
+        let replies = try await bundles.run(["run", bundle, "--policy", "hardened", "--send", "hello", "--send", "memfd", "--send", "world"])
         #expect(replies.status == 0, "\(replies.stderr)")
         #expect(replies.stdout == "hello\n-1\nworld\n")
 
         // An error answer: reported, the rest still sent, status 1.
-        let failed = try bundles.run(["run", bundle, "--policy", "hardened", "--send", "fail", "--send", "after"])
+        let failed = try await bundles.run(["run", bundle, "--policy", "hardened", "--send", "fail", "--send", "after"])
         #expect(failed.status == 1)
         #expect(failed.stdout == "after\n")
         #expect(failed.stderr.contains("request 'fail': the extension answered error 123: asked to fail"), "\(failed.stderr)")
 
         // A crash ends the conversation: status 1 with the reason, nothing more sent.
-        let crashed = try bundles.run(["run", bundle, "--policy", "hardened", "--send", "crash", "--send", "after"])
+        let crashed = try await bundles.run(["run", bundle, "--policy", "hardened", "--send", "crash", "--send", "after"])
         #expect(crashed.status == 1)
         #expect(crashed.stdout.isEmpty)
         #expect(crashed.stderr.contains("interrupted: killed by signal 11"), "\(crashed.stderr)")
 
         // A forbidden call under hardened: killed, named.
-        let killed = try bundles.run(["run", bundle, "--policy", "hardened", "--send", "socket"])
+        let killed = try await bundles.run(["run", bundle, "--policy", "hardened", "--send", "socket"])
         #expect(killed.status == 1)
         #expect(killed.stderr.contains("seccomp violation: socket"), "\(killed.stderr)")
 
         // The point is declared by no installed host: its level is unknown without --policy.
         let elsewhere = try bundles.world.install("org.example.elsewhere", point: "org.example.nohost.point", in: bundles.development,
                                                   executableSource: Self.echo)
-        let undeclared = try bundles.run(["run", elsewhere + "/", "--send", "x"])
+        let undeclared = try await bundles.run(["run", elsewhere + "/", "--send", "x"])
         #expect(undeclared.status == 125)
         #expect(undeclared.stderr.contains("pass --policy NAME"), "\(undeclared.stderr)")
         // With --policy it runs (a bundle by path needs no approval), the level given.
-        #expect(try bundles.run(["run", elsewhere, "--policy", "hardened", "--send", "x"]).stdout == "x\n")
-        #expect(try bundles.run(["run", "--send", "x"]).status == 64)  // usage
+        #expect(try await bundles.run(["run", elsewhere, "--policy", "hardened", "--send", "x"]).stdout == "x\n")
+        #expect(try await bundles.run(["run", "--send", "x"]).status == 64)  // usage
     }
 
     /// The host API keeps a broken policy's PolicyError (ExtensionError.policyFailed): `run`
     /// names its file and line, and gives the policy's advice.
-    @Test func runWithABrokenPolicyNamesItsLineAndAdvises() throws {
+    @Test func runWithABrokenPolicyNamesItsLineAndAdvises() async throws {
         let bundles = try Bundles()
         let bundle = try bundles.echo()
         let policy = bundles.development + "/broken.yaml"
         // The seccomp section has no `default:` (line 3 is its first entry).
         #expect(FileManager.default.createFile(atPath: policy, contents: Data("version: 1\nseccomp:\n  allow: [\"@default\"]\n".utf8)))
-        let result = try bundles.run(["run", bundle, "--policy", policy, "--send", "x"])
+        let result = try await bundles.run(["run", bundle, "--policy", policy, "--send", "x"])
         #expect(result.status == 125)
         #expect(result.stderr.contains("could not be launched: policy \(policy):3:"), "\(result.stderr)")
         #expect(result.stderr.contains("hint: `extsandbox policy check \(policy)` lists every problem"), "\(result.stderr)")
     }
 
-    @Test func runByIdentifierRunsOnlyWhatItsHostWouldRun() throws {
+    @Test func runByIdentifierRunsOnlyWhatItsHostWouldRun() async throws {
         let bundles = try Bundles()
         let world = bundles.world
         try world.install("org.example.echo", executableSource: Self.echo)
-        let unapproved = try bundles.run(["run", "org.example.echo", "--send", "hi"])
+        let unapproved = try await bundles.run(["run", "org.example.echo", "--send", "hi"])
         #expect(unapproved.status == 125)
         #expect(unapproved.stderr.contains("org.example.echo is not approved (not approved yet)"), "\(unapproved.stderr)")
         #expect(unapproved.stderr.contains("extsandbox approve org.example.echo"))
 
-        #expect(try world.cli(["approve", "org.example.echo"]).status == 0)
-        let approved = try bundles.run(["run", "org.example.echo", "--send", "hi", "--verbose"])
+        #expect(try await world.cli(["approve", "org.example.echo"]).status == 0)
+        let approved = try await bundles.run(["run", "org.example.echo", "--send", "hi", "--verbose"])
         #expect(approved.status == 0, "\(approved.stderr)")
         #expect(approved.stdout == "hi\n")
         // The point's level as its host declares it (standard), and the launch events.
         #expect(approved.stderr.contains("in the 'standard' sandbox (the level of point \(ExtensionWorld.openPoint))"), "\(approved.stderr)")
         #expect(approved.stderr.contains("org.example.echo: launched (sandbox init pid "))
 
-        #expect(try world.cli(["disable", "org.example.echo"]).status == 0)
-        let disabled = try bundles.run(["run", "org.example.echo", "--send", "hi"])
+        #expect(try await world.cli(["disable", "org.example.echo"]).status == 0)
+        let disabled = try await bundles.run(["run", "org.example.echo", "--send", "hi"])
         #expect(disabled.status == 125)
         #expect(disabled.stderr.contains("extsandbox enable org.example.echo"), "\(disabled.stderr)")
 
-        let unknown = try bundles.run(["run", "org.example.nothing", "--send", "hi"])
+        let unknown = try await bundles.run(["run", "org.example.nothing", "--send", "hi"])
         #expect(unknown.status == 125)
         #expect(unknown.stderr.contains("no installed extension has the identifier org.example.nothing"))
     }
 
-    @Test func runInteractivePrintsRepliesEventsAndTheExtensionsOwnMessages() throws {
+    @Test func runInteractivePrintsRepliesEventsAndTheExtensionsOwnMessages() async throws {
         let bundles = try Bundles()
         let bundle = try bundles.echo()
-        let session = try bundles.run(["run", bundle, "--policy", "hardened"],
+        let session = try await bundles.run(["run", bundle, "--policy", "hardened"],
                                       stdin: "hello\nask-host hi\ntell-host yo\n:oneway ping\nfail\n::colon\n")
         #expect(session.status == 0, "\(session.stderr)")
         let lines = session.stdout.split(separator: "\n").map(String.init)
@@ -154,7 +133,7 @@ struct RunTestCommandTests {
 
     /// SIGINT (the terminal's Ctrl-C) and SIGTERM: the extension is ended, nothing keeps running.
     @Test(arguments: [SIGINT, SIGTERM])
-    func aSignalEndsTheRunAndLeavesNothingRunning(signal: Int32) throws {
+    func aSignalEndsTheRunAndLeavesNothingRunning(signal: Int32) async throws {
         let bundles = try Bundles()
         let bundle = try bundles.echo()
         let process = Process()
@@ -172,12 +151,15 @@ struct RunTestCommandTests {
         try process.run()
         input.fileHandleForWriting.write(Data("hello\n".utf8))
         // Read until the reply: the extension runs, with a connection open.
-        var seen = ""
-        let deadline = Date().addingTimeInterval(20)
-        while !seen.contains("reply: hello\n") && Date() < deadline {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            seen += String(decoding: chunk, as: UTF8.self)
+        let seen = await offThePool { () -> String in
+            var seen = ""
+            let deadline = Date().addingTimeInterval(20)
+            while !seen.contains("reply: hello\n") && Date() < deadline {
+                let chunk = out.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                seen += String(decoding: chunk, as: UTF8.self)
+            }
+            return seen
         }
         #expect(seen.contains("reply: hello"), "\(seen)")
         let initPID = seen.split(separator: "\n").first { $0.hasPrefix("event: launched (sandbox init pid ") }
@@ -185,9 +167,9 @@ struct RunTestCommandTests {
         let sandboxPIDs = initPID.map { descendants(of: $0) } ?? []
         #expect(sandboxPIDs.count >= 2, "the init and the extension: \(sandboxPIDs)")
         kill(process.processIdentifier, signal)
-        process.waitUntilExit()
+        await offThePool { process.waitUntilExit() }
         #expect(process.terminationStatus == 128 + signal)
-        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let stderr = await offThePool { String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
         #expect(stderr.contains("stopped: org.example.echo exited with status 0"), "\(stderr)")
         for pid in sandboxPIDs {
             #expect(Glibc.kill(pid, 0) == -1 && errno == ESRCH, "pid \(pid) of the sandbox still exists")
@@ -196,10 +178,10 @@ struct RunTestCommandTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch).isEmpty)
     }
 
-    @Test func testPassesOnAConformingExtensionAndItsJSONParses() throws {
+    @Test func testPassesOnAConformingExtensionAndItsJSONParses() async throws {
         let bundles = try Bundles()
         for (bundle, policy) in [(try bundles.echo(), "hardened"), (try bundles.nonconforming("conforming"), "standard")] {
-            let output = try bundles.run(["test", bundle, "--policy", policy, "--json"])
+            let output = try await bundles.run(["test", bundle, "--policy", policy, "--json"])
             #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
             let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
             #expect(report["passed"] as? Bool == true)
@@ -215,7 +197,7 @@ struct RunTestCommandTests {
             #expect(blocks.contains { $0["what"] as? String == "network" })
         }
         // Without --json, a table, and no progress line when stdout is not a terminal.
-        let text = try bundles.run(["test", try bundles.echo("org.example.text"), "--policy", "hardened"])
+        let text = try await bundles.run(["test", try bundles.echo("org.example.text"), "--policy", "hardened"])
         #expect(text.status == 0)
         #expect(text.stdout.contains("  PASS  suspend and resume"))
         #expect(text.stdout.contains("conformance of org.example.text: PASSED (11 of 11 checks passed)"))
@@ -230,9 +212,9 @@ struct RunTestCommandTests {
         ("bad-version", "handshake and version", "unsupported protocol version 2", "HELLO of protocol version 1"),
         ("lingers", "exit after GOODBYE", "after the host's GOODBYE: killed", "send GOODBYE back and exit 0"),
     ])
-    func testFailsABrokenExtensionWithWhatToChange(mode: String, check: String, detail: String, fix: String) throws {
+    func testFailsABrokenExtensionWithWhatToChange(mode: String, check: String, detail: String, fix: String) async throws {
         let bundles = try Bundles()
-        let output = try bundles.run(["test", try bundles.nonconforming(mode), "--policy", "standard", "--timeout", "2", "--json"])
+        let output = try await bundles.run(["test", try bundles.nonconforming(mode), "--policy", "standard", "--timeout", "2", "--json"])
         #expect(output.status == 1, "\(output.stdout)\(output.stderr)")
         let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
         #expect(report["passed"] as? Bool == false)
@@ -244,11 +226,11 @@ struct RunTestCommandTests {
         #expect(checks.count == 11, "every check is reported, run or not: \(checks)")
     }
 
-    @Test func testFailsAnInvalidBundleAtTheManifest() throws {
+    @Test func testFailsAnInvalidBundleAtTheManifest() async throws {
         let bundles = try Bundles()
         let bundle = try bundles.world.install("org.example.broken", in: bundles.development,
                                                manifest: "schema: 1\nidentifier: org.example.broken\n")
-        let output = try bundles.run(["test", bundle, "--policy", "standard"])
+        let output = try await bundles.run(["test", bundle, "--policy", "standard"])
         #expect(output.status == 1)
         #expect(output.stdout.contains("  FAIL  manifest"), "\(output.stdout)")
         #expect(output.stdout.contains("extension.yaml:1: missing 'point'"), "\(output.stdout)")

@@ -97,7 +97,7 @@ enum TerminalHarness {
 
     /// `extsandbox exec --policy standard.yaml [options] -- argv…` on a fresh terminal.
     static func exec(_ argv: [String], options: [String] = [], steps: [Step] = [], stdin: String? = nil,
-                     as caller: Fixtures.Caller = .root) throws -> Report {
+                     as caller: Fixtures.Caller = .root) async throws -> Report {
         var command = [Fixtures.cli, "exec", "--policy", Fixtures.policyPath(for: caller)] + options + ["--"] + argv
         if caller == .nobody { command = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] + command }
         var spec: [String: Any] = ["argv": command, "steps": steps.map(\.json)]
@@ -105,7 +105,7 @@ enum TerminalHarness {
         let specText = String(decoding: try JSONSerialization.data(withJSONObject: spec), as: UTF8.self)
         var environment = ProcessInfo.processInfo.environment
         environment["XSB_PTY_SPEC"] = specText
-        let result = try Fixtures.run([python, "-c", script], environment: environment)
+        let result = try await Fixtures.run([python, "-c", script], environment: environment)
         guard let object = try? JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] else {
             return Report(before: [:], after: [:], output: "", status: nil, raw: "harness: \(result.stdout) \(result.stderr)")
         }
@@ -120,13 +120,13 @@ enum TerminalHarness {
 struct TerminalRelayTests {
     @Test("nothing a program does to its terminal reaches the caller's: settings, echo, window size, exclusive mode, line discipline",
           arguments: Fixtures.Caller.allCases)
-    func callerTerminalUntouched(caller: Fixtures.Caller) throws {
+    func callerTerminalUntouched(caller: Fixtures.Caller) async throws {
         // The line discipline goes last: N_NULL swallows everything written after it.
         let script = """
             stty -echo -icanon; stty rows 5 cols 7; stty size; echo changed
             /usr/bin/python3 -c 'import fcntl, struct, termios; fcntl.ioctl(0, termios.TIOCEXCL); fcntl.ioctl(0, termios.TIOCSETD, struct.pack("i", 27))'
             """
-        let report = try TerminalHarness.exec(["/bin/sh", "-c", script], as: caller)
+        let report = try await TerminalHarness.exec(["/bin/sh", "-c", script], as: caller)
         #expect(report.status == 0, "\(report.raw)")
         #expect(report.output.contains("5 7\r\nchanged"), "the program saw its own changes: \(report.raw)")
         #expect(report.changes.isEmpty, "\(report.changes)")
@@ -134,28 +134,28 @@ struct TerminalRelayTests {
     }
 
     @Test("input and output flow both ways; the program's exit status is kept")
-    func inputAndOutput() throws {
-        let report = try TerminalHarness.exec(["/bin/sh", "-c", "echo ready; read x; echo got $x; exit 7"],
+    func inputAndOutput() async throws {
+        let report = try await TerminalHarness.exec(["/bin/sh", "-c", "echo ready; read x; echo got $x; exit 7"],
                                               steps: [.init(wait: "ready", send: "hello\r")])
         #expect(report.status == 7, "\(report.raw)")
         #expect(report.output.contains("got hello"), "\(report.raw)")
         #expect(report.changes.isEmpty, "\(report.changes)")
 
         // Everything written before the exit arrives: the relay drains the pty.
-        let many = try TerminalHarness.exec(["/usr/bin/seq", "1", "30000"])
+        let many = try await TerminalHarness.exec(["/usr/bin/seq", "1", "30000"])
         #expect(many.status == 0, "\(many.raw.prefix(500))")
         #expect(many.output.hasPrefix("1\r\n2\r\n") && many.output.hasSuffix("\r\n29999\r\n30000\r\n"), "\(many.output.suffix(100))")
     }
 
     @Test("the pty is the program's controlling terminal: the window size is copied and forwarded, Ctrl-C interrupts")
-    func controllingTerminal() throws {
-        let resized = try TerminalHarness.exec(
+    func controllingTerminal() async throws {
+        let resized = try await TerminalHarness.exec(
             ["/bin/sh", "-c", "stty size; trap 'stty size; exit 3' WINCH; echo ready; while :; do sleep 0.1; done"],
             steps: [.init(wait: "ready", resize: (40, 120))])
         #expect(resized.status == 3, "\(resized.raw)")
         #expect(resized.output.contains("24 80\r\nready\r\n40 120"), "\(resized.raw)")
 
-        let interrupted = try TerminalHarness.exec(
+        let interrupted = try await TerminalHarness.exec(
             ["/bin/sh", "-c", "trap 'echo caught; exit 4' INT; echo ready; while :; do sleep 0.1; done"],
             steps: [.init(wait: "ready", send: "\u{3}")])
         #expect(interrupted.status == 4, "\(interrupted.raw)")
@@ -164,15 +164,15 @@ struct TerminalRelayTests {
     }
 
     @Test("the caller's terminal is restored however the run ends")
-    func restoredOnEveryExit() throws {
+    func restoredOnEveryExit() async throws {
         let loop = ["/bin/sh", "-c", "echo ready; while :; do sleep 0.1; done"]
         let cases: [(String, TerminalHarness.Report, Int)] = [
-            ("seccomp kill", try TerminalHarness.exec([Fixtures.probe, "bpf"]), 159),
-            ("launch failure", try TerminalHarness.exec(["/bin/true"], options: ["--bind", "/no/such/dir-xsb"]), 125),
-            ("SIGTERM to the CLI", try TerminalHarness.exec(loop, steps: [.init(wait: "ready", signal: SIGTERM)]), 143),
-            ("SIGHUP to the CLI", try TerminalHarness.exec(loop, steps: [.init(wait: "ready", signal: SIGHUP)]), 129),
-            ("SIGUSR1 kills the CLI", try TerminalHarness.exec(loop, steps: [.init(wait: "ready", signal: SIGUSR1)]), -Int(SIGUSR1)),
-            ("stdin not a terminal", try TerminalHarness.exec(["/bin/sh", "-c", "stty -opost <&1; echo out"], stdin: "null"), 0),
+            ("seccomp kill", try await TerminalHarness.exec([Fixtures.probe, "bpf"]), 159),
+            ("launch failure", try await TerminalHarness.exec(["/bin/true"], options: ["--bind", "/no/such/dir-xsb"]), 125),
+            ("SIGTERM to the CLI", try await TerminalHarness.exec(loop, steps: [.init(wait: "ready", signal: SIGTERM)]), 143),
+            ("SIGHUP to the CLI", try await TerminalHarness.exec(loop, steps: [.init(wait: "ready", signal: SIGHUP)]), 129),
+            ("SIGUSR1 kills the CLI", try await TerminalHarness.exec(loop, steps: [.init(wait: "ready", signal: SIGUSR1)]), -Int(SIGUSR1)),
+            ("stdin not a terminal", try await TerminalHarness.exec(["/bin/sh", "-c", "stty -opost <&1; echo out"], stdin: "null"), 0),
         ]
         for (name, report, status) in cases {
             #expect(report.status == status, "\(name): \(report.raw)")
@@ -184,8 +184,8 @@ struct TerminalRelayTests {
 
 extension TerminalRelayTests {
     @Test("a job-control stop of the CLI gives the caller's terminal back as it was; continuing makes it raw again")
-    func stopAndContinue() throws {
-        let report = try TerminalHarness.exec(
+    func stopAndContinue() async throws {
+        let report = try await TerminalHarness.exec(
             ["/bin/sh", "-c", "echo ready; read x; echo got $x"],
             steps: [
                 .init(wait: "ready", snapshot: true),
@@ -209,20 +209,20 @@ struct StandardStreamTests {
     static let isNonBlocking = "/usr/bin/python3 -c 'import fcntl, os; print(\"nonblocking\" if fcntl.fcntl(0, fcntl.F_GETFL) & os.O_NONBLOCK else \"blocking\")'"
 
     @Test("O_NONBLOCK set inside stays off the caller's stdin: a pipe, a regular file, /dev/null")
-    func nonBlockingStaysInside() throws {
+    func nonBlockingStaysInside() async throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-stdin-\(getpid())").path
         _ = FileManager.default.createFile(atPath: file, contents: Data("x\n".utf8))
         defer { try? FileManager.default.removeItem(atPath: file) }
         let cli = "\(Fixtures.cli) exec --policy \(Fixtures.standardPolicyPath) -- /bin/sh -c \"\(Self.setNonBlocking)\""
         for source in ["sleep 3 |", ": |", "< \(file)", "< /dev/null"] {
             let script = source.hasPrefix("<") ? "{ \(cli); \(Self.isNonBlocking); } \(source)" : "\(source) { \(cli); \(Self.isNonBlocking); }"
-            let result = try Fixtures.run(["/bin/sh", "-c", script])
+            let result = try await Fixtures.run(["/bin/sh", "-c", script])
             #expect(result.stdout == "blocking\n", "\(source): \(result.stdout) \(result.stderr)")
         }
     }
 
     @Test("a socket on stdio is relayed through pipes: data flows both ways, O_NONBLOCK stays inside")
-    func socketRelayed() throws {
+    func socketRelayed() async throws {
         let script = """
             import fcntl, os, socket, subprocess, sys
             inner, outer = socket.socketpair()
@@ -233,7 +233,7 @@ struct StandardStreamTests {
             """
         // The socketpair's ends share no description: check the CLI's end from the inside
         // program's view of the caller, through a second run reading the flags of fd 0.
-        let result = try Fixtures.run([TerminalHarness.python, "-c", script, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
+        let result = try await Fixtures.run([TerminalHarness.python, "-c", script, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
                                        "--", "/bin/sh", "-c", "read x; echo got $x; \(Self.setNonBlocking)"])
         #expect(result.stdout == "got hello 0 blocking\n", "\(result.stdout) \(result.stderr)")
 
@@ -245,7 +245,7 @@ struct StandardStreamTests {
             lines = len(outer.makefile().read().splitlines())
             print(lines, child.wait())
             """
-        let many = try Fixtures.run([TerminalHarness.python, "-c", count, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
+        let many = try await Fixtures.run([TerminalHarness.python, "-c", count, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
                                      "--", "/usr/bin/seq", "1", "200000"])
         #expect(many.stdout == "200000 0\n", "all the output is drained: \(many.stdout) \(many.stderr)")
 
@@ -255,13 +255,13 @@ struct StandardStreamTests {
             subprocess.run(sys.argv[1:], stdin=inner)
             print("nonblocking" if fcntl.fcntl(inner.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK else "blocking")
             """
-        let second = try Fixtures.run([TerminalHarness.python, "-c", flags, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
+        let second = try await Fixtures.run([TerminalHarness.python, "-c", flags, Fixtures.cli, "exec", "--policy", Fixtures.standardPolicyPath,
                                        "--", "/bin/sh", "-c", Self.setNonBlocking])
         #expect(second.stdout == "blocking\n", "\(second.stdout) \(second.stderr)")
     }
 
     @Test("files keep shell semantics: offsets carry over, 2>&1 stays one description")
-    func fileOffsets() throws {
+    func fileOffsets() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-offsets-\(getpid())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -274,7 +274,7 @@ struct StandardStreamTests {
             \(cli) /bin/sh -c 'echo one; echo two >&2; echo three' > out3 2>&1
             cat out1 out2 out3
             """
-        let result = try Fixtures.run(["/bin/sh", "-c", script])
+        let result = try await Fixtures.run(["/bin/sh", "-c", script])
         #expect(result.stdout == "inside first\noutside second\na\nb\nc\none\ntwo\nthree\n", "\(result.stdout) \(result.stderr)")
     }
 }
@@ -282,8 +282,8 @@ struct StandardStreamTests {
 @Suite("CLI: --audit")
 struct AuditWarningTests {
     @Test("--audit warns before the run that the policy's kills are off")
-    func warns() throws {
-        let result = try Fixtures.exec(["/bin/true"], options: ["--audit"])
+    func warns() async throws {
+        let result = try await Fixtures.exec(["/bin/true"], options: ["--audit"])
         #expect(result.status == 0, "\(result.stderr)")
         let warning = result.stderr.split(separator: "\n").first.map(String.init) ?? ""
         #expect(warning.contains("WITHOUT the kills of its seccomp policy 'standard'"), "\(result.stderr)")
@@ -294,14 +294,14 @@ struct AuditWarningTests {
 @Suite("CLI: --verbose")
 struct VerboseTests {
     @Test("--verbose prints the launch (policy, pids) and how the sandbox ended; quiet without it")
-    func lifecycleOnStderr() throws {
-        let ran = try Fixtures.exec(["/bin/sh", "-c", "exit 3"], options: ["--verbose"])
+    func lifecycleOnStderr() async throws {
+        let ran = try await Fixtures.exec(["/bin/sh", "-c", "exit 3"], options: ["--verbose"])
         #expect(ran.status == 3, "\(ran.stderr)")
         #expect(ran.stderr.contains("launched /bin/sh in a 'standard' sandbox (init pid "), "\(ran.stderr)")
         #expect(ran.stderr.contains("/bin/sh ended: exited with status 3"), "\(ran.stderr)")
-        let killed = try Fixtures.exec(["/usr/bin/env", "true"], options: ["--verbose", "--policy", "restricted"])
+        let killed = try await Fixtures.exec(["/usr/bin/env", "true"], options: ["--verbose", "--policy", "restricted"])
         #expect(killed.stderr.contains("launched /usr/bin/env in a 'restricted' sandbox"), "\(killed.stderr)")
-        let quiet = try Fixtures.exec(["/bin/true"])
+        let quiet = try await Fixtures.exec(["/bin/true"])
         #expect(!quiet.stderr.contains("launched"), "\(quiet.stderr)")
     }
 }

@@ -6,7 +6,7 @@ import TestSupport
 /// failed (ErrorAdvice.extensionLaunch), by the typed cause: the sandbox's failed step here.
 @Suite("extsandbox test: launch advice")
 struct TestCommandLaunchAdviceTests {
-    @Test func aLaunchTheSandboxRefusesGetsTheStepsAdvice() throws {
+    @Test func aLaunchTheSandboxRefusesGetsTheStepsAdvice() async throws {
         let bundles = try RunTestCommandTests.Bundles()
         let bundle = try bundles.echo()
         // Loads (the policy check passes), but its bind source does not exist: the launch fails
@@ -15,7 +15,7 @@ struct TestCommandLaunchAdviceTests {
         let policy = bundles.development + "/missing-bind.yaml"
         #expect(FileManager.default.createFile(
             atPath: policy, contents: Data("version: 1\nextends: standard\nfilesystem:\n  ro-bind: [\(missing)]\n".utf8)))
-        let output = try bundles.run(["test", bundle, "--policy", policy, "--json"])
+        let output = try await bundles.run(["test", bundle, "--policy", policy, "--json"])
         #expect(output.status == 1, "\(output.stdout)\(output.stderr)")
         let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
         let checks = report["checks"] as? [[String: Any]] ?? []
