@@ -1,8 +1,9 @@
 import Glibc
 import Testing
 @testable import ExtSandboxWire
+import TestSupport
 
-@Suite("Frame codec")
+@Suite("Frame codec", .offThePool)
 struct CodecTests {
     static let helloExample = [UInt8](hex: """
         00 00 00 1a  01  00  00 00  00 00 00 00  00 00 00 00 00 00 00 00

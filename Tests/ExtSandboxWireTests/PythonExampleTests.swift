@@ -2,10 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import ExtSandboxWire
+import TestSupport
 
 /// Drives Examples/python-echo/extension.py as the host would: the protocol implemented from the
 /// document alone, in another language.
-@Suite("Python example extension", .enabled(if: pythonAvailable))
+@Suite("Python example extension", .enabled(if: pythonAvailable), .offThePool)
 struct PythonExampleTests {
     /// A running extension.py with fd 3 = one end of a socketpair.
     final class Extension {

@@ -2,8 +2,9 @@ import Foundation
 import Glibc
 import Testing
 @testable import ExtSandboxWire
+import TestSupport
 
-@Suite("FrameSocket over a socketpair")
+@Suite("FrameSocket over a socketpair", .offThePool)
 struct SocketTests {
     @Test("frames and a memfd cross a socketpair")
     func memfdPassing() throws {

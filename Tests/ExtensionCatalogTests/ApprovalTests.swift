@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// The owner's approvals: pinned to content, stored atomically, never guessed.
-@Suite("approvals")
+@Suite("approvals", .offThePool)
 struct ApprovalTests {
     @Test func anApprovalHoldsForTheContentsItWasGivenFor() throws {
         let world = try ExtensionWorld()

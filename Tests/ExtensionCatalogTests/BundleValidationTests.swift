@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// Broken, inconsistent and unsafe bundles are reported with the file, line and reason.
-@Suite("bundle validation")
+@Suite("bundle validation", .offThePool)
 struct BundleValidationTests {
     func problem(_ world: ExtensionWorld, _ bundle: String, knownPoint: ((String) -> Bool)? = nil) throws -> CatalogProblem {
         switch BundleValidator.validate(bundleAt: bundle, knownPoint: knownPoint) {

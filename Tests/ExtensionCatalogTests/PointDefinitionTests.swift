@@ -18,7 +18,7 @@ extension AppExtensionPoint {
 }
 
 /// Points defined in Swift, and the declaration file generated from them.
-@Suite("point definitions")
+@Suite("point definitions", .offThePool)
 struct PointDefinitionTests {
     @Test func theDefinitionSyntaxSetsEveryPartAndDefaultsTheRest() {
         #expect(AppExtensionPoint.sample == AppExtensionPoint(

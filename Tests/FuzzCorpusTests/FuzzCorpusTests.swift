@@ -6,7 +6,7 @@ import TestSupport
 /// The checked-in seed corpora (Fuzz/corpus/TARGET/) replayed through the fuzz targets' entry
 /// points: cheap, and it keeps the entry points compiling and the seeds meaningful. Fuzzing
 /// itself is `scripts/fuzz` (docs/fuzzing.md), never part of this suite.
-@Suite("Fuzz corpora")
+@Suite("Fuzz corpora", .offThePool)
 struct FuzzCorpusTests {
     static let fuzzDirectory = TestPaths.packageRoot.appendingPathComponent("Fuzz")
 

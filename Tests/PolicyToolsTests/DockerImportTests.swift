@@ -10,7 +10,7 @@ func dockerProfileJSON() throws -> String {
     try String(contentsOfFile: TestPaths.dockerSampleProfile, encoding: .utf8)
 }
 
-@Suite("import-docker")
+@Suite("import-docker", .offThePool)
 struct DockerImportTests {
     @Test func convertsAProfileThatLoadsAndCompiles() throws {
         let output = try DockerProfileImporter.convert(json: Data(try dockerProfileJSON().utf8), source: "/etc/docker/seccomp.json")

@@ -6,7 +6,7 @@ import TestSupport
 
 /// The binary form of resolved policies and the CLI's cache entries (Sources/PolicyTools),
 /// and the record of what decided a load (PolicyResolution.swift).
-@Suite("Policy cache entries")
+@Suite("Policy cache entries", .offThePool)
 struct PolicyCacheEntryTests {
     static let stamp = Array("test-build 1:2:3".utf8)
     static let policiesDirectory = packageRoot.appendingPathComponent("Policies").path

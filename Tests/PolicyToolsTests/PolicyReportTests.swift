@@ -1,9 +1,10 @@
 import Testing
 @testable import PolicyTools
 @testable import SandboxPolicy
+import TestSupport
 
 /// What `extsandbox policy show` prints (PolicyReport).
-@Suite("policy show")
+@Suite("policy show", .offThePool)
 struct PolicyReportTests {
     static func level(_ name: String) throws -> Policy {
         try PolicyLoader.load(file: packageRoot.appendingPathComponent("Policies/\(name).yaml").path)

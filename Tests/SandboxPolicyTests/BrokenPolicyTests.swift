@@ -1,6 +1,7 @@
 import Glibc
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
 /// A broken policy and the one problem expected in it.
 struct Broken: Sendable, CustomTestStringConvertible {
@@ -18,7 +19,7 @@ private let header = """
       default: kill
     """
 
-@Suite("Broken policies")
+@Suite("Broken policies", .offThePool)
 struct BrokenPolicyTests {
     static let cases: [Broken] = [
         Broken(label: "YAML syntax error", yaml: """

@@ -4,10 +4,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
 /// The refusals every compiled filter carries (setuid/setgid mode bits, openat2, nested filters),
 /// read through the BPF interpreter and, for one filter, in a real process.
-@Suite("Built-in refusals in every filter")
+@Suite("Built-in refusals in every filter", .offThePool)
 struct BuiltinRefusalTests {
     static let eperm = SeccompReturn.errno | 1
     static let eacces = SeccompReturn.errno | 13

@@ -35,7 +35,7 @@ private let base = """
       processes: 10
     """
 
-@Suite("extends and include")
+@Suite("extends and include", .offThePool)
 struct ExtendsIncludeTests {
     @Test func extendingMergesByTheDocumentedRules() throws {
         let tree = try PolicyTree([

@@ -4,6 +4,7 @@ import Foundation
 import Glibc
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
 /// Loads Policies/standard.yaml compiled in `.inKernel` mode into the calling thread. Only for
 /// exit-test bodies: they run in a child process of their own.
@@ -27,7 +28,7 @@ private func rawSyscall(_ nr: Int, _ a: [UInt]) -> Int {
     return r < 0 ? -Int(errno) : r
 }
 
-@Suite("Filters in a real process")
+@Suite("Filters in a real process", .offThePool)
 struct FilterExitTests {
     @Test func killedSyscallKillsWithSIGSYS() async {
         await #expect(processExitsWith: .signal(SIGSYS)) {

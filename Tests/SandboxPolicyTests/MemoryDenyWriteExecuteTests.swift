@@ -1,9 +1,10 @@
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
 /// `seccomp.memory-deny-write-execute` in policy files (issue 9, item 5); the kernel side is in
 /// SandboxRuntimeTests (PolicyLevelTests).
-@Suite("memory-deny-write-execute")
+@Suite("memory-deny-write-execute", .offThePool)
 struct MemoryDenyWriteExecuteTests {
     static func level(_ name: String) throws -> Policy {
         try PolicyLoader.load(file: packageRoot.appendingPathComponent("Policies/\(name).yaml").path)

@@ -2,10 +2,11 @@ import Foundation
 import Glibc
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
 /// Issue 9 item 2: a policy is loaded only from files and directories that no one but root and
 /// the caller could have written (Sources/SandboxSystem/TrustedPath.swift).
-@Suite("Policy trust")
+@Suite("Policy trust", .offThePool)
 struct PolicyTrustTests {
     /// A directory with a valid policy `p.yaml`.
     static func directoryWithPolicy(_ text: String = minimalPolicy) throws -> URL {

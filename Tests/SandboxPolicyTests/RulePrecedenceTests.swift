@@ -27,7 +27,7 @@ func getpidPolicy(default action: String = "kill", _ rules: String...) -> String
 
 /// The precedence of several conditional rules of one system call: the first whose conditions
 /// hold, strongest action first (kill, errno, log, allow), equally strong ones in policy order.
-@Suite("Several actions per system call")
+@Suite("Several actions per system call", .offThePool)
 struct RulePrecedenceTests {
     static func filter(_ yaml: String = overlappingRulesPolicy, mode: FilterMode = .inKernel) throws -> CompiledSeccompFilter {
         try PolicyLoader.load(yaml: yaml, name: "t").compileSeccompFilter(mode: mode)

@@ -1,8 +1,9 @@
 import Foundation
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
-@Suite("Search path")
+@Suite("Search path", .offThePool)
 struct SearchPathTests {
     @Test func lastDirectoryWins() throws {
         let shipped = try makeTemporaryDirectory()

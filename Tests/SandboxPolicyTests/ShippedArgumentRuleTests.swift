@@ -1,9 +1,10 @@
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
 /// The shipped levels' argument rules for socket families, personality and prlimit64 (issue 9,
 /// item 4), read through the BPF interpreter.
-@Suite("Shipped levels: socket families, personality, prlimit64")
+@Suite("Shipped levels: socket families, personality, prlimit64", .offThePool)
 struct ShippedArgumentRuleTests {
     static let eperm = SeccompReturn.errno | 1
     static let eafnosupport = SeccompReturn.errno | 97

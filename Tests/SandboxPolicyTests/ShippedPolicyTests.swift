@@ -47,7 +47,7 @@ private func rawSyscall(_ name: String, _ a: [UInt] = []) -> Int {
     return r < 0 ? -Int(errno) : r
 }
 
-@Suite("Shipped levels")
+@Suite("Shipped levels", .offThePool)
 struct ShippedPolicyTests {
     @Test(arguments: shippedLevels)
     func loadsWithoutProblems(_ name: String) throws {
@@ -181,7 +181,7 @@ struct ShippedPolicyTests {
     }
 }
 
-@Suite("Shipped levels in a real process")
+@Suite("Shipped levels in a real process", .offThePool)
 struct ShippedLevelExitTests {
     @Test func hardenedKillsAProcessThatOpensASocket() async {
         await #expect(processExitsWith: .signal(SIGSYS)) {

@@ -1,7 +1,8 @@
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
-@Suite("Policies/standard.yaml")
+@Suite("Policies/standard.yaml", .offThePool)
 struct StandardPolicyTests {
     let policy: Policy
 
@@ -88,7 +89,7 @@ struct StandardPolicyTests {
     }
 }
 
-@Suite("Compiler")
+@Suite("Compiler", .offThePool)
 struct CompilerTests {
     @Test func policiesBuiltInCodeAreCheckedToo() {
         let noExecve = Policy(name: "x", seccomp: SeccompPolicy(defaultAction: .killProcess, rules: [

@@ -1,7 +1,8 @@
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
-@Suite("Syscall groups")
+@Suite("Syscall groups", .offThePool)
 struct SyscallGroupTests {
     @Test func hasSystemdsGroups() {
         let expected = [

@@ -1,9 +1,10 @@
 import Testing
 @testable import SandboxPolicy
+import TestSupport
 
 /// The double-quoted strings extsandbox writes into YAML files (imported policies, point
 /// declaration files) read back as exactly the text put in, whatever characters it holds.
-@Suite("YAML text")
+@Suite("YAML text", .offThePool)
 struct YAMLTextTests {
     static let samples: [String] = [
         "plain", "quote \" and backslash \\", "line\nfeed, tab\t, return\r", "nul \u{0} bell \u{7} escape \u{1B}",

@@ -16,7 +16,7 @@ final class SharedValue<Value: Sendable>: @unchecked Sendable {
 }
 
 /// Issue 9 items 8 (bind sources through symlinks) and 9 (unix sockets in binds).
-@Suite("Bind sources")
+@Suite("Bind sources", .offThePool)
 struct BindSourceTests {
     /// A directory tree for one test: `base` (0755) with `private/secret` (readable by anyone,
     /// bound by no policy) and `w` (writable by anyone, for a sandbox to plant things in).

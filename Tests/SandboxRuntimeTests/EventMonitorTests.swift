@@ -2,12 +2,13 @@ import Glibc
 @testable import SandboxRuntime
 import Synchronization
 import Testing
+import TestSupport
 
 /// `EventMonitor.remove(fd:token:)`: once it returns, the registration's handler is not running
 /// (the caller may close the fd and free the handler's state), and a handler may remove its own
 /// registration without waiting for itself. Each test has a monitor of its own: a handler that
 /// sleeps on the shared one would delay every other test's events.
-@Suite("Event monitor")
+@Suite("Event monitor", .offThePool)
 struct EventMonitorTests {
     /// A pipe whose read end becomes readable when `trigger()` writes a byte.
     final class Pipe: Sendable {

@@ -40,7 +40,9 @@ struct FailClosedTests {
         await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
     }
 
-    @Test("a seccomp filter that will not load fails the launch at the seccomp step")
+    // Off the pool: compiling this filter twice takes seconds of CPU (half a minute in a debug
+    // build on a loaded machine), which on a pool thread would hold up other tests' launches.
+    @Test("a seccomp filter that will not load fails the launch at the seccomp step", .offThePool)
     func seccompWillNotLoad() async throws {
         // More than BPF_MAXINSNS (4096) instructions: the kernel refuses the program.
         var config = try Fixtures.probeConfiguration(["exit", "0"])

@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// Issue 9 item 1a: a root caller's sandbox is never host root.
-@Suite("Host identity")
+@Suite("Host identity", .offThePool)
 struct HostIdentityTests {
     @Test("uid or gid 0 maps to nobody; other callers keep their ids; an unprivileged gid 0 is refused")
     func mappingRules() throws {

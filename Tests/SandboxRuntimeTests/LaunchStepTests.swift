@@ -5,7 +5,7 @@ import Testing
 import TestSupport
 
 /// The step a launch failed at is a Swift enum, mapped once from the C side's `xsb_step`.
-@Suite("Launch steps")
+@Suite("Launch steps", .offThePool)
 struct LaunchStepTests {
     @Test("every C launch step has a case of its own, with the C side's name")
     func everyStepMapped() {

@@ -10,7 +10,7 @@ import Testing
 /// The sandbox init is `xsb-init`, a small static program of its own (issue 14, "launch cost
 /// grows with the host's size" and "the host's memory leaks into every sandbox"): found and
 /// checked like a policy, exec'd by fd, fed a launch description it checks before it uses.
-@Suite("Sandbox init")
+@Suite("Sandbox init", .offThePool)
 struct SandboxInitTests {
     static var initPath: String { TestPaths.product("xsb-init") }
 

@@ -1,10 +1,11 @@
 import ArgumentParser
 @testable import extsandbox
 import Testing
+import TestSupport
 
 /// `exec` has two parsers: a quick one for its common shapes and ArgumentParser for the rest.
 /// Whatever the quick one accepts, ArgumentParser must read the same way.
-@Suite("extsandbox exec arguments")
+@Suite("extsandbox exec arguments", .offThePool)
 struct ExecRequestTests {
     static let accepted: [[String]] = [
         ["--", "/bin/true"],

@@ -34,7 +34,7 @@ let realProfiles = [
 
 /// Real profiles, imported by the built CLI: they load, pass `policy check`, and run a shell,
 /// python3 and sqlite3 in a real sandbox.
-@Suite("import-docker with real profiles")
+@Suite("import-docker with real profiles", .offThePool)
 struct RealDockerProfileTests {
     @Test(arguments: realProfiles)
     func importsChecksAndRunsPrograms(_ profile: RealProfile) async throws {
