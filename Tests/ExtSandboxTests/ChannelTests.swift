@@ -5,6 +5,7 @@ import Glibc
 import SandboxRuntime
 import Synchronization
 import Testing
+import TestSupport
 
 /// The channel as docs/wire-protocol.md defines it (issue 11): version mismatch, oversize
 /// requests, invalidate racing the extension's close, back-pressure.
@@ -72,7 +73,7 @@ struct ChannelTests {
 
     /// An extension that stops reading: the host's memory and fds stay under the queue's bounds,
     /// sends wait, one-way messages fail fast, and cancelled requests leave with their fds.
-    @Test("back-pressure: a non-reading extension cannot grow the host's memory or fds")
+    @Test("back-pressure: a non-reading extension cannot grow the host's memory or fds", .oneExitTestAtATime)
     func backPressure() async {
         // In a process of its own (an exit test): other suites' descriptors do not count.
         await #expect(processExitsWith: .success) {

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import SandboxRuntime
 import Testing
+import TestSupport
 
 /// How many file descriptors the host holds per running extension (issue 14: at most 2 with no
 /// connection open; each open connection adds its own socket). Measured in a child process of
@@ -91,7 +92,7 @@ struct HostFileDescriptorTests {
         return 0
     }
 
-    @Test func atMostTwoPerIdleExtensionAndOnePerConnection() async throws {
+    @Test(.oneExitTestAtATime) func atMostTwoPerIdleExtensionAndOnePerConnection() async throws {
         let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
             exit(await HostFileDescriptorTests.measure(count: 10))
         }

@@ -89,7 +89,7 @@ struct MalformedInputTests {
         #expect(ContinuousClock.now - started < .seconds(3))
     }
 
-    @Test("an fd flood leaves no descriptor behind in the host")
+    @Test("an fd flood leaves no descriptor behind in the host", .oneExitTestAtATime)
     func fdFloodLeavesNothing() async {
         // In a process of its own (an exit test): other suites' descriptors do not count.
         await #expect(processExitsWith: .success) {

@@ -7,6 +7,7 @@ import MetricsTestKit
 import SandboxRuntime
 import Synchronization
 import Testing
+import TestSupport
 
 /// Lifecycle and security events as swift-log records with structured metadata, and
 /// swift-metrics counters.
@@ -67,7 +68,7 @@ struct TelemetryTests {
         #expect(await HostFixtures.eventually { records.all.contains { $0.message == "extension terminated" && $0.metadata["pid"] == otherPID } })
     }
 
-    @Test("launches, interruptions by reason, violations and open connections are counted")
+    @Test("launches, interruptions by reason, violations and open connections are counted", .oneExitTestAtATime)
     func counters() async {
         // In a process of its own: the metrics system is bootstrapped once per process.
         await #expect(processExitsWith: .success) {

@@ -1,6 +1,7 @@
 import ExtSandboxWire
 import Glibc
 import Testing
+import TestSupport
 
 /// A `FrameSocket` owns its descriptor (a `FileDescriptor`) and closes it exactly once; its two
 /// directions never close it.
@@ -9,7 +10,7 @@ import Testing
 /// and close descriptors at the same time.
 @Suite("Socket ownership")
 struct SocketOwnershipTests {
-    @Test("close() closes the socket once: the peer sees its end, and a second close() and the deinit leave the reused number alone")
+    @Test("close() closes the socket once: the peer sees its end, and a second close() and the deinit leave the reused number alone", .oneExitTestAtATime)
     func closesOnce() async {
         await #expect(processExitsWith: .success) {
             guard let (x, y) = try? FrameSocket.makeSocketPair(nonBlocking: true) else { exit(2) }

@@ -112,7 +112,7 @@ struct BuiltinRefusalTests {
         #expect(found.last?.message.contains("ENOSYS") == true, "\(found)")
     }
 
-    @Test("the kernel takes the rewritten filter and refuses what it says", .timeLimit(.minutes(1)))
+    @Test("the kernel takes the rewritten filter and refuses what it says", .timeLimit(.minutes(1)), .oneExitTestAtATime)
     func inARealProcess() async throws {
         await #expect(processExitsWith: .success) {
             var template = Array("/tmp/xsb-builtin-XXXXXX".utf8CString)

@@ -28,9 +28,9 @@ private func rawSyscall(_ nr: Int, _ a: [UInt]) -> Int {
     return r < 0 ? -Int(errno) : r
 }
 
-@Suite("Filters in a real process", .offThePool)
+@Suite("Filters in a real process")
 struct FilterExitTests {
-    @Test func killedSyscallKillsWithSIGSYS() async {
+    @Test(.oneExitTestAtATime) func killedSyscallKillsWithSIGSYS() async {
         await #expect(processExitsWith: .signal(SIGSYS)) {
             let ptrace = Syscalls.number(of: "ptrace")!
             installStandardFilter()
@@ -39,7 +39,7 @@ struct FilterExitTests {
         }
     }
 
-    @Test func namespaceCloneFlagsKill() async {
+    @Test(.oneExitTestAtATime) func namespaceCloneFlagsKill() async {
         await #expect(processExitsWith: .signal(SIGSYS)) {
             let clone = Syscalls.number(of: "clone")!
             installStandardFilter()
@@ -48,7 +48,7 @@ struct FilterExitTests {
         }
     }
 
-    @Test func argumentConditionDecides() async {
+    @Test(.oneExitTestAtATime) func argumentConditionDecides() async {
         await #expect(processExitsWith: .success) {
             var fds: [Int32] = [0, 0]
             guard pipe(&fds) == 0 else { exit(10) }
@@ -72,7 +72,7 @@ struct FilterExitTests {
         }
     }
 
-    @Test func clone3FailsWithENOSYS() async {
+    @Test(.oneExitTestAtATime) func clone3FailsWithENOSYS() async {
         await #expect(processExitsWith: .success) {
             let clone3 = Syscalls.number(of: "clone3")!
             installStandardFilter()
@@ -81,7 +81,7 @@ struct FilterExitTests {
         }
     }
 
-    @Test func threadsAndForkStillWork() async {
+    @Test(.oneExitTestAtATime) func threadsAndForkStillWork() async {
         await #expect(processExitsWith: .success) {
             installStandardFilter()
             let thread = Thread { }
@@ -94,7 +94,7 @@ struct FilterExitTests {
         }
     }
 
-    @Test func foreignArchitecturesAreKilled() async {
+    @Test(.oneExitTestAtATime) func foreignArchitecturesAreKilled() async {
         await #expect(processExitsWith: .signal(SIGSYS)) {
             installStandardFilter()
             _ = rawSyscall(Int(SeccompReturn.x32SyscallBit) | 39, [])  // x32 getpid

@@ -135,7 +135,7 @@ struct RulePrecedenceTests {
     }
 
     /// The kernel, not only the interpreter, answers as the precedence says.
-    @Test func theKernelAnswersByPrecedence() async {
+    @Test(.oneExitTestAtATime) func theKernelAnswersByPrecedence() async {
         await #expect(processExitsWith: .signal(SIGSYS)) {
             guard let policy = try? PolicyLoader.load(yaml: overlappingRulesPolicy, name: "t"),
                 let filter = try? policy.compileSeccompFilter(mode: .inKernel)

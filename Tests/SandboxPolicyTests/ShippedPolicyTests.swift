@@ -181,9 +181,9 @@ struct ShippedPolicyTests {
     }
 }
 
-@Suite("Shipped levels in a real process", .offThePool)
+@Suite("Shipped levels in a real process")
 struct ShippedLevelExitTests {
-    @Test func hardenedKillsAProcessThatOpensASocket() async {
+    @Test(.oneExitTestAtATime) func hardenedKillsAProcessThatOpensASocket() async {
         await #expect(processExitsWith: .signal(SIGSYS)) {
             install("hardened")
             _ = rawSyscall("socket", [2, 1, 0])  // AF_INET, SOCK_STREAM
@@ -191,14 +191,14 @@ struct ShippedLevelExitTests {
         }
     }
 
-    @Test func hardenedLetsACProgramStart() async {
+    @Test(.oneExitTestAtATime) func hardenedLetsACProgramStart() async {
         await #expect(processExitsWith: .success) {
             install("hardened")
             execQuietly(["/bin/true"])
         }
     }
 
-    @Test func hardenedLetsASwiftProgramStart() async {
+    @Test(.oneExitTestAtATime) func hardenedLetsASwiftProgramStart() async {
         // extsandbox itself: dynamically linked against the Swift runtime and Foundation.
         await #expect(processExitsWith: .success) {
             let cli = TestPaths.cli
@@ -208,7 +208,7 @@ struct ShippedLevelExitTests {
         }
     }
 
-    @Test func restrictedRefusesSocketsButNotTheChannel() async {
+    @Test(.oneExitTestAtATime) func restrictedRefusesSocketsButNotTheChannel() async {
         await #expect(processExitsWith: .success) {
             var fds: [Int32] = [0, 0]
             guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { exit(10) }

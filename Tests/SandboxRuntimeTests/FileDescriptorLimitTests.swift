@@ -10,7 +10,7 @@ import Testing
 /// Each test runs in a child process of its own (an exit test): it changes the process's limit.
 @Suite("Open-file limit")
 struct FileDescriptorLimitTests {
-    @Test("the supervisor raises its soft limit to the hard limit once; sandboxes get the original soft limit")
+    @Test("the supervisor raises its soft limit to the hard limit once; sandboxes get the original soft limit", .oneExitTestAtATime)
     func raisedAtStart() async {
         await #expect(processExitsWith: .success) {
             var limit = rlimit()
@@ -107,7 +107,7 @@ struct FileDescriptorLimitTests {
         return 0
     }
 
-    @Test("a launch past the limit fails with a clear error and leaves no process, cgroup or fd")
+    @Test("a launch past the limit fails with a clear error and leaves no process, cgroup or fd", .oneExitTestAtATime)
     func exhaustion() async {
         // The child reports its check's number last (exit codes would hide its output).
         let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {

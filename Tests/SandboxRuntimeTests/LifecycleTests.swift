@@ -76,7 +76,7 @@ struct LifecycleTests {
         await #expect(throws: SandboxError.self) { try await process.suspend() }
     }
 
-    @Test("no file descriptors, processes or cgroups left behind", .offThePool)
+    @Test("no file descriptors, processes or cgroups left behind", .oneExitTestAtATime)
     func nothingLeftBehind() async {
         // In a process of its own (an exit test), where no other test opens descriptors.
         await #expect(processExitsWith: .success) {

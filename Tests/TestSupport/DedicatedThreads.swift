@@ -5,9 +5,10 @@ import Testing
 /// A task executor with threads of its own, outside the cooperative pool.
 ///
 /// A synchronous test runs on the pool thread that starts it, and holds it to its end: one that
-/// compiles seccomp filters for half a minute (a debug build), waits for a process, reads a
-/// socket or an exit test's child keeps every other test's tasks (and a launch's, which must see
-/// READY or an exit within bounds) from one of the pool's two threads in CI. Run with this
+/// compiles seccomp filters for half a minute (a debug build), waits for a process or reads a
+/// socket keeps every other test's tasks (and a launch's, which must see READY or an exit within
+/// bounds) from one of the pool's two threads in CI. (An exit test's wait is Swift Testing's own
+/// and stays on the pool whatever the preference: see ``ExitTestTurnsTrait``.) Run with this
 /// executor as their preference (see ``DedicatedThreadsTrait``), such tests block a thread of
 /// their own instead, and the kernel shares the CPU between them and the pool.
 public final class DedicatedThreads: TaskExecutor {
@@ -43,8 +44,8 @@ public final class DedicatedThreads: TaskExecutor {
 
 /// Runs each test case of a test or suite with ``DedicatedThreads`` as its task executor
 /// preference, so that what it blocks or keeps busy is a thread of its own, not the cooperative
-/// pool's (see ``DedicatedThreads``). For synchronous tests that take long (CPU, exit tests,
-/// blocking I/O); tasks the test creates inherit the preference.
+/// pool's (see ``DedicatedThreads``). For synchronous tests that take long (CPU, blocking I/O);
+/// tasks the test creates inherit the preference.
 public struct DedicatedThreadsTrait: TestTrait, SuiteTrait, TestScoping {
     public var isRecursive: Bool { true }
 
