@@ -86,6 +86,15 @@ public enum Fixtures {
         process.arguments = Array(argv.dropFirst())
         if let environment { process.environment = environment }
         let out = Pipe(), err = Pipe(), input = Pipe()
+        // Close-on-exec (Pipe's are not): a process another test spawns meanwhile without closing
+        // what it inherits (an exit test's child, a posix_spawn'd fixture) would otherwise keep
+        // the write ends open, and the reads to end of file would wait for it to end too. The
+        // child gets its ends as 0, 1 and 2 all the same (dup2 clears the flag).
+        for pipe in [out, err, input] {
+            for descriptor in [pipe.fileHandleForReading.fileDescriptor, pipe.fileHandleForWriting.fileDescriptor] {
+                _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
+            }
+        }
         process.standardOutput = out
         process.standardError = err
         process.standardInput = standardInput == nil ? FileHandle.nullDevice : input
