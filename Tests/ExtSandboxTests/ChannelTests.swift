@@ -20,7 +20,10 @@ struct ChannelTests {
 
     @Test("a HELLO with another version gets ERROR id 0 code 4 before the close (§5.3)")
     func versionMismatch() async throws {
-        let process = try await AppExtensionProcess(configuration: .init(identity: Self.pythonIdentity("bad-version")))
+        // Not suspended while the script finishes on its own: with no connection open the host
+        // stops the sandbox after `suspendAfter` (250 ms by default), which a loaded machine's
+        // slow Python may not beat. A fresh-clone CI run saw no exit within 5 s.
+        let process = try await AppExtensionProcess(configuration: .init(identity: Self.pythonIdentity("bad-version"), suspendAfter: .seconds(120)))
         defer { process.invalidate() }
         let sandbox = process.sandbox
         do {
@@ -31,7 +34,7 @@ struct ChannelTests {
             #expect(version == 2 && supported == 1)
         }
         // The script exits 44 when what it read after its HELLO was ERROR id 0 code 4, else 45.
-        #expect(await HostFixtures.exit(of: sandbox) == .exited(code: 44))
+        #expect(await HostFixtures.exit(of: sandbox, within: 60) == .exited(code: 44))
     }
 
     @Test("a request over the extension's maximum frame size fails on its own; the connection stays open")
