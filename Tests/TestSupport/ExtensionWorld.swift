@@ -49,8 +49,7 @@ public final class ExtensionWorld: @unchecked Sendable {
 
     public func write(_ path: String, _ text: String, mode: mode_t = 0o644) throws {
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try text.write(toFile: path, atomically: false, encoding: .utf8)
-        chmod(path, mode)
+        try Fixtures.writeFile(path, Array(text.utf8), mode: mode)
     }
 
     /// Builds a bundle in `directory` named `<last part of identifier>.appex`, with a shell script
@@ -74,8 +73,8 @@ public final class ExtensionWorld: @unchecked Sendable {
             """)
         if let executableSource {
             try FileManager.default.createDirectory(atPath: build + "/bin", withIntermediateDirectories: true)
-            try FileManager.default.copyItem(atPath: executableSource, toPath: build + "/bin/run")
-            chmod(build + "/bin/run", 0o755)
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: executableSource))
+            try Fixtures.writeFile(build + "/bin/run", Array(bytes), mode: 0o755)
         } else {
             try write(build + "/bin/run", "#!/bin/sh\n\(script)\n", mode: 0o755)
         }

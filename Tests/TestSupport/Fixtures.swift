@@ -66,6 +66,27 @@ public enum Fixtures {
         }
     }
 
+    /// Writes `bytes` to `path` (created or truncated, then given `mode`) through a close-on-exec
+    /// descriptor. Foundation's writers and `copyItem` may open without `O_CLOEXEC`: a process
+    /// another test starts meanwhile then keeps the write descriptor, and exec'ing the file fails
+    /// with ETXTBSY for as long as that process lives (a fresh-clone CI run: `extsandbox run` of a
+    /// bundle installed seconds earlier).
+    public static func writeFile(_ path: String, _ bytes: [UInt8], mode: mode_t) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        defer { close(fd) }
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+            }
+            offset += written
+        }
+        guard fchmod(fd, mode) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+    }
+
     /// Whether `error` (from `Process.run`) is ETXTBSY.
     static func isTextFileBusy(_ error: any Error) -> Bool {
         let error = error as NSError
