@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "SandboxSystem"),
         .target(name: "SandboxPolicy", dependencies: ["CSeccomp", "CYAML", "SandboxSystem"]),
         .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem"]),
-        .target(name: "ExtSandboxWire"),
+        .target(name: "ExtSandboxWire", dependencies: ["SandboxSystem"]),
         .target(name: "ExtensionCatalog", dependencies: ["SandboxPolicy", "SandboxSystem", "CCrypto"]),
         .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog"]),
         // libFuzzer's driver behind SwiftPM's renamed `main` (Sources/FuzzDriver/include/FuzzDriver.h).
