@@ -107,24 +107,30 @@ extension ExtensionConnection {
                 }
                 return closeReason == nil
             }
+            if let farewell {
+                // Written like any frame (a bad HELLO's ERROR 4 goes out before the close, §5),
+                // and before the answer: the handshake's waiter closes the connection as soon as
+                // it runs, which on another CPU can be at once (the extension then read only the
+                // end of the connection, never the ERROR).
+                let failure = output.withLock { write(farewell, &$0) }
+                if let failure, closeReason == nil { closeReason = failure }
+            }
             switch answer {
             case .reply(let continuation, let result): continuation.resume(with: result)
             case .handshake(let continuation, let result): continuation.resume(with: result)
             case nil: break
             }
-            if let farewell {
-                // Written like any frame (a bad HELLO's ERROR 4 goes out before the close, §5).
-                let failure = output.withLock { write(farewell, &$0) }
-                if let failure, closeReason == nil { closeReason = failure }
-            }
             if let closeReason {
                 if peerClosed && state.withLock({ !$0.pending.isEmpty || $0.handshake != nil }) {
                     // An extension that dies closes its sockets a moment before its exit is known:
                     // give the process's end a while to fail the requests (or the handshake) with
-                    // the real reason; it closes the connection at once when it comes.
+                    // the real reason; it closes the connection at once when it comes. A program
+                    // the kernel marks as exiting gets as long as its end takes (under load,
+                    // seconds); one that still runs, the grace for an exit that follows a close.
                     releaseSocket()
+                    let wait = ExtensionProcessCore.waitForEndAfterHangUp(programLiveness())
                     Task { [weak self] in
-                        try? await Task.sleep(for: ExtensionProcessCore.exitAfterHangUpGrace)
+                        try? await Task.sleep(for: wait)
                         self?.close(because: closeReason)
                     }
                 } else {

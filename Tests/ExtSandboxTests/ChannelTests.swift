@@ -33,7 +33,8 @@ struct ChannelTests {
             // The typed WireError the wire document promises (§9).
             #expect(version == 2 && supported == 1)
         }
-        // The script exits 44 when what it read after its HELLO was ERROR id 0 code 4, else 45.
+        // The script exits 44 when what it read after its HELLO was ERROR id 0 code 4, 45 when it
+        // was another frame, 46 when the connection ended without one.
         #expect(await HostFixtures.exit(of: sandbox, within: 60) == .exited(code: 44))
     }
 

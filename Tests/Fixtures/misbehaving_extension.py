@@ -29,7 +29,10 @@ def serve(sock):
         threading.Event().wait()         # never answer the handshake
     if behaviour == "bad-version":       # version 2: the host must send ERROR id 0 code 4 (§5.3)
         sock.sendall(frame(1, 0, struct.pack(">HI", 2, 16 << 20)))
-        kind, id, payload = read_frame(sock)
+        try:
+            kind, id, payload = read_frame(sock)
+        except EOFError:
+            os._exit(46)                 # the connection ended without the ERROR
         os._exit(44 if (kind, id, payload[:4]) == (4, 0, struct.pack(">I", 4)) else 45)
     maximum = 4096 if behaviour == "small-max" else 16 << 20
     sock.sendall(frame(1, 0, struct.pack(">HI", 1, maximum)))
