@@ -311,7 +311,10 @@ extension ExtensionProcessCore {
             let exit = OnceContinuation<Termination?>()
             let waiters = [
                 Task { exit.resume(await sandbox.waitForExit()) },
-                Task { try? await Task.sleep(for: ExtensionProcessCore.exitAfterHangUpGrace); exit.resume(nil) },
+                Task { [wait = ExtensionProcessCore.waitForEndAfterHangUp(sandbox.programLiveness())] in
+                    try? await Task.sleep(for: wait)
+                    exit.resume(nil)
+                },
             ]
             let termination = await exit.value
             waiters.forEach { $0.cancel() }

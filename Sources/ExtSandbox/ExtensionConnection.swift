@@ -66,14 +66,19 @@ public final class ExtensionConnection: Sendable {
     let sendQueueLimit: SendQueueLimit
     let nextRoomWaiter = Atomic<UInt64>(1)
     let handlers: Handlers
+    /// Whether the extension's program is running or ending, asked when it hangs up with
+    /// requests pending (see `eventsArrived`).
+    let programLiveness: @Sendable () -> ProgramLiveness
 
     /// Wraps the host end of a new connection and writes the host's HELLO into it at once, so
     /// that the extension finds it waiting when it gets its end (``handshake(timeout:)`` then
     /// waits for the answer). Later, requests are written by their callers, and replies read
     /// on `monitor` (or by a caller waiting briefly for its own).
     init(descriptor: FileDescriptor, monitor: EventMonitor, name: String, sendQueueLimit: SendQueueLimit = SendQueueLimit(),
-         handlers: Handlers = Handlers(), onClose: @escaping @Sendable () -> Void) {
+         handlers: Handlers = Handlers(), programLiveness: @escaping @Sendable () -> ProgramLiveness = { .unknown },
+         onClose: @escaping @Sendable () -> Void) {
         self.handlers = handlers
+        self.programLiveness = programLiveness
         self.monitor = monitor
         self.onClose = onClose
         self.sendQueueLimit = sendQueueLimit

@@ -38,6 +38,15 @@ final class ExtensionProcessCore: Sendable {
     /// after the payload's sockets close: under load (CI, a busy host) more than 200 ms later.
     /// Only a live extension that closes a connection with requests pending waits this long.
     static let exitAfterHangUpGrace: Duration = .seconds(2)
+    /// How long a hang-up waits for the end of a program the kernel already marks as exiting:
+    /// its end comes (the init reaps it and reports), only the machine's load says when. A bound
+    /// all the same, so that nothing waits forever.
+    static let endAfterHangUpLimit: Duration = .seconds(30)
+
+    /// How long a socket's hang-up waits for the process's end, given where the program is.
+    static func waitForEndAfterHangUp(_ liveness: ProgramLiveness) -> Duration {
+        liveness == .ending ? endAfterHangUpLimit : exitAfterHangUpGrace
+    }
 
     enum Phase: Equatable {
         case running, suspended
@@ -213,7 +222,7 @@ final class ExtensionProcessCore: Sendable {
             // the HELLO there as soon as it takes the connection.
             let connection = ExtensionConnection(
                 descriptor: hostFD, monitor: Supervisor.shared.monitor, name: identity.bundleIdentifier,
-                sendQueueLimit: sendQueueLimit, handlers: handlers
+                sendQueueLimit: sendQueueLimit, handlers: handlers, programLiveness: { [sandbox] in sandbox.programLiveness() }
             ) { [weak self] in self?.releaseSlot(connectionID) }
             // From here on the connection's own close releases the slot (once).
             handedOver = true

@@ -112,6 +112,41 @@ struct LifecycleFaultTests {
         again.invalidate()
     }
 
+    @Test("mid-request, with the program's end reported late: the request waits past the hang-up grace for the real reason")
+    func killedMidRequestWithALateEnd() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        let pending = Task { try await connection.send(HostFixtures.message("sleep 60000")) }
+        try await Task.sleep(for: .milliseconds(100))
+        let sandbox = process.sandbox
+        let initPID = sandbox.pid
+        let program = try #require(sandbox.processIdentifiers().dropFirst().first)
+        #expect(sandbox.programLiveness() == .running)
+        // A stopped init cannot reap the program or report its end: as on a machine so loaded
+        // that the end is known only seconds after the program's sockets closed.
+        kill(initPID, SIGSTOP)
+        #expect(await HostFixtures.eventually { HostFixtures.processState(initPID) == "T" })
+        kill(program, SIGKILL)
+        #expect(await HostFixtures.eventually { HostFixtures.processState(program) == "Z" })
+        #expect(sandbox.programLiveness() == .ending)
+        // Past the grace a live program's hang-up gets (ExtensionProcessCore.exitAfterHangUpGrace).
+        if let early = await Self.outcome(of: pending, within: 3) {
+            Issue.record("the request ended before the program's end was known: \(early)")
+        }
+        kill(initPID, SIGCONT)
+        switch await Self.outcome(of: pending, within: 20) {
+        case .failure(ExtensionError.interrupted(let termination))?: #expect(termination == .signaled(signal: SIGKILL))
+        case .failure(let other)?: Issue.record("expected interrupted(signal 9), got \(other)")
+        case .success?: Issue.record("a request of a killed extension succeeded")
+        case nil: Issue.record("the request hung after the init went on")
+        }
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == 1 })
+        #expect(!connection.isOpen)
+    }
+
     @Test("while suspended: one interruption, and the next connection launches a fresh process")
     func killedWhileSuspended() async throws {
         let recorder = Recorder()

@@ -1,0 +1,34 @@
+import Glibc
+@testable import SandboxRuntime
+import Testing
+
+/// How /proc's view of a task is read (ProgramLiveness.swift); the whole path, a sandbox whose
+/// program is killed while its init cannot report it, is LifecycleFaultTests' late-end test.
+@Suite("Program liveness from /proc")
+struct ProgramLivenessTests {
+    @Test("a stat line's state and flags are read after the last parenthesis of the command name")
+    func statFieldsAfterTheCommandName() throws {
+        let line = "4242 (a) (b) Z 9 ) S 1 4242 4242 0 -1 4194564 120 0 0 0"
+        let parsed = try #require(SandboxedProcess.parseStat(Array(line.utf8)))
+        #expect(parsed.state == UInt8(ascii: "S") && parsed.flags == 4_194_564)
+        #expect(SandboxedProcess.parseStat(Array("4242 (truncated".utf8)) == nil)
+        #expect(SandboxedProcess.parseStat(Array("4242 (x) R 1 2".utf8)) == nil)
+    }
+
+    @Test("this process is alive, an unused pid is gone, a zombie is exiting")
+    func statesOfRealTasks() throws {
+        #expect(SandboxedProcess.taskState(getpid()) == .alive)
+        #expect(SandboxedProcess.taskState(pid_t(Int32.max)) == .gone)
+        // A child that has exited and is not reaped yet.
+        var child: pid_t = 0
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/true"), nil]
+        defer { argv.forEach { free($0) } }
+        #expect(posix_spawn(&child, "/bin/true", nil, nil, argv, environ) == 0)
+        var info = siginfo_t()
+        #expect(waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT) == 0)
+        #expect(SandboxedProcess.taskState(child) == .exiting)
+        var status: Int32 = 0
+        #expect(waitpid(child, &status, 0) == child)
+        #expect(SandboxedProcess.taskState(child) == .gone)
+    }
+}
