@@ -155,8 +155,29 @@ static void let_run(int listener, uint64_t id, int *answered) {
     if (answered) *answered = (r == 0);
 }
 
-/// Audit mode reports each syscall number once.
+/// Audit mode reports each syscall number once: the numbers of the syscall table by a bitmap,
+/// and at most XSB_AUDITED_OTHERS_MAX other numbers (no syscall has them; each returns ENOSYS).
+/// Without that bound a program calling syscall(n) for ever new n sent the supervisor a report
+/// per call, and the supervisor's set of audited names grew without limit.
 static unsigned char audited_bits[1024 / 8];
+#define XSB_AUDITED_OTHERS_MAX 64
+static int32_t audited_others[XSB_AUDITED_OTHERS_MAX];
+static int audited_other_count;
+
+/// Whether `nr` is reported now (the first time, and only while there is room for it).
+static int audit_first_time(int nr) {
+    if (nr >= 0 && nr < 1024) {
+        if (audited_bits[nr / 8] & (1u << (nr % 8))) return 0;
+        audited_bits[nr / 8] |= (unsigned char)(1u << (nr % 8));
+        return 1;
+    }
+    for (int i = 0; i < audited_other_count; i++) {
+        if (audited_others[i] == nr) return 0;
+    }
+    if (audited_other_count == XSB_AUDITED_OTHERS_MAX) return 0;
+    audited_others[audited_other_count++] = nr;
+    return 1;
+}
 
 /// Carries out xsb_seccomp_decide's verdict on one notified call.
 static void handle(int listener, const struct seccomp_notif *req) {
@@ -167,11 +188,8 @@ static void handle(int listener, const struct seccomp_notif *req) {
         let_run(listener, req->id, &first_exec_done);
         return;
     case XSB_VERDICT_LET_RUN_AUDITED:
-        if (nr < 0 || nr >= 1024 || !(audited_bits[nr / 8] & (1u << (nr % 8)))) {
-            if (nr >= 0 && nr < 1024) audited_bits[nr / 8] |= (unsigned char)(1u << (nr % 8));
-            // Blocking: the audited call waits until the supervisor has room for the report.
-            send_message(XSB_MSG_AUDITED, 0, nr, "", 0);
-        }
+        // Blocking: the audited call waits until the supervisor has room for the report.
+        if (audit_first_time(nr)) send_message(XSB_MSG_AUDITED, 0, nr, "", 0);
         let_run(listener, req->id, NULL);
         return;
     case XSB_VERDICT_FAIL_LAUNCH_EXEC:

@@ -36,6 +36,12 @@ struct ResourceLimitPlan {
         add(XSB_RLIMIT_FSIZE, limits.fileSizeBytes)
         // No core files: they would land in the sandbox's writable places with its memory.
         add(XSB_RLIMIT_CORE, 0)
+        // No real-time scheduling and no nice below the default, whatever the supervisor was
+        // given: its limits are inherited otherwise, and with the host's RLIMIT_RTPRIO (audio
+        // groups often have 95) a SCHED_FIFO busy loop in the sandbox starves the host's CPUs
+        // (no CAP_SYS_NICE is needed under the limit). Lowering a limit never fails.
+        add(XSB_RLIMIT_RTPRIO, 0)
+        add(XSB_RLIMIT_NICE, 0)
         rlimits = result
     }
 }

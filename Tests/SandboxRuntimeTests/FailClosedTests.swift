@@ -1,3 +1,4 @@
+import CSandboxShim
 import Foundation
 import Glibc
 import SandboxPolicy
@@ -139,6 +140,33 @@ struct HardeningTests {
         config.extraFileDescriptors = [987]
         let error = await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
         #expect(error?.errorNumber == EBADF)
+    }
+
+    /// Audit mode reported every call of a number outside the syscall table, each time: a
+    /// program calling syscall(n) for ever new n grew the supervisor's set of audited names
+    /// (and the CLI's report) without bound.
+    @Test("audit mode reports a bounded number of unknown syscall numbers, however many are made")
+    func auditReportIsBounded() async throws {
+        var config = try Fixtures.probeConfiguration(["unknown-syscalls", "3000"])
+        config.auditSeccomp = true
+        let process = try await Supervisor.shared.launch(config)
+        let termination = await process.waitForExit()
+        #expect(termination == .exited(code: 0), "\(termination)")
+        let unknown = process.auditedSyscalls.filter { $0.hasPrefix("syscall ") }
+        #expect(!unknown.isEmpty && unknown.count <= 64, "\(unknown.count) unknown numbers reported")
+    }
+
+    /// Limits the policy does not name are the supervisor's, inherited; an RLIMIT_RTPRIO above 0
+    /// (audio groups often get 95) lets SCHED_FIFO run without privilege, and a busy loop at
+    /// real-time priority starves the host's CPUs (the probe's `rt-priority` check shows it on a
+    /// host that has one; this machine's hard limit is 0 and cannot be raised here).
+    @Test("no sandbox inherits the supervisor's real-time priority or nice limits")
+    func schedulingLimitsPinned() throws {
+        let plan = ResourceLimitPlan(try Fixtures.standardPolicy().limits)
+        for resource in [XSB_RLIMIT_RTPRIO, XSB_RLIMIT_NICE] {
+            let limit = plan.rlimits.first { $0.resource == Int32(resource) }
+            #expect(limit?.soft == 0 && limit?.hard == 0, "resource \(resource): \(String(describing: limit))")
+        }
     }
 
     @Test("the sandbox init is not dumpable once running")

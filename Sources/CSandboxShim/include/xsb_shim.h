@@ -247,6 +247,8 @@ enum {
     XSB_RLIMIT_NPROC = RLIMIT_NPROC,
     XSB_RLIMIT_NOFILE = RLIMIT_NOFILE,
     XSB_RLIMIT_AS = RLIMIT_AS,
+    XSB_RLIMIT_RTPRIO = RLIMIT_RTPRIO,
+    XSB_RLIMIT_NICE = RLIMIT_NICE,
 };
 
 /// Drops the calling thread's supplementary groups (only that thread's: a raw setgroups).

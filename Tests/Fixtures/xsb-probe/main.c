@@ -781,6 +781,25 @@ static int c_raise_rlimit(int argc, char **argv)
                    (unsigned long long)want.rlim_max);
 }
 
+/* rt-priority: real-time scheduling needs RLIMIT_RTPRIO above 0 (no
+ * CAP_SYS_NICE outside), and a SCHED_FIFO busy loop would starve the host's
+ * CPUs: the sandbox never inherits the supervisor's limit. */
+static int c_rt_priority(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_RTPRIO, &rl) == -1)
+        return failed("getrlimit: %s", errno_name(errno));
+    struct sched_param param = {.sched_priority = 1};
+    if (sched_setscheduler(0, SCHED_FIFO, &param) == -1)
+        return blocked(errno, "RLIMIT_RTPRIO %llu/%llu", (unsigned long long)rl.rlim_cur,
+                       (unsigned long long)rl.rlim_max);
+    struct sched_param normal = {.sched_priority = 0};
+    (void)sched_setscheduler(0, SCHED_OTHER, &normal);
+    return escaped("SCHED_FIFO priority 1 granted (RLIMIT_RTPRIO %llu/%llu)",
+                   (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+}
+
 static void read_comm(pid_t pid, char *out, size_t outlen)
 {
     char path[64];
@@ -1558,6 +1577,21 @@ static int t_cpu_spin(int argc, char **argv)
 }
 
 
+/* unknown-syscalls N: N calls of N different numbers no syscall has (each
+ * returns ENOSYS when the filter lets it run): under --audit the sandbox
+ * reports a bounded number of them, however many it makes. */
+static int t_unknown_syscalls(int argc, char **argv)
+{
+    long n;
+    if (argc < 1 || parse_long(argv[0], 1, 1000000, &n))
+        return usage_error("needs N (1..1000000)");
+    long enosys = 0;
+    for (long i = 0; i < n; i++)
+        if (syscall(100000 + i) == -1 && errno == ENOSYS)
+            enosys++;
+    return ok("made %ld calls of unknown numbers, %ld returned ENOSYS", n, enosys);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Built-in refusals and the shipped levels' argument rules: each call must   */
 /* fail with one particular errno (the filter's answer), not just fail.       */
@@ -1928,6 +1962,7 @@ static const struct check checks[] = {
     {"sys", BLOCKED, NULL, 0, c_sys, ""},
     {"setuid0", BLOCKED, NULL, 0, c_setuid0, ""},
     {"raise-rlimit", BLOCKED, NULL, 0, c_raise_rlimit, ""},
+    {"rt-priority", BLOCKED, NULL, 0, c_rt_priority, ""},
     {"kill-host", BLOCKED, NULL, DANGEROUS, c_kill_host, ""},
     {"net-connect", BLOCKED, NULL, 0, c_net_connect, ""},
     {"abstract-unix", BLOCKED, NULL, 0, c_abstract_unix, "[NAME]"},
@@ -1973,6 +2008,7 @@ static const struct check checks[] = {
     {"tmp-fill", TOOL, NULL, DANGEROUS, t_tmp_fill, "[HOLD_S]"},
     {"fd-exhaust", TOOL, NULL, 0, t_fd_exhaust, "[HOLD_S]"},
     {"cpu-spin", TOOL, NULL, 0, t_cpu_spin, "SECONDS"},
+    {"unknown-syscalls", TOOL, NULL, 0, t_unknown_syscalls, "N"},
     {"kill-under-signals", TOOL, NULL, 0, t_kill_under_signals, "[ATTEMPTS]"},
     {"stacked-errno", TOOL, NULL, 0, t_stacked_errno, ""},
     /* W^X checks for levels with memory-deny-write-execute (hardened); other
