@@ -300,6 +300,24 @@ static int passed_fd(int32_t fd, int32_t passed_count) {
 
 static int absolute(const char *path) { return path != NULL && path[0] == '/'; }
 
+/// Absolute, with no "." or ".." component. The init walks mount targets component by component
+/// from the new root and opens bind sources below /oldroot, and ".." would climb out of either
+/// (a target "/../oldroot/…" reaches the host's file system). The supervisor never writes one
+/// (MountPlan.swift normalizes targets, BindSource.swift resolves sources to real paths): a
+/// description that has one is not the supervisor's.
+static int plain_absolute(const char *path) {
+    if (!absolute(path)) return 0;
+    for (const char *p = path; *p != '\0';) {
+        while (*p == '/') p++;
+        const char *end = p;
+        while (*end != '\0' && *end != '/') end++;
+        size_t length = (size_t)(end - p);
+        if ((length == 1 && p[0] == '.') || (length == 2 && p[0] == '.' && p[1] == '.')) return 0;
+        p = end;
+    }
+    return 1;
+}
+
 int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what) {
     refusal = "launch description";
     memset(cfg, 0, sizeof *cfg);
@@ -361,8 +379,10 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
         op->size = m.size;
         op->mode = m.mode;
         op->target = string_at(base, size, &m.target);
-        if (!absolute(op->target)) rc = refuse("launch description: a mount's target");
-        else if ((m.flags & ~(XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DIRECTORY | XSB_MOUNT_F_DEVICE)) != 0 || (m.mode & ~07777u) != 0)
+        if (!plain_absolute(op->target)) rc = refuse("launch description: a mount's target");
+        // XSB_MOUNT_F_DEVICE (a writable bind that keeps device nodes usable) is only for the
+        // init's own /dev nodes (mounts.c), never one the description asks for.
+        else if ((m.flags & ~(XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DIRECTORY)) != 0 || (m.mode & ~07777u) != 0)
             rc = refuse("launch description: a mount's flags or mode");
         else if (m.kind == XSB_MOUNT_FILE) {
             // The file's bytes: any bytes, `size` of them, NUL after them.
@@ -371,7 +391,7 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
             else op->source = base + m.source.offset;
         } else if (m.kind == XSB_MOUNT_BIND || m.kind == XSB_MOUNT_SYMLINK || m.kind == XSB_MOUNT_TMPFS || m.kind == XSB_MOUNT_MASK) {
             op->source = string_at(base, size, &m.source);
-            if (op->source == NULL || (m.kind == XSB_MOUNT_BIND && !absolute(op->source)) || (m.kind == XSB_MOUNT_SYMLINK && m.source.length == 0))
+            if (op->source == NULL || (m.kind == XSB_MOUNT_BIND && !plain_absolute(op->source)) || (m.kind == XSB_MOUNT_SYMLINK && m.source.length == 0))
                 rc = refuse("launch description: a mount's source");
         } else {
             rc = refuse("launch description: a mount's kind");

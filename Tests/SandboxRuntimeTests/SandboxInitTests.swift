@@ -91,8 +91,17 @@ struct SandboxInitTests {
 
     // MARK: The launch description, as the init reads it
 
-    /// A valid description of a small launch (what xsb_spawn writes), as bytes.
-    static func validDescription() throws -> [UInt8] {
+    /// A mount operation added to a description as given, past MountPlan's checks.
+    struct RawMount {
+        var kind: xsb_mount_kind
+        var flags: Int32 = 0
+        var source: String
+        var target: String
+    }
+
+    /// A valid description of a small launch (what xsb_spawn writes), as bytes; with `extra`,
+    /// one that also carries those mount operations unchecked.
+    static func validDescription(extra: [RawMount] = []) throws -> [UInt8] {
         let arena = CArena()
         var config = xsb_spawn_config()
         config.path = UnsafePointer(arena.string("/bin/true"))
@@ -102,7 +111,19 @@ struct SandboxInitTests {
         config.hostname = UnsafePointer(arena.string("extsandbox"))
         var plan = try MountPlan(policy: try Fixtures.standardPolicy(), extraMounts: [], hostname: "extsandbox", uid: 1000, gid: 1000)
         plan.append(.file(target: "/etc/motd", contents: "hello\0world"))
-        let (ops, count) = plan.cOperations(in: arena)
+        let (planned, plannedCount) = plan.cOperations(in: arena)
+        let count = plannedCount + extra.count
+        let ops = arena.array(of: xsb_mount_op.self, count: count)
+        for index in 0..<plannedCount { ops[index] = planned[index] }
+        for (index, mount) in extra.enumerated() {
+            var op = xsb_mount_op()
+            op.kind = Int32(mount.kind.rawValue)
+            op.flags = mount.flags
+            op.source = UnsafePointer(arena.string(mount.source))
+            op.target = UnsafePointer(arena.string(mount.target))
+            op.size = mount.kind == XSB_MOUNT_FILE ? UInt64(mount.source.utf8.count) : 1 << 20
+            ops[plannedCount + index] = op
+        }
         config.mounts = UnsafePointer(ops)
         config.mount_count = count
         let bpf = arena.bytes([0x06, 0, 0, 0, 0, 0, 0xff, 0x7f])  // RET ALLOW
@@ -206,6 +227,33 @@ struct SandboxInitTests {
         #expect(try await refusal(patched(32 + 8, UInt64.max)) == "launch description: working directory")
         #expect(try await refusal(patched(64 + 8, 17)) == "launch description: arguments")
         #expect(try await refusal(patched(64 + 8, 0)) == "launch description: no arguments (argv[0])")
+    }
+
+    /// The init walks targets from the new root and opens bind sources below /oldroot: ".." in
+    /// either climbs out (a file op at "/../oldroot/…" is a file on the host's file system), and a
+    /// device bind is read-write with device nodes usable. The supervisor never asks for them; an
+    /// init that took them from a description would have done them.
+    @Test("the init refuses '.' and '..' in mount paths and device binds it did not make itself")
+    func descriptionMountPaths() async throws {
+        let accepted = try await Self.runInit(description: Self.memfd(try Self.validDescription(extra: [
+            RawMount(kind: XSB_MOUNT_BIND, source: "/usr/share", target: "/a/..b/c."),
+        ])))
+        #expect(accepted.error == nil, "names that only start or end with dots are fine: \(accepted.error.map(Self.detail) ?? "")")
+        let cases: [(RawMount, String)] = [
+            (RawMount(kind: XSB_MOUNT_FILE, source: "", target: "/../oldroot/tmp/x"), "a mount's target"),
+            (RawMount(kind: XSB_MOUNT_TMPFS, source: "", target: "/a/../../oldroot/var"), "a mount's target"),
+            (RawMount(kind: XSB_MOUNT_SYMLINK, source: "/x", target: "/./x"), "a mount's target"),
+            (RawMount(kind: XSB_MOUNT_BIND, source: "/usr/..", target: "/x"), "a mount's source"),
+            (RawMount(kind: XSB_MOUNT_BIND, source: "/../newroot", target: "/x"), "a mount's source"),
+            (RawMount(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DEVICE), source: "/dev/null", target: "/x"), "a mount's flags or mode"),
+        ]
+        for (mount, what) in cases {
+            let fd = Self.memfd(try Self.validDescription(extra: [mount]))
+            defer { close(fd) }
+            let run = try await Self.runInit(description: fd)
+            #expect(run.status == 127 << 8, "\(mount): \(run.status)")
+            #expect(run.error.map(Self.detail) == "launch description: \(what)", "\(mount)")
+        }
     }
 
     @Test("a description damaged anywhere is refused or harmless: the init never crashes on it")
