@@ -15,7 +15,11 @@ public final class FrameReceiver {
     /// Decodes incoming frames; its ``FrameDecoder/maximumFrameSize`` is this side's maximum.
     public private(set) var decoder: FrameDecoder
 
-    private let readBuffer: UnsafeMutableRawBufferPointer
+    /// Starts at ``FrameSocket/initialReceiveBufferSize`` and is replaced by one of
+    /// ``FrameSocket/receiveBufferSize`` after a read that filled it (see ``growIfFilled()``).
+    private var readBuffer: UnsafeMutableRawBufferPointer
+    /// Whether the last `recvmsg` into `readBuffer` filled it: more may wait.
+    private var lastReadFilledBuffer = false
     private var readStart = 0
     private var readEnd = 0
     /// Whether the last `recvmsg` returned fewer bytes than it had room for, and no fds: the
@@ -29,7 +33,7 @@ public final class FrameReceiver {
     public init(descriptor: FileDescriptor, maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
         self.descriptor = descriptor
         decoder = FrameDecoder(maximumFrameSize: maximumFrameSize)
-        readBuffer = .allocate(byteCount: FrameSocket.receiveBufferSize, alignment: 16)
+        readBuffer = .allocate(byteCount: FrameSocket.initialReceiveBufferSize, alignment: 16)
         controlBuffer = .allocate(byteCount: FrameSocket.controlBufferSize, alignment: 16)
     }
 
@@ -63,6 +67,20 @@ public final class FrameReceiver {
     /// Whether bytes already read from the socket wait in this object's buffer (a poll of the
     /// descriptor does not see them).
     public var hasBufferedInput: Bool { readStart < readEnd }
+
+    /// Bytes the receive buffer holds at most now: ``FrameSocket/initialReceiveBufferSize``
+    /// until a read fills it, ``FrameSocket/receiveBufferSize`` from then on.
+    public var receiveBufferCapacity: Int { readBuffer.count }
+
+    /// After a read that filled the small buffer (a peer sending faster than one page per read),
+    /// the next reads get the full-size one. Called only when the buffer is empty (every read
+    /// is), so nothing is copied. One reallocation per socket at most.
+    private func growIfFilled() {
+        guard lastReadFilledBuffer, readBuffer.count < FrameSocket.receiveBufferSize else { return }
+        lastReadFilledBuffer = false
+        readBuffer.deallocate()
+        readBuffer = .allocate(byteCount: FrameSocket.receiveBufferSize, alignment: 16)
+    }
 
     /// Receives the next frame if the bytes for it are available, without blocking on a
     /// non-blocking socket (on a blocking one it blocks like ``receive()``).
@@ -135,11 +153,13 @@ public final class FrameReceiver {
                 }
                 continue
             }
+            growIfFilled()
             let n: Int
             let fds: [Int32]
             do { (n, fds) = try receiveMessage(from: socket, into: readBuffer, flags: flags) } catch { throw decoder.abort(error) }
             if n < 0 { return .wouldBlock }
             lastReadWasShort = n > 0 && n < readBuffer.count && fds.isEmpty
+            lastReadFilledBuffer = n == readBuffer.count
             if n == 0 {
                 if !fds.isEmpty {
                     closeDescriptors(fds)

@@ -30,9 +30,15 @@ public final class FrameSocket {
         case closed
     }
 
-    /// Size of the receive buffer: one `recvmsg` reads at most this much (except for large
-    /// payloads, which are read directly into the frame's buffer).
+    /// Largest size of the receive buffer: one `recvmsg` reads at most this much (except for
+    /// large payloads, which are read directly into the frame's buffer).
     public static let receiveBufferSize = 64 * 1024
+
+    /// Size of a new receiver's buffer. It grows to ``receiveBufferSize`` the first time a read
+    /// fills it (the peer sends faster than it is read): an idle socket (an extension's control
+    /// socket, a connection that carries small requests) costs its host one page, not 64 KiB
+    /// (issue 14: the host's memory per running extension).
+    public static let initialReceiveBufferSize = 4 * 1024
 
     /// Payloads with at least this many bytes still missing are read straight into the frame.
     static let directReadThreshold = 16 * 1024

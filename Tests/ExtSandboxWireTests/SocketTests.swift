@@ -55,6 +55,33 @@ struct SocketTests {
         #expect(probes.allSatisfy { $0.isClosed })
     }
 
+    @Test("an idle receiver's buffer is one page; a read that fills it brings the full size, frames intact")
+    func receiveBufferGrowsOnlyWhenFilled() throws {
+        // Issue 14: every running extension holds two receivers in its host (the control socket
+        // and a connection); at 64 KiB each they alone were over the 64 KiB per extension.
+        let (x, y) = try FrameSocket.makeSocketPair()
+        let receiver = FrameReceiver(descriptor: y)
+        defer { receiver.detach() }
+        #expect(receiver.receiveBufferCapacity == FrameSocket.initialReceiveBufferSize)
+        #expect(FrameSocket.initialReceiveBufferSize <= 4096)
+        // Request-reply traffic: one small frame at a time never fills it.
+        for index in 0..<100 {
+            let payload = [UInt8](repeating: UInt8(index), count: 64)
+            rawSend(x.rawValue, rawFrame(kind: FrameKind.oneway.rawValue, payload: payload))
+            #expect(try receiver.receive() == .oneway(payload: payload))
+        }
+        #expect(receiver.receiveBufferCapacity == FrameSocket.initialReceiveBufferSize)
+        // 76 KB of small frames waiting at once (one write): the first read fills the page, the
+        // next reads get the full-size buffer, and no frame is lost or torn across the change.
+        let count = 1_000
+        let payloads = (0..<count).map { [UInt8](repeating: UInt8($0 % 256), count: 60) }
+        rawSend(x.rawValue, payloads.flatMap { rawFrame(kind: FrameKind.oneway.rawValue, payload: $0) })
+        for payload in payloads { #expect(try receiver.receive() == .oneway(payload: payload)) }
+        #expect(receiver.receiveBufferCapacity == FrameSocket.receiveBufferSize)
+        x.close()
+        #expect(try receiver.receive() == nil)
+    }
+
     @Test("a 4 MiB frame with an fd: partial writes, blocking and non-blocking")
     func largeFrames() throws {
         let (x, y) = try FrameSocket.makeSocketPair()
