@@ -25,7 +25,7 @@ struct ProcessReuseKey: Sendable, Equatable {
         self.identity = identity
         let searchPath = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable())
         do {
-            policy = try PolicyLoader.load(nameOrPath: identity.point.securityLevel, searchPath: searchPath)
+            policy = SharedPolicies.shared(try PolicyLoader.load(nameOrPath: identity.point.securityLevel, searchPath: searchPath))
         } catch {
             throw ExtensionError.policyFailed(securityLevel: identity.point.securityLevel, error: error)
         }
