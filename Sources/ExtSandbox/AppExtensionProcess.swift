@@ -290,12 +290,12 @@ extension ExtensionProcessCore {
             // The caller kills the sandbox; the control socket closes with `reader`.
             throw ExtensionError.monitorFailed(error)
         }
-        let watchers = [
-            Task { once.resume(.ended(await sandbox.waitForExit())) },
-            Task { try? await Task.sleep(for: timeout); once.resume(.timedOut) },
-        ]
+        // A closure, not a task: a task waiting for the exit would stay suspended (its memory
+        // held) for the extension's whole life, since nothing cancels that wait.
+        sandbox.whenEnded { once.resume(.ended($0)) }
+        let timer = Task { try? await Task.sleep(for: timeout); once.resume(.timedOut) }
         let outcome = await once.value
-        watchers.forEach { $0.cancel() }
+        timer.cancel()
         // Returns once the handler is not running (and it never runs again).
         monitor.remove(fd: descriptor, token: token)
         let control = reader.take()

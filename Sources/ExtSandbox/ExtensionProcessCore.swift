@@ -131,9 +131,9 @@ final class ExtensionProcessCore: Sendable {
         }
         // Without the control socket watched, its GOODBYE would read as an interruption: fail closed.
         if watchFailed { sandbox.kill() }
-        Task.detached { [self] in
-            let termination = await sandbox.waitForExit()
-            await ended(termination)
+        // A closure until the end, not a task suspended for the extension's whole life.
+        sandbox.whenEnded { [self] termination in
+            Task.detached { await self.ended(termination) }
         }
         state.withLock { state in
             if state.slots.isEmpty && state.phase == .running { startIdleClock(&state) }
