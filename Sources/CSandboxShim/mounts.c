@@ -1,5 +1,6 @@
 // The sandbox's file system: a fresh tmpfs root holding only what the policy binds, a fresh
-// /proc, a minimal /dev, a size-limited /tmp; then the old root detached and the new one entered.
+// /proc, a minimal /dev, a size-limited /tmp (a directory of the root's tmpfs, which is sized for
+// it); then the old root detached and the new one entered.
 //
 // Technique (as in bubblewrap): mount a tmpfs over /tmp of our private mount namespace and
 // pivot into it, so the host's root stays reachable as /oldroot — even /tmp, which the tmpfs
@@ -16,6 +17,7 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -34,6 +36,9 @@
 #define XSB_FSMOUNT_CLOEXEC 0x00000001
 #define XSB_FSCONFIG_SET_STRING 1
 #define XSB_FSCONFIG_CMD_CREATE 6
+#define XSB_FSCONFIG_CMD_RECONFIGURE 7
+#define XSB_FSPICK_CLOEXEC 0x00000001
+#define XSB_FSPICK_EMPTY_PATH 0x00000008
 #define XSB_RESOLVE_NO_SYMLINKS 0x04
 
 struct xsb_mount_attr {
@@ -201,6 +206,52 @@ static int directory_mount_at(int root, const char *target, uint64_t attrs) {
     return rc;
 }
 
+/// The sandbox's /tmp: a directory of the root's tmpfs (sticky, writable by all) with a mount of
+/// its own, writable while the root is read-only; no file system of its own (directory_mount_at).
+/// Its size limit is the root's, which xsb_setup_mounts sizes for it.
+static int tmp_directory_at(int root) {
+    if (mkdirat(root, "tmp", 01777) != 0 && errno != EEXIST) return -1;
+    int dir = openat(root, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir < 0) return -1;
+    int rc = fchmod(dir, 01777);  // mkdirat's mode passed through the umask
+    close_keeping_errno(dir);
+    if (rc != 0) return -1;
+    return directory_mount_at(root, "/tmp", XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV);
+}
+
+/// The staging tmpfs's options: 4 MiB and 16,384 inodes for the root's directories and files,
+/// plus /tmp's size and inode budget (the same as tmpfs_at gives a tmpfs of that size). Once the
+/// root is built, size_root_for_tmp takes the 4 MiB back.
+static void staging_options(char *out, uint64_t tmp_size) {
+    char size_text[24], inodes_text[24];
+    number_text(size_text, (4u << 20) + tmp_size, 10);
+    number_text(inodes_text, 16384 + tmp_size / 1024 + 64, 10);
+    const char *parts[] = {"mode=0755,size=", size_text, ",nr_inodes=", inodes_text};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        for (const char *c = parts[i]; *c; c++) out[n++] = *c;
+    out[n] = '\0';
+}
+
+/// Resizes the root's tmpfs, once everything but /tmp is in it, to what it holds plus /tmp's
+/// size and inode budget: /tmp can then take exactly its policy's size, as a tmpfs of its own
+/// could, and nothing else can grow (the root is read-only from here on).
+static int size_root_for_tmp(int root, uint64_t tmp_size) {
+    struct statfs st;
+    if (fstatfs(root, &st) != 0) return -1;
+    char size_text[24], inodes_text[24];
+    number_text(size_text, (uint64_t)(st.f_blocks - st.f_bfree) * (uint64_t)st.f_bsize + tmp_size, 10);
+    number_text(inodes_text, (uint64_t)(st.f_files - st.f_ffree) + tmp_size / 1024 + 64, 10);
+    int fs = (int)syscall(SYS_fspick, root, "", XSB_FSPICK_CLOEXEC | XSB_FSPICK_EMPTY_PATH);
+    if (fs < 0) return -1;
+    int rc = fs_string(fs, "size", size_text) == 0 && fs_string(fs, "nr_inodes", inodes_text) == 0 &&
+                     syscall(SYS_fsconfig, fs, XSB_FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0) == 0
+                 ? 0
+                 : -1;
+    close_keeping_errno(fs);
+    return rc;
+}
+
 static int symlink_at(int root, const char *text, const char *target) {
     char leaf[256];
     int parent = open_parent(root, target, leaf, sizeof leaf);
@@ -339,7 +390,10 @@ int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd) {
         xsb_child_report(control_fd, XSB_STEP_MOUNT_PRIVATE, errno, "/");
         return -1;
     }
-    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m,nr_inodes=16384") != 0 ||
+    // The staging tmpfs becomes the sandbox's root, and holds its /tmp too (tmp_directory_at).
+    char staging[96];
+    staging_options(staging, cfg->tmp_size);
+    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, staging) != 0 ||
         chdir("/tmp") != 0 || mkdir("newroot", 0755) != 0 || mkdir("oldroot", 0755) != 0 ||
         mount("newroot", "newroot", NULL, MS_BIND, NULL) != 0) {
         xsb_child_report(control_fd, XSB_STEP_ROOT_TMPFS, errno, "/tmp");
@@ -356,11 +410,15 @@ int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd) {
     }
 
     int ok = setup_proc(root, control_fd) == 0 && setup_dev(root, cfg, control_fd) == 0;
-    if (ok && tmpfs_at(root, "/tmp", 01777, cfg->tmp_size, XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV) != 0) {
+    if (ok && tmp_directory_at(root) != 0) {
         xsb_child_report(control_fd, XSB_STEP_TMPFS_MOUNT, errno, "/tmp");
         ok = 0;
     }
     for (size_t i = 0; ok && i < cfg->mount_count; i++) ok = apply_op(root, &cfg->mounts[i], control_fd) == 0;
+    if (ok && size_root_for_tmp(root, cfg->tmp_size) != 0) {
+        xsb_child_report(control_fd, XSB_STEP_TMPFS_MOUNT, errno, "/tmp (sizing the root)");
+        ok = 0;
+    }
     close(root);
     if (!ok) return -1;
 
