@@ -64,6 +64,14 @@ struct ScaleBench: Sendable {
             messages["\(what): \(error)", default: 0] += 1
         }
 
+        /// Another process's failures (a shard host's), by message.
+        mutating func merge(_ other: [String: Int], from source: String) {
+            for (message, times) in other {
+                count += times
+                messages["\(source): \(message)", default: 0] += times
+            }
+        }
+
         /// The kernel or process limits the messages name (errno texts of the launch steps).
         var limitsHit: [String] {
             var hits: Set<String> = []

@@ -33,6 +33,12 @@ extension ScaleBench {
         var tasksPerExtension = 0.0
         var hostMapsPerExtension = 0.0
         var meminfoKiBPerExtension: [String: Double] = [:]
+        /// Every host process that held the step's extensions, this one first (its figures are
+        /// the ones above); more than one when one fd table could not hold them all (the reason).
+        var hosts: [HostFigures] = []
+        var hostProcessesReason: String?
+        /// Why a step stopped at the memory floor did not measure its launches.
+        var launchesNotMeasured: String?
 
         var json: [String: Any] {
             var result: [String: Any] = [
@@ -49,73 +55,108 @@ extension ScaleBench {
                 "meminfo_kib_per_extension": meminfoKiBPerExtension.mapValues(rounded),
             ]
             if let stopped { result["stopped"] = stopped }
+            result["host_processes"] = hosts.count
+            result["hosts"] = hosts.map(\.json)
+            if let hostProcessesReason { result["host_processes_reason"] = hostProcessesReason }
+            if let launchesNotMeasured { result["launches_not_measured"] = launchesNotMeasured }
             return result
         }
     }
 
     static func rounded(_ value: Double) -> Double { (value * 1000).rounded() / 1000 }
 
-    /// Measures the host and the machine with `alive` running, against `base` (before the first
-    /// launch) and the MemAvailable of that moment.
-    func measure(_ alive: [Running], base: ScaleSystem.HostSample, baseAvailable: Int, baseMeminfo: [String: Int],
-                 failures: inout Failures, withLaunches: Bool) async -> Step {
+    /// Measures the host and the machine with `alive` running here and the `shards`' extensions in
+    /// their processes, against `base` (this host before the first launch) and the MemAvailable
+    /// of that moment. Host figures are this process's own (each shard's in ``Step/hosts``);
+    /// machine figures and round trips are over every extension.
+    func measure(_ alive: [Running], shards: [ShardRecord] = [], base: ScaleSystem.HostSample, baseAvailable: Int,
+                 baseMeminfo: [String: Int], failures: inout Failures, withLaunches: Bool,
+                 launchFloorKiB: Int? = nil) async -> Step {
         var step = Step()
         let count = alive.count
-        step.extensions = count
-        guard count > 0 else { return step }
+        let total = count + shards.reduce(0) { $0 + $1.extensions }
+        step.extensions = total
+        guard total > 0 else { return step }
         // Let the launches' transient allocations settle before reading memory.
         try? await Task.sleep(for: .seconds(1))
         let host = ScaleSystem.HostSample.now()
         let available = ScaleSystem.memoryAvailable(samples: 5)
+        let here = Double(max(count, 1))
         step.hostFDs = host.fileDescriptors
-        // Every `Running` holds exactly one open connection (one socket in the host).
-        step.hostFDsPerExtensionWithConnection = Double(host.fileDescriptors - base.fileDescriptors) / Double(count)
-        step.hostFDsPerExtension = Double(host.fileDescriptors - base.fileDescriptors - count) / Double(count)
-        step.hostKiBPerExtension = Double(host.anonymousKiB - base.anonymousKiB) / Double(count)
+        // Every `Running` holds exactly one open connection (one socket in the host); the bench
+        // holds one socket to each shard host, which no extension costs.
+        let extensionFDs = host.fileDescriptors - base.fileDescriptors - shards.count
+        step.hostFDsPerExtensionWithConnection = Double(extensionFDs) / here
+        step.hostFDsPerExtension = Double(extensionFDs - count) / here
+        step.hostKiBPerExtension = Double(host.anonymousKiB - base.anonymousKiB) / here
         step.hostThreads = host.threads
-        step.hostMapsPerExtension = Double(host.memoryMaps - base.memoryMaps) / Double(count)
+        step.hostMapsPerExtension = Double(host.memoryMaps - base.memoryMaps) / here
+        var limit = rlimit()
+        getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
+        step.hosts = [HostFigures(pid: getpid(), role: "bench", extensions: count, fdLimit: Int(truncatingIfNeeded: limit.rlim_cur),
+                                  fds: host.fileDescriptors, fdsPerExtension: step.hostFDsPerExtension,
+                                  fdsPerExtensionWithConnection: step.hostFDsPerExtensionWithConnection,
+                                  kibPerExtension: step.hostKiBPerExtension, threads: host.threads, growSeconds: 0)]
+            + shards.map(\.figures)
         step.memoryAvailableDropKiB = baseAvailable - available
         for (field, before) in baseMeminfo {
-            step.meminfoKiBPerExtension[field] = Double((ScaleSystem.meminfo(field) ?? before) - before) / Double(count)
+            step.meminfoKiBPerExtension[field] = Double((ScaleSystem.meminfo(field) ?? before) - before) / Double(total)
         }
 
-        // The programs' own memory and tasks, from up to 50 extensions spread over all.
-        let sampleStride = max(count / 50, 1)
+        // The programs' own memory and tasks, from up to 50 extensions spread over all hosts.
+        var pids = alive.compactMap { running in running.programPID.map { (initPID: running.initPID, programPID: $0) } }
+        for shard in shards { pids += shard.samplePIDs }
+        let sampleStride = max(pids.count / 50, 1)
         var programPSS: [Double] = [], initPSS: [Double] = [], tasks: [Double] = []
-        for index in stride(from: 0, to: count, by: sampleStride) {
-            let running = alive[index]
-            guard let program = running.programPID, let pss = ScaleSystem.proportionalSetSize(of: program),
-                  let initPss = ScaleSystem.proportionalSetSize(of: running.initPID) else { continue }
+        for index in stride(from: 0, to: pids.count, by: sampleStride) {
+            let (initPID, program) = pids[index]
+            guard let pss = ScaleSystem.proportionalSetSize(of: program),
+                  let initPss = ScaleSystem.proportionalSetSize(of: initPID) else { continue }
             programPSS.append(Double(pss))
             initPSS.append(Double(initPss))
-            tasks.append(Double((ScaleSystem.status("Threads", of: "\(program)") ?? 0) + (ScaleSystem.status("Threads", of: "\(running.initPID)") ?? 0)))
+            tasks.append(Double((ScaleSystem.status("Threads", of: "\(program)") ?? 0) + (ScaleSystem.status("Threads", of: "\(initPID)") ?? 0)))
         }
         step.programPSSKiB = programPSS.isEmpty ? 0 : programPSS.reduce(0, +) / Double(programPSS.count)
         step.initPSSKiB = initPSS.isEmpty ? 0 : initPSS.reduce(0, +) / Double(initPSS.count)
         step.tasksPerExtension = tasks.isEmpty ? 0 : tasks.reduce(0, +) / Double(tasks.count)
-        step.machineKiBPerExtension = Double(step.memoryAvailableDropKiB) / Double(count) - step.programPSSKiB
+        step.machineKiBPerExtension = Double(step.memoryAvailableDropKiB) / Double(total) - step.programPSSKiB
         // A cross-check little moved by other programs on a shared machine: the init's own memory
         // and the kernel's page tables, stacks and unreclaimable slab the N sandboxes added.
         step.accountedKiBPerExtension = step.initPSSKiB + ["PageTables", "KernelStack", "SUnreclaim"]
             .reduce(0) { $0 + (step.meminfoKiBPerExtension[$1] ?? 0) }
 
-        // Every extension answers; round trips round-robin over all of them.
+        // Every extension answers; round trips round-robin over all of them, one host after the
+        // other (each host's share in proportion to its extensions).
         let message = ExtensionMessage([UInt8](repeating: UInt8(ascii: "x"), count: 64))
+        let requests = max(total, minimumRoundTrips)
         var samples: [Double] = []
         var answered = Set<Int>()
-        for request in 0..<max(count, minimumRoundTrips) {
-            let index = request % count
-            let start = now()
-            do {
-                let reply = try await alive[index].connection.send(message)
-                samples.append(now() - start)
-                if reply.payload == message.payload { answered.insert(index) }
-                else { failures.record(BenchError("answered \(reply.payload.count) bytes"), during: "request") }
-            } catch {
-                failures.record(error, during: "request")
+        if count > 0 {
+            for request in 0..<max(requests * count / total, count) {
+                let index = request % count
+                let start = now()
+                do {
+                    let reply = try await alive[index].connection.send(message)
+                    samples.append(now() - start)
+                    if reply.payload == message.payload { answered.insert(index) }
+                    else { failures.record(BenchError("answered \(reply.payload.count) bytes"), during: "request") }
+                } catch {
+                    failures.record(error, during: "request")
+                }
             }
         }
         step.answered = answered.count
+        for shard in shards where shard.extensions > 0 {
+            shard.host.send("rtt \(max(requests * shard.extensions / total, shard.extensions))")
+            do {
+                let report = try shard.host.parse(await shard.host.nextLine(), "rtt")
+                samples += (report["samples_100ns"] as? [Int] ?? []).map { Double($0) / 1e7 }
+                step.answered += report["answered"] as? Int ?? 0
+                failures.merge(report["failures"] as? [String: Int] ?? [:], from: "shard host \(shard.host.pid)")
+            } catch {
+                failures.record(error, during: "round trips")
+            }
+        }
         samples.sort()
         if !samples.isEmpty {
             step.rttMedianUs = samples[samples.count / 2] * 1e6
@@ -123,13 +164,24 @@ extension ScaleBench {
         }
 
         guard withLaunches else { return step }
+        // Up to a burst's worth more extensions at once: twice their cost so far must stay above
+        // the floor.
+        if let floor = launchFloorKiB {
+            let needed = 2 * (burstLaunches + 1) * max(step.memoryAvailableDropKiB / total, 0)
+            let available = ScaleSystem.memoryAvailable(samples: 3)
+            if available - needed < floor {
+                step.launchesNotMeasured = "memory: \(burstLaunches + 1) more launches would take MemAvailable "
+                    + "(\(available / 1024) MiB) within \(needed / 1024) MiB of the \(floor / 1024) MiB floor"
+                return step
+            }
+        }
         // One more launch, sequentially, to its first reply; then a burst.
         var singles: [Double] = []
         var extra: [Running] = []
         for index in 0..<singleLaunches {
             let start = now()
             do {
-                extra.append(try await launch("xsb-bench.scale.one-more-\(count)-\(index)"))
+                extra.append(try await launch("xsb-bench.scale.one-more-\(total)-\(index)"))
                 singles.append(now() - start)
             } catch {
                 failures.record(error, during: "one more launch")
@@ -138,7 +190,7 @@ extension ScaleBench {
         await Self.end(extra)
         singles.sort()
         step.oneMoreLaunchMs = singles.isEmpty ? 0 : singles[singles.count / 2] * 1000
-        let burst = await launchBatch(count: burstLaunches, width: concurrency, prefix: "xsb-bench.scale.burst-\(count)", failures: &failures)
+        let burst = await launchBatch(count: burstLaunches, width: concurrency, prefix: "xsb-bench.scale.burst-\(total)", failures: &failures)
         step.burstLaunchesPerSecond = Double(burst.running.count) / burst.seconds
         await Self.end(burst.running)
         return step

@@ -25,6 +25,9 @@ struct ScaleReport {
 
         func put(_ key: String, _ value: Double?) { json[key] = value.map(ScaleBench.rounded) ?? NSNull() }
         json["scale_extensions"] = largest?.extensions ?? 0
+        // Host figures (fds, KiB, threads per extension) are per host: this process's below, every
+        // host's in the step's `hosts`.
+        json["scale_host_processes"] = largest?.hosts.count ?? 0
         json["scale_failed"] = outcome.failures.count
         put("host_fds_per_extension", largest?.hostFDsPerExtension)
         put("host_fds_per_extension_with_connection", largest?.hostFDsPerExtensionWithConnection)
@@ -50,6 +53,7 @@ struct ScaleReport {
             "failures": failureMessages, "left_behind": outcome.leftBehind,
             "memory_recovered_kib_per_extension_at_teardown": ScaleBench.rounded(outcome.memoryRecoveredKiBPerExtension),
             "memory_floor_mib": bench.memoryFloorKiB / 1024,
+            "memory_settle_seconds_before_big_host": ScaleBench.rounded(outcome.memorySettleSeconds),
         ] as [String: Any]
 
         // The target, whatever steps this run was asked for.
@@ -70,7 +74,17 @@ struct ScaleReport {
                                     step.hostFDsPerExtension, step.hostKiBPerExtension, step.hostThreads,
                                     step.machineKiBPerExtension, step.programPSSKiB, step.accountedKiBPerExtension))
             }
+            if step.hosts.count > 1 {
+                lines.append("  \(step.extensions) alive in \(step.hosts.count) host processes (host columns: the first only): "
+                             + (step.hostProcessesReason ?? ""))
+                for host in step.hosts {
+                    lines.append(String(format: "    %@ %d: %d extensions, %d fds (limit %d), %.2f fds/ext (%.2f with the connection), %.1f KiB/ext, %d threads",
+                                        host.role, host.pid, host.extensions, host.fds, host.fdLimit, host.fdsPerExtension,
+                                        host.fdsPerExtensionWithConnection, host.kibPerExtension, host.threads))
+                }
+            }
             if let stopped = step.stopped { lines.append("  step \(step.target) stopped at \(step.extensions) alive: \(stopped)") }
+            if let skipped = step.launchesNotMeasured { lines.append("  launches not measured: \(skipped)") }
         }
         if let big {
             lines.append(String(format: "big host (%d MiB heap rewritten before each launch): %d alive, machine %.0f KiB/ext, ext PSS %.0f KiB",

@@ -13,10 +13,29 @@ extension ScaleBench {
         var limitsRefused: [String] = []
         var leftBehind: [String: Int] = [:]
         var memoryRecoveredKiBPerExtension = 0.0
+        /// Seconds MemAvailable took to hold still after the growth steps' teardown.
+        var memorySettleSeconds = 0.0
+    }
+
+    /// Waits (up to `limit` seconds) until MemAvailable moves less than 16 MiB a second three
+    /// seconds in a row; returns the seconds waited.
+    static func waitForSteadyMemory(limit: Double = 120) async -> Double {
+        let start = now()
+        var last = ScaleSystem.memoryAvailable(samples: 3)
+        var steady = 0
+        while steady < 3 && now() - start < limit {
+            try? await Task.sleep(for: .seconds(1))
+            let current = ScaleSystem.memoryAvailable(samples: 3)
+            steady = abs(current - last) < 16 << 10 ? steady + 1 : 0
+            last = current
+        }
+        return now() - start
     }
 
     func run() async throws -> Outcome {
         var outcome = Outcome()
+        // Every shard host's end: its report and exit status (what it left is checked below).
+        var shardsEnded: [ShardHost.Ended] = []
         let limits = ScaleLimits()
         defer { limits.restore() }
         // Per process at once; machine-wide ones once a step shows how many tasks an extension has.
@@ -33,6 +52,7 @@ extension ScaleBench {
         let baseAvailable = ScaleSystem.memoryAvailable(samples: 5)
 
         var alive: [Running] = []
+        var shards: [ShardRecord] = []
         var nextIndex = 0
         var costEstimateKiB = 4 << 10
         for target in steps.sorted() {
@@ -40,18 +60,61 @@ extension ScaleBench {
             // grows, as far as the floor plus 2 GiB of headroom for the machine's other users,
             // and says how far it got and what the whole step would have needed.
             let available = ScaleSystem.memoryAvailable(samples: 3)
-            let needed = (target - alive.count) * costEstimateKiB
+            let held = alive.count + shards.reduce(0) { $0 + $1.extensions }
+            let needed = (target - held) * costEstimateKiB
             let fits = available - needed >= memoryFloorKiB
+            let floorKiB = fits ? memoryFloorKiB : memoryFloorKiB + (2 << 20)
             // What this step needs, at the previous step's cost per extension (+50%).
             let last = outcome.steps.last
             limits.raise(extensions: target, tasksPerExtension: 1.5 * (last?.tasksPerExtension ?? 8),
                          mapsPerExtension: 1.5 * (last?.hostMapsPerExtension ?? 4))
-            let grown = await grow(&alive, to: target, nextIndex: &nextIndex, failures: &outcome.failures, heap: nil,
-                                   phaseStart: (baseAvailable, 0), floorKiB: fits ? memoryFloorKiB : memoryFloorKiB + (2 << 20),
-                                   project: fits)
-            var step = await measure(alive, base: base, baseAvailable: baseAvailable, baseMeminfo: baseMeminfo,
-                                     failures: &outcome.failures, withLaunches: grown.stopped == nil)
-            step.stopped = grown.stopped.map { reason in
+            // More host processes when this one's fd table cannot hold the step.
+            let plan = HostPlan(target: target, held: held, aliveHere: alive.count, shardHosts: shards.count, baseFDs: base.fileDescriptors,
+                                fdsPerExtension: last?.hostFDsPerExtensionWithConnection, bench: self)
+            var started: [ShardHost] = []
+            var shardFailure: String?
+            for count in plan.newShards {
+                do {
+                    started.append(try ShardHost(count: count, firstIndex: (shards.count + started.count + 1) * 10_000_000,
+                                                 floorKiB: floorKiB, bench: self))
+                } catch {
+                    shardFailure = "\(error)"
+                    break
+                }
+            }
+            let startedHosts = started
+            async let grownLines: [String?] = {
+                var lines: [String?] = []
+                for shard in startedHosts { lines.append(await shard.nextLine()) }
+                return lines
+            }()
+            let grown = await grow(&alive, to: plan.hereTarget, nextIndex: &nextIndex, failures: &outcome.failures, heap: nil,
+                                   phaseStart: (baseAvailable, 0), floorKiB: floorKiB, project: fits && started.isEmpty)
+            var stopped = grown.stopped ?? shardFailure
+            // A step stopped at the memory floor still measures its launches (they need far less
+            // than the floor's margin; measure checks); one stopped by failures or time does not.
+            var stoppedByMemory = grown.stopped?.hasPrefix("memory:") ?? false
+            for (shard, line) in zip(started, await grownLines) {
+                do {
+                    let record = try ShardRecord(host: shard, grown: shard.parse(line, "grown"))
+                    shards.append(record)
+                    outcome.failures.merge(record.failures, from: "shard host \(shard.pid)")
+                    if let reason = record.stopped {
+                        if stopped == nil { stopped = "shard host \(shard.pid): \(reason)" }
+                        stoppedByMemory = stoppedByMemory || (reason.hasPrefix("memory:") && shardFailure == nil)
+                    }
+                } catch {
+                    outcome.failures.record(error, during: "shard host")
+                    stopped = stopped ?? "\(error)"
+                    stoppedByMemory = false
+                    shardsEnded.append(await shard.end())
+                }
+            }
+            var step = await measure(alive, shards: shards, base: base, baseAvailable: baseAvailable, baseMeminfo: baseMeminfo,
+                                     failures: &outcome.failures, withLaunches: stopped == nil || stoppedByMemory,
+                                     launchFloorKiB: floorKiB)
+            step.hostProcessesReason = plan.reason
+            step.stopped = stopped.map { reason in
                 fits ? reason : reason + "; the step would need about \(needed / 1024) MiB at \(costEstimateKiB) KiB per extension, "
                     + "\(available / 1024) MiB were available (floor \(memoryFloorKiB / 1024) MiB)"
             }
@@ -64,13 +127,25 @@ extension ScaleBench {
 
         // Everything ends; what the machine gets back.
         let atMaximum = ScaleSystem.memoryAvailable(samples: 5)
-        let count = alive.count
+        let count = alive.count + shards.reduce(0) { $0 + $1.extensions }
+        let shardHosts = shards.map(\.host)
+        async let shardEnds: [ShardHost.Ended] = withTaskGroup(of: ShardHost.Ended.self) { group in
+            for host in shardHosts { group.addTask { await host.end() } }
+            var ends: [ShardHost.Ended] = []
+            for await end in group { ends.append(end) }
+            return ends
+        }
         let notEnded = await Self.end(alive)
+        shardsEnded += await shardEnds
         alive = []
         await settle(base: base)
         if count > 0 {
             outcome.memoryRecoveredKiBPerExtension = Double(ScaleSystem.memoryAvailable(samples: 5) - atMaximum) / Double(count)
         }
+
+        // The kernel frees thousands of sandboxes' memory for a while after their processes and
+        // cgroups are gone: the big host's baseline waits until MemAvailable holds still.
+        outcome.memorySettleSeconds = await Self.waitForSteadyMemory()
 
         // The big host: a heap rewritten before every launch.
         let heap = BigHeap(bytes: bigHostHeapBytes)
@@ -105,6 +180,9 @@ extension ScaleBench {
             "zombies": after.zombies,
             "mounts": after.mounts - base.mounts,
         ]
+        for (key, value) in ShardRecord.leftBehind(shardsEnded) {
+            outcome.leftBehind[key] = value
+        }
         outcome.limitsRaised = limits.descriptions
         // Asked once per step: the same refusal is reported once.
         outcome.limitsRefused = Array(Set(limits.refused)).sorted()

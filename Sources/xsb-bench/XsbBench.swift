@@ -23,7 +23,8 @@ import SandboxRuntime
 /// sessions and A/B runs. `--scale` and `--faults` measure scale and host-level faults over the
 /// host API at a `hardened` point (``ScaleBench``, ``ScaleFaults``); `--cycles-only N` prints one
 /// cycle run as JSON (exit 1 if something grew), `--child-host N` launches N extensions, prints
-/// their pids and waits to be killed.
+/// their pids and waits to be killed. `--scale-shard-host N` is a host `--scale` starts itself for
+/// steps one process's fd limit cannot hold (``ShardHost``).
 @main
 struct XsbBench {
     static func main() async throws {
@@ -60,6 +61,12 @@ struct XsbBench {
         if let workers = Int(option("--cycle-workers") ?? ""), workers > 0 { faults.workers = workers }
         if let count = Int(option("--child-host") ?? "") {
             try await faults.childHost(extensions: count)
+        }
+        // A shard host of `--scale` (ScaleShards.swift), started by the bench itself.
+        if let count = Int(option("--scale-shard-host") ?? "") {
+            await ScaleBench(extensionPath: extensionPath, policyPath: scalePolicy)
+                .shardHost(count: count, firstIndex: Int(option("--scale-shard-first") ?? "") ?? 0,
+                           floorKiB: Int(option("--scale-shard-floor-kib") ?? "") ?? ScaleBench(extensionPath: "", policyPath: "").memoryFloorKiB)
         }
         if let count = Int(option("--cycles-only") ?? "") {
             let outcome = await faults.cycles(count, timeLimit: Double(option("--cycle-time-limit") ?? ""))
