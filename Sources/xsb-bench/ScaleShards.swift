@@ -24,10 +24,10 @@ extension ScaleBench {
     func shardHost(count: Int, firstIndex: Int, floorKiB: Int) async -> Never {
         // The bench's process may die without ending us: then we go, and our sandboxes with us.
         // (Not PR_SET_PDEATHSIG: it fires when the parent *thread* exits, and the thread that
-        // started us is a pool thread that may.)
+        // started us is a pool thread that may. A task, not a thread: host threads are measured.)
         let parent = getppid()
-        Thread.detachNewThread {
-            while getppid() == parent { usleep(200_000) }
+        Task.detached {
+            while getppid() == parent { try? await Task.sleep(for: .milliseconds(200)) }
             _exit(1)
         }
         let limits = ScaleLimits()
@@ -155,6 +155,7 @@ final class ShardHost: Sendable {
         return object
     }
 
+    /// Sends one command line (a few bytes: the socket's buffer takes it whole).
     func send(_ command: String) {
         _ = (command + "\n").withCString { write(socket, $0, strlen($0)) }
     }
@@ -163,14 +164,18 @@ final class ShardHost: Sendable {
     func end() async -> Ended {
         send("end")
         let report = await nextLine()
-        return await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { [pid, socket] in
-                var status: Int32 = 0
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-                close(socket)
-                continuation.resume(returning: Ended(pid: pid, report: report, status: status))
-            }
+        // It exits right after its report (or has died): reap it without blocking a pool thread.
+        var status: Int32 = 0
+        let deadline = now() + 60
+        while true {
+            let reaped = waitpid(pid, &status, WNOHANG)
+            if reaped == pid || (reaped < 0 && errno != EINTR) { break }
+            // A shard that does not exit is killed (and then counted as failed: its status).
+            if now() > deadline { kill(pid, SIGKILL) }
+            try? await Task.sleep(for: .milliseconds(10))
         }
+        close(socket)
+        return Ended(pid: pid, report: report, status: status)
     }
 
     /// A shard host's end: its `ended` line (nil if it died first) and its wait status.
@@ -182,35 +187,45 @@ final class ShardHost: Sendable {
 
 }
 
-/// Lines from a file descriptor, each read on a dispatch thread (a blocking read must not hold
-/// one of the concurrency pool's few threads).
+/// Lines from a non-blocking file descriptor, polled from the calling task: no thread of its own,
+/// so that the hosts' thread counts stay the library's.
 final class LineReader: Sendable {
     let fd: Int32
     private let pending = Mutex<[UInt8]>([])
 
-    init(fd: Int32) { self.fd = fd }
+    /// Makes `fd` non-blocking (its open file description: each end of a socket pair has its own).
+    init(fd: Int32) {
+        self.fd = fd
+        let flags = fcntl(fd, F_GETFL)
+        if flags >= 0 { _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK) }
+    }
 
     /// The next line without its newline, nil at end of input.
     func next() async -> String? {
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(returning: self.blockingNext()) }
+        while true {
+            switch pending.withLock({ Self.take(&$0, from: fd) }) {
+            case .line(let line): return line
+            case .end: return nil
+            case .wait: try? await Task.sleep(for: .milliseconds(5))
+            }
         }
     }
 
-    private func blockingNext() -> String? {
-        pending.withLock { pending -> String? in
-            var chunk = [UInt8](repeating: 0, count: 65_536)
-            while true {
-                if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                    let line = String(decoding: pending[..<newline], as: UTF8.self)
-                    pending.removeSubrange(...newline)
-                    return line
-                }
-                let count = read(fd, &chunk, chunk.count)
-                if count < 0 && errno == EINTR { continue }
-                guard count > 0 else { return nil }
-                pending += chunk[..<count]
+    private enum Read { case line(String), end, wait }
+
+    private static func take(_ pending: inout [UInt8], from fd: Int32) -> Read {
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: pending[..<newline], as: UTF8.self)
+                pending.removeSubrange(...newline)
+                return .line(line)
             }
+            let count = read(fd, &chunk, chunk.count)
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .wait }
+            guard count > 0 else { return .end }
+            pending += chunk[..<count]
         }
     }
 }
