@@ -25,6 +25,8 @@ extension ScaleBench {
         var hostFDsPerExtensionWithConnection = 0.0
         var hostKiBPerExtension = 0.0
         var hostThreads = 0
+        /// Of ``hostThreads``, libdispatch's pool workers (ScaleFaults.dispatchWorkerSlack).
+        var hostDispatchWorkers = 0
         var memoryAvailableDropKiB = 0
         var programPSSKiB = 0.0
         var initPSSKiB = 0.0
@@ -48,6 +50,7 @@ extension ScaleBench {
                 "host_fds": hostFDs, "host_fds_per_extension": rounded(hostFDsPerExtension),
                 "host_fds_per_extension_with_connection": rounded(hostFDsPerExtensionWithConnection),
                 "host_kib_per_extension": rounded(hostKiBPerExtension), "host_threads": hostThreads,
+                "host_dispatch_workers": hostDispatchWorkers,
                 "memavailable_drop_kib": memoryAvailableDropKiB, "extension_pss_kib": rounded(programPSSKiB),
                 "init_pss_kib": rounded(initPSSKiB), "machine_kib_per_extension": rounded(machineKiBPerExtension),
                 "accounted_kib_per_extension": rounded(accountedKiBPerExtension),
@@ -90,6 +93,8 @@ extension ScaleBench {
         step.hostFDsPerExtension = Double(extensionFDs - count) / here
         step.hostKiBPerExtension = Double(host.anonymousKiB - base.anonymousKiB) / here
         step.hostThreads = host.threads
+        // libdispatch's pool workers come and go with load, not with extensions.
+        step.hostDispatchWorkers = ScaleSystem.threadNames().filter(ScaleFaults.CycleOutcome.isDispatchWorker).count
         step.hostMapsPerExtension = Double(host.memoryMaps - base.memoryMaps) / here
         var limit = rlimit()
         getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)

@@ -206,26 +206,31 @@ final class LineReader: Sendable {
             switch pending.withLock({ Self.take(&$0, from: fd) }) {
             case .line(let line): return line
             case .end: return nil
-            case .wait: try? await Task.sleep(for: .milliseconds(5))
+            case .wait: try? await Task.sleep(for: .milliseconds(10))
             }
         }
     }
 
     private enum Read { case line(String), end, wait }
 
+    /// A line from what was read before, else one read (into a small stack buffer: an empty
+    /// poll allocates nothing, so that polling does not move the host's memory figures).
     private static func take(_ pending: inout [UInt8], from fd: Int32) -> Read {
-        var chunk = [UInt8](repeating: 0, count: 65_536)
         while true {
             if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
                 let line = String(decoding: pending[..<newline], as: UTF8.self)
                 pending.removeSubrange(...newline)
                 return .line(line)
             }
-            let count = read(fd, &chunk, chunk.count)
-            if count < 0 && errno == EINTR { continue }
-            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .wait }
-            guard count > 0 else { return .end }
-            pending += chunk[..<count]
+            let outcome: Read? = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1024) { chunk in
+                let count = read(fd, chunk.baseAddress, chunk.count)
+                if count < 0 && errno == EINTR { return nil }
+                if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .wait }
+                guard count > 0 else { return .end }
+                pending += chunk[..<count]
+                return nil
+            }
+            if let outcome { return outcome }
         }
     }
 }
