@@ -45,6 +45,23 @@ void xsb_payload_deny_write_execute(const struct xsb_spawn_config *cfg, int stat
     }
 }
 
+/// The policy's open-files limit (set just before: rlimits.c) leaves no fd number for the
+/// listener, which must be below it like every fd. That is the limit's failure, not the filter's
+/// (nor the host's, whose fds the payload does not count): say so, with the least limit that works.
+__attribute__((noreturn)) static void listener_has_no_room(int status_fd) {
+    int lowest_free = 0;  // the listener's number, were there no limit
+    while (fcntl(lowest_free, F_GETFD) >= 0) lowest_free++;
+    char detail[128] = "open-files: the program's fds and the seccomp listener need a limit of at least ";
+    size_t at = xsb_string_length(detail);
+    char digits[12];
+    size_t n = 0;
+    for (unsigned value = (unsigned)lowest_free + 1; n == 0 || value != 0; value /= 10) digits[n++] = (char)('0' + value % 10);
+    while (n > 0) detail[at++] = digits[--n];
+    detail[at] = '\0';
+    errno = EMFILE;
+    xsb_payload_fail(status_fd, XSB_STEP_RLIMIT, detail);
+}
+
 int xsb_payload_announce_listener(const struct xsb_spawn_config *cfg, int status_fd, int announce_fd) {
     if (cfg->bpf == NULL || cfg->bpf_instructions == 0 || cfg->bpf_instructions > 0xffff) {
         errno = EINVAL;
@@ -56,6 +73,7 @@ int xsb_payload_announce_listener(const struct xsb_spawn_config *cfg, int status
     // main thread learns the number from the status pipe (which it reads when the vfork
     // returns), the receiver from its own pipe (at once).
     int expected = fcntl(0, F_DUPFD_CLOEXEC, 0);
+    if (expected < 0 && errno == EMFILE) listener_has_no_room(status_fd);
     if (expected < 0) xsb_payload_fail(status_fd, XSB_STEP_SECCOMP, "listener slot");
     close(expected);
     xsb_payload_record(status_fd, XSB_STEP_NONE, expected, "listener");

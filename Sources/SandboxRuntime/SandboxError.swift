@@ -24,7 +24,8 @@ public struct SandboxError: Error, Sendable, Equatable, CustomStringConvertible 
         self.step = step
         self.errorNumber = errorNumber
         self.detail = detail
-        if step != .configuration && FileDescriptorLimit.isExhaustion(errorNumber) {
+        // (Not for the payload's own limits: an EMFILE there is its policy's open-files.)
+        if step != .configuration && step != .resourceLimit && FileDescriptorLimit.isExhaustion(errorNumber) {
             advice = FileDescriptorLimit.exhaustionAdvice(errorNumber)
         }
     }

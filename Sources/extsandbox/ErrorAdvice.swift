@@ -1,5 +1,6 @@
 import ExtSandbox
 import ExtensionCatalog
+import Glibc
 import SandboxPolicy
 import SandboxRuntime
 
@@ -53,6 +54,8 @@ enum ErrorAdvice {
                 + "executable by its user (nobody, 65534, when you run as root); `extsandbox policy show` lists the binds"
         case .seccomp:
             return "`extsandbox policy check` the policy; a filter the kernel refuses is a bug worth reporting"
+        case .resourceLimit where error.errorNumber == EMFILE:
+            return "raise the policy's open-files limit (limits: { open-files: N }) to at least the value named above"
         case .resourceLimit:
             return "the policy's limits exceed your hard limits (ulimit -H -a); lower them in the policy"
         case .initExec:

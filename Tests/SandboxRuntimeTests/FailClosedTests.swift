@@ -169,6 +169,25 @@ struct HardeningTests {
         }
     }
 
+    /// The seccomp listener is one more fd of the payload, under its open-files limit. A limit
+    /// that left no number for it failed the launch at "seccomp filter: listener slot" with the
+    /// advice for a host out of fds; it is the policy's limit, and the error says what works.
+    @Test("an open-files limit too low for the program's fds fails at the limit, naming the least that works")
+    func openFilesTooLow() async throws {
+        // stdin and stdout /dev/null, stderr passed: fds 0-2, the listener 3.
+        var config = try Fixtures.probeConfiguration(["exit", "0"])
+        config.policy.limits.openFiles = 3
+        let error = await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
+        #expect(error?.step == .resourceLimit, "\(String(describing: error))")
+        #expect(error?.errorNumber == EMFILE)
+        #expect(error?.detail.hasSuffix("need a limit of at least 4") == true, "\(String(describing: error))")
+        #expect(error?.advice == nil, "the host's fds are not the cause: \(String(describing: error))")
+
+        config.policy.limits.openFiles = 4
+        let process = try await Supervisor.shared.launch(config)
+        #expect(await process.waitForExit() == .exited(code: 0))
+    }
+
     @Test("the sandbox init is not dumpable once running")
     func initNotDumpable() async throws {
         // From inside, the init (PID 1) must not expose the supervisor's memory image.
