@@ -68,15 +68,21 @@ public final class AppExtensionProcess: Sendable {
         /// logger of the host's, e.g. `Logger(label: "org.extsandbox.host")` after
         /// `LoggingSystem.bootstrap`.
         public var logger: Logger
+        /// Where the extension's standard output and standard error go: discarded unless the
+        /// host passes a descriptor (``ExtensionOutput``). A property of the process, like the
+        /// timers: the launching handle's.
+        public var output: ExtensionOutput
 
         public init(
             identity: AppExtensionIdentity, onInterruption: @escaping @Sendable (Termination) -> Void = { _ in },
             onEvent: (@Sendable (AppExtensionLifecycleEvent) -> Void)? = nil,
             suspendAfter: Duration = .milliseconds(250), terminateAfter: Duration = .seconds(30),
             readyTimeout: Duration = .seconds(10), sendQueueLimit: ExtensionConnection.SendQueueLimit = .init(),
-            logger: Logger = Logger(label: "org.extsandbox.host", factory: { _ in SwiftLogNoOpLogHandler() })
+            logger: Logger = Logger(label: "org.extsandbox.host", factory: { _ in SwiftLogNoOpLogHandler() }),
+            output: ExtensionOutput = .discard
         ) {
             self.logger = logger
+            self.output = output
             self.sendQueueLimit = sendQueueLimit
             self.identity = identity
             self.onInterruption = onInterruption
@@ -207,7 +213,7 @@ extension ExtensionProcessCore {
             executable: authorization.executable, arguments: [authorization.executable] + identity.arguments,
             environment: SandboxEnvironment.compose(
                 policy: policy, caller: ProcessInfo.processInfo.environment, overrides: authorization.environment),
-            policy: policy, extraMounts: authorization.mounts, standardInput: .null, standardOutput: .inherit, standardError: .inherit,
+            policy: policy, extraMounts: authorization.mounts, standardInput: .null, standardOutput: configuration.output.stream, standardError: configuration.output.stream,
             extraFileDescriptors: [extensionFD.rawValue])
         let sandbox: SandboxedProcess
         do {
