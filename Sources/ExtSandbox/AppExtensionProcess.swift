@@ -255,6 +255,7 @@ extension ExtensionProcessCore {
     private static func waitForReady(control: sending FrameSocket, sandbox: SandboxedProcess, timeout: Duration,
                                      identifier: String) async throws -> sending FrameSocket {
         enum Outcome: Sendable { case ready, ended(Termination), timedOut, closed, broken(WireError), mismatch(String) }
+        let started = ContinuousClock.now
         let once = OnceContinuation<Outcome>()
         let monitor = Supervisor.shared.monitor
         try control.setNonBlocking(true)
@@ -317,7 +318,7 @@ extension ExtensionProcessCore {
             let exit = OnceContinuation<Termination?>()
             let waiters = [
                 Task { exit.resume(await sandbox.waitForExit()) },
-                Task { [wait = ExtensionProcessCore.waitForEndAfterHangUp(sandbox.programLiveness())] in
+                Task { [wait = ExtensionProcessCore.waitForEndAfterHangUp(sandbox.programLiveness(), bound: timeout - (ContinuousClock.now - started))] in
                     try? await Task.sleep(for: wait)
                     exit.resume(nil)
                 },

@@ -1,3 +1,4 @@
+import Glibc
 import ExtSandboxWire
 import SandboxPolicy
 import SandboxRuntime
@@ -44,6 +45,9 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     case remote(code: UInt32, message: String)
     /// Encoding or decoding a Codable message failed.
     case coding(String)
+    /// ``ExtensionOutput/into(_:)`` could not copy the host's descriptor (`errno`: EBADF when it
+    /// is not open, EMFILE when the host has no fd left).
+    case outputUnusable(errorNumber: Int32)
 
     public var description: String {
         switch self {
@@ -66,6 +70,8 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
             return "the connection's send queue is full (at most \(bytes) bytes and \(fds) file descriptors wait for the extension to read)"
         case .remote(let code, let message): return "the extension answered error \(code)" + (message.isEmpty ? "" : ": \(message)")
         case .coding(let why): return "message coding failed: \(why)"
+        case .outputUnusable(let errorNumber):
+            return "the descriptor for the extension's output cannot be copied: \(String(cString: strerror(errorNumber)))"
         }
     }
 

@@ -43,9 +43,10 @@ final class ExtensionProcessCore: Sendable {
     /// all the same, so that nothing waits forever.
     static let endAfterHangUpLimit: Duration = .seconds(30)
 
-    /// How long a socket's hang-up waits for the process's end, given where the program is.
-    static func waitForEndAfterHangUp(_ liveness: ProgramLiveness) -> Duration {
-        liveness == .ending ? endAfterHangUpLimit : exitAfterHangUpGrace
+    /// How long a socket's hang-up waits for the process's end, given where the program is; at
+    /// most `bound` (what is left of a launch's ready timeout), but never less than the grace.
+    static func waitForEndAfterHangUp(_ liveness: ProgramLiveness, bound: Duration = endAfterHangUpLimit) -> Duration {
+        liveness == .ending ? max(exitAfterHangUpGrace, min(endAfterHangUpLimit, bound)) : exitAfterHangUpGrace
     }
 
     enum Phase: Equatable {

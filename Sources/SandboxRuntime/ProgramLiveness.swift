@@ -50,9 +50,21 @@ extension SandboxedProcess {
 
     enum TaskState: Equatable { case alive, exiting, gone, unreadable }
 
-    /// A task's state from /proc/PID/stat: exiting when flagged `PF_EXITING`, a zombie or dead.
+    /// A process's state: exiting only when every one of its threads is (a main thread that
+    /// called `pthread_exit` is a zombie flagged `PF_EXITING` while the others run on).
     static func taskState(_ pid: pid_t) -> TaskState {
-        switch SystemFiles.bytes("/proc/\(pid)/stat", limit: 4096) {
+        let leader = threadState("/proc/\(pid)/stat")
+        guard leader == .exiting else { return leader }
+        guard let threads = SystemFiles.entries("/proc/\(pid)/task") else { return .exiting }
+        for thread in threads where thread != "\(pid)" {
+            if threadState("/proc/\(pid)/task/\(thread)/stat") == .alive { return .alive }
+        }
+        return .exiting
+    }
+
+    /// One thread's state from its stat file: exiting when flagged `PF_EXITING`, a zombie or dead.
+    static func threadState(_ path: String) -> TaskState {
+        switch SystemFiles.bytes(path, limit: 4096) {
         case .failure(let error): return error.code == ESRCH || error.code == ENOENT ? .gone : .unreadable
         case .success(let bytes):
             return parseStat(bytes).map { state, flags in

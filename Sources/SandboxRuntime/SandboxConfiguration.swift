@@ -5,7 +5,8 @@ import SandboxPolicy
 public struct SandboxConfiguration: Sendable {
     /// Where the payload's standard streams come from.
     public enum StandardStream: Sendable, Equatable {
-        /// The supervisor's own stream of the same number.
+        /// The supervisor's own stream of the same number: only on purpose (the default is
+        /// `.null`), since it is often a terminal, which the program could then read and reconfigure.
         case inherit
         /// /dev/null inside the sandbox.
         case null
@@ -50,8 +51,8 @@ public struct SandboxConfiguration: Sendable {
         executable: String, arguments: [String]? = nil, environment: [String: String] = [:],
         policy: Policy, extraMounts: [MountEntry] = [], workingDirectory: String = "/",
         hostname: String = "extsandbox",
-        standardInput: StandardStream = .inherit, standardOutput: StandardStream = .inherit,
-        standardError: StandardStream = .inherit, extraFileDescriptors: [Int32] = [], auditSeccomp: Bool = false,
+        standardInput: StandardStream = .null, standardOutput: StandardStream = .null,
+        standardError: StandardStream = .null, extraFileDescriptors: [Int32] = [], auditSeccomp: Bool = false,
         sandboxUID: UInt32 = 1000, sandboxGID: UInt32 = 1000
     ) {
         self.executable = executable

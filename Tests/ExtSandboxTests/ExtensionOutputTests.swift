@@ -23,17 +23,33 @@ struct ExtensionOutputTests {
         #expect(streams == ["/dev/null", "/dev/null", "/dev/null"], "the extension holds \(streams)")
     }
 
-    @Test("a descriptor the host passes gets both output streams, and the host keeps its own")
-    func intoADescriptorOfTheHost() async throws {
+    @Test("a descriptor the host passes gets both output streams, as a copy: a relaunch after the host closed and reused the number gets the same pipe")
+    func intoACopyOfADescriptorOfTheHost() async throws {
         var ends: [Int32] = [0, 0]
         #expect(pipe(&ends) == 0)
         for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
         defer { close(ends[0]) }
         let pipe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(ends[1])")
-        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(), output: .fileDescriptor(ends[1])))
+        let output = try ExtensionOutput.into(ends[1])
+        // The host closes its own at once, and the number goes to another file.
+        close(ends[1])
+        let other = open("/dev/zero", O_RDONLY | O_CLOEXEC)
+        defer { close(other) }
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(), output: output))
         defer { process.invalidate() }
         #expect(try Self.streams(of: process) == ["/dev/null", pipe, pipe])
-        #expect(fcntl(ends[1], F_GETFD) >= 0, "the host's descriptor stays open")
-        close(ends[1])
+        // The extension ends; the next connection relaunches it with the same copy.
+        let first = process.sandbox
+        kill(first.pid, SIGKILL)
+        _ = await first.waitForExit()
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        #expect(process.sandbox.pid != first.pid)
+        #expect(try Self.streams(of: process) == ["/dev/null", pipe, pipe])
+    }
+
+    @Test("a descriptor that is not open is refused when the output is made")
+    func aClosedDescriptorIsRefused() {
+        #expect(throws: ExtensionError.self) { try ExtensionOutput.into(Int32.max - 1) }
     }
 }

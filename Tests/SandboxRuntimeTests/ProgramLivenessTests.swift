@@ -31,4 +31,29 @@ struct ProgramLivenessTests {
         #expect(waitpid(child, &status, 0) == child)
         #expect(SandboxedProcess.taskState(child) == .gone)
     }
+
+    @Test("a process whose main thread called pthread_exit while another thread runs is alive, not exiting")
+    func mainThreadGoneOthersRunning() async throws {
+        // The main thread exits (a zombie flagged PF_EXITING); the other sleeps on for 20 s.
+        let script = "import threading, time, ctypes\n"
+            + "threading.Thread(target=time.sleep, args=(20,)).start()\n"
+            + "ctypes.CDLL(None).pthread_exit(None)\n"
+        var child: pid_t = 0
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("python3"), strdup("-c"), strdup(script), nil]
+        defer { argv.forEach { free($0) } }
+        #expect(posix_spawn(&child, "/usr/bin/python3", nil, nil, argv, environ) == 0)
+        defer {
+            kill(child, SIGKILL)
+            var status: Int32 = 0
+            _ = waitpid(child, &status, 0)
+        }
+        // Until the main thread is gone, the process is alive anyway: wait for the state that matters.
+        var leaderExited = false
+        for _ in 0..<200 where !leaderExited {
+            leaderExited = SandboxedProcess.threadState("/proc/\(child)/stat") == .exiting
+            if !leaderExited { try await Task.sleep(for: .milliseconds(25)) }
+        }
+        #expect(leaderExited, "the main thread did not exit")
+        #expect(SandboxedProcess.taskState(child) == .alive)
+    }
 }
