@@ -52,7 +52,7 @@ public enum WireFuzzing {
 
         var fdGenerator = SplitMix(seed: input[2])
         let fdChunks = chunks(of: stream.count, &fdGenerator, withFDs: true)
-        var handed: [Int32] = []
+        var handed: [HandedFD] = []
         let withFDs = decode(stream, maximum: maximum, chunks: fdChunks, handed: &handed)
         var returned: Set<Int32> = []
         for frame in withFDs.frames {
@@ -65,7 +65,7 @@ public enum WireFuzzing {
             frame.closeFDs()
         }
         for fd in handed {
-            require(fcntl(fd, F_GETFD) == -1, "fd \(fd) handed to the decoder was neither returned nor closed (leak)")
+            require(!fd.isStillOpen, "fd \(fd.number) handed to the decoder was neither returned nor closed (leak)")
         }
     }
 
@@ -116,25 +116,45 @@ public enum WireFuzzing {
     }
 
     static func decode(_ stream: UnsafeRawBufferPointer, maximum: UInt32, chunks: [Chunk]) -> Outcome {
-        var handed: [Int32] = []
+        var handed: [HandedFD] = []
         return decode(stream, maximum: maximum, chunks: chunks, handed: &handed)
     }
 
+    /// An fd handed to the decoder: the write end of a pipe of its own, known by its inode. A
+    /// closed number may be taken at once by another thread's file (the test suite replays the
+    /// seeds beside other tests), so "still open" means "still this pipe", not "the number is open".
+    struct HandedFD {
+        let number: Int32
+        let inode: UInt64
+
+        init() {
+            var ends: [Int32] = [-1, -1]
+            require(pipe(&ends) == 0, "pipe failed: errno \(errno)")
+            close(ends[0])
+            _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)  // never into a process another test starts
+            var status = stat()
+            require(fstat(ends[1], &status) == 0, "fstat failed: errno \(errno)")
+            number = ends[1]
+            inode = UInt64(status.st_ino)
+        }
+
+        var isStillOpen: Bool {
+            var status = stat()
+            return fstat(number, &status) == 0 && UInt64(status.st_ino) == inode && (status.st_mode & S_IFMT) == S_IFIFO
+        }
+    }
+
     /// Feeds `chunks` of `stream` to a fresh decoder, as ``FrameSocket`` does: begin, consume until
-    /// the chunk is used up, end; then finish. New fds (duplicates of /dev/null) are appended to
+    /// the chunk is used up, end; then finish. New fds (pipes' write ends) are appended to
     /// `handed`.
-    static func decode(_ stream: UnsafeRawBufferPointer, maximum: UInt32, chunks: [Chunk], handed: inout [Int32]) -> Outcome {
+    static func decode(_ stream: UnsafeRawBufferPointer, maximum: UInt32, chunks: [Chunk], handed: inout [HandedFD]) -> Outcome {
         var decoder = FrameDecoder(maximumFrameSize: maximum)
         var outcome = Outcome()
         do throws(WireError) {
             for chunk in chunks {
-                var fds: [Int32] = []
-                for _ in 0..<chunk.fdCount {
-                    let fd = dup(devNull)
-                    require(fd >= 0, "dup failed: errno \(errno)")
-                    fds.append(fd)
-                }
-                handed += fds
+                let new = (0..<chunk.fdCount).map { _ in HandedFD() }
+                let fds = new.map(\.number)
+                handed += new
                 try decoder.beginChunk(fds: fds)
                 var offset = chunk.range.lowerBound
                 while offset < chunk.range.upperBound {
@@ -168,9 +188,4 @@ public enum WireFuzzing {
         }
     }
 
-    static let devNull: Int32 = {
-        let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
-        precondition(fd >= 0, "cannot open /dev/null")
-        return fd
-    }()
 }
