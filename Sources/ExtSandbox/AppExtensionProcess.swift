@@ -316,15 +316,13 @@ extension ExtensionProcessCore {
             // An extension that dies closes its control socket a moment before its exit is known:
             // its end, if it comes at once, is the reason (killed, crashed), not the socket.
             let exit = OnceContinuation<Termination?>()
-            let waiters = [
-                Task { exit.resume(await sandbox.waitForExit()) },
-                Task { [wait = ExtensionProcessCore.waitForEndAfterHangUp(sandbox.programLiveness(), bound: timeout - (ContinuousClock.now - started))] in
-                    try? await Task.sleep(for: wait)
-                    exit.resume(nil)
-                },
-            ]
+            sandbox.whenEnded { exit.resume($0) }  // a closure, as above: no task left waiting
+            let grace = Task { [wait = ExtensionProcessCore.waitForEndAfterHangUp(sandbox.programLiveness(), bound: timeout - (ContinuousClock.now - started))] in
+                try? await Task.sleep(for: wait)
+                exit.resume(nil)
+            }
             let termination = await exit.value
-            waiters.forEach { $0.cancel() }
+            grace.cancel()
             if let termination { throw ExtensionError.endedBeforeReady(termination) }
             throw ExtensionError.connectionClosed(detail: "the extension closed its control socket before it was ready")
         case .broken(let error): throw ExtensionError.protocolError(error)
