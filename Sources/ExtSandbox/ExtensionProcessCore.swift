@@ -253,7 +253,10 @@ final class ExtensionProcessCore: Sendable {
                     if control.hasPendingOutput { return .failed(.connectionClosed(detail: "the extension is not accepting connections")) }
                     return nil
                 } catch .connectionClosed {
-                    return .failed(.connectionClosed(detail: "the extension closed its control socket"))
+                    // Most often the extension has just died and its end is not known yet: a
+                    // fresh process takes the connection (the handle hears this one's end).
+                    controlUnusable(&state)
+                    return .ended
                 } catch {
                     return .failed(.protocolError(error))
                 }
@@ -403,7 +406,27 @@ final class ExtensionProcessCore: Sendable {
             guard state.controlToken != nil else { return }  // `ended` is removing the registration
             // On the monitor thread, removing our own registration does not wait (see
             // `EventMonitor.remove`): done under the lock, before anyone can close the socket.
-            if let watch = readControl(&state) { Supervisor.shared.monitor.remove(fd: watch.fd, token: watch.token) }
+            if let watch = readControl(&state) {
+                Supervisor.shared.monitor.remove(fd: watch.fd, token: watch.token)
+                controlUnusable(&state)
+            }
+        }
+    }
+
+    /// The control socket hung up or broke the protocol: no connection can reach the extension
+    /// any more, so the process is ending, and `makeConnection` launches a fresh one rather than
+    /// fail on this one. A program that is dying gets up to `endAfterHangUpLimit` to end by itself
+    /// (its own reason is reported); one that closed its control socket on purpose is killed after
+    /// the grace. Either way its end is an interruption: the host did not ask for it.
+    private func controlUnusable(_ state: inout State) {
+        guard state.phase == .running || state.phase == .suspended else { return }
+        state.phase = .ending
+        stopIdleClock(&state)
+        let sandbox = sandbox
+        _ = queueTransition(&state) {
+            try? await Task.sleep(for: Self.waitForEndAfterHangUp(sandbox.programLiveness()))
+            sandbox.kill()
+            return true
         }
     }
 

@@ -172,6 +172,50 @@ struct LifecycleFaultTests {
         again.invalidate()
     }
 
+    @Test("killed just before a connect, its end not yet known to the host: the connect goes to a fresh process, and the handle hears the end once")
+    func killedJustBeforeAConnect() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        defer { process.invalidate() }
+        for round in 1...5 {
+            let sandbox = process.sandbox
+            // Its control socket is closed when it has exited; the connect races the host's
+            // learning of that exit (the host's own wait for it is resumed beside this one).
+            kill(sandbox.pid, SIGKILL)
+            _ = await sandbox.waitForExit()
+            let connection = try await process.makeConnection()
+            #expect(HostFixtures.text(try await connection.send(HostFixtures.message("after"))) == "after")
+            #expect(process.sandbox.pid != sandbox.pid)
+            connection.invalidate()
+            #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == round }, "round \(round): \(recorder.recordedInterruptions)")
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions == Array(repeating: "killed", count: 5), "each end once: \(recorder.recordedInterruptions)")
+    }
+
+    @Test("an extension that closes its control socket after READY is ended; the next connection goes to a fresh process")
+    func controlSocketClosedByTheExtension() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: Self.python("quiet", arguments: ["close-control-on-usr1"]), onInterruption: recorder.onInterruption,
+            onEvent: recorder.onEvent, readyTimeout: .seconds(60)))
+        defer { process.invalidate() }
+        let first = process.sandbox
+        let program = try #require(first.processIdentifiers().dropFirst().first)
+        kill(program, SIGUSR1)
+        // Its fd 3 (the control socket) is gone: a connect can no longer reach it.
+        #expect(await HostFixtures.eventually { !FileManager.default.fileExists(atPath: "/proc/\(program)/fd/3") })
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        #expect(process.sandbox.pid != first.pid)
+        // The live program is killed after the hang-up grace, an end the host did not ask for.
+        #expect(await HostFixtures.exit(of: first, within: 30) == .killed)
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == 1 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions == ["killed"], "exactly once: \(recorder.recordedInterruptions)")
+    }
+
     @Test("during a connection's invalidate: its pending request fails once; the handle hears the end once")
     func killedDuringConnectionInvalidate() async throws {
         let recorder = Recorder()

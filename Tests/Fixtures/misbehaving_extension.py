@@ -1,7 +1,7 @@
 # A misbehaving extension for the host's robustness tests: it speaks the wire protocol
 # (docs/wire-protocol.md) correctly up to the handshake, then breaks it in the way its
 # connection's host name asks for. Run as `python3 -c "$(cat this file)"` with fd 3.
-import errno, os, socket, struct, sys, threading, time
+import errno, os, signal, socket, struct, sys, threading, time
 
 def frame(kind, id=0, payload=b"", nfds=0, flags=0):
     return struct.pack(">IBBHIQ", 16 + len(payload), kind, flags, nfds, 0, id) + payload
@@ -85,6 +85,11 @@ if "die-before-ready" in sys.argv[1:]:     # killed during its launch, before RE
     os.kill(os.getpid(), 9)
 # READY carries the identifier the host launched us as (docs/wire-protocol.md §7).
 control.sendall(frame(9, 0, os.environ.get("EXTSANDBOX_EXTENSION_IDENTIFIER", "misbehaving").encode()))
+if "close-control-on-usr1" in sys.argv[1:]:  # on SIGUSR1: alive, but no connection can reach it
+    def close_control(*_):
+        control.close()
+        threading.Event().wait()
+    signal.signal(signal.SIGUSR1, close_control)
 while True:
     msg, fds, _, _ = socket.recv_fds(control, 20, 1)
     if not msg:
