@@ -141,10 +141,11 @@ final class ExtensionProcessCore: Sendable {
         }
     }
 
-    /// Attaches another handle; false when the process is ending (launch a fresh one).
+    /// Attaches another handle; false when the process is ending (launch a fresh one), also
+    /// when its sandbox has ended and this core has not yet heard (its end is on its way here).
     func attach(handle: UUID, configuration: AppExtensionProcess.Configuration) -> Bool {
         let attached = state.withLock { state -> Bool in
-            guard state.phase == .running || state.phase == .suspended else { return false }
+            guard state.phase == .running || state.phase == .suspended, sandbox.isRunning else { return false }
             state.handles[handle] = HandleEntry(onInterruption: configuration.onInterruption, onEvent: configuration.onEvent)
             return true
         }
@@ -207,10 +208,10 @@ final class ExtensionProcessCore: Sendable {
             connectionID = id
             if let resumed {
                 guard await resumed.value else {
-                    // Not continued: a sandbox in an unknown state is not used again. Ended on
-                    // purpose unless it has ended by itself already (then that end is reported).
+                    // Not continued: a sandbox in an unknown state is not used again (the
+                    // handle hears its end).
+                    sandboxUnresponsive()
                     releaseSlot(id)
-                    endNow()
                     return .processEnded
                 }
                 emit(.resumed)
@@ -255,7 +256,7 @@ final class ExtensionProcessCore: Sendable {
                 } catch .connectionClosed {
                     // Most often the extension has just died and its end is not known yet: a
                     // fresh process takes the connection (the handle hears this one's end).
-                    controlUnusable(&state)
+                    becameUnusable(&state)
                     return .ended
                 } catch {
                     return .failed(.protocolError(error))
@@ -348,6 +349,7 @@ final class ExtensionProcessCore: Sendable {
                         self?.emit(.suspended)
                         return true
                     } catch {
+                        self?.sandboxUnresponsive(unlessRunning: true)
                         return false
                     }
                 }
@@ -373,10 +375,20 @@ final class ExtensionProcessCore: Sendable {
         }
     }
 
-    /// Ends the process now (SIGKILL), on purpose unless it has already ended by itself.
-    private func endNow() {
+    /// Its init did not carry out a SIGSTOP or SIGCONT: the sandbox is not used again. Most
+    /// often the init is dying (killed from outside: its control socket closes a moment before
+    /// the host can reap it, and longer before the end is reported): that end is the sandbox's
+    /// own, an interruption reported with its reason, never taken for an end the host asked for.
+    /// An init that refused while the sandbox lives is killed, on purpose (after a failed
+    /// resume; `unlessRunning`, after a failed suspend, it is left running: a connect resumes it).
+    private func sandboxUnresponsive(unlessRunning: Bool = false) {
         let kill = state.withLock { state -> Bool in
-            guard state.phase == .running || state.phase == .suspended, sandbox.isRunning else { return false }
+            guard state.phase == .running || state.phase == .suspended else { return false }
+            if sandbox.programLiveness() == .ending {
+                becameUnusable(&state)
+                return false
+            }
+            guard !unlessRunning else { return false }
             state.phase = .ending
             state.endExpected = true
             stopIdleClock(&state)
@@ -408,17 +420,18 @@ final class ExtensionProcessCore: Sendable {
             // `EventMonitor.remove`): done under the lock, before anyone can close the socket.
             if let watch = readControl(&state) {
                 Supervisor.shared.monitor.remove(fd: watch.fd, token: watch.token)
-                controlUnusable(&state)
+                becameUnusable(&state)
             }
         }
     }
 
-    /// The control socket hung up or broke the protocol: no connection can reach the extension
-    /// any more, so the process is ending, and `makeConnection` launches a fresh one rather than
-    /// fail on this one. A program that is dying gets up to `endAfterHangUpLimit` to end by itself
-    /// (its own reason is reported); one that closed its control socket on purpose is killed after
-    /// the grace. Either way its end is an interruption: the host did not ask for it.
-    private func controlUnusable(_ state: inout State) {
+    /// The control socket hung up or broke the protocol, or the init is dying: no connection can
+    /// reach the extension any more, so the process is ending, and `makeConnection` (or a new
+    /// handle) launches a fresh one rather than fail on this one. A program that is dying gets up
+    /// to `endAfterHangUpLimit` to end by itself (its own reason is reported); one that closed its
+    /// control socket on purpose is killed after the grace. Either way its end is an
+    /// interruption: the host did not ask for it.
+    private func becameUnusable(_ state: inout State) {
         guard state.phase == .running || state.phase == .suspended else { return }
         state.phase = .ending
         stopIdleClock(&state)

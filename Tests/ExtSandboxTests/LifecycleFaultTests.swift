@@ -172,6 +172,41 @@ struct LifecycleFaultTests {
         again.invalidate()
     }
 
+    /// The connect's SIGCONT finds the init dying (its control socket closed, not yet reaped):
+    /// the resume fails, and that failure must neither be taken for an end the host asked for
+    /// (the handle would hear "terminated" and never its interruption) nor hand the dying
+    /// process back (a second attempt on it, with a `reused` event for a dead process).
+    @Test("killed while suspended, right before a connect resumes it: a fresh process, and the handle hears the real end once")
+    func killedJustBeforeAResume() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
+            suspendAfter: .milliseconds(20)))
+        defer { process.invalidate() }
+        for round in 1...8 {
+            #expect(await HostFixtures.eventually(within: 30) {
+                recorder.recordedEvents.filter { $0 == .suspended }.count == round
+            }, "round \(round): \(recorder.recordedEvents)")
+            let sandbox = process.sandbox
+            kill(sandbox.pid, SIGKILL)
+            // The init closes its files (its control socket) first, then kills the namespace and
+            // waits for it, and only then can it be reaped: connect in that window, where the
+            // SIGCONT finds the socket closed and the sandbox not yet ended.
+            let closing = ContinuousClock.now
+            while sandbox.isRunning, ContinuousClock.now - closing < .seconds(5),
+                  (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(sandbox.pid)/fd"))?.isEmpty == false { sched_yield() }
+            let connection = try await process.makeConnection()
+            #expect(HostFixtures.text(try await connection.send(HostFixtures.message("after"))) == "after")
+            #expect(process.sandbox.pid != sandbox.pid)
+            connection.invalidate()
+            #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == round }, "round \(round): \(recorder.recordedInterruptions)")
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions == Array(repeating: "killed", count: 8), "each end once: \(recorder.recordedInterruptions)")
+        let events = recorder.recordedEvents
+        #expect(!events.contains(.terminated) && !events.contains(.reused), "no end on purpose, no dead process reused: \(events)")
+    }
+
     @Test("killed just before a connect, its end not yet known to the host: the connect goes to a fresh process, and the handle hears the end once")
     func killedJustBeforeAConnect() async throws {
         let recorder = Recorder()
