@@ -30,6 +30,10 @@ import SandboxRuntime
 /// launched is ended and what is left behind (processes, fds, cgroups, zombies) is reported.
 struct ScaleBench: Sendable {
     var extensionPath: String
+    /// The extension's arguments: `["extension"]` with `--scale-c-extension`, which runs the
+    /// minimal C extension (`xsb-pingpong extension`) in place of the Swift SDK's echo, to tell
+    /// the host's share of a figure from the SDK's.
+    var extensionArguments: [String] = []
     /// The policy file of the extension point (the shipped `hardened`).
     var policyPath: String
     var steps: [Int] = [10, 100, 1_000, 10_000]
@@ -96,7 +100,7 @@ struct ScaleBench: Sendable {
 
     /// Launches one extension, connects, and checks its answer to a first request.
     func launch(_ name: String) async throws -> Running {
-        let identity = AppExtensionIdentity.developmentOnly(bundleIdentifier: name, executablePath: extensionPath, point: point)
+        let identity = AppExtensionIdentity.developmentOnly(bundleIdentifier: name, executablePath: extensionPath, point: point, arguments: extensionArguments)
         let process = try await AppExtensionProcess(configuration: .init(
             identity: identity, suspendAfter: .seconds(3_600), terminateAfter: .seconds(7_200)))
         do {

@@ -123,6 +123,7 @@ final class ShardHost: Sendable {
         let own = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         let argv = [own, "--scale-shard-host", "\(count)", "--scale-shard-first", "\(firstIndex)",
                     "--scale-shard-floor-kib", "\(floorKiB)", "--extension", bench.extensionPath, "--scale-policy", bench.policyPath]
+            + (bench.extensionArguments == ["extension"] ? ["--scale-c-extension", "--pingpong", bench.extensionPath] : [])
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }

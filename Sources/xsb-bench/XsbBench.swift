@@ -11,7 +11,7 @@ import SandboxRuntime
 ///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
 ///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N) [--policy PATH] [--extension PATH]
 ///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N]] [--faults [--cycles N]] [--json]
-///               [--scale-policy PATH] [--extension PATH]
+///               [--scale-policy PATH] [--extension PATH] [--scale-c-extension]
 ///     xsb-bench --cycles-only N [--cycle-workers N] [--cycle-time-limit SECONDS] | --child-host N    (for ScaleFaultTests)
 ///
 /// `--iterations` counts launch runs (default 200), `--rounds` interleaved IPC rounds (default
@@ -48,8 +48,12 @@ struct XsbBench {
         let cli = option("--cli") ?? ownDirectory + "/extsandbox"
         // The sandbox wants absolute executable paths.
         func absolute(_ path: String) -> String { URL(fileURLWithPath: path).standardizedFileURL.path }
-        let extensionPath = absolute(option("--extension") ?? ownDirectory + "/xsb-echo-extension")
         let pingpongPath = absolute(option("--pingpong") ?? ownDirectory + "/xsb-pingpong")
+        // --scale-c-extension: the scale runs use the minimal C extension (`xsb-pingpong extension`).
+        let extensionPath = absolute(option("--extension") ?? ownDirectory + "/xsb-echo-extension")
+        let cExtension = arguments.contains("--scale-c-extension")
+        let scaleExtensionPath = cExtension ? pingpongPath : extensionPath
+        let scaleExtensionArguments = cExtension ? ["extension"] : []
         let policyPath = option("--policy")
         let policy = try policyPath.map { try PolicyLoader.load(file: $0) }
             ?? PolicyLoader.load(nameOrPath: "standard", searchPath: .default(executablePath: ownDirectory + "/xsb-bench"))
@@ -64,7 +68,7 @@ struct XsbBench {
         }
         // A shard host of `--scale` (ScaleShards.swift), started by the bench itself.
         if let count = Int(option("--scale-shard-host") ?? "") {
-            await ScaleBench(extensionPath: extensionPath, policyPath: scalePolicy)
+            await ScaleBench(extensionPath: scaleExtensionPath, extensionArguments: scaleExtensionArguments, policyPath: scalePolicy)
                 .shardHost(count: count, firstIndex: Int(option("--scale-shard-first") ?? "") ?? 0,
                            floorKiB: Int(option("--scale-shard-floor-kib") ?? "") ?? ScaleBench(extensionPath: "", policyPath: "").memoryFloorKiB)
         }
@@ -79,7 +83,8 @@ struct XsbBench {
             let bigHost = Int(option("--big-host") ?? "") ?? 100
             let cycles = Int(option("--cycles") ?? "") ?? 10_000
             try await runScale(scale: arguments.contains("--scale"), faults: arguments.contains("--faults"), json: json,
-                               bench: ScaleBench(extensionPath: extensionPath, policyPath: scalePolicy, steps: steps, bigHostExtensions: bigHost),
+                               bench: ScaleBench(extensionPath: scaleExtensionPath, extensionArguments: scaleExtensionArguments, policyPath: scalePolicy,
+                                                 steps: steps, bigHostExtensions: bigHost),
                                faults: faults, cycles: cycles)
             return
         }

@@ -182,11 +182,15 @@ static int read_header(int fd, uint8_t *kind, uint64_t *id, uint32_t *size, int 
 
 static int run_extension(void) {
     const int control = 3;
-    static const char name[] = "xsb-pingpong";
-    send_frame(control, READY, 0, name, sizeof name - 1);
+    // READY carries the identifier the host launched it as (docs/wire-protocol.md §7).
+    const char *name = getenv("EXTSANDBOX_EXTENSION_IDENTIFIER");
+    if (name == NULL || strlen(name) > 200) name = "xsb-pingpong";
+    const size_t name_length = strlen(name);
+    send_frame(control, READY, 0, name, name_length);
     // HELLO payload: u16 version 1, u32 maximum frame size 16 MiB, then the name.
-    char hello[6 + sizeof name - 1] = {0, 1, 1, 0, 0, 0};
-    memcpy(hello + 6, name, sizeof name - 1);
+    char hello[6 + 200] = {0, 1, 1, 0, 0, 0};
+    memcpy(hello + 6, name, name_length);
+    const size_t hello_length = 6 + name_length;
 
     struct pollfd fds[1 + MAX_CONNECTIONS];
     int greeted[1 + MAX_CONNECTIONS] = {0};
@@ -230,7 +234,7 @@ static int run_extension(void) {
             if (passed >= 0) close(passed);
             if (more && kind == HELLO && !greeted[i]) {
                 greeted[i] = 1;
-                send_frame(fds[i].fd, HELLO, 0, hello, sizeof hello);
+                send_frame(fds[i].fd, HELLO, 0, hello, hello_length);
             } else if (more && kind == REQUEST && greeted[i]) {
                 send_frame(fds[i].fd, REPLY, id, payload, size);
             } else if (!more || kind == GOODBYE || (kind != ONEWAY && kind != CANCEL)) {
