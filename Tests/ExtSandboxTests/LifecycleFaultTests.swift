@@ -53,6 +53,14 @@ struct LifecycleFaultTests {
         #expect(recorder.recordedInterruptions.isEmpty && recorder.recordedEvents.isEmpty, "\(recorder.recordedEvents)")
     }
 
+    /// Whether `pid` holds a socket other than its control socket (fd 3): a connection.
+    static func holdsAConnection(_ pid: pid_t) -> Bool {
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
+        return fds.contains { fd in
+            fd != "3" && ((try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)"))?.hasPrefix("socket:") ?? false)
+        }
+    }
+
     @Test("before the handshake: the connect fails once with the reason, long before the handshake timeout")
     func killedBeforeTheHandshake() async throws {
         let recorder = Recorder()
@@ -61,9 +69,13 @@ struct LifecycleFaultTests {
             identity: Self.python("silent"), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
             readyTimeout: .seconds(20)))
         defer { process.invalidate() }
-        let connecting = Task { try await process.makeConnection() }
-        try await Task.sleep(for: .milliseconds(300))
         let sandbox = process.sandbox
+        let program = try #require(sandbox.processIdentifiers().dropFirst().first)
+        let connecting = Task { try await process.makeConnection() }
+        // Killed once it holds the connection (a socket besides its control socket, fd 3), not
+        // after a fixed while: a connect that had not yet reached it would find the process
+        // dead and launch a fresh one, whose silent handshake then runs into the timeout.
+        #expect(await HostFixtures.eventually(within: 60) { Self.holdsAConnection(program) })
         kill(sandbox.pid, SIGKILL)
         switch await Self.outcome(of: connecting, within: 5) {
         case .failure(ExtensionError.interrupted(let termination))?: #expect(termination == .killed)
