@@ -349,7 +349,6 @@ final class ExtensionProcessCore: Sendable {
                         self?.emit(.suspended)
                         return true
                     } catch {
-                        self?.sandboxUnresponsive(unlessRunning: true)
                         return false
                     }
                 }
@@ -375,20 +374,18 @@ final class ExtensionProcessCore: Sendable {
         }
     }
 
-    /// Its init did not carry out a SIGSTOP or SIGCONT: the sandbox is not used again. Most
-    /// often the init is dying (killed from outside: its control socket closes a moment before
-    /// the host can reap it, and longer before the end is reported): that end is the sandbox's
-    /// own, an interruption reported with its reason, never taken for an end the host asked for.
-    /// An init that refused while the sandbox lives is killed, on purpose (after a failed
-    /// resume; `unlessRunning`, after a failed suspend, it is left running: a connect resumes it).
-    private func sandboxUnresponsive(unlessRunning: Bool = false) {
+    /// Its init did not carry out a SIGCONT: the sandbox is not used again. Most often the init
+    /// is dying (killed from outside: its control socket closes a moment before the host can
+    /// reap it, and longer before the end is reported): that end is the sandbox's own, an
+    /// interruption reported with its reason, never taken for an end the host asked for. An init
+    /// that refused while the sandbox lives is killed, on purpose.
+    private func sandboxUnresponsive() {
         let kill = state.withLock { state -> Bool in
             guard state.phase == .running || state.phase == .suspended else { return false }
             if sandbox.programLiveness() == .ending {
                 becameUnusable(&state)
                 return false
             }
-            guard !unlessRunning else { return false }
             state.phase = .ending
             state.endExpected = true
             stopIdleClock(&state)
