@@ -83,13 +83,15 @@ control = socket.socket(fileno=3)
 if "die-before-ready" in sys.argv[1:]:     # killed during its launch, before READY
     time.sleep(0.2)
     os.kill(os.getpid(), 9)
-# READY carries the identifier the host launched us as (docs/wire-protocol.md §7).
-control.sendall(frame(9, 0, os.environ.get("EXTSANDBOX_EXTENSION_IDENTIFIER", "misbehaving").encode()))
 if "close-control-on-usr1" in sys.argv[1:]:  # on SIGUSR1: alive, but no connection can reach it
     def close_control(*_):
         control.close()
         threading.Event().wait()
+    # Before READY: the host's test signals as soon as the launch returns, and SIGUSR1's
+    # default action would kill us.
     signal.signal(signal.SIGUSR1, close_control)
+# READY carries the identifier the host launched us as (docs/wire-protocol.md §7).
+control.sendall(frame(9, 0, os.environ.get("EXTSANDBOX_EXTENSION_IDENTIFIER", "misbehaving").encode()))
 while True:
     msg, fds, _, _ = socket.recv_fds(control, 20, 1)
     if not msg:
