@@ -108,9 +108,15 @@ struct MalformedInputTests {
             let before = MalformedInputTests.openFDCount()
             for _ in 0..<3 { await flood() }
             // An invalidated process gets GOODBYE and half a second to exit (this script ignores
-            // it) before it is killed: its control socket lives that long.
-            try? await Task.sleep(for: .milliseconds(1000))
-            let after = MalformedInputTests.openFDCount()
+            // it) before it is killed, and the host closes its control socket once it has heard
+            // of the end: on a loaded machine well after a second. A leak never goes away, so
+            // the count is polled (up to a bound far past any such delay), not read once.
+            var after = MalformedInputTests.openFDCount()
+            let settling = ContinuousClock.now
+            while after > before && ContinuousClock.now - settling < .seconds(60) {
+                try? await Task.sleep(for: .milliseconds(100))
+                after = MalformedInputTests.openFDCount()
+            }
             if after > before {
                 FileHandle.standardError.write(Data("fds before \(before), after \(after)\n".utf8))
                 exit(1)
