@@ -277,7 +277,15 @@ final class ExtensionProcessCore: Sendable {
             // While the extension takes the connection, make the socket pair for the next one:
             // a socketpair costs about a sixth of a connection's set-up, here it costs none of it.
             SpareSocketPair.prepare()
-            try await connection.handshake(timeout: timeout)
+            do {
+                try await connection.handshake(timeout: timeout)
+            } catch {
+                // The extension left of its own accord (its GOODBYE) as this connection came
+                // in, and never took it: a fresh process does, as after any end.
+                if case ExtensionError.rejected = error { throw error }
+                if state.withLock({ $0.endExpected }) { return .processEnded }
+                throw error
+            }
             let counted = state.withLock { state -> Bool in
                 guard state.slots[connectionID] != nil else { return false }
                 state.slots[connectionID]?.established = true

@@ -53,6 +53,16 @@ struct LifecycleFaultTests {
         #expect(recorder.recordedInterruptions.isEmpty && recorder.recordedEvents.isEmpty, "\(recorder.recordedEvents)")
     }
 
+    /// Whether `signal` is pending for `pid` (its process-wide or main thread's set).
+    static func signalPending(_ signal: Int32, in pid: pid_t) -> Bool {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        return status.split(separator: "\n").contains { line in
+            guard line.hasPrefix("SigPnd:") || line.hasPrefix("ShdPnd:"),
+                  let mask = UInt64(line.split(separator: "\t").last ?? "", radix: 16) else { return false }
+            return mask & (1 << UInt64(signal - 1)) != 0
+        }
+    }
+
     /// Whether `pid` holds a socket other than its control socket (fd 3): a connection.
     static func holdsAConnection(_ pid: pid_t) -> Bool {
         let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []
@@ -264,6 +274,31 @@ struct LifecycleFaultTests {
         #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == 1 })
         try await Task.sleep(for: .milliseconds(100))
         #expect(recorder.recordedInterruptions == ["killed"], "exactly once: \(recorder.recordedInterruptions)")
+    }
+
+    /// An extension may leave of its own accord whenever it likes (its GOODBYE, wire protocol
+    /// §7.3), e.g. when idle, so also just as a connection comes in that it never takes. That
+    /// end is orderly, and the connect carries on with a fresh process as after any end.
+    @Test("the extension leaves of its own accord (GOODBYE) as a connection comes in: the connect gets a fresh process, no interruption")
+    func goodbyeAsAConnectionComesIn() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: Self.python("quiet", arguments: ["goodbye-on-connect-after-usr2"]), onInterruption: recorder.onInterruption,
+            onEvent: recorder.onEvent, suspendAfter: .seconds(60), readyTimeout: .seconds(60)))
+        defer { process.invalidate() }
+        let first = process.sandbox
+        let program = try #require(first.processIdentifiers().dropFirst().first)
+        kill(program, SIGUSR2)
+        // Delivered (no longer pending): its handler has run, or runs before the program reads on.
+        #expect(await HostFixtures.eventually { !Self.signalPending(SIGUSR2, in: program) })
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        #expect(connection.isOpen)
+        #expect(process.sandbox.pid != first.pid)
+        #expect(await HostFixtures.exit(of: first, within: 30) == .exited(code: 0))
+        #expect(await HostFixtures.eventually { recorder.recordedEvents.contains(.terminated) }, "\(recorder.recordedEvents)")
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions.isEmpty, "\(recorder.recordedInterruptions)")
     }
 
     @Test("during a connection's invalidate: its pending request fails once; the handle hears the end once")

@@ -90,11 +90,17 @@ if "close-control-on-usr1" in sys.argv[1:]:  # on SIGUSR1: alive, but no connect
     # Before READY: the host's test signals as soon as the launch returns, and SIGUSR1's
     # default action would kill us.
     signal.signal(signal.SIGUSR1, close_control)
+leave_on_connect = threading.Event()
+if "goodbye-on-connect-after-usr2" in sys.argv[1:]:  # on SIGUSR2: the next CONNECT is not taken
+    signal.signal(signal.SIGUSR2, lambda *_: leave_on_connect.set())
 # READY carries the identifier the host launched us as (docs/wire-protocol.md §7).
 control.sendall(frame(9, 0, os.environ.get("EXTSANDBOX_EXTENSION_IDENTIFIER", "misbehaving").encode()))
 while True:
     msg, fds, _, _ = socket.recv_fds(control, 20, 1)
     if not msg:
+        os._exit(0)
+    if fds and leave_on_connect.is_set():  # leaves of its own accord as a connection comes (§7.3)
+        control.sendall(frame(7))
         os._exit(0)
     for fd in fds:
         threading.Thread(target=serve, args=(socket.socket(fileno=fd),), daemon=True).start()
