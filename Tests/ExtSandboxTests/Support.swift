@@ -25,8 +25,13 @@ enum HostFixtures {
         return stat[stat.index(close, offsetBy: 2)...].split(separator: " ").first.map(String.init)
     }
 
+    /// How long a wait for something that must happen may take by default: far more than it
+    /// takes even on a loaded CI machine (an end is known seconds late there), since a passing
+    /// wait returns as soon as it happens and only a failing one runs out the bound.
+    static let patience: Double = 30
+
     /// How the sandbox ended, or nil if it still runs after `seconds`.
-    static func exit(of sandbox: SandboxedProcess, within seconds: Double = 5) async -> Termination? {
+    static func exit(of sandbox: SandboxedProcess, within seconds: Double = patience) async -> Termination? {
         let result = Mutex<Termination?>(nil)
         let waiter = Task { let termination = await sandbox.waitForExit(); result.withLock { $0 = termination } }
         _ = await eventually(within: seconds) { result.withLock { $0 } != nil }
@@ -35,7 +40,7 @@ enum HostFixtures {
     }
 
     /// Polls without blocking a thread: what it waits for runs on the same small pool.
-    static func eventually(within seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
+    static func eventually(within seconds: Double = patience, _ condition: () -> Bool) async -> Bool {
         await Fixtures.eventually(within: seconds, condition)
     }
 }
