@@ -147,8 +147,10 @@ public enum Fixtures {
     }
 
     /// Polls `condition` every 10 ms until it holds or `seconds` pass, without holding a pool
-    /// thread meanwhile (what it waits for may need one).
-    public static func eventually(within seconds: Double = 5, _ condition: () throws -> Bool) async rethrows -> Bool {
+    /// thread meanwhile (what it waits for may need one). By default 30 s: far more than what it
+    /// waits for takes on a loaded CI machine (a sandbox's end is known seconds late there); a
+    /// condition that holds returns at once, only a failing wait runs out the bound.
+    public static func eventually(within seconds: Double = 30, _ condition: () throws -> Bool) async rethrows -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if try condition() { return true }
