@@ -55,12 +55,18 @@ package enum SystemFiles {
         defer { closedir(directory) }
         var names: [String] = []
         while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
+            let name = name(of: entry)
             if name != "." && name != ".." { names.append(name) }
         }
         return names
+    }
+
+    /// A directory entry's name, read in place: an entry is only as long as its name
+    /// (`d_reclen`), so copying the whole `struct dirent` (`entry.pointee`) reads past the last
+    /// one in the buffer, which crashed a host listing /proc when that entry ended a mapping.
+    package static func name(of entry: UnsafePointer<dirent>) -> String {
+        let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+        return String(cString: (UnsafeRawPointer(entry) + offset).assumingMemoryBound(to: CChar.self))
     }
 
     /// The file type bits (`S_IFDIR`, `S_IFREG`, …) of what `path` names, following links;
