@@ -11,8 +11,9 @@ import SandboxRuntime
 /// first request, its connection kept open) through `steps` (10, 100, 1,000, 10,000), and at
 /// each measures:
 ///
-/// - launches/s: a burst of ``burstLaunches`` more launches (``concurrency`` at a time), each to
-///   its first reply, on top of the N alive (then ended again);
+/// - launches/s: the median of ``burstRounds`` bursts of ``burstLaunches`` more launches
+///   (``concurrency`` at a time), each to its first reply, on top of the N alive (each ended
+///   before the next);
 /// - one more launch: the median of ``singleLaunches`` sequential launches to the first reply;
 /// - RTT median and p99: 64-byte requests round-robin over every alive extension (at least
 ///   2,000, so each of them answers at least once);
@@ -41,6 +42,8 @@ struct ScaleBench: Sendable {
     var bigHostHeapBytes = 256 << 20
     var concurrency = 4
     var burstLaunches = 40
+    /// Bursts per step; the launch rate is their median.
+    var burstRounds = 5
     var singleLaunches = 10
     var minimumRoundTrips = 2_000
     /// MemAvailable (KiB) no step may take the machine below.

@@ -12,6 +12,8 @@ extension ScaleBench {
         var stopped: String?
         var growSeconds = 0.0
         var burstLaunchesPerSecond = 0.0
+        /// Each burst's rate (``burstLaunchesPerSecond`` is their median).
+        var burstRoundsLaunchesPerSecond: [Double] = []
         var oneMoreLaunchMs = 0.0
         var rttMedianUs = 0.0
         var rttP99Us = 0.0
@@ -47,7 +49,8 @@ extension ScaleBench {
         var json: [String: Any] {
             var result: [String: Any] = [
                 "extensions": extensions, "target": target, "grow_seconds": rounded(growSeconds),
-                "launches_per_s": rounded(burstLaunchesPerSecond), "one_more_launch_ms": rounded(oneMoreLaunchMs),
+                "launches_per_s": rounded(burstLaunchesPerSecond), "launches_per_s_bursts": burstRoundsLaunchesPerSecond.map(rounded),
+                "one_more_launch_ms": rounded(oneMoreLaunchMs),
                 "rtt_median_us": rounded(rttMedianUs), "rtt_p99_us": rounded(rttP99Us), "answered": answered,
                 "rtt_percentiles_us": rttPercentilesUs.mapValues(rounded),
                 "host_fds": hostFDs, "host_fds_per_extension": rounded(hostFDsPerExtension),
@@ -204,9 +207,17 @@ extension ScaleBench {
         await Self.end(extra)
         singles.sort()
         step.oneMoreLaunchMs = singles.isEmpty ? 0 : singles[singles.count / 2] * 1000
-        let burst = await launchBatch(count: burstLaunches, width: concurrency, prefix: "xsb-bench.scale.burst-\(total)", failures: &failures)
-        step.burstLaunchesPerSecond = Double(burst.running.count) / burst.seconds
-        await Self.end(burst.running)
+        // A burst lasts a fifth of a second at 10 alive: one alone moved the 10 step's rate by
+        // half between runs on a quiet machine. The median of a few, each ended before the next
+        // (so N stays where it is), is steadier.
+        var rates: [Double] = []
+        for round in 0..<burstRounds {
+            let burst = await launchBatch(count: burstLaunches, width: concurrency, prefix: "xsb-bench.scale.burst-\(total)-\(round)", failures: &failures)
+            rates.append(Double(burst.running.count) / burst.seconds)
+            await Self.end(burst.running)
+        }
+        step.burstRoundsLaunchesPerSecond = rates
+        step.burstLaunchesPerSecond = rates.sorted()[rates.count / 2]
         return step
     }
 }
