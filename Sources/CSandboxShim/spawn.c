@@ -108,7 +108,22 @@ static void fail(struct xsb_spawn_result *out, int step, int err, const char *de
     xsb_copy_string(out->detail, sizeof out->detail, detail);
 }
 
-int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) {
+// Fail closed: nothing of a half-built sandbox survives. The child may have failed first (and
+// its failure made ours): its report names the cause.
+static int abandon_launch(struct xsb_spawn_result *out, int step, int err, const char *why) {
+    char detail[256];
+    xsb_copy_string(detail, sizeof detail, why);
+    if (step == XSB_STEP_HANDSHAKE) xsb_control_take_init_report(out->control_fd, &step, &err, detail, sizeof detail);  // control.c
+    xsb_pidfd_send_signal(out->pidfd, SIGKILL);
+    (void)xsb_pidfd_wait(out->pidfd);
+    close(out->pidfd);
+    close(out->control_fd);
+    out->pidfd = out->control_fd = -1;
+    fail(out, step, err, detail);
+    return -1;
+}
+
+int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) {
     memset(out, 0, sizeof *out);
     out->pidfd = out->control_fd = -1;
     out->early_violation = XSB_NO_VIOLATION;
@@ -174,29 +189,16 @@ int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) 
     out->pidfd = pidfd;
     out->control_fd = sv[0];
 
-    int step = XSB_STEP_NONE, err = 0;
     char detail[256] = "";
     int rc = xsb_userns_map_ids((pid_t)pid, cfg, detail, sizeof detail);  // userns.c
-    if (rc != 0) {
-        step = XSB_STEP_USERNS_MAP;
-        err = -rc;
-    } else if ((rc = xsb_send_msg(sv[0], XSB_MSG_GO, 0)) != 0) {
-        step = XSB_STEP_HANDSHAKE;
-        err = -rc;
-        xsb_copy_string(detail, sizeof detail, "release message");
-    } else if (xsb_control_await_launch(sv[0], cfg->setup_timeout_ms, out, &step, &err, detail, sizeof detail)) {  // control.c
-        return 0;
-    }
+    if (rc != 0) return abandon_launch(out, XSB_STEP_USERNS_MAP, -rc, detail);
+    if ((rc = xsb_send_msg(sv[0], XSB_MSG_GO, 0)) != 0) return abandon_launch(out, XSB_STEP_HANDSHAKE, -rc, "release message");
+    return 0;
+}
 
-    // The child may have failed first (and its failure made ours): its report names the cause.
-    if (step == XSB_STEP_HANDSHAKE) xsb_control_take_init_report(sv[0], &step, &err, detail, sizeof detail);  // control.c
-
-    // Fail closed: nothing of a half-built sandbox survives.
-    xsb_pidfd_send_signal(pidfd, SIGKILL);
-    (void)xsb_pidfd_wait(pidfd);
-    close(pidfd);
-    close(sv[0]);
-    out->pidfd = out->control_fd = -1;
-    fail(out, step, err, detail);
-    return -1;
+int xsb_spawn_finish(int setup_timeout_ms, struct xsb_spawn_result *out) {
+    int step = XSB_STEP_NONE, err = 0;
+    char detail[256] = "";
+    if (xsb_control_await_launch(out->control_fd, setup_timeout_ms, out, &step, &err, detail, sizeof detail)) return 0;  // control.c
+    return abandon_launch(out, step, err, detail);
 }

@@ -1,7 +1,7 @@
 // The C part of extsandbox: the code that runs between clone and exec.
 //
 // Swift prepares every string, array and buffer in an xsb_spawn_config before calling
-// xsb_spawn(), which writes it as a launch description (offsets, not pointers) into a sealed
+// xsb_spawn_start(), which writes it as a launch description (offsets, not pointers) into a sealed
 // memfd, and starts the sandbox init: a small static program of its own (xsb-init), exec'd in
 // the new namespaces straight from a vfork-style clone that shares the supervisor's memory, so
 // nothing of the supervisor's address space (or its fds) is copied into any sandbox.
@@ -215,14 +215,20 @@ struct xsb_passed_fds {
 };
 
 /// Writes `cfg` as a launch description (offsets, not pointers: see launch_description.c) into
-/// a new sealed memfd (close-on-exec), and lists the fds it refers to. xsb_spawn calls it; tests
+/// a new sealed memfd (close-on-exec), and lists the fds it refers to. xsb_spawn_start calls it; tests
 /// use it to feed the init descriptions. Returns 0, or -1 with errno set.
 int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out);
 
-/// Launches one sandbox. Blocks until the payload has exec'd or a step failed.
-/// Must be called from a thread that lives as long as the sandbox (PR_SET_PDEATHSIG is
-/// bound to the parent *thread*). Returns 0 on success, -1 with `out->failed_step` set.
-int xsb_spawn(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out);
+/// Starts one sandbox: clones its init, writes its id maps and releases it (GO); the init then
+/// builds the sandbox on its own. Must be called from a thread that lives as long as the
+/// sandbox (PR_SET_PDEATHSIG is bound to the parent *thread*). Returns 0 with `out->pid`,
+/// `pidfd` and `control_fd` set (then call xsb_spawn_finish, from any thread), or -1 with
+/// `out->failed_step` set and nothing left running.
+int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out);
+/// Waits (up to `setup_timeout_ms`) for the init started by xsb_spawn_start to report that the
+/// payload has exec'd, or a failed step. Blocks; any thread. Returns 0, or -1 with
+/// `out->failed_step` set, the sandbox killed and reaped, and its fds closed.
+int xsb_spawn_finish(int setup_timeout_ms, struct xsb_spawn_result *out);
 
 /// Sends one control message (no fds). Returns 0 or -errno.
 int xsb_send_msg(int control_fd, uint32_t type, int32_t value);
