@@ -32,6 +32,16 @@ struct LifecycleFaultTests {
             arguments: ["-c", MalformedInputTests.script] + arguments)
     }
 
+    /// The next connect after `sandbox` ended goes to a fresh process that answers, and the
+    /// handle has heard `round` ends by then.
+    static func expectAFreshProcess(_ process: AppExtensionProcess, after sandbox: SandboxedProcess, recorder: Recorder, round: Int) async throws {
+        let connection = try await process.makeConnection()
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("after"))) == "after")
+        #expect(process.sandbox.pid != sandbox.pid)
+        connection.invalidate()
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == round }, "round \(round): \(recorder.recordedInterruptions)")
+    }
+
     @Test("during launch: the launch fails once with the reason (no handle exists yet to interrupt)")
     func killedDuringLaunch() async throws {
         let recorder = Recorder()
@@ -139,8 +149,7 @@ struct LifecycleFaultTests {
     @Test("mid-request, with the program's end reported late: the request waits past the hang-up grace for the real reason")
     func killedMidRequestWithALateEnd() async throws {
         let recorder = Recorder()
-        let process = try await AppExtensionProcess(configuration: .init(
-            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        let process = try await AppExtensionProcess(configuration: recorder.configuration())
         defer { process.invalidate() }
         let connection = try await process.makeConnection()
         let pending = Task { try await connection.send(HostFixtures.message("sleep 60000")) }
@@ -177,9 +186,7 @@ struct LifecycleFaultTests {
     @Test("while suspended: one interruption, and the next connection launches a fresh process")
     func killedWhileSuspended() async throws {
         let recorder = Recorder()
-        let process = try await AppExtensionProcess(configuration: .init(
-            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
-            suspendAfter: .milliseconds(50)))
+        let process = try await AppExtensionProcess(configuration: recorder.configuration(suspendAfter: .milliseconds(50)))
         defer { process.invalidate() }
         let connection = try await process.makeConnection()
         #expect(HostFixtures.text(try await connection.send(HostFixtures.message("before"))) == "before")
@@ -206,9 +213,7 @@ struct LifecycleFaultTests {
     @Test("killed while suspended, right before a connect resumes it: a fresh process, and the handle hears the real end once")
     func killedJustBeforeAResume() async throws {
         let recorder = Recorder()
-        let process = try await AppExtensionProcess(configuration: .init(
-            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent,
-            suspendAfter: .milliseconds(20)))
+        let process = try await AppExtensionProcess(configuration: recorder.configuration(suspendAfter: .milliseconds(20)))
         defer { process.invalidate() }
         for round in 1...8 {
             // Stopped now (a count of suspensions would not do: on a loaded machine a fresh
@@ -225,11 +230,7 @@ struct LifecycleFaultTests {
             let closing = ContinuousClock.now
             while sandbox.isRunning, ContinuousClock.now - closing < .seconds(5),
                   (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(sandbox.pid)/fd"))?.isEmpty == false { sched_yield() }
-            let connection = try await process.makeConnection()
-            #expect(HostFixtures.text(try await connection.send(HostFixtures.message("after"))) == "after")
-            #expect(process.sandbox.pid != sandbox.pid)
-            connection.invalidate()
-            #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == round }, "round \(round): \(recorder.recordedInterruptions)")
+            try await Self.expectAFreshProcess(process, after: sandbox, recorder: recorder, round: round)
         }
         try await Task.sleep(for: .milliseconds(100))
         #expect(recorder.recordedInterruptions == Array(repeating: "killed", count: 8), "each end once: \(recorder.recordedInterruptions)")
@@ -240,8 +241,7 @@ struct LifecycleFaultTests {
     @Test("killed just before a connect, its end not yet known to the host: the connect goes to a fresh process, and the handle hears the end once")
     func killedJustBeforeAConnect() async throws {
         let recorder = Recorder()
-        let process = try await AppExtensionProcess(configuration: .init(
-            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        let process = try await AppExtensionProcess(configuration: recorder.configuration())
         defer { process.invalidate() }
         for round in 1...5 {
             let sandbox = process.sandbox
@@ -249,11 +249,7 @@ struct LifecycleFaultTests {
             // learning of that exit (the host's own wait for it is resumed beside this one).
             kill(sandbox.pid, SIGKILL)
             _ = await sandbox.waitForExit()
-            let connection = try await process.makeConnection()
-            #expect(HostFixtures.text(try await connection.send(HostFixtures.message("after"))) == "after")
-            #expect(process.sandbox.pid != sandbox.pid)
-            connection.invalidate()
-            #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == round }, "round \(round): \(recorder.recordedInterruptions)")
+            try await Self.expectAFreshProcess(process, after: sandbox, recorder: recorder, round: round)
         }
         try await Task.sleep(for: .milliseconds(100))
         #expect(recorder.recordedInterruptions == Array(repeating: "killed", count: 5), "each end once: \(recorder.recordedInterruptions)")
@@ -309,8 +305,7 @@ struct LifecycleFaultTests {
     @Test("during a connection's invalidate: its pending request fails once; the handle hears the end once")
     func killedDuringConnectionInvalidate() async throws {
         let recorder = Recorder()
-        let process = try await AppExtensionProcess(configuration: .init(
-            identity: HostFixtures.identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        let process = try await AppExtensionProcess(configuration: recorder.configuration())
         defer { process.invalidate() }
         for round in 0..<10 {
             let connection = try await process.makeConnection()

@@ -54,4 +54,12 @@ final class Recorder: Sendable {
     var onInterruption: @Sendable (Termination) -> Void { { [self] t in interruptions.withLock { $0.append("\(t)") } } }
     var recordedEvents: [AppExtensionLifecycleEvent] { events.withLock { $0 } }
     var recordedInterruptions: [String] { interruptions.withLock { $0 } }
+
+    /// A configuration of `identity` (the echo fixture by default) whose lifecycle events and
+    /// interruptions this recorder records.
+    func configuration(_ identity: AppExtensionIdentity = HostFixtures.identity(), suspendAfter: Duration? = nil) -> AppExtensionProcess.Configuration {
+        var configuration = AppExtensionProcess.Configuration(identity: identity, onInterruption: onInterruption, onEvent: onEvent)
+        if let suspendAfter { configuration.suspendAfter = suspendAfter }
+        return configuration
+    }
 }
