@@ -29,6 +29,11 @@ public final class Supervisor: Sendable {
     /// The sandbox init (`xsb-init`), found and opened at the first launch; a failure to find it
     /// is reported by that launch and retried by the next.
     private let sandboxInit = Mutex<InitExecutable?>(nil)
+    /// Threads waiting for a sandbox's init to report (``awaitSetup(of:timeoutMilliseconds:)``).
+    private let setupWaiters = Atomic<Int>(0)
+    /// More builds at once than this wait on the spawner thread instead: a host that starts
+    /// thousands of launches at once gets no thousands of threads.
+    static let maximumSetupWaiters = 64
 
     /// How long a launch may take from clone to exec before it is abandoned.
     public let setupTimeoutMilliseconds: Int32 = 10_000
@@ -180,7 +185,7 @@ public final class Supervisor: Sendable {
     /// failed: then nothing of it is left). The wait blocks, so it runs on a thread of its own:
     /// the spawner thread only clones, and goes on to the next launch while this sandbox is
     /// built. (Waiting there made every launch wait for the one before it to be built, with
-    /// the CPUs idle: half the launch rate at 1,000 sandboxes, where a build takes longest.)
+    /// the CPUs mostly idle.)
     private func awaitSetup(of started: xsb_spawn_result, timeoutMilliseconds: Int32) async -> xsb_spawn_result {
         let finish: @Sendable () -> xsb_spawn_result = {
             var result = started
@@ -188,10 +193,21 @@ public final class Supervisor: Sendable {
             return result
         }
         let finished = OnceContinuation<xsb_spawn_result>()
-        do {
-            try DetachedThread.start(name: "xsb-launch", stackSize: 256 << 10) { finished.resume(finish()) }
-        } catch {
-            // No thread to spare: wait on the spawner thread, as one launch at a time.
+        var onOwnThread = setupWaiters.add(1, ordering: .relaxed).newValue <= Self.maximumSetupWaiters
+        if onOwnThread {
+            do {
+                try DetachedThread.start(name: "xsb-launch", stackSize: 256 << 10) { [self] in
+                    finished.resume(finish())
+                    setupWaiters.subtract(1, ordering: .relaxed)
+                }
+            } catch {
+                onOwnThread = false
+            }
+        }
+        guard onOwnThread else {
+            // Too many builds at once, or no thread to spare: wait on the spawner thread, which
+            // then clones nothing else meanwhile.
+            setupWaiters.subtract(1, ordering: .relaxed)
             return await spawner.run(finish)
         }
         return await finished.value
