@@ -2,6 +2,7 @@ import CSandboxShim
 import Foundation
 import Glibc
 import SandboxPolicy
+import Synchronization
 @testable import SandboxRuntime
 import Testing
 import TestSupport
@@ -102,6 +103,65 @@ struct LifecycleTests {
             }
             if !cgroupDirs.isEmpty { exit(6) }
             exit(0)
+        }
+    }
+
+    /// The spawner thread only clones: a sandbox still being built (its init stopped here before
+    /// it could report) holds up no other launch. Until 417d602 the spawner waited for each
+    /// init's report, and a second launch waited out the first one's setup timeout (10 s).
+    @Test("a sandbox still being built holds up no other launch", .oneExitTestAtATime)
+    func buildsInParallel() async {
+        // In a process of its own (an exit test): every sandbox init here is this test's.
+        await #expect(processExitsWith: .success) {
+            final class Done: Sendable { let value = Atomic<Bool>(false) }
+            guard let warmup = try? await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "0"])) else { exit(2) }
+            _ = await warmup.waitForExit()
+            // The spawner thread's children: the inits it cloned, by their name once they exec.
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+            guard let spawner = tasks.first(where: {
+                (try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8))?.hasPrefix("xsb-spawner") == true
+            }) else { exit(3) }
+            func initBeingBuilt() -> pid_t? {
+                let children = (try? String(contentsOfFile: "/proc/self/task/\(spawner)/children", encoding: .utf8)) ?? ""
+                return children.split(separator: " ").compactMap { pid_t($0) }.first { pid in
+                    (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.hasPrefix("xsb-init") == true
+                        && ["S", "R"].contains(Fixtures.processState(pid))
+                }
+            }
+            // Catching an init before it reports takes a few tries: a build takes milliseconds.
+            for _ in 0..<100 {
+                let done = Done()
+                let first = Task {
+                    defer { done.value.store(true, ordering: .relaxed) }
+                    return try await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "0"]))
+                }
+                var held: pid_t?
+                let looking = ContinuousClock.now
+                while held == nil, !done.value.load(ordering: .relaxed), ContinuousClock.now - looking < .seconds(5) {
+                    if let pid = initBeingBuilt(), kill(pid, SIGSTOP) == 0 { held = pid }
+                }
+                guard let held else {
+                    if case .success(let process) = await first.result { _ = await process.waitForExit() }
+                    continue
+                }
+                // A second launch while the first is held.
+                guard let second = try? await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "0"])) else { exit(4) }
+                let heldMeanwhile = !done.value.load(ordering: .relaxed)
+                kill(held, SIGCONT)
+                _ = await second.waitForExit()
+                switch await first.result {
+                case .success(let process):
+                    _ = await process.waitForExit()
+                    // Held and the second launched meanwhile: the property holds. Otherwise it had
+                    // reported before the stop: try again.
+                    if heldMeanwhile { exit(0) }
+                case .failure(let error):
+                    // The first waited out its setup timeout before the second could launch.
+                    FileHandle.standardError.write(Data("the held launch failed: \(error)\n".utf8))
+                    exit(heldMeanwhile ? 6 : 5)
+                }
+            }
+            exit(7)  // never caught a build in progress
         }
     }
 
