@@ -1,8 +1,8 @@
 import Glibc
 
 /// C memory for one launch: the strings, arrays and structs of an `xsb_spawn_config`, which
-/// `xsb_spawn` writes as the launch description the sandbox init reads (offsets, not pointers).
-/// Everything lives until the arena is released, after `xsb_spawn` returns.
+/// `xsb_spawn_start` writes as the launch description the sandbox init reads (offsets, not pointers).
+/// Everything lives until the arena is released, after `xsb_spawn_start` returns.
 final class CArena {
     private var allocations: [UnsafeMutableRawPointer] = []
 

@@ -99,7 +99,7 @@ struct SandboxInitTests {
         var target: String
     }
 
-    /// A valid description of a small launch (what xsb_spawn writes), as bytes; with `extra`,
+    /// A valid description of a small launch (what xsb_spawn_start writes), as bytes; with `extra`,
     /// one that also carries those mount operations unchecked.
     static func validDescription(extra: [RawMount] = []) throws -> [UInt8] {
         let arena = CArena()
