@@ -500,6 +500,11 @@ final class ExtensionProcessCore: Sendable {
         for handler in handlers { handler(event) }
     }
 
+    /// An end the host asked for (or the extension announced with its GOODBYE) is `terminated`
+    /// only when the program exited 0 or was killed after the grace. Any other end in that window
+    /// (a crash, a seccomp violation, a limit, a failure status) is an interruption with its
+    /// reason: the idle timer may fire just after a crash the host has not heard of yet, and a
+    /// program that crashes while it exits has a bug its host should hear about.
     private func ended(_ termination: Termination) async {
         var established = 0
         let (expected, handles, live, watch) = state.withLock { state -> (Bool, [HandleEntry], [ExtensionConnection], ControlWatch?) in
@@ -512,7 +517,7 @@ final class ExtensionProcessCore: Sendable {
             established = state.slots.values.filter(\.established).count
             state.slots.removeAll()
             for id in state.handles.keys { state.handles[id]?.connections.removeAll() }
-            return (state.endExpected, Array(state.handles.values), live, watch)
+            return (state.endExpected && termination.isOrderlyEnd, Array(state.handles.values), live, watch)
         }
         // Off the lock (a running handler of the control socket waits for it), and before the
         // socket closes: its fd number must not be reused while still registered.
@@ -535,5 +540,15 @@ final class ExtensionProcessCore: Sendable {
         for connection in live { connection.interrupt(termination) }
         for handle in handles { handle.onEvent?(.interrupted(termination)) }
         for handle in handles { handle.onInterruption(termination) }
+    }
+}
+
+extension Termination {
+    /// How a program ends when asked to (GOODBYE, then SIGKILL after the grace).
+    fileprivate var isOrderlyEnd: Bool {
+        switch self {
+        case .exited(code: 0), .killed: return true
+        default: return false
+        }
     }
 }

@@ -302,6 +302,25 @@ struct LifecycleFaultTests {
         #expect(recorder.recordedInterruptions.isEmpty, "\(recorder.recordedInterruptions)")
     }
 
+    /// The idle timer can fire just after a crash the host has not heard of yet. A program that
+    /// crashes as it is asked to end makes that case certain: its end is an interruption with
+    /// its reason, never `terminated` (before the fix the handle heard `terminated` and nothing
+    /// of the crash).
+    @Test("a crash as the idle timer ends the process: one interruption with its signal, not terminated")
+    func crashAsTheIdleTimerEndsIt() async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: .init(
+            identity: Self.python("quiet", arguments: ["crash-on-goodbye"]), onInterruption: recorder.onInterruption,
+            onEvent: recorder.onEvent, suspendAfter: .milliseconds(100), terminateAfter: .milliseconds(300), readyTimeout: .seconds(60)))
+        defer { process.invalidate() }
+        let sandbox = process.sandbox
+        #expect(await HostFixtures.exit(of: sandbox, within: 30) == .signaled(signal: SIGSEGV))
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == 1 }, "\(recorder.recordedEvents)")
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions == ["\(Termination.signaled(signal: SIGSEGV))"], "exactly once: \(recorder.recordedInterruptions)")
+        #expect(!recorder.recordedEvents.contains(.terminated), "\(recorder.recordedEvents)")
+    }
+
     @Test("during a connection's invalidate: its pending request fails once; the handle hears the end once")
     func killedDuringConnectionInvalidate() async throws {
         let recorder = Recorder()

@@ -99,6 +99,8 @@ while True:
     msg, fds, _, _ = socket.recv_fds(control, 20, 1)
     if not msg:
         os._exit(0)
+    if "crash-on-goodbye" in sys.argv[1:] and msg[4:5] == b"\x07":  # crashes as it is asked to end
+        os.kill(os.getpid(), signal.SIGSEGV)
     if fds and leave_on_connect.is_set():  # leaves of its own accord as a connection comes (§7.3)
         control.sendall(frame(7))
         os._exit(0)
