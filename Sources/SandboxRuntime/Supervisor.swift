@@ -139,10 +139,20 @@ public final class Supervisor: Sendable {
         config.init_fd = initExecutable.fd
 
         // The configuration and the arena it points into go to the spawner thread whole.
-        let request = config
-        let started = await spawner.run {
+        guard let handed = SpawnerThread.fds(of: config) else {
+            cgroup?.remove()
+            throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most \(XSB_MAX_EXTRA_FDS) extra file descriptors")
+        }
+        let request = config, timeout = setupTimeoutMilliseconds
+        let (started, setupWait) = await spawner.launch(handing: handed) { [self] received in
             var out = xsb_spawn_result()
             var config = request
+            let applied = xsb_spawner_apply(&config, &received)
+            guard applied == 0 else {
+                out.failed_step = Int32(XSB_STEP_FILE_DESCRIPTORS.rawValue)
+                out.error_number = -applied
+                return (out, SetupWait.none)
+            }
             // Root's supplementary groups would follow the sandbox (it cannot drop them). EPERM:
             // setgroups is denied to this supervisor itself (it runs in a user namespace that
             // denies it), so its groups are as fixed as an unprivileged caller's, which the
@@ -151,14 +161,29 @@ public final class Supervisor: Sendable {
             guard groupsError == 0 || groupsError == EPERM else {
                 out.failed_step = Int32(XSB_STEP_USERNS_MAP.rawValue)
                 out.error_number = groupsError
-                return out
+                return (out, SetupWait.none)
             }
             withExtendedLifetime(arena) { _ = xsb_spawn_start(&config, &out) }
-            return out
+            guard out.failed_step == Int32(XSB_STEP_NONE.rawValue) else { return (out, SetupWait.none) }
+            // With no waiter thread to spare (too many builds at once), this thread waits for
+            // the build too, with its own copies of the sandbox's fds, and clones nothing else
+            // meanwhile.
+            guard !reserveSetupWaiter() else { return (out, SetupWait.onThreadOfItsOwn) }
+            _ = xsb_spawn_finish(timeout, &out)
+            return (out, SetupWait.done)
         }
         cgroup?.closeDescriptors()
-        let result = started.failed_step == Int32(XSB_STEP_NONE.rawValue)
-            ? await awaitSetup(of: started, timeoutMilliseconds: setupTimeoutMilliseconds) : started
+        let result: xsb_spawn_result
+        if setupWait == .onThreadOfItsOwn {
+            if started.failed_step == Int32(XSB_STEP_NONE.rawValue) {
+                result = await awaitSetup(of: started, timeoutMilliseconds: setupTimeoutMilliseconds)
+            } else {
+                setupWaiters.subtract(1, ordering: .relaxed)  // its fds did not come back
+                result = started
+            }
+        } else {
+            result = started
+        }
 
         guard result.failed_step == Int32(XSB_STEP_NONE.rawValue) else {
             cgroup?.remove()
@@ -181,11 +206,30 @@ public final class Supervisor: Sendable {
         return process
     }
 
+    /// Who waits for a started sandbox to be built.
+    private enum SetupWait: Sendable {
+        /// Nobody: the launch failed before.
+        case none
+        /// A thread of its own (``awaitSetup(of:timeoutMilliseconds:)``), whose slot the
+        /// spawner thread took.
+        case onThreadOfItsOwn
+        /// The spawner thread waited already.
+        case done
+    }
+
+    /// Takes one of the ``maximumSetupWaiters`` slots for a thread that waits for a build;
+    /// false when all are taken.
+    private func reserveSetupWaiter() -> Bool {
+        if setupWaiters.add(1, ordering: .relaxed).newValue <= Self.maximumSetupWaiters { return true }
+        setupWaiters.subtract(1, ordering: .relaxed)
+        return false
+    }
+
     /// Waits for a started sandbox's init to report that its payload has exec'd (or which step
-    /// failed: then nothing of it is left). The wait blocks, so it runs on a thread of its own:
-    /// the spawner thread only clones, and goes on to the next launch while this sandbox is
-    /// built. (Waiting there made every launch wait for the one before it to be built, with
-    /// the CPUs mostly idle.)
+    /// failed: then nothing of it is left), holding the slot the spawner thread took for it.
+    /// The wait blocks, so it runs on a thread of its own: the spawner thread only clones, and
+    /// goes on to the next launch while this sandbox is built. (Waiting there made every launch
+    /// wait for the one before it to be built, with the CPUs mostly idle.)
     private func awaitSetup(of started: xsb_spawn_result, timeoutMilliseconds: Int32) async -> xsb_spawn_result {
         let finish: @Sendable () -> xsb_spawn_result = {
             var result = started
@@ -193,22 +237,16 @@ public final class Supervisor: Sendable {
             return result
         }
         let finished = OnceContinuation<xsb_spawn_result>()
-        var onOwnThread = setupWaiters.add(1, ordering: .relaxed).newValue <= Self.maximumSetupWaiters
-        if onOwnThread {
-            do {
-                try DetachedThread.start(name: "xsb-launch", stackSize: 256 << 10) { [self] in
-                    finished.resume(finish())
-                    setupWaiters.subtract(1, ordering: .relaxed)
-                }
-            } catch {
-                onOwnThread = false
+        do {
+            try DetachedThread.start(name: "xsb-launch", stackSize: 256 << 10) { [self] in
+                finished.resume(finish())
+                setupWaiters.subtract(1, ordering: .relaxed)
             }
-        }
-        guard onOwnThread else {
-            // Too many builds at once, or no thread to spare: wait on the spawner thread, which
-            // then clones nothing else meanwhile.
+        } catch {
+            // No thread to spare: wait here (a thread of the pool, blocked for at most the
+            // setup timeout). The spawner thread cannot: the sandbox's fds are the host's now.
             setupWaiters.subtract(1, ordering: .relaxed)
-            return await spawner.run(finish)
+            return finish()
         }
         return await finished.value
     }

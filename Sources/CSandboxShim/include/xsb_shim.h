@@ -230,6 +230,39 @@ int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result 
 /// `out->failed_step` set, the sandbox killed and reaped, and its fds closed.
 int xsb_spawn_finish(int setup_timeout_ms, struct xsb_spawn_result *out);
 
+/// The spawner thread's own fd table (spawner_table.c): a clone copies the cloning thread's
+/// table, and the host's grows with every sandbox it runs, so the spawner thread keeps only its
+/// inbox in a table of its own and each launch hands it just the fds it passes on.
+/// Makes the calling thread's fd table its own, holding only `inbox` (and /dev/null as 0–2).
+/// 0 or -errno.
+int xsb_spawner_table_make_private(int inbox);
+/// Closes every fd above 2 of the calling thread's table except `inbox` (after each launch).
+void xsb_spawner_table_clear(int inbox);
+/// The most fds a launch hands over besides its reply socket: the init, the cgroup directory,
+/// stdio, the cgroup v1 tasks files and the extra fds.
+enum { XSB_SPAWNER_MAX_FDS = 2 + 3 + 4 + XSB_MAX_EXTRA_FDS };
+/// Host side: the fds `cfg` names (none of -1), in the order of a hand-over. Count or -errno.
+int xsb_spawner_list_fds(const struct xsb_spawn_config *cfg, int out[XSB_SPAWNER_MAX_FDS]);
+/// Host side: sends `reply` and `fds` (SCM_RIGHTS) over `outbox`. 0 or -errno.
+int xsb_spawner_hand_over(int outbox, const int *fds, int count, int reply);
+/// What xsb_spawner_take_over received (the spawner thread's copies).
+struct xsb_spawner_fds {
+    int received[XSB_SPAWNER_MAX_FDS];
+    int count;
+    int extra[XSB_MAX_EXTRA_FDS];  ///< xsb_spawner_apply's storage for cfg->extra_fds
+    int reply;  ///< the launch's own socket for xsb_spawner_send_result
+};
+/// Spawner side: receives the next hand-over (`expected` fds and the reply socket) from
+/// `inbox`. 0 or -errno (-EPROTO: another number of fds came: fail closed).
+int xsb_spawner_take_over(int inbox, int expected, struct xsb_spawner_fds *storage);
+/// Spawner side: points `cfg`'s fd fields (its extra fds into `storage`) at the copies
+/// received, in the order xsb_spawner_list_fds gave them. 0 or -errno.
+int xsb_spawner_apply(struct xsb_spawn_config *cfg, struct xsb_spawner_fds *storage);
+/// Spawner side: sends a started sandbox's control socket and pidfd over `reply`. 0 or -errno.
+int xsb_spawner_send_result(int reply, const struct xsb_spawn_result *out);
+/// Host side: receives them, setting `out->control_fd` and `out->pidfd`. 0 or -errno.
+int xsb_spawner_receive_result(int reply, struct xsb_spawn_result *out);
+
 /// Sends one control message (no fds). Returns 0 or -errno.
 int xsb_send_msg(int control_fd, uint32_t type, int32_t value);
 /// Receives one control message without blocking. Returns 1 when one was read, 0 when none

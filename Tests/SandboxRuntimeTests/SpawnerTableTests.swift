@@ -1,0 +1,88 @@
+import Foundation
+import Glibc
+@testable import SandboxRuntime
+import TestSupport
+import Testing
+
+/// The spawner thread clones every sandbox, and a clone copies the cloning thread's fd table:
+/// the spawner keeps a table of its own, so that neither the copy nor the child's closing of
+/// it grows with the fds the host holds (2–3 per running sandbox), and no host fd is ever in a
+/// sandbox's clone.
+@Suite("The spawner thread's fd table")
+struct SpawnerTableTests {
+    /// The fds in the table of the thread called `name` (its /proc/self/task entry).
+    static func table(ofThreadNamed name: String) -> [Int32: String]? {
+        for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? [] {
+            let comm = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
+            guard comm.trimmingCharacters(in: .whitespacesAndNewlines) == name else { continue }
+            let directory = "/proc/self/task/\(task)/fd"
+            var table: [Int32: String] = [:]
+            for entry in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] {
+                guard let fd = Int32(entry) else { continue }
+                table[fd] = (try? FileManager.default.destinationOfSymbolicLink(atPath: "\(directory)/\(entry)")) ?? "?"
+            }
+            return table
+        }
+        return nil
+    }
+
+    /// Every thread but the spawner shares the host's table. A thread shares the table of the
+    /// thread that creates it, so one created from the spawner thread (libdispatch starts a
+    /// worker from the thread that enqueues work when none is idle, as when a launch resumed its
+    /// caller there) would have the spawner's: its fds would not be the host's.
+    @Test("after an idle spell and launches at once, every thread but the spawner has the host's fd table")
+    func noOtherThreadSharesTheSpawnerTable() async throws {
+        let marker = open("/dev/zero", O_RDONLY | O_CLOEXEC)
+        try #require(marker >= 0)
+        defer { close(marker) }
+        let configuration = try Fixtures.probeConfiguration(["exit", "0"])
+        for round in 0..<2 {
+            // libdispatch ends a worker that has been idle for 5 s; the next work starts a new one.
+            if round > 0 { try await Task.sleep(for: .seconds(6)) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        let sandbox = try await Supervisor.shared.launch(configuration)
+                        _ = await sandbox.waitForExit()
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        var spawners = 0
+        for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? [] {
+            let comm = ((try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/task/\(task)/fd/\(marker)") else {
+                if comm == "xsb-spawner" { spawners += 1 } else if FileManager.default.fileExists(atPath: "/proc/self/task/\(task)") {
+                    Issue.record("thread \(task) (\(comm)) lacks the host's fd \(marker)")
+                }
+                continue
+            }
+            #expect(target == "/dev/zero" && comm != "xsb-spawner", "thread \(task) (\(comm)): fd \(marker) is \(target)")
+        }
+        #expect(spawners == 1)
+    }
+
+    @Test("a host holding 500 more fds: the spawner thread's table holds only its inbox and /dev/null, before and after launches")
+    func spawnerTableHoldsNoHostFd() async throws {
+        var held: [Int32] = []
+        defer { for fd in held { close(fd) } }
+        for _ in 0..<500 {
+            let fd = open("/dev/zero", O_RDONLY | O_CLOEXEC)
+            try #require(fd >= 0)
+            held.append(fd)
+        }
+        let configuration = try Fixtures.probeConfiguration(["exit", "0"])
+        for _ in 0..<3 {
+            let sandbox = try await Supervisor.shared.launch(configuration)
+            #expect(await sandbox.waitForExit() == .exited(code: 0))
+        }
+        let table = try #require(Self.table(ofThreadNamed: "xsb-spawner"), "no thread called xsb-spawner")
+        #expect(table.count == 4, "0–2 and the inbox, nothing of the host's: \(table.count) fds, \(table.sorted { $0.key < $1.key }.prefix(8))")
+        for fd in Int32(0)...2 { #expect(table[fd] == "/dev/null", "fd \(fd): \(table[fd] ?? "closed")") }
+        let others = table.filter { $0.key > 2 }.map(\.value)
+        #expect(others.count == 1 && others.allSatisfy { $0.hasPrefix("socket:") }, "\(others)")
+        // The host's own table is untouched: every fd it held is still its own.
+        for fd in held { #expect(fcntl(fd, F_GETFD) >= 0) }
+    }
+}
