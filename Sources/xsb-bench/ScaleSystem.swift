@@ -204,6 +204,19 @@ final class ScaleLimits {
         let name = path.dropFirst("/proc/sys/".count).split(separator: "/").joined(separator: ".")
         changes.append(Change(name: name, before: "\(current)", after: "\(wanted)"))
         restoreActions.append { _ = Self.write(path, "\(current)") }
+        Self.journal("\(path) \(current)")
+    }
+
+    /// The machine-wide values as they were, one "path value" line per change, appended to the
+    /// file `$XSB_BENCH_SYSCTL_JOURNAL` names (scripts/bench's): a bench killed before its
+    /// ``restore()`` leaves them raised, and the script puts them back from there. Emptied by
+    /// ``restore()``.
+    private static func journal(_ line: String?) {
+        guard let path = getenv("XSB_BENCH_SYSCTL_JOURNAL").map({ String(cString: $0) }), !path.isEmpty else { return }
+        let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (line == nil ? O_TRUNC : O_APPEND), 0o600)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        if let line { _ = (line + "\n").withCString { Glibc.write(fd, $0, strlen($0)) } }
     }
 
     private static func write(_ path: String, _ value: String) -> Bool {
@@ -217,6 +230,7 @@ final class ScaleLimits {
     func restore() {
         for action in restoreActions.reversed() { action() }
         restoreActions = []
+        Self.journal(nil)
     }
 
     /// The limits as one line each.
