@@ -69,7 +69,11 @@ extension AppExtension {
     public func connected(_ host: HostConnection) {}
 
     /// Runs the extension until the host goes away.
-    public static func main() async {
+    ///
+    /// On the main actor (the main thread): a nonisolated `main` would hop to the global
+    /// executor first, and libdispatch would start two worker threads in every extension just to
+    /// say READY and start the connection threads.
+    @MainActor public static func main() async {
         await ExtensionRuntime(extension: Self()).run()
     }
 }

@@ -25,7 +25,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         self.app = app
     }
 
-    func run() async -> Never {
+    @MainActor func run() async -> Never {
         let control = ControlSocket(descriptor: ExtSandboxWire.controlSocketDescriptor)
         // The host says who the extension is launched as (docs/wire-protocol.md §7); READY must
         // carry that identifier, or the host refuses the launch.

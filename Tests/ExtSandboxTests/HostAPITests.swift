@@ -22,6 +22,25 @@ struct HostAPITests {
     /// A sole outstanding request waits for its reply on the caller's thread for a moment, while
     /// the monitor thread watches the same socket: quick and slow replies, one at a time and many
     /// at once, each reach their own request exactly once.
+    /// Every thread of every extension is in every launch's cost: the init's `pivot_root` visits
+    /// each thread on the machine. The SDK's `main` starts on the main actor, so an extension that
+    /// answers without suspending never starts libdispatch's threads (a nonisolated `main` hopped
+    /// to the global executor first: two worker threads and the event thread in every extension).
+    @Test("an SDK extension answering requests runs three threads: main, the connection's, one spare")
+    func sdkExtensionThreads() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(), suspendAfter: .seconds(60)))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        for index in 0..<20 {
+            #expect(HostFixtures.text(try await connection.send(HostFixtures.message("r\(index)"))) == "r\(index)")
+        }
+        let program = try #require(process.sandbox.processIdentifiers().dropFirst().first)
+        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(program)/task")) ?? []
+        let names = threads.map { ((try? String(contentsOfFile: "/proc/\(program)/task/\($0)/comm", encoding: .utf8)) ?? "?").trimmingCharacters(in: .whitespacesAndNewlines) }
+        #expect(threads.count == 3, "\(names)")
+    }
+
     @Test("quick and slow replies, alone and concurrent, each reach their own request")
     func repliesReachTheirRequests() async throws {
         let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
