@@ -10,7 +10,7 @@ import SandboxRuntime
 ///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|ipc|discovery] [--breakdown]
 ///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
 ///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N) [--policy PATH] [--extension PATH]
-///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N]] [--faults [--cycles N]] [--json]
+///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N] [--memory-floor-mib N]] [--faults [--cycles N]] [--json]
 ///               [--scale-policy PATH] [--extension PATH] [--scale-c-extension]
 ///     xsb-bench --cycles-only N [--cycle-workers N] [--cycle-time-limit SECONDS] | --child-host N    (for ScaleFaultTests)
 ///
@@ -82,10 +82,19 @@ struct XsbBench {
             let steps = (option("--scale-steps") ?? "10,100,1000,10000").split(separator: ",").compactMap { Int($0) }
             let bigHost = Int(option("--big-host") ?? "") ?? 100
             let cycles = Int(option("--cycles") ?? "") ?? 10_000
+            var bench = ScaleBench(extensionPath: scaleExtensionPath, extensionArguments: scaleExtensionArguments, policyPath: scalePolicy,
+                                   steps: steps, bigHostExtensions: bigHost)
+            // --memory-floor-mib: how much MemAvailable a step leaves the machine (4 GiB unless
+            // said; at least 1 GiB, so that the machine itself keeps working).
+            if let text = option("--memory-floor-mib") {
+                guard let mib = Int(text), mib >= 1024 else {
+                    FileHandle.standardError.write(Data("xsb-bench: --memory-floor-mib takes a number of MiB, at least 1024\n".utf8))
+                    exit(2)
+                }
+                bench.memoryFloorKiB = mib << 10
+            }
             try await runScale(scale: arguments.contains("--scale"), faults: arguments.contains("--faults"), json: json,
-                               bench: ScaleBench(extensionPath: scaleExtensionPath, extensionArguments: scaleExtensionArguments, policyPath: scalePolicy,
-                                                 steps: steps, bigHostExtensions: bigHost),
-                               faults: faults, cycles: cycles)
+                               bench: bench, faults: faults, cycles: cycles)
             return
         }
 
