@@ -17,7 +17,6 @@
 
 #include "child.h"
 
-
 /// Closes every fd above 2 of the calling thread's table except `keep`. 0 or -errno.
 static int close_all_but(int keep) {
     if (keep > 3 && syscall(SYS_close_range, 3U, (unsigned)keep - 1, 0) != 0) return -errno;
@@ -71,31 +70,35 @@ int xsb_spawner_list_fds(const struct xsb_spawn_config *cfg, int out[XSB_SPAWNER
     return listed;
 }
 
-int xsb_spawner_hand_over(int outbox, const int *fds, int count, int reply) {
-    if (count < 0 || count > XSB_SPAWNER_MAX_FDS) return -EMFILE;
-    int all[XSB_SPAWNER_MAX_FDS + 1];
-    int32_t handed = 0;
-    all[handed++] = reply;
-    for (int i = 0; i < count; i++) all[handed++] = fds[i];
+/// Sends `count` fds (SCM_RIGHTS) with their count as the int32 body. 0 or -errno.
+static int send_fds(int socket_fd, const int *fds, int32_t count) {
     union {
         char buffer[CMSG_SPACE(sizeof(int) * (XSB_SPAWNER_MAX_FDS + 1))];
         struct cmsghdr align;
     } control;
     memset(&control, 0, sizeof control);
-    struct iovec iov = {.iov_base = &handed, .iov_len = sizeof handed};
+    struct iovec iov = {.iov_base = &count, .iov_len = sizeof count};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buffer,
-                         .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)handed)};
+                         .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count)};
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)handed);
-    memcpy(CMSG_DATA(c), all, sizeof(int) * (size_t)handed);
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
     for (;;) {
-        ssize_t n = sendmsg(outbox, &msg, MSG_NOSIGNAL);
-        if (n == (ssize_t)sizeof handed) return 0;
+        ssize_t n = sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
+        if (n == (ssize_t)sizeof count) return 0;
         if (n < 0 && errno == EINTR) continue;
         return n < 0 ? -errno : -EIO;
     }
+}
+
+int xsb_spawner_hand_over(int outbox, const int *fds, int count, int reply) {
+    if (count < 0 || count > XSB_SPAWNER_MAX_FDS) return -EMFILE;
+    int all[XSB_SPAWNER_MAX_FDS + 1];
+    all[0] = reply;
+    for (int i = 0; i < count; i++) all[i + 1] = fds[i];
+    return send_fds(outbox, all, count + 1);
 }
 
 /// Receives one SCM_RIGHTS message of at most `capacity` fds into `fds`, with its int32 body
@@ -168,25 +171,7 @@ int xsb_spawner_apply(struct xsb_spawn_config *cfg, struct xsb_spawner_fds *stor
 
 int xsb_spawner_send_result(int reply, const struct xsb_spawn_result *out) {
     int fds[2] = {out->control_fd, out->pidfd};
-    int32_t handed = 2;
-    union {
-        char buffer[CMSG_SPACE(sizeof fds)];
-        struct cmsghdr align;
-    } control;
-    memset(&control, 0, sizeof control);
-    struct iovec iov = {.iov_base = &handed, .iov_len = sizeof handed};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buffer, .msg_controllen = sizeof control.buffer};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof fds);
-    memcpy(CMSG_DATA(c), fds, sizeof fds);
-    for (;;) {
-        ssize_t n = sendmsg(reply, &msg, MSG_NOSIGNAL);
-        if (n == (ssize_t)sizeof handed) return 0;
-        if (n < 0 && errno == EINTR) continue;
-        return n < 0 ? -errno : -EIO;
-    }
+    return send_fds(reply, fds, 2);
 }
 
 int xsb_spawner_receive_result(int reply, struct xsb_spawn_result *out) {
