@@ -173,9 +173,15 @@ static int is_number(const char *name) {
     return 1;
 }
 
-/// Whether every task (thread) of every process but us is stopped, dead, or a zombie.
+/// What every task (thread) of every process but us is doing, as far as a suspend cares.
+enum sandbox_tasks {
+    TASKS_STOPPED,      // every one stopped ('T', 't'), dead or a zombie
+    TASKS_STOPPED_OR_WAITING,  // the others wait in the kernel uninterruptibly ('D')
+    TASKS_RUNNING,      // at least one may still run (or sleeps interruptibly: not stopped yet)
+};
+
 /// Raw getdents64 on /proc: nothing here may allocate.
-static int every_task_stopped(void) {
+static enum sandbox_tasks sandbox_tasks(void) {
     struct linux_dirent64 {
         uint64_t d_ino;
         int64_t d_off;
@@ -185,11 +191,11 @@ static int every_task_stopped(void) {
     };
     char procs[4096], tasks[4096], path[128];
     int proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (proc_fd < 0) return 0;
-    int all = 1;
+    if (proc_fd < 0) return TASKS_RUNNING;
+    enum sandbox_tasks result = TASKS_STOPPED;
     long n;
-    while (all && (n = syscall(SYS_getdents64, proc_fd, procs, sizeof procs)) > 0) {
-        for (long off = 0; all && off < n;) {
+    while (result != TASKS_RUNNING && (n = syscall(SYS_getdents64, proc_fd, procs, sizeof procs)) > 0) {
+        for (long off = 0; result != TASKS_RUNNING && off < n;) {
             struct linux_dirent64 *d = (struct linux_dirent64 *)(procs + off);
             off += d->d_reclen;
             if (!is_number(d->d_name) || (d->d_name[0] == '1' && d->d_name[1] == '\0')) continue;
@@ -197,8 +203,8 @@ static int every_task_stopped(void) {
             int task_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             if (task_fd < 0) continue;  // exited meanwhile
             long m;
-            while (all && (m = syscall(SYS_getdents64, task_fd, tasks, sizeof tasks)) > 0) {
-                for (long toff = 0; all && toff < m;) {
+            while (result != TASKS_RUNNING && (m = syscall(SYS_getdents64, task_fd, tasks, sizeof tasks)) > 0) {
+                for (long toff = 0; result != TASKS_RUNNING && toff < m;) {
                     struct linux_dirent64 *t = (struct linux_dirent64 *)(tasks + toff);
                     toff += t->d_reclen;
                     if (!is_number(t->d_name)) continue;
@@ -207,24 +213,36 @@ static int every_task_stopped(void) {
                         xsb_join_path(stat_path, sizeof stat_path, stat_path, t->d_name) != 0 ||
                         xsb_join_path(stat_path, sizeof stat_path, stat_path, "/stat") != 0) continue;
                     char state = task_state(stat_path);
-                    if (state != 'T' && state != 't' && state != 'Z' && state != 'X') all = 0;
+                    if (state == 'D') result = TASKS_STOPPED_OR_WAITING;
+                    else if (state != 'T' && state != 't' && state != 'Z' && state != 'X') result = TASKS_RUNNING;
                 }
             }
             close(task_fd);
         }
     }
     close(proc_fd);
-    return all;
+    return result;
 }
 
 /// Stops every other process of the namespace, and verifies it: a process that was just
 /// sending SIGCONT to a sibling when the stop went out could have woken it again.
+///
+/// A task waiting in the kernel uninterruptibly ('D') cannot stop until its wait ends: a vfork
+/// parent whose child is stopped waits so until the resume. Once every other task is stopped,
+/// none can send SIGCONT any more, so one more SIGSTOP is then pending for each waiting task,
+/// and a pending stop is taken before a task runs any more of its own code (on its way back
+/// to user space). Such a sandbox counts as suspended.
 static int stop_everything(void) {
     struct timespec pause = {.tv_sec = 0, .tv_nsec = 200000};
     for (int round = 0; round < 500; round++) {
         if (kill(-1, SIGSTOP) != 0 && errno != ESRCH) return errno;
         for (int look = 0; look < 5; look++) {
-            if (every_task_stopped()) return 0;
+            enum sandbox_tasks tasks = sandbox_tasks();
+            if (tasks == TASKS_STOPPED) return 0;
+            if (tasks == TASKS_STOPPED_OR_WAITING) {
+                if (kill(-1, SIGSTOP) != 0 && errno != ESRCH) return errno;
+                if (sandbox_tasks() != TASKS_RUNNING) return 0;
+            }
             nanosleep(&pause, NULL);
         }
     }

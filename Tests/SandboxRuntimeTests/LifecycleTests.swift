@@ -43,6 +43,28 @@ struct LifecycleTests {
         #expect(inside.allSatisfy { Fixtures.processState($0) == nil })
     }
 
+    @Test("suspend succeeds while a vfork parent waits in the kernel for its stopped child; resume lets both finish")
+    func suspendWithVforkParentWaiting() async throws {
+        let output = OutputPipe()
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["vfork-stopped-child"], stdout: output.writeFD))
+        defer { process.kill() }
+        _ = await output.waitFor("child stopping")
+        let inside = Array(process.processIdentifiers().dropFirst())  // the probe, then its child
+        #expect(inside.count == 2, "the probe and its vfork child")
+        // The child stopped itself; the parent waits for it uninterruptibly ('D'), and no
+        // SIGSTOP can make it 'T': before, the suspend failed after half a second of retries.
+        #expect(await Fixtures.eventually { inside.map { Fixtures.processState($0) } == ["D", "T"] },
+                "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
+
+        try await process.suspend()
+        #expect(inside.map { Fixtures.processState($0) } == ["D", "T"])
+
+        try await process.resume()
+        let rest = await output.waitFor("ended with 0")
+        #expect(rest.contains("ended with 0"), "output: \(rest)")
+        #expect(await process.waitForExit() == .exited(code: 0))
+    }
+
     @Test("every process of the sandbox, the init first, is in the sandbox's own cgroups")
     func cgroupMembership() async throws {
         guard let support = CgroupSupport.detect() else {

@@ -1404,6 +1404,28 @@ static int t_fork_sleep(int argc, char **argv)
     return 0;
 }
 
+/* A vfork parent waits in the kernel (state D) until its child execs or exits. Its child
+ * stops itself, so the parent waits until the sandbox is resumed: a suspend must still
+ * succeed. The child uses raw system calls only (it runs on the parent's stack). */
+static int t_vfork_stopped_child(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    fflush(stdout);
+    pid_t child = vfork();
+    if (child == 0) {
+        static const char message[] = "vfork-stopped-child: child stopping\n";
+        (void)!write(1, message, sizeof message - 1);
+        kill(getpid(), SIGSTOP);
+        _exit(0);
+    }
+    if (child == -1)
+        return failed("vfork: %s", errno_name(errno));
+    int status;
+    if (waitpid(child, &status, 0) != child)
+        return failed("waitpid: %s", errno_name(errno));
+    return ok("child %ld ended with %d", (long)child, status);
+}
+
 static int t_crash(int argc, char **argv)
 {
     (void)argc; (void)argv;
@@ -2001,6 +2023,7 @@ static const struct check checks[] = {
     /* tools: not assertions, not in `list` */
     {"sleep", TOOL, NULL, 0, t_sleep, "SECONDS"},
     {"fork-sleep", TOOL, NULL, 0, t_fork_sleep, "SECONDS"},
+    {"vfork-stopped-child", TOOL, NULL, 0, t_vfork_stopped_child, ""},
     {"crash", TOOL, NULL, 0, t_crash, ""},
     {"exit", TOOL, NULL, 0, t_exit, "N"},
     {"memory-bomb", TOOL, NULL, DANGEROUS, t_memory_bomb, "[MAX_MIB]"},
