@@ -43,6 +43,12 @@ struct ScaleReport {
             .map { ("\($0.extensions)", $0.hostThreads - $0.hostDispatchWorkers) }) { $1 }
         put("machine_kib_per_extension", largest?.machineKiBPerExtension)
         put("machine_kib_per_extension_big_host", big.flatMap { $0.extensions > 0 ? $0.machineKiBPerExtension : nil })
+        // Not a target: how much of machine_kib_per_extension is the sandbox's memory cgroup at
+        // its emptiest, a cost this boot's history sets (ScaleSystem.emptyMemoryCgroupKiB).
+        let memoryCgroup = outcome.emptyMemoryCgroupKiB
+        let beyondMemoryCgroup = largest.flatMap { step in memoryCgroup.map { step.machineKiBPerExtension - $0 } }
+        put("memory_cgroup_empty_kib", memoryCgroup)
+        put("machine_kib_per_extension_beyond_memory_cgroup", beyondMemoryCgroup)
         put("launch_rate_ratio_1000_vs_10", rateRatio)
         put("rtt_p99_vs_median_1000", rttRatio)
         var failureMessages: [[String: Any]] = []
@@ -117,6 +123,9 @@ struct ScaleReport {
         // MemAvailable moves with every other program on the machine: a value is met only when the
         // accounted cross-check agrees.
         row("machine_kib_per_extension", largest?.machineKiBPerExtension, "<= 512") { $0 <= 512 && (largest?.accountedKiBPerExtension ?? .infinity) <= 512 }
+        lines.append("  of which one empty memory cgroup: " + (memoryCgroup.map { String(format: "%.0f KiB", $0) } ?? "not measured")
+                     + " on this boot (its shrinker table: 1 KiB per 64 of the most file systems this boot ever had mounted at once); beyond it: "
+                     + (beyondMemoryCgroup.map { String(format: "%.0f KiB", $0) } ?? "-"))
         row("machine_kib_per_extension_big_host", big.flatMap { $0.extensions > 0 ? $0.machineKiBPerExtension : nil }, "<= 512") {
             $0 <= 512 && (big?.accountedKiBPerExtension ?? .infinity) <= 512
         }

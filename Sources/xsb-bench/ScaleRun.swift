@@ -15,6 +15,8 @@ extension ScaleBench {
         var memoryRecoveredKiBPerExtension = 0.0
         /// Seconds MemAvailable took to hold still after the growth steps' teardown.
         var memorySettleSeconds = 0.0
+        /// What one empty memory cgroup costs the kernel on this boot (``ScaleSystem/emptyMemoryCgroupKiB(probes:)``).
+        var emptyMemoryCgroupKiB: Double?
     }
 
     /// Waits (up to `limit` seconds) until MemAvailable moves less than 16 MiB a second three
@@ -41,6 +43,9 @@ extension ScaleBench {
         // Per process at once; machine-wide ones once a step shows how many tasks an extension has.
         limits.raise(extensions: 0, tasksPerExtension: 0, mapsPerExtension: 0)
 
+        // Before anything else allocates: every sandbox has a memory cgroup, whose fixed cost
+        // depends on this boot's history more than on us.
+        outcome.emptyMemoryCgroupKiB = ScaleSystem.emptyMemoryCgroupKiB()
         // Warm up (page cache, policy compilation, the runtime's threads), then the baseline.
         await Self.end([try await launch("xsb-bench.scale.warmup")])
         try? await Task.sleep(for: .seconds(1))
