@@ -132,6 +132,38 @@ enum ScaleSystem {
         return rounds.sorted()[1]
     }
 
+    /// Waits (up to `limit` seconds) until the CPUs were busy less than `quiet` of the time in each
+    /// of 3 seconds in a row (`/proc/stat`, kernel threads included): a run that starts while the
+    /// kernel still tears down a previous run's sandboxes (RCU frees, memory cgroups going offline
+    /// in kworkers) measures that too. Returns the seconds waited and how busy the first second was.
+    static func waitForQuietCPUs(quiet: Double = 0.1, limit: Double = 120) -> (seconds: Double, busyAtStart: Double) {
+        func sample() -> (busy: Double, total: Double)? {
+            guard let line = SystemFiles.text("/proc/stat")?.split(separator: "\n").first else { return nil }
+            let ticks = line.split(separator: " ").dropFirst().prefix(8).compactMap { Double($0) }
+            guard ticks.count == 8 else { return nil }
+            let total = ticks.reduce(0, +)
+            return (total - ticks[3] - ticks[4], total)  // idle and iowait are not busy
+        }
+        var start = timespec(), clock = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &start)
+        func elapsed() -> Double {
+            clock_gettime(CLOCK_MONOTONIC, &clock)
+            return Double(clock.tv_sec - start.tv_sec) + Double(clock.tv_nsec - start.tv_nsec) / 1e9
+        }
+        guard var last = sample() else { return (0, 0) }
+        var busyAtStart: Double?
+        var quietSeconds = 0
+        while quietSeconds < 3 && elapsed() < limit {
+            sleep(1)
+            guard let now = sample() else { break }
+            let busy = now.total > last.total ? (now.busy - last.busy) / (now.total - last.total) : 0
+            if busyAtStart == nil { busyAtStart = busy }
+            quietSeconds = busy < quiet ? quietSeconds + 1 : 0
+            last = now
+        }
+        return (elapsed(), busyAtStart ?? 0)
+    }
+
     /// KiB in slab objects in use, every cache (`/proc/slabinfo`: active objects times their size).
     static func slabObjectsKiB() -> Int {
         guard let text = SystemFiles.text("/proc/slabinfo") else { return 0 }

@@ -241,8 +241,11 @@ struct XsbBench {
 
     /// `--scale` and/or `--faults`: the table (or JSON) of each, with met/MISSED per target.
     static func runScale(scale: Bool, faults: Bool, json: Bool, bench: ScaleBench, faults runner: ScaleFaults, cycles: Int) async throws {
+        // Runs back to back differed more than any change measured: wait out the last one's end.
+        let settle = ScaleSystem.waitForQuietCPUs()
         let loadBefore = loadAverage()
-        var report: [String: Any] = ["cgroup_limits": Supervisor.shared.hasCgroupLimits]
+        var report: [String: Any] = ["cgroup_limits": Supervisor.shared.hasCgroupLimits,
+                                     "machine_settle": ["seconds": rounded(settle.seconds), "cpus_busy_at_start": rounded(settle.busyAtStart)]]
         var targets: [String: String] = [:]
         var table: [String] = []
         if scale {
@@ -276,6 +279,8 @@ struct XsbBench {
         report["load_average_1m"] = ["before": rounded(loadBefore), "after": rounded(loadAfter)]
         table.append(String(format: "load average (1 min) before %.2f, after %.2f, on %d CPUs; MemAvailable %d MiB",
                             loadBefore, loadAfter, sysconf(Int32(_SC_NPROCESSORS_ONLN)), ScaleSystem.memoryAvailable() / 1024))
+        table.append(String(format: "waited %.0f s before the run for 3 quiet seconds in a row (CPUs under 10%% busy; %.0f%% busy at first)",
+                            settle.seconds, settle.busyAtStart * 100))
         if json {
             let data = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
             print(String(decoding: data, as: UTF8.self))
