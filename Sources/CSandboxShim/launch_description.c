@@ -63,7 +63,7 @@ struct xsb_wire_header {
     struct xsb_wire_span rlimits;     ///< array of struct xsb_rlimit
     struct xsb_wire_span bpf;         ///< struct sock_filter[]
     uint32_t uid_outside, gid_outside, uid_inside, gid_inside;
-    uint64_t tmp_size, shm_size;
+    uint64_t tmp_size;
     /// Fds as the init sees them: XSB_INIT_PASSED_FDS + i, or -1.
     int32_t passed_fd_count;
     int32_t stdio[3];
@@ -181,7 +181,6 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     h.uid_inside = cfg->uid_inside;
     h.gid_inside = cfg->gid_inside;
     h.tmp_size = cfg->tmp_size;
-    h.shm_size = cfg->shm_size;
     for (int i = 0; i < 3; i++) h.stdio[i] = pass(passed, cfg->stdio[i]);
     h.extra_fd_count = (int32_t)cfg->extra_fd_count;
     for (size_t i = 0; i < cfg->extra_fd_count; i++) h.extra_fds[i] = pass(passed, cfg->extra_fds[i]);
@@ -439,7 +438,6 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     cfg->uid_inside = h.uid_inside;
     cfg->gid_inside = h.gid_inside;
     cfg->tmp_size = h.tmp_size;
-    cfg->shm_size = h.shm_size;
     for (int i = 0; i < 3; i++) cfg->stdio[i] = h.stdio[i];
     static int extra[XSB_MAX_EXTRA_FDS];
     for (int i = 0; i < h.extra_fd_count; i++) extra[i] = h.extra_fds[i];

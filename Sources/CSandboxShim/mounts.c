@@ -1,6 +1,6 @@
 // The sandbox's file system: a fresh tmpfs root holding only what the policy binds, a fresh
-// /proc, a minimal /dev, a size-limited /tmp (a directory of the root's tmpfs, which is sized for
-// it); then the old root detached and the new one entered.
+// /proc, a minimal /dev, a size-limited /tmp and /dev/shm (directories of the root's tmpfs, which
+// is sized for them); then the old root detached and the new one entered.
 //
 // Technique (as in bubblewrap): mount a tmpfs over /tmp of our private mount namespace and
 // pivot into it, so the host's root stays reachable as /oldroot — even /tmp, which the tmpfs
@@ -206,17 +206,22 @@ static int directory_mount_at(int root, const char *target, uint64_t attrs) {
     return rc;
 }
 
-/// The sandbox's /tmp: a directory of the root's tmpfs (sticky, writable by all) with a mount of
-/// its own, writable while the root is read-only; no file system of its own (directory_mount_at).
-/// Its size limit is the root's, which xsb_setup_mounts sizes for it.
-static int tmp_directory_at(int root) {
-    if (mkdirat(root, "tmp", 01777) != 0 && errno != EEXIST) return -1;
-    int dir = openat(root, "tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+/// A directory of the root's tmpfs that everyone may write (sticky, like /tmp) with a mount of
+/// its own, writable while the root is read-only: no file system of its own (directory_mount_at).
+/// /tmp and /dev/shm are such directories, so they share one size limit, the root's, which
+/// xsb_setup_mounts sizes for the policy's /tmp: what the sandbox can write in both together.
+static int shared_directory_at(int root, const char *target, uint64_t attrs) {
+    char leaf[256];
+    int parent = open_parent(root, target, leaf, sizeof leaf);
+    if (parent < 0) return -1;
+    if (mkdirat(parent, leaf, 01777) != 0 && errno != EEXIST) return close_keeping_errno(parent);
+    int dir = openat(parent, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close_keeping_errno(parent);
     if (dir < 0) return -1;
     int rc = fchmod(dir, 01777);  // mkdirat's mode passed through the umask
     close_keeping_errno(dir);
     if (rc != 0) return -1;
-    return directory_mount_at(root, "/tmp", XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV);
+    return directory_mount_at(root, target, attrs);
 }
 
 /// The staging tmpfs's options: 4 MiB and 16,384 inodes for the root's directories and files,
@@ -234,8 +239,8 @@ static void staging_options(char *out, uint64_t tmp_size) {
 }
 
 /// Resizes the root's tmpfs, once everything but /tmp is in it, to what it holds plus /tmp's
-/// size and inode budget: /tmp can then take exactly its policy's size, as a tmpfs of its own
-/// could, and nothing else can grow (the root is read-only from here on).
+/// size and inode budget: /tmp and /dev/shm together can then take exactly the policy's /tmp
+/// size, as a tmpfs of its own could, and nothing else can grow (the root is read-only from here on).
 static int size_root_for_tmp(int root, uint64_t tmp_size) {
     struct statfs st;
     if (fstatfs(root, &st) != 0) return -1;
@@ -278,7 +283,7 @@ static int file_at(int root, const char *target, const char *bytes, uint64_t siz
 
 /// null, zero, full, random, urandom bound from the host (a user namespace cannot mknod);
 /// nothing else: no disks, no kmsg, no mem, no tty.
-static int setup_dev(int root, const struct xsb_spawn_config *cfg, int control_fd) {
+static int setup_dev(int root, int control_fd) {
     static const char *const nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
     static const char *const links[][2] = {
         {"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
@@ -303,7 +308,9 @@ static int setup_dev(int root, const struct xsb_spawn_config *cfg, int control_f
             return -1;
         }
     }
-    if (tmpfs_at(root, "/dev/shm", 01777, cfg->shm_size, XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV | XSB_MOUNT_ATTR_NOEXEC) != 0) {
+    // Shares /tmp's size limit (shared_directory_at): one superblock less per sandbox than a
+    // tmpfs of its own, which every memory cgroup on the machine pays for (README, performance).
+    if (shared_directory_at(root, "/dev/shm", XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV | XSB_MOUNT_ATTR_NOEXEC) != 0) {
         xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, "/dev/shm");
         return -1;
     }
@@ -390,7 +397,7 @@ int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd) {
         xsb_child_report(control_fd, XSB_STEP_MOUNT_PRIVATE, errno, "/");
         return -1;
     }
-    // The staging tmpfs becomes the sandbox's root, and holds its /tmp too (tmp_directory_at).
+    // The staging tmpfs becomes the sandbox's root, and holds its /tmp and /dev/shm too (shared_directory_at).
     char staging[96];
     staging_options(staging, cfg->tmp_size);
     if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, staging) != 0 ||
@@ -409,8 +416,8 @@ int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd) {
         return -1;
     }
 
-    int ok = setup_proc(root, control_fd) == 0 && setup_dev(root, cfg, control_fd) == 0;
-    if (ok && tmp_directory_at(root) != 0) {
+    int ok = setup_proc(root, control_fd) == 0 && setup_dev(root, control_fd) == 0;
+    if (ok && shared_directory_at(root, "/tmp", XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV) != 0) {
         xsb_child_report(control_fd, XSB_STEP_TMPFS_MOUNT, errno, "/tmp");
         ok = 0;
     }

@@ -6,9 +6,9 @@ import SandboxSystem
 /// The sandbox's file system as a list of operations for the C shim, checked on the host
 /// first so that a bad entry fails with a clear message before anything is cloned.
 ///
-/// The shim always provides /proc, a minimal /dev and a writable /tmp; this plan adds the
-/// policy's binds and tmpfs mounts, the caller's extra mounts, and a few small files
-/// (/etc/passwd, /etc/group, /etc/hostname, /etc/hosts) unless a bind provides them.
+/// The shim always provides /proc, a minimal /dev and a writable /tmp and /dev/shm, which share
+/// `tmpSize`; this plan adds the policy's binds and tmpfs mounts, the caller's extra mounts, and
+/// a few small files (/etc/passwd, /etc/group, /etc/hostname, /etc/hosts) unless a bind provides them.
 struct MountPlan {
     enum Operation: Equatable {
         case bind(source: String, target: String, writable: Bool, directory: Bool)
@@ -20,7 +20,6 @@ struct MountPlan {
     }
 
     static let defaultTmpSize: UInt64 = 64 << 20
-    static let shmSize: UInt64 = 64 << 20
 
     private(set) var operations: [Operation] = []
     private(set) var tmpSize: UInt64 = defaultTmpSize

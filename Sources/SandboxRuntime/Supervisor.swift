@@ -112,7 +112,6 @@ public final class Supervisor: Sendable {
         config.mounts = UnsafePointer(ops)
         config.mount_count = opCount
         config.tmp_size = plan.tmpSize
-        config.shm_size = MountPlan.shmSize
         let rlimits = ResourceLimitPlan(limits).rlimits
         let cLimits = arena.array(of: xsb_rlimit.self, count: rlimits.count)
         for (index, limit) in rlimits.enumerated() { cLimits[index] = limit }

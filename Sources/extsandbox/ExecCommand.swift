@@ -23,7 +23,8 @@ struct ExecCommand: AsyncParsableCommand {
 
             The file system is an empty read-only tmpfs holding only what the policy and the \
             --ro-bind/--bind options list, a fresh /proc, a minimal /dev (null, zero, full, \
-            random, urandom, shm) and a writable, size-limited /tmp. PROGRAM itself is made \
+            random, urandom, a writable shm) and a writable /tmp; /tmp and /dev/shm share the \
+            policy's /tmp size. PROGRAM itself is made \
             visible if no bind covers it; a PROGRAM without a slash is looked up in $PATH.
 
             Standard streams: the program never shares the caller's open files. A terminal is \

@@ -111,8 +111,7 @@ struct xsb_spawn_config {
 
     const struct xsb_mount_op *mounts;
     size_t mount_count;
-    uint64_t tmp_size;       ///< size of the writable /tmp
-    uint64_t shm_size;       ///< size of /dev/shm
+    uint64_t tmp_size;       ///< what /tmp and /dev/shm may hold together
 
     const struct xsb_rlimit *rlimits;
     size_t rlimit_count;
