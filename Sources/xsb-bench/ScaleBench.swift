@@ -50,6 +50,9 @@ struct ScaleBench: Sendable {
     var memoryFloorKiB = 4 << 20
     /// A growth step stops after this many seconds (reported).
     var stepTimeLimit: Double = 1_200
+    /// At most this many bubblewrap sandboxes for the memory reference (BwrapMemoryReference), as
+    /// many as the largest step below it had alive; 0: none.
+    var bwrapReferenceLimit = 1_000
 
     /// One running extension: its handle and an open connection (so that it is neither suspended
     /// nor ended while the bench holds it), and the host pids of its sandbox init and program.

@@ -49,6 +49,14 @@ struct ScaleReport {
         let beyondMemoryCgroup = largest.flatMap { step in memoryCgroup.map { step.machineKiBPerExtension - $0 } }
         put("memory_cgroup_empty_kib", memoryCgroup)
         put("machine_kib_per_extension_beyond_memory_cgroup", beyondMemoryCgroup)
+        // Not a target: bubblewrap's sandboxes measured the same way in the same run, and ours
+        // against them at the same N (BwrapMemoryReference).
+        let bwrap = outcome.bwrapReference.flatMap { $0.failure == nil ? $0 : nil }
+        let compared = bwrap.flatMap { reference in complete.first { $0.extensions == reference.sandboxes } }
+        let vsBwrap = bwrap.flatMap { reference in compared.map { $0.machineKiBPerExtension / reference.machineKiBPerSandbox } }
+        put("machine_kib_per_sandbox_bwrap", bwrap?.machineKiBPerSandbox)
+        put("machine_kib_per_extension_vs_bwrap", vsBwrap)
+        json["bwrap_reference"] = outcome.bwrapReference?.json ?? NSNull()
         put("launch_rate_ratio_1000_vs_10", rateRatio)
         put("rtt_p99_vs_median_1000", rttRatio)
         var failureMessages: [[String: Any]] = []
@@ -126,6 +134,16 @@ struct ScaleReport {
         lines.append("  of which one empty memory cgroup: " + (memoryCgroup.map { String(format: "%.0f KiB", $0) } ?? "not measured")
                      + " on this boot (its shrinker table: 1 KiB per 64 of the most file systems this boot ever had mounted at once); beyond it: "
                      + (beyondMemoryCgroup.map { String(format: "%.0f KiB", $0) } ?? "-"))
+        if let reference = outcome.bwrapReference {
+            if let failure = reference.failure {
+                lines.append("  bubblewrap reference: not measured: \(failure)")
+            } else {
+                lines.append(String(format: "  bubblewrap reference, %d sandboxes alive (the same namespaces, no memory cgroup, 2 processes besides the program): "
+                                    + "%.0f KiB each beyond its program's PSS; ours at %d: %@",
+                                    reference.sandboxes, reference.machineKiBPerSandbox, reference.sandboxes,
+                                    vsBwrap.map { String(format: "%.2f of it", $0) } ?? "-"))
+            }
+        }
         row("machine_kib_per_extension_big_host", big.flatMap { $0.extensions > 0 ? $0.machineKiBPerExtension : nil }, "<= 512") {
             $0 <= 512 && (big?.accountedKiBPerExtension ?? .infinity) <= 512
         }

@@ -17,6 +17,8 @@ extension ScaleBench {
         var memorySettleSeconds = 0.0
         /// What one empty memory cgroup costs the kernel on this boot (``ScaleSystem/emptyMemoryCgroupKiB(probes:)``).
         var emptyMemoryCgroupKiB: Double?
+        /// bubblewrap's sandboxes measured the same way, as many as the step they are compared with.
+        var bwrapReference: BwrapMemoryReference?
     }
 
     /// Waits (up to `limit` seconds) until MemAvailable moves less than 16 MiB a second three
@@ -191,6 +193,20 @@ extension ScaleBench {
         outcome.limitsRaised = limits.descriptions
         // Asked once per step: the same refusal is reported once.
         outcome.limitsRefused = Array(Set(limits.refused)).sorted()
+
+        // bubblewrap's sandboxes, as many as the largest complete step up to the limit had alive:
+        // last, once ours are gone and counted, so that its file systems do not raise this boot's
+        // high-water mark of shrinkers (which sizes every memory cgroup) before ours are made.
+        let compared = outcome.steps.filter { $0.extensions > 0 && $0.extensions == $0.answered && $0.extensions <= bwrapReferenceLimit }
+            .map(\.extensions).max()
+        if let compared {
+            _ = await Self.waitForSteadyMemory()
+            if let bwrap = ["/usr/bin/bwrap", "/bin/bwrap"].first(where: { (path: String) in access(path, X_OK) == 0 }) {
+                outcome.bwrapReference = await BwrapMemoryReference.measure(count: compared, bwrap: bwrap, fields: fields)
+            } else {
+                outcome.bwrapReference = BwrapMemoryReference(failure: "bubblewrap is not installed (scripts/bench installs it)")
+            }
+        }
         return outcome
     }
 

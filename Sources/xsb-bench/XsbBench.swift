@@ -84,6 +84,13 @@ struct XsbBench {
             let cycles = Int(option("--cycles") ?? "") ?? 10_000
             var bench = ScaleBench(extensionPath: scaleExtensionPath, extensionArguments: scaleExtensionArguments, policyPath: scalePolicy,
                                    steps: steps, bigHostExtensions: bigHost)
+            if let text = option("--bwrap-reference") {
+                guard let limit = Int(text), limit >= 0 else {
+                    FileHandle.standardError.write(Data("xsb-bench: --bwrap-reference takes a number of sandboxes (0: none)\n".utf8))
+                    exit(2)
+                }
+                bench.bwrapReferenceLimit = limit
+            }
             // --memory-floor-mib: how much MemAvailable a step leaves the machine (4 GiB unless
             // said; at least 1 GiB, so that the machine itself keeps working).
             if let text = option("--memory-floor-mib") {
