@@ -17,13 +17,22 @@ struct BwrapMemoryReference {
     var sandboxes = 0
     var machineKiBPerSandbox = 0.0
     var payloadPSSKiB = 0.0
+    /// bubblewrap's own two processes' PSS (its monitor and its PID 1), medians.
+    var bwrapPSSKiB = 0.0
     var meminfoKiBPerSandbox: [String: Double] = [:]
+    /// What the sandboxes are seen to add, as the scale steps' `accounted`: bubblewrap's own
+    /// processes' PSS, page tables, kernel stacks and unreclaimable slab per sandbox (MemAvailable
+    /// moves with the page cache and every other program; these much less).
+    var accountedKiBPerSandbox: Double {
+        bwrapPSSKiB + ["PageTables", "KernelStack", "SUnreclaim"].reduce(0) { $0 + (meminfoKiBPerSandbox[$1] ?? 0) }
+    }
     var failure: String?
 
     var json: [String: Any] {
         var details: [String: Any] = [
             "sandboxes": sandboxes, "machine_kib_per_sandbox": ScaleBench.rounded(machineKiBPerSandbox),
-            "payload_pss_kib": ScaleBench.rounded(payloadPSSKiB),
+            "payload_pss_kib": ScaleBench.rounded(payloadPSSKiB), "bwrap_processes_pss_kib": ScaleBench.rounded(bwrapPSSKiB),
+            "accounted_kib_per_sandbox": ScaleBench.rounded(accountedKiBPerSandbox),
             "meminfo_kib_per_sandbox": meminfoKiBPerSandbox.mapValues(ScaleBench.rounded),
             "command": "bwrap --unshare-all --die-with-parent --ro-bind /usr /usr (+ /bin /lib /lib64 symlinks) --proc /proc --dev /dev --tmpfs /tmp -- sleep",
         ]
@@ -76,6 +85,11 @@ struct BwrapMemoryReference {
         if pss.isEmpty { pss = [0] }
         reference.sandboxes = count
         reference.payloadPSSKiB = Double(pss[pss.count / 2])
+        // bubblewrap's PID 1 is each program's parent; its monitor, the process we started.
+        func median(_ values: [Int]) -> Double { values.isEmpty ? 0 : Double(values.sorted()[values.count / 2]) }
+        let inner = programs.prefix(100).compactMap { ScaleSystem.parent(of: $0) }.compactMap { ScaleSystem.proportionalSetSize(of: $0) }
+        let outer = monitors.prefix(100).compactMap { ScaleSystem.proportionalSetSize(of: $0) }
+        reference.bwrapPSSKiB = median(inner) + median(outer)
         reference.machineKiBPerSandbox = Double(baseAvailable - available) / Double(count) - reference.payloadPSSKiB
         for field in fields {
             if let before = baseMeminfo[field], let after = ScaleSystem.meminfo(field) {

@@ -54,8 +54,10 @@ struct ScaleReport {
         let bwrap = outcome.bwrapReference.flatMap { $0.failure == nil ? $0 : nil }
         let compared = bwrap.flatMap { reference in complete.first { $0.extensions == reference.sandboxes } }
         let vsBwrap = bwrap.flatMap { reference in compared.map { $0.machineKiBPerExtension / reference.machineKiBPerSandbox } }
+        let accountedVsBwrap = bwrap.flatMap { reference in compared.map { $0.accountedKiBPerExtension / reference.accountedKiBPerSandbox } }
         put("machine_kib_per_sandbox_bwrap", bwrap?.machineKiBPerSandbox)
         put("machine_kib_per_extension_vs_bwrap", vsBwrap)
+        put("accounted_kib_per_extension_vs_bwrap", accountedVsBwrap)
         json["bwrap_reference"] = outcome.bwrapReference?.json ?? NSNull()
         put("launch_rate_ratio_1000_vs_10", rateRatio)
         put("rtt_p99_vs_median_1000", rttRatio)
@@ -139,9 +141,10 @@ struct ScaleReport {
                 lines.append("  bubblewrap reference: not measured: \(failure)")
             } else {
                 lines.append(String(format: "  bubblewrap reference, %d sandboxes alive (the same namespaces, no memory cgroup, 2 processes besides the program): "
-                                    + "%.0f KiB each beyond its program's PSS; ours at %d: %@",
-                                    reference.sandboxes, reference.machineKiBPerSandbox, reference.sandboxes,
-                                    vsBwrap.map { String(format: "%.2f of it", $0) } ?? "-"))
+                                    + "%.0f KiB each beyond its program's PSS (accounted %.0f); ours at %d: %@ (accounted: %@)",
+                                    reference.sandboxes, reference.machineKiBPerSandbox, reference.accountedKiBPerSandbox, reference.sandboxes,
+                                    vsBwrap.map { String(format: "%.2f of it", $0) } ?? "-",
+                                    accountedVsBwrap.map { String(format: "%.2f", $0) } ?? "-"))
             }
         }
         row("machine_kib_per_extension_big_host", big.flatMap { $0.extensions > 0 ? $0.machineKiBPerExtension : nil }, "<= 512") {

@@ -64,6 +64,13 @@ enum ScaleSystem {
         return (String(fields[0]), start)
     }
 
+    /// A process's parent (`PPid` of /proc/PID/stat), nil when it is gone.
+    static func parent(of pid: pid_t) -> pid_t? {
+        guard let stat = SystemFiles.text("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else { return nil }
+        let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+        return fields.count > 1 ? pid_t(fields[1]) : nil
+    }
+
     /// Direct children of this process (every thread's) that are zombies: ended, never reaped.
     static func zombieChildren() -> [pid_t] {
         var children: [pid_t] = []
