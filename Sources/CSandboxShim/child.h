@@ -25,7 +25,7 @@
 
 /// The launch description's format (launch_description.c). Bumped with any change to it, to
 /// struct xsb_msg or to the steps, so that an init from another build refuses the launch.
-#define XSB_LAUNCH_FORMAT_VERSION 2
+#define XSB_LAUNCH_FORMAT_VERSION 3
 
 /// Init side: maps the description behind `fd`, checks every offset, length, count and value,
 /// and fills `cfg` with pointers into it. Returns 0, or -1 with errno set and `*what` naming
@@ -143,11 +143,13 @@ int xsb_init_move_high(const struct xsb_spawn_config *cfg, int control_fd, int f
 int xsb_init_lift_control_socket(const struct xsb_spawn_config *cfg, int control_fd);
 /// Init side: closes every fd except the `count` in `keep` (unsorted; negative ones ignored).
 void xsb_init_keep_only(int control_fd, int *keep, size_t count);
-/// Init side: keeps only the control socket and the fds the payload will receive.
+/// Init side: keeps only the control socket and the fds the payload will receive (the program's too).
 void xsb_init_keep_only_sources(const struct xsb_spawn_config *cfg, int control_fd);
 /// Payload side: places the caller's chosen fds at 0, 1, 2, 3…; everything else becomes
 /// close-on-exec. Sources first move above every target so that no dup2 overwrites a later source.
-void xsb_payload_arrange_fds(const struct xsb_spawn_config *cfg, int status_fd);
+/// Returns the fd to exec the program by (a script's at 3 + extra fd count, kept across the
+/// exec), or -1 when the program is exec'd by path.
+int xsb_payload_arrange_fds(const struct xsb_spawn_config *cfg, int status_fd);
 /// Payload side: when asked, the first of fds 0–2 that is a terminal becomes the controlling one.
 void xsb_payload_take_controlling_terminal(const struct xsb_spawn_config *cfg, int status_fd);
 

@@ -35,7 +35,7 @@ int xsb_place_init_fds(int control_fd, int description_fd, const struct xsb_pass
     // (close-on-exec) right after the last.
     int count = 2 + passed->count;
     int floor = count + 1;
-    int moved[2 + 3 + XSB_MAX_EXTRA_FDS + 4 + 1];
+    int moved[2 + (int)(sizeof passed->host / sizeof passed->host[0]) + 1];
     for (int i = 0; i <= count; i++) {
         int source = i == 0 ? control_fd : i == 1 ? description_fd
                    : i == count ? init_fd : passed->host[i - 2];
@@ -99,15 +99,22 @@ void xsb_init_keep_only(int control_fd, int *keep, size_t count) {
 }
 
 void xsb_init_keep_only_sources(const struct xsb_spawn_config *cfg, int control_fd) {
-    int keep[3 + XSB_MAX_EXTRA_FDS + 1];
+    int keep[3 + XSB_MAX_EXTRA_FDS + 2];
     size_t count = 0;
     keep[count++] = control_fd;
     for (int i = 0; i < 3; i++) keep[count++] = cfg->stdio[i];
     for (size_t i = 0; i < cfg->extra_fd_count && i < XSB_MAX_EXTRA_FDS; i++) keep[count++] = cfg->extra_fds[i];
+    keep[count++] = cfg->exec_fd;
     xsb_init_keep_only(control_fd, keep, count);
 }
 
-void xsb_payload_arrange_fds(const struct xsb_spawn_config *cfg, int status_fd) {
+/// Whether the open file `fd` starts with "#!" (read at offset 0, the fd's position untouched).
+static int is_script(int fd) {
+    char head[2];
+    return pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && head[0] == '#' && head[1] == '!';
+}
+
+int xsb_payload_arrange_fds(const struct xsb_spawn_config *cfg, int status_fd) {
     size_t count = 3 + cfg->extra_fd_count;
     int floor = XSB_FD_FLOOR + (int)cfg->extra_fd_count;
     int moved[3 + XSB_MAX_EXTRA_FDS];
@@ -122,11 +129,22 @@ void xsb_payload_arrange_fds(const struct xsb_spawn_config *cfg, int status_fd) 
         moved[i] = fcntl(src, F_DUPFD_CLOEXEC, floor);
         if (moved[i] < 0) xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup");
     }
+    // The program's own fd goes out of the way too (its number may be one of the targets).
+    int program = -1;
+    if (cfg->exec_fd >= 0 && (program = fcntl(cfg->exec_fd, F_DUPFD_CLOEXEC, floor)) < 0)
+        xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup of the program");
     for (size_t i = 0; i < count; i++) {
         if (dup2(moved[i], (int)i) < 0) xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup2");
     }
     if (syscall(SYS_close_range, (unsigned)count, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
         xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "close_range");
+    // A script's interpreter reads it as /dev/fd/N after the exec: the fd must survive the exec,
+    // at a number that comes right after the payload's own. A binary's stays close-on-exec.
+    if (program >= 0 && is_script(program)) {
+        if (dup2(program, (int)count) < 0) xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup2 of the script");
+        program = (int)count;
+    }
+    return program;
 }
 
 void xsb_payload_take_controlling_terminal(const struct xsb_spawn_config *cfg, int status_fd) {

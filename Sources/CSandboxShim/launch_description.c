@@ -71,7 +71,8 @@ struct xsb_wire_header {
     int32_t extra_fds[XSB_MAX_EXTRA_FDS];
     int32_t cgroup_tasks_fds[4];
     int32_t supervise_first_exec, audit, memory_deny_write_execute, controlling_terminal;
-    int32_t cap_last_cap, reserved;
+    int32_t cap_last_cap;
+    int32_t exec_fd;  ///< the program to exec by fd, or -1: exec `path`
 };
 
 // MARK: - Supervisor side
@@ -185,6 +186,7 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     h.extra_fd_count = (int32_t)cfg->extra_fd_count;
     for (size_t i = 0; i < cfg->extra_fd_count; i++) h.extra_fds[i] = pass(passed, cfg->extra_fds[i]);
     for (int i = 0; i < 4; i++) h.cgroup_tasks_fds[i] = pass(passed, cfg->cgroup_tasks_fds[i]);
+    h.exec_fd = pass(passed, cfg->exec_fd);
     h.passed_fd_count = passed->count;
     h.supervise_first_exec = cfg->supervise_first_exec != 0;
     h.audit = cfg->audit != 0;
@@ -381,7 +383,7 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
         if (!plain_absolute(op->target)) rc = refuse("launch description: a mount's target");
         // XSB_MOUNT_F_DEVICE (a writable bind that keeps device nodes usable) is only for the
         // init's own /dev nodes (mounts.c), never one the description asks for.
-        else if ((m.flags & ~(XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DIRECTORY)) != 0 || (m.mode & ~07777u) != 0)
+        else if ((m.flags & ~(XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DIRECTORY | XSB_MOUNT_F_NOEXEC)) != 0 || (m.mode & ~07777u) != 0)
             rc = refuse("launch description: a mount's flags or mode");
         else if (m.kind == XSB_MOUNT_FILE) {
             // The file's bytes: any bytes, `size` of them, NUL after them.
@@ -419,11 +421,12 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     }
 
     if (rc == 0) {
-        int ok = h.passed_fd_count >= 0 && h.passed_fd_count <= 3 + XSB_MAX_EXTRA_FDS + 4 &&
+        int ok = h.passed_fd_count >= 0 && h.passed_fd_count <= 3 + XSB_MAX_EXTRA_FDS + 4 + 1 &&
                  h.extra_fd_count >= 0 && h.extra_fd_count <= XSB_MAX_EXTRA_FDS;
         for (int i = 0; ok && i < 3; i++) ok = passed_fd(h.stdio[i], h.passed_fd_count);
         for (int i = 0; ok && i < h.extra_fd_count; i++) ok = h.extra_fds[i] != -1 && passed_fd(h.extra_fds[i], h.passed_fd_count);
         for (int i = 0; ok && i < 4; i++) ok = passed_fd(h.cgroup_tasks_fds[i], h.passed_fd_count);
+        if (ok) ok = passed_fd(h.exec_fd, h.passed_fd_count);
         if (!ok) rc = refuse("launch description: file descriptors");
     }
     if (rc == 0 && ((h.supervise_first_exec | h.audit | h.memory_deny_write_execute | h.controlling_terminal) & ~1) != 0)
@@ -444,6 +447,7 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     cfg->extra_fds = extra;
     cfg->extra_fd_count = (size_t)h.extra_fd_count;
     for (int i = 0; i < 4; i++) cfg->cgroup_tasks_fds[i] = h.cgroup_tasks_fds[i];
+    cfg->exec_fd = h.exec_fd;
     cfg->cgroup_directory_fd = -1;
     cfg->init_fd = -1;
     cfg->supervise_first_exec = h.supervise_first_exec;

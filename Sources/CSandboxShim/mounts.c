@@ -136,8 +136,8 @@ static int bind_at(int root, const char *source, const char *target, int flags, 
     close_keeping_errno(src_fd);
     if (tree < 0) return -1;
     uint64_t attrs = XSB_MOUNT_ATTR_NOSUID;
-    if (flags & XSB_MOUNT_F_DEVICE) attrs |= XSB_MOUNT_ATTR_NOEXEC;
-    else attrs |= XSB_MOUNT_ATTR_NODEV;
+    if (flags & (XSB_MOUNT_F_DEVICE | XSB_MOUNT_F_NOEXEC)) attrs |= XSB_MOUNT_ATTR_NOEXEC;
+    if (!(flags & XSB_MOUNT_F_DEVICE)) attrs |= XSB_MOUNT_ATTR_NODEV;
     if (!(flags & (XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DEVICE))) attrs |= XSB_MOUNT_ATTR_RDONLY;
     struct xsb_mount_attr attr = {.attr_set = attrs};
     if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | XSB_AT_RECURSIVE, &attr, sizeof attr) != 0) return close_keeping_errno(tree);

@@ -69,7 +69,7 @@ void xsb_payload_main(const struct xsb_spawn_config *cfg, int announce_fd, int s
     // into the caller's terminal or receive its job-control signals.
     if (setsid() < 0) xsb_payload_fail(status_fd, XSB_STEP_SESSION, "setsid");
     xsb_payload_reset_signals(status_fd);                            // signals.c
-    xsb_payload_arrange_fds(cfg, status_fd);                         // fds.c
+    int program = xsb_payload_arrange_fds(cfg, status_fd);           // fds.c
     // The caller's relay pseudo-terminal as the session's controlling terminal: the terminal's
     // Ctrl-C, Ctrl-\ and window size changes then reach the program's foreground process group,
     // and a shell inside gets job control. The caller's own terminal never gets here.
@@ -78,15 +78,18 @@ void xsb_payload_main(const struct xsb_spawn_config *cfg, int announce_fd, int s
     xsb_payload_apply_rlimits(cfg, status_fd);                       // rlimits.c
     xsb_payload_drop_capabilities(cfg, status_fd);                   // capabilities.c
     // Checked now, with the sandbox's own rights, so the common exec failures are reported
-    // precisely before the filter is in place.
-    if (access(cfg->path, X_OK) != 0) xsb_payload_fail(status_fd, XSB_STEP_EXEC, cfg->path);
+    // precisely before the filter is in place. (A program given as an fd is the supervisor's
+    // own sealed copy, executable by everyone.)
+    if (program < 0 && access(cfg->path, X_OK) != 0) xsb_payload_fail(status_fd, XSB_STEP_EXEC, cfg->path);
     xsb_payload_set_no_new_privs(status_fd);                         // capabilities.c
     xsb_payload_deny_write_execute(cfg, status_fd);                  // seccomp.c
     int listener = xsb_payload_announce_listener(cfg, status_fd, announce_fd);  // seccomp.c
     xsb_payload_unblock_signals(status_fd);                          // signals.c
     xsb_payload_load_filter(cfg, status_fd, listener);               // seccomp.c
 
-    // From here on the policy's filter applies: it must allow execve, write and exit_group.
-    execve(cfg->path, cfg->argv, cfg->envp);
+    // From here on the policy's filter applies: it must allow execve (execveat for a program
+    // given as an fd), write and exit_group.
+    if (program >= 0) syscall(SYS_execveat, program, "", cfg->argv, cfg->envp, AT_EMPTY_PATH);
+    else execve(cfg->path, cfg->argv, cfg->envp);
     xsb_payload_fail(status_fd, XSB_STEP_EXEC, cfg->path);
 }

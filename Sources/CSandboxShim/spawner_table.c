@@ -54,6 +54,7 @@ static size_t fd_fields(struct xsb_spawn_config *cfg, int *extra, int *fields[])
     for (int i = 0; i < 3; i++) fields[n++] = &cfg->stdio[i];
     for (int i = 0; i < 4; i++) fields[n++] = &cfg->cgroup_tasks_fds[i];
     for (size_t i = 0; i < cfg->extra_fd_count; i++) fields[n++] = &extra[i];
+    fields[n++] = &cfg->exec_fd;
     return n;
 }
 

@@ -11,7 +11,8 @@ import SandboxSystem
 /// a few small files (/etc/passwd, /etc/group, /etc/hostname, /etc/hosts) unless a bind provides them.
 struct MountPlan {
     enum Operation: Equatable {
-        case bind(source: String, target: String, writable: Bool, directory: Bool)
+        /// `executable` false: nothing under it can be exec'd or mapped executable (noexec).
+        case bind(source: String, target: String, writable: Bool, directory: Bool, executable: Bool = true)
         case tmpfs(target: String, sizeBytes: UInt64)
         case symlink(target: String, linkText: String)
         case file(target: String, contents: String)
@@ -24,9 +25,12 @@ struct MountPlan {
     private(set) var operations: [Operation] = []
     private(set) var tmpSize: UInt64 = defaultTmpSize
 
-    init(policy: Policy, extraMounts: [MountEntry], hostname: String, uid: UInt32, gid: UInt32) throws {
+    init(policy: Policy, extraMounts: [MountEntry], dataMounts: [MountEntry] = [], hostname: String, uid: UInt32, gid: UInt32) throws {
         for entry in policy.filesystem.mounts + extraMounts {
             try add(entry)
+        }
+        for entry in dataMounts {
+            try add(entry, executable: false)
         }
         for path in policy.filesystem.masked {
             try addMask(path)
@@ -39,7 +43,7 @@ struct MountPlan {
             return da != db ? da < db : a.offset < b.offset
         }.map(\.element)
         let boundTargets = Set(operations.compactMap { op -> String? in
-            if case .bind(_, let target, _, _) = op { return target }
+            if case .bind(_, let target, _, _, _) = op { return target }
             return nil
         })
         let files = [
@@ -53,7 +57,7 @@ struct MountPlan {
         }
     }
 
-    private mutating func add(_ entry: MountEntry) throws {
+    private mutating func add(_ entry: MountEntry, executable: Bool = true) throws {
         switch entry {
         case .tmpfs(let destination, let size):
             let target = try Self.checkedDestination(destination)
@@ -79,7 +83,7 @@ struct MountPlan {
             }
             // A top-level symlink such as /bin -> usr/bin on merged-/usr systems is reproduced,
             // so that paths through it resolve inside the sandbox as they do outside.
-            if (link.st_mode & S_IFMT) == S_IFLNK && !writable && source == target {
+            if (link.st_mode & S_IFMT) == S_IFLNK && !writable && executable && source == target {
                 if let text = SystemFiles.linkTarget(source) {
                     operations.append(.symlink(target: target, linkText: text))
                     return
@@ -109,14 +113,14 @@ struct MountPlan {
             guard kind != S_IFSOCK else {
                 throw SandboxError(step: .configuration, errorNumber: EPERM, detail: "refusing to bind unix socket \(source): a read-only bind would still let the sandbox connect to it")
             }
-            operations.append(.bind(source: real, target: target, writable: writable, directory: kind == S_IFDIR))
+            operations.append(.bind(source: real, target: target, writable: writable, directory: kind == S_IFDIR, executable: executable))
         }
     }
 
     private static func depth(_ operation: Operation) -> Int {
         let target: String
         switch operation {
-        case .bind(_, let t, _, _), .tmpfs(let t, _), .symlink(let t, _), .file(let t, _), .mask(let t, _): target = t
+        case .bind(_, let t, _, _, _), .tmpfs(let t, _), .symlink(let t, _), .file(let t, _), .mask(let t, _): target = t
         }
         return target.split(separator: "/").count
     }
@@ -126,7 +130,7 @@ struct MountPlan {
     private mutating func addMask(_ path: String) throws {
         let target = try Self.checkedDestination(path)
         var best: (source: String, target: String)?
-        for case .bind(let source, let bindTarget, _, _) in operations
+        for case .bind(let source, let bindTarget, _, _, _) in operations
         where target == bindTarget || target.hasPrefix(bindTarget + "/") {
             if best == nil || bindTarget.count > best!.target.count { best = (source, bindTarget) }
         }
@@ -162,7 +166,7 @@ struct MountPlan {
     /// Whether a host path is reachable at the same path inside: some bind covers it.
     func exposes(hostPath path: String) -> Bool {
         for op in operations {
-            if case .bind(let source, let target, _, _) = op, source == target,
+            if case .bind(let source, let target, _, _, _) = op, source == target,
                path == source || path.hasPrefix(source.hasSuffix("/") ? source : source + "/") {
                 return true
             }
@@ -180,11 +184,12 @@ struct MountPlan {
         for (index, operation) in operations.enumerated() {
             var op = xsb_mount_op()
             switch operation {
-            case .bind(let source, let target, let writable, let directory):
+            case .bind(let source, let target, let writable, let directory, let executable):
                 op.kind = Int32(XSB_MOUNT_BIND.rawValue)
                 op.source = UnsafePointer(arena.string(source))
                 op.target = UnsafePointer(arena.string(target))
                 op.flags = (writable ? Int32(XSB_MOUNT_F_WRITABLE) : 0) | (directory ? Int32(XSB_MOUNT_F_DIRECTORY) : 0)
+                    | (executable ? 0 : Int32(XSB_MOUNT_F_NOEXEC))
             case .tmpfs(let target, let size):
                 op.kind = Int32(XSB_MOUNT_TMPFS.rawValue)
                 op.target = UnsafePointer(arena.string(target))

@@ -14,8 +14,15 @@ public struct SandboxConfiguration: Sendable {
         case fileDescriptor(Int32)
     }
 
-    /// Absolute path of the program. It is exec'd at the same path inside the sandbox.
+    /// Absolute path of the program. It is exec'd at the same path inside the sandbox, unless
+    /// ``executableCopy`` is given.
     public var executable: String
+    /// The program as a sealed copy, exec'd through its descriptor instead of by path: what runs
+    /// is exactly that copy, whatever happens to ``executable``'s path meanwhile, and nothing is
+    /// bound into the sandbox for it (``executable`` then only names it in messages). A `#!`
+    /// script's interpreter, which the kernel opens by path inside the sandbox, reads the copy
+    /// as `/dev/fd/N`, N being 3 + the number of ``extraFileDescriptors``.
+    public var executableCopy: SealedExecutable?
     /// The full argv, argv[0] included.
     public var arguments: [String]
     /// The complete environment inside. Build it with ``SandboxEnvironment/compose(policy:caller:overrides:)``.
@@ -26,6 +33,10 @@ public struct SandboxConfiguration: Sendable {
     public var compiledFilter: CompiledSeccompFilter?
     /// Binds and tmpfs mounts added after the policy's own.
     public var extraMounts: [MountEntry]
+    /// Binds of data, added after ``extraMounts``: read-only or not as each says, and always
+    /// `noexec`, so that nothing under them can be exec'd, used as an interpreter or loader, or
+    /// mapped executable (an extension's resources).
+    public var dataMounts: [MountEntry] = []
     /// The working directory inside the sandbox.
     public var workingDirectory: String
     public var hostname: String
@@ -56,6 +67,7 @@ public struct SandboxConfiguration: Sendable {
         sandboxUID: UInt32 = 1000, sandboxGID: UInt32 = 1000
     ) {
         self.executable = executable
+        self.executableCopy = nil
         self.arguments = arguments ?? [executable]
         self.environment = environment
         self.policy = policy

@@ -63,9 +63,13 @@ public final class Supervisor: Sendable {
         let filter = try configuration.compiledFilter ?? compiledFilter(for: configuration.policy)
         let initExecutable = try self.initExecutable()
         var plan = try MountPlan(
-            policy: configuration.policy, extraMounts: configuration.extraMounts,
+            policy: configuration.policy, extraMounts: configuration.extraMounts, dataMounts: configuration.dataMounts,
             hostname: configuration.hostname, uid: configuration.sandboxUID, gid: configuration.sandboxGID)
-        let executable = try Self.visibleExecutable(configuration.executable, plan: &plan)
+        let executable = configuration.executableCopy == nil
+            ? try Self.visibleExecutable(configuration.executable, plan: &plan) : configuration.executable
+        guard executable.hasPrefix("/") else {
+            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(executable) is not an absolute path")
+        }
         guard configuration.extraFileDescriptors.count <= 32 else {
             throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most 32 extra file descriptors")
         }
@@ -136,6 +140,7 @@ public final class Supervisor: Sendable {
         config.cap_last_cap = capLastCap
         config.setup_timeout_ms = setupTimeoutMilliseconds
         config.init_fd = initExecutable.fd
+        config.exec_fd = configuration.executableCopy?.descriptor.rawValue ?? -1
 
         // The configuration and the arena it points into go to the spawner thread whole.
         guard let handed = SpawnerThread.fds(of: config) else {
@@ -172,6 +177,8 @@ public final class Supervisor: Sendable {
             return (out, SetupWait.done)
         }
         cgroup?.closeDescriptors()
+        // The program's copy was open until the spawner thread took its own copy of the fd.
+        withExtendedLifetime(configuration.executableCopy) {}
         let result: xsb_spawn_result
         if setupWait == .onThreadOfItsOwn {
             if started.failed_step == Int32(XSB_STEP_NONE.rawValue) {

@@ -131,6 +131,7 @@ struct SandboxInitTests {
         config.bpf_instructions = 1
         config.stdio = (-1, 1, 2)
         config.cgroup_tasks_fds = (-1, -1, -1, -1)
+        config.exec_fd = -1
         config.cap_last_cap = 40
         var passed = xsb_passed_fds()
         var fd: Int32 = -1

@@ -80,6 +80,7 @@ enum {
     XSB_MOUNT_F_WRITABLE = 1 << 0,  ///< bind read-write (default read-only)
     XSB_MOUNT_F_DIRECTORY = 1 << 1, ///< the bind source is a directory (else a file)
     XSB_MOUNT_F_DEVICE = 1 << 2,    ///< a device node: keep it usable (no nodev)
+    XSB_MOUNT_F_NOEXEC = 1 << 3,    ///< data only: nothing under it can be exec'd or mapped executable
 };
 
 struct xsb_mount_op {
@@ -100,7 +101,7 @@ struct xsb_rlimit {
 };
 
 struct xsb_spawn_config {
-    const char *path;        ///< absolute path of the program, as seen inside
+    const char *path;        ///< absolute path of the program, as seen inside (or, with `exec_fd`, its host path, for messages)
     char *const *argv;       ///< NULL-terminated
     char *const *envp;       ///< NULL-terminated
     const char *cwd;         ///< working directory inside
@@ -124,6 +125,11 @@ struct xsb_spawn_config {
     /// Host fds that become the payload's 3, 4, … (the channel in later versions).
     const int *extra_fds;
     size_t extra_fd_count;
+    /// The program itself, open read-only (-1: none, exec `path`). The payload execs this very
+    /// file (execveat with AT_EMPTY_PATH), never a path, so what runs is what the supervisor
+    /// opened and checked. A `#!` script keeps it open (not close-on-exec) as fd 3 + extra fd
+    /// count: the kernel hands its interpreter /dev/fd/N to read.
+    int exec_fd;
 
     /// cgroup v1: open, writable `tasks` files of the sandbox's cgroups (-1 = unused). The init
     /// moves itself by writing "0" to each before it does anything else: a task moving itself
@@ -210,7 +216,7 @@ struct xsb_msg {
 /// The supervisor's fds a launch hands to the sandbox init, in the init's order.
 struct xsb_passed_fds {
     int count;
-    int host[3 + XSB_MAX_EXTRA_FDS + 4];
+    int host[3 + XSB_MAX_EXTRA_FDS + 4 + 1];
 };
 
 /// Writes `cfg` as a launch description (offsets, not pointers: see launch_description.c) into
@@ -238,8 +244,8 @@ int xsb_spawner_table_make_private(int inbox);
 /// Closes every fd above 2 of the calling thread's table except `inbox` (after each launch).
 void xsb_spawner_table_clear(int inbox);
 /// The most fds a launch hands over besides its reply socket: the init, the cgroup directory,
-/// stdio, the cgroup v1 tasks files and the extra fds.
-enum { XSB_SPAWNER_MAX_FDS = 2 + 3 + 4 + XSB_MAX_EXTRA_FDS };
+/// stdio, the cgroup v1 tasks files, the extra fds and the program.
+enum { XSB_SPAWNER_MAX_FDS = 2 + 3 + 4 + XSB_MAX_EXTRA_FDS + 1 };
 /// Host side: the fds `cfg` names (none of -1), in the order of a hand-over. Count or -errno.
 int xsb_spawner_list_fds(const struct xsb_spawn_config *cfg, int out[XSB_SPAWNER_MAX_FDS]);
 /// Host side: sends `reply` and `fds` (SCM_RIGHTS) over `outbox`. 0 or -errno.

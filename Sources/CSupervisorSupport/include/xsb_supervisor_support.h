@@ -1,6 +1,6 @@
 // The supervisor's own helpers that Swift cannot express well: epoll with a 64-bit token per
 // registration (struct epoll_event is packed on x86_64, which Swift imports awkwardly), a
-// bounded wait for readability, and naming its threads. They run in the supervisor's threads,
+// bounded wait for readability, naming its threads, and sealed copies of programs. They run in the supervisor's threads,
 // never between clone and exec: the code that does is CSandboxShim's.
 #ifndef XSB_SUPERVISOR_SUPPORT_H
 #define XSB_SUPERVISOR_SUPPORT_H
@@ -41,6 +41,12 @@ int xsb_wait_readable(int fd, long timeout_ns);
 
 /// Names the calling thread (what ps and top show; at most 15 bytes). Returns 0 or an errno.
 int xsb_set_thread_name(const char *name);
+
+/// A sealed private copy of the regular file open as `source_fd` (read from offset 0), for
+/// exec by descriptor: a memfd named `name`, mode 0555, that nobody can write, grow or shrink,
+/// returned as a new read-only, close-on-exec descriptor. -errno on failure (-ESTALE: the file
+/// changed size while it was copied; -EINVAL: not a regular file).
+int xsb_sealed_copy(int source_fd, const char *name);
 
 #ifdef __cplusplus
 }
