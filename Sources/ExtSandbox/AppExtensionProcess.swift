@@ -209,12 +209,14 @@ extension ExtensionProcessCore {
         // in scope): LaunchAuthorization.swift.
         let authorization = try LaunchAuthorization.authorize(identity)
         let (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
-        let sandboxConfiguration = SandboxConfiguration(
+        var sandboxConfiguration = SandboxConfiguration(
             executable: authorization.executable, arguments: [authorization.executable] + identity.arguments,
             environment: SandboxEnvironment.compose(
                 policy: policy, caller: ProcessInfo.processInfo.environment, overrides: authorization.environment),
-            policy: policy, extraMounts: authorization.mounts, standardInput: .null, standardOutput: configuration.output.stream, standardError: configuration.output.stream,
+            policy: policy, standardInput: .null, standardOutput: configuration.output.stream, standardError: configuration.output.stream,
             extraFileDescriptors: [extensionFD.rawValue])
+        sandboxConfiguration.executableCopy = authorization.executableCopy
+        sandboxConfiguration.dataMounts = authorization.resources
         let sandbox: SandboxedProcess
         do {
             sandbox = try await Supervisor.shared.launch(sandboxConfiguration)
@@ -237,12 +239,6 @@ extension ExtensionProcessCore {
                                              timeout: configuration.readyTimeout, identifier: identity.bundleIdentifier)
         } catch {
             throw await abandon(error)  // the control socket is closed already
-        }
-        do {
-            try authorization.verify(sandbox)
-        } catch {
-            control.close()
-            throw await abandon(error)
         }
         let core = ExtensionProcessCore(key: key, sandbox: sandbox, control: control, configuration: configuration, handle: handle)
         configuration.onEvent?(.launched(pid: sandbox.pid))

@@ -5,14 +5,15 @@ import SandboxRuntime
 import Synchronization
 
 /// Identities this process's monitors issued. A launch accepts a discovered identity only if it
-/// is one of these (value equality: the same bundle, manifest, origin and approvals file), so
-/// an identity assembled by other means is refused.
+/// is one of these, equal in every field (identifier, name, version, the point with its security
+/// level and scope, the host, the executable, the bundle, the approvals file), so an identity
+/// assembled or edited by other means is refused.
 final class IssuedIdentities: Sendable {
     static let shared = IssuedIdentities()
-    private let issued = Mutex<Set<DiscoveredExtension>>([])
+    private let issued = Mutex<Set<AppExtensionIdentity>>([])
 
-    func insert(_ discovered: DiscoveredExtension) { issued.withLock { _ = $0.insert(discovered) } }
-    func contains(_ discovered: DiscoveredExtension) -> Bool { issued.withLock { $0.contains(discovered) } }
+    func insert(_ identity: AppExtensionIdentity) { issued.withLock { _ = $0.insert(identity) } }
+    func contains(_ identity: AppExtensionIdentity) -> Bool { issued.withLock { $0.contains(identity) } }
 }
 
 /// Environment variables through which an extension learns who it is (docs/wire-protocol.md §7).
@@ -31,16 +32,16 @@ public enum ExtensionEnvironment {
 
 /// What a launch of one identity may run, decided right before the launch: the checks of
 /// discovery made again (installed, unchanged, approved for these contents, enabled, in scope),
-/// and what the sandbox gets (the executable that was hashed, the resources, the environment).
+/// and what the sandbox gets (the executable that was checked, the resources, the environment).
 struct LaunchAuthorization: Sendable {
     var executable: String
-    var mounts: [MountEntry]
+    /// The executable as it was checked: a sealed copy, which the sandbox execs by descriptor,
+    /// so that the bytes that run are the bytes whose digest was compared with the approval.
+    /// `nil` for a development identity, exec'd by path.
+    var executableCopy: SealedExecutable?
+    /// The bundle's resources: data, bound read-only and `noexec`.
+    var resources: [MountEntry]
     var environment: [String: String]
-    /// The executable's fingerprint when it was checked: the running program must be that file.
-    var expectedExecutable: FileFingerprint?
-    var identifier: String
-    /// A `#!` script: the interpreter is the running program, the script the file it reads.
-    var isScript = false
 
     /// Checks `identity` now; throws ``DiscoveryError`` when it may not run: a bundle or
     /// approvals file that is no longer valid as its ``CatalogProblem`` (``DiscoveryError/catalog(_:)``),
@@ -52,8 +53,7 @@ struct LaunchAuthorization: Sendable {
             ExtensionEnvironment.host: identity.hostIdentifier,
         ]
         guard case .discovered(let discovered) = identity.origin else {
-            return LaunchAuthorization(executable: identity.executablePath, mounts: [], environment: environment,
-                                       expectedExecutable: nil, identifier: identity.bundleIdentifier)
+            return LaunchAuthorization(executable: identity.executablePath, executableCopy: nil, resources: [], environment: environment)
         }
         let id = identity.bundleIdentifier
         try checkProvenance(identity)
@@ -81,55 +81,41 @@ struct LaunchAuthorization: Sendable {
         case .unapproved(let reason): throw DiscoveryError.refused(identifier: id, reason: "it is not approved: \(reason)")
         case .invalid(let problem): throw DiscoveryError.catalog(problem)
         }
-        // The digests just compared (or, for a bundled extension, the file as it is now) belong to
-        // this fingerprint; the program that runs must be this very file, unchanged.
-        let (_, fingerprint): (ContentDigest, FileFingerprint)
-        do throws(CatalogProblem) {
-            (_, fingerprint) = try ContentHasher.shared.digest(ofFileAt: current.executablePath)
+        // The file is copied once, and the copy is what is weighed and what runs: whatever is
+        // renamed over the path, swapped above it or written into it after this point never runs.
+        let copy: SealedExecutable
+        do {
+            copy = try SealedExecutable.copy(of: current.executablePath)
         } catch {
-            throw DiscoveryError.catalog(error)
+            throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
         }
-        var mounts: [MountEntry] = []
+        if !discovered.origin.isBundled {
+            let digest: ContentDigest
+            do throws(CatalogProblem) {
+                (digest, _) = try ContentHasher.shared.digest(ofDescriptor: copy.descriptor.rawValue, named: current.executablePath)
+            } catch {
+                throw DiscoveryError.catalog(error)
+            }
+            guard state.approvals[id]?.executable == digest else {
+                throw DiscoveryError.refused(identifier: id, reason: "it is not approved: the executable changed since it was approved")
+            }
+        }
+        var resources: [MountEntry] = []
         for resource in current.resources {
-            mounts.append(.bind(source: resource.real, destination: ExtensionEnvironment.resourcesDirectory + "/" + resource.relative,
-                                writable: false, optional: false))
+            resources.append(.bind(source: resource.real, destination: ExtensionEnvironment.resourcesDirectory + "/" + resource.relative,
+                                   writable: false, optional: false))
         }
-        if !mounts.isEmpty { environment[ExtensionEnvironment.resources] = ExtensionEnvironment.resourcesDirectory }
-        return LaunchAuthorization(executable: current.executablePath, mounts: mounts, environment: environment,
-                                   expectedExecutable: fingerprint, identifier: id, isScript: startsWithShebang(current.executablePath))
+        if !resources.isEmpty { environment[ExtensionEnvironment.resources] = ExtensionEnvironment.resourcesDirectory }
+        return LaunchAuthorization(executable: current.executablePath, executableCopy: copy, resources: resources, environment: environment)
     }
 
     /// Throws unless `identity` is development-only or one that a monitor of this process
-    /// issued, unaltered. Cheap: also checked before a running process is shared with a handle.
+    /// issued, unaltered in any field. Cheap: also checked before a running process is shared
+    /// with a handle.
     static func checkProvenance(_ identity: AppExtensionIdentity) throws {
-        guard case .discovered(let discovered) = identity.origin else { return }
-        guard IssuedIdentities.shared.contains(discovered), identity.executablePath == discovered.bundle.executablePath,
-              identity.arguments.isEmpty, identity.bundleIdentifier == discovered.bundle.manifest.identifier,
-              identity.point.name == discovered.bundle.manifest.point else {
+        guard case .discovered = identity.origin else { return }
+        guard IssuedIdentities.shared.contains(identity) else {
             throw DiscoveryError.notDiscovered(identifier: identity.bundleIdentifier)
-        }
-    }
-
-    static func startsWithShebang(_ path: String) -> Bool {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var head: [UInt8] = [0, 0]
-        return read(fd, &head, 2) == 2 && head == [0x23, 0x21]
-    }
-
-    /// After READY: the sandbox's program is the file that was checked (same device, inode,
-    /// size, mtime and ctime). Closes the window between the check and the exec: a file swapped
-    /// in or rewritten meanwhile is caught here, before any connection (docs/extensions.md).
-    func verify(_ sandbox: SandboxedProcess) throws {
-        guard let expected = expectedExecutable else { return }
-        guard let payload = sandbox.processIdentifiers().dropFirst().first else {
-            throw DiscoveryError.refused(identifier: identifier, reason: "its program is gone")
-        }
-        if FileFingerprint.of("/proc/\(payload)/exe") == expected { return }
-        // A script: its interpreter runs, reading the file bound into the sandbox at this path.
-        guard isScript, FileFingerprint.of("/proc/\(payload)/root" + executable) == expected else {
-            throw DiscoveryError.refused(identifier: identifier, reason: "the program that started is not the file that was checked (replaced during the launch)")
         }
     }
 }

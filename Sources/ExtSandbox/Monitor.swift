@@ -212,11 +212,12 @@ extension AppExtensionPoint {
                 switch ExtensionCatalog.status(of: entry, state: approvals) {
                 case .enabled:
                     let discovered = DiscoveredExtension(bundle: bundle, origin: entry.origin, stateFile: host.locations.stateFile)
-                    IssuedIdentities.shared.insert(discovered)
-                    state.identities.append(AppExtensionIdentity(
+                    let identity = AppExtensionIdentity(
                         bundleIdentifier: bundle.manifest.identifier, displayName: bundle.manifest.displayName,
                         version: bundle.manifest.version, point: point, hostIdentifier: host.identifier,
-                        executablePath: bundle.executablePath, arguments: [], origin: .discovered(discovered)))
+                        executablePath: bundle.executablePath, arguments: [], origin: .discovered(discovered))
+                    IssuedIdentities.shared.insert(identity)
+                    state.identities.append(identity)
                 case .disabled: state.disabledCount += 1
                 case .unapproved: state.unapprovedCount += 1
                 case .invalid(let problem): state.invalid.append(problem)

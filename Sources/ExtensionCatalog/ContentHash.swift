@@ -87,29 +87,37 @@ public final class ContentHasher: Sendable {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)
         guard fd >= 0 else { throw CatalogProblem(.broken, file: path, "cannot open: \(String(cString: strerror(errno)))") }
         defer { close(fd) }
+        return try digest(ofDescriptor: fd, named: path)
+    }
+
+    /// The digest of the whole file open as `fd` (read from offset 0, whatever its position),
+    /// and the fingerprint it was taken at; `name` names it in errors.
+    public func digest(ofDescriptor fd: Int32, named name: String) throws(CatalogProblem) -> (ContentDigest, FileFingerprint) {
         var before = stat()
-        guard fstat(fd, &before) == 0 else { throw CatalogProblem(.broken, file: path, "cannot stat: \(String(cString: strerror(errno)))") }
+        guard fstat(fd, &before) == 0 else { throw CatalogProblem(.broken, file: name, "cannot stat: \(String(cString: strerror(errno)))") }
         let fingerprint = FileFingerprint(before)
         if let hit = cache.withLock({ $0[fingerprint] }) { return (hit, fingerprint) }
-        guard let context = EVP_MD_CTX_new() else { throw CatalogProblem(.broken, file: path, "libcrypto: out of memory") }
+        guard let context = EVP_MD_CTX_new() else { throw CatalogProblem(.broken, file: name, "libcrypto: out of memory") }
         defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else { throw CatalogProblem(.broken, file: path, "libcrypto: SHA-256 unavailable") }
+        guard EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else { throw CatalogProblem(.broken, file: name, "libcrypto: SHA-256 unavailable") }
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        var offset: off_t = 0
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
             if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { throw CatalogProblem(.broken, file: path, "cannot read: \(String(cString: strerror(errno)))") }
+            guard count >= 0 else { throw CatalogProblem(.broken, file: name, "cannot read: \(String(cString: strerror(errno)))") }
             if count == 0 { break }
+            offset += off_t(count)
             _ = buffer.withUnsafeBytes { EVP_DigestUpdate(context, $0.baseAddress, count) }
         }
         var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         guard EVP_DigestFinal_ex(context, &digest, &length) == 1, length == 32 else {
-            throw CatalogProblem(.broken, file: path, "libcrypto: SHA-256 failed")
+            throw CatalogProblem(.broken, file: name, "libcrypto: SHA-256 failed")
         }
         var after = stat()
         guard fstat(fd, &after) == 0, FileFingerprint(after) == fingerprint else {
-            throw CatalogProblem(.broken, file: path, "changed while it was being hashed")
+            throw CatalogProblem(.broken, file: name, "changed while it was being hashed")
         }
         let result = ContentDigest(bytes: Array(digest.prefix(32)))
         cache.withLock { cache in

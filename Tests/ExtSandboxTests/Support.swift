@@ -17,6 +17,49 @@ enum HostFixtures {
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: policiesDirectory + "/\(level).yaml"))
     }
 
+    /// A bundle executable in Python that speaks the wire protocol (docs/wire-protocol.md):
+    /// `prelude` runs first (at the top level, with `os` imported), then every request is
+    /// answered with the bytes of the Python expression `reply` (evaluated for each request).
+    static func pythonExtension(reply: String, prelude: String = "") -> String {
+        """
+        #!/usr/bin/python3
+        import os, socket, struct, threading
+        def frame(kind, id=0, payload=b""):
+            return struct.pack(">IBBHIQ", 16 + len(payload), kind, 0, 0, 0, id) + payload
+        def read_exact(s, n):
+            data = b""
+            while len(data) < n:
+                chunk = s.recv(n - len(data))
+                if not chunk:
+                    raise EOFError
+                data += chunk
+            return data
+        def read_frame(s):
+            (length,) = struct.unpack(">I", read_exact(s, 4))
+            kind, _, _, _, id = struct.unpack(">BBHIQ", read_exact(s, 16))
+            return kind, id, read_exact(s, length - 16)
+        def answer():
+            return \(reply)
+        def serve(s):
+            read_frame(s)
+            s.sendall(frame(1, 0, struct.pack(">HI", 1, 1 << 20)))
+            while True:
+                kind, id, _ = read_frame(s)
+                if kind == 2:
+                    s.sendall(frame(3, id, answer()))
+        \(prelude)
+        control = socket.socket(fileno=3)
+        control.sendall(frame(9, 0, os.environ["EXTSANDBOX_EXTENSION_IDENTIFIER"].encode()))
+        while True:
+            msg, fds, _, _ = socket.recv_fds(control, 20, 1)
+            if not msg:
+                os._exit(0)
+            for fd in fds:
+                threading.Thread(target=serve, args=(socket.socket(fileno=fd),), daemon=True).start()
+
+        """
+    }
+
     static func text(_ message: ExtensionMessage) -> String { String(decoding: message.payload, as: UTF8.self) }
     static func message(_ text: String, fds: [Int32] = []) -> ExtensionMessage { ExtensionMessage(Array(text.utf8), fileDescriptors: fds) }
 

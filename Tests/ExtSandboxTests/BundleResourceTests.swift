@@ -1,0 +1,70 @@
+import ExtSandbox
+import ExtensionCatalog
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+
+/// A bundle's resources are data: the approval pins the executable and the manifest, not the
+/// resources, so nothing under /extension may run as code (exec'd, used as an interpreter or a
+/// loader, or mapped executable as a library). Reading them works as before.
+@Suite("Bundle resources are data")
+struct BundleResourceTests {
+    static let probe = """
+        import subprocess, ctypes
+        def probe():
+            out = []
+            try:
+                subprocess.run(["/extension/share/tool"], check=True)
+                out.append("exec:ran")
+            except PermissionError:
+                out.append("exec:EACCES")
+            except Exception as e:
+                out.append("exec:" + type(e).__name__)
+            try:
+                ctypes.CDLL("/extension/share/libz.so")
+                out.append("map:loaded")
+            except OSError:
+                out.append("map:refused")
+            out.append("read:" + open("/extension/share/data.txt").read().strip())
+            return " ".join(out).encode()
+        """
+
+    @Test("a resource cannot be exec'd or mapped executable, and can be read")
+    func resourcesAreNotCode() async throws {
+        let world = try ExtensionWorld()
+        let bundle = world.external + "/Resources.appex"
+        try world.write(bundle + "/extension.yaml", """
+            schema: 1
+            identifier: org.example.resources
+            name: Resources
+            version: "1.0"
+            point: \(ExtensionWorld.openPoint)
+            executable: bin/run
+            resources:
+              - share/tool
+              - share/libz.so
+              - share/data.txt
+            """)
+        try world.write(bundle + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: Self.probe), mode: 0o755)
+        try world.write(bundle + "/share/data.txt", "hello\n")
+        for (source, name) in [("/usr/bin/true", "tool"), ("/usr/lib/x86_64-linux-gnu/libz.so.1", "libz.so")] {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: source))
+            try Fixtures.writeFile(bundle + "/share/" + name, Array(bytes), mode: 0o755)
+        }
+        let approval = try ExtensionCatalog.currentApproval(of: try BundleValidator.validate(bundleAt: bundle).get())
+        _ = try ApprovalStore(path: world.stateFile).update { $0.approvals["org.example.resources"] = approval }
+        let point = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none),
+                                      securityLevel: TestPaths.policiesDirectory + "/standard.yaml")
+        let monitor = try await AppExtensionPoint.Monitor(
+            points: [point], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations))
+        defer { monitor.cancel() }
+        let identity = try #require(monitor.identities.first)
+        let process = try await AppExtensionProcess(configuration: .init(identity: identity))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let answer = HostFixtures.text(try await connection.send(HostFixtures.message("probe")))
+        #expect(answer == "exec:EACCES map:refused read:hello")
+    }
+}
