@@ -155,14 +155,30 @@ final class RunTarget: Sendable {
             removeScratch(scratch)
             throw error
         }
-        guard let identity = monitor.identities.first(where: { $0.bundleIdentifier == bundle.manifest.identifier }) else {
-            let why = monitor.state.invalid.first { $0.file.hasPrefix(path + "/") }.map { "\($0)" }
+        // The monitor sees the whole directory, which others may be able to write: only the
+        // identity of the named bundle is taken (its executable lies inside that bundle and no
+        // other), never another bundle with the same identifier and contents but its own resources.
+        guard let identity = monitor.identities.first(where: {
+            $0.bundleIdentifier == bundle.manifest.identifier && $0.executablePath == bundle.executablePath
+        }) else {
+            let why = shadowingBundle(of: bundle, in: locations).map {
+                "\($0), in the same directory, has its identifier \(bundle.manifest.identifier) and would be discovered "
+                    + "instead (a bundle given by path runs only from the bundle named): remove or rename it, or build the "
+                    + "bundle in a directory only you can write"
+            } ?? monitor.state.invalid.first { $0.file.hasPrefix(path + "/") }.map { "\($0)" }
                 ?? "another bundle in \(FilePaths.directory(of: path)) has the identifier \(bundle.manifest.identifier)"
             monitor.cancel()
             removeScratch(scratch)
             throw Refusal("\(path) cannot run: \(why)")
         }
         return RunTarget(identity: identity, policyOrigin: policyOrigin, bundlePath: path, monitor: monitor, scratchDirectory: scratch)
+    }
+
+    /// The other bundle in `locations` that discovery takes for `bundle`'s identifier (the first
+    /// one found), if there is one.
+    private static func shadowingBundle(of bundle: ValidatedBundle, in locations: ExtensionLocations) -> String? {
+        let first = ExtensionCatalog.scan(locations, bundledPoints: nil).first { $0.identifier == bundle.manifest.identifier }
+        return first.flatMap { $0.path == bundle.path ? nil : $0.path }
     }
 
     /// Stops the monitor and removes what the run made.

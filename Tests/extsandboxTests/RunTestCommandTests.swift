@@ -32,6 +32,33 @@ struct RunTestCommandTests {
             try world.install("org.example.\(mode)", in: development, executableSource: RunTestCommandTests.nonconforming)
         }
 
+        /// `NAME.appex` in the development directory, as org.example.conforming: its executable
+        /// runs the Python fixture from its resources (`impl.py`, at /extension in the sandbox),
+        /// so two such bundles have the same manifest and executable, and differ only there.
+        /// With `reply`, its `impl.py` answers every request with that text instead of echoing it.
+        func resourceDriven(_ name: String, reply: String? = nil) throws -> String {
+            let bundle = development + "/\(name).appex"
+            try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+            try world.write(bundle + "/extension.yaml", """
+                schema: 1
+                identifier: org.example.conforming
+                name: resource-driven
+                version: "1.0"
+                point: \(ExtensionWorld.openPoint)
+                executable: bin/run
+                resources: [impl.py]
+                """)
+            try world.write(bundle + "/bin/run", "#!/usr/bin/python3\nexec(open('/extension/impl.py').read())\n", mode: 0o755)
+            var implementation = try String(contentsOfFile: RunTestCommandTests.nonconforming, encoding: .utf8)
+            if let reply {
+                let echo = "sock.sendall(frame(REPLY, id, payload))"
+                #expect(implementation.contains(echo))
+                implementation = implementation.replacingOccurrences(of: echo, with: "sock.sendall(frame(REPLY, id, b\"\(reply)\"))")
+            }
+            try world.write(bundle + "/impl.py", implementation)
+            return bundle
+        }
+
         /// Runs the built CLI with the world's locations and the checkout's policies.
         func run(_ arguments: [String], stdin: String? = nil) async throws -> Fixtures.Output {
             try await Fixtures.run([TestPaths.cli] + arguments, environment: TestPaths.environmentWithPolicies(world.environment),
@@ -72,6 +99,36 @@ struct RunTestCommandTests {
         // With --policy it runs (a bundle by path needs no approval), the level given.
         #expect(try await bundles.run(["run", elsewhere, "--policy", "hardened", "--send", "x"]).stdout == "x\n")
         #expect(try await bundles.run(["run", "--send", "x"]).status == 64)  // usage
+    }
+
+    /// A bundle given by path runs from that bundle only: another bundle in its directory (which
+    /// others may write, like /tmp) with the same identifier, manifest and executable but its own
+    /// resources is never run in its place, by `run` or by `test`.
+    @Test func aBundleByPathRunsOnlyFromTheBundleNamed() async throws {
+        let bundles = try Bundles()
+        let mine = try bundles.resourceDriven("Mine")
+        let other = try bundles.resourceDriven("A", reply: "from A")  // found first in the directory
+        let refusal = "\(mine) cannot run: \(other), in the same directory, has its identifier org.example.conforming"
+
+        let run = try await bundles.run(["run", mine, "--policy", "standard", "--send", "hello"])
+        #expect(run.status == 125, "\(run.stdout)\(run.stderr)")
+        #expect(!run.stdout.contains("from A"), "\(run.stdout)")
+        #expect(run.stderr.contains(refusal), "\(run.stderr)")
+        let test = try await bundles.run(["test", mine, "--policy", "standard"])
+        #expect(test.status == 1, "\(test.stdout)\(test.stderr)")
+        #expect(!test.stdout.contains("from A"), "\(test.stdout)")
+        #expect(test.stdout.contains("  FAIL  manifest"), "\(test.stdout)")
+        #expect(test.stdout.contains(refusal), "\(test.stdout)")
+
+        // Found after the named bundle, the other one changes nothing: the named bundle runs.
+        #expect(rename(other, bundles.development + "/Z.appex") == 0)
+        let ran = try await bundles.run(["run", mine, "--policy", "standard", "--send", "hello"])
+        #expect(ran.status == 0, "\(ran.stderr)")
+        #expect(ran.stdout == "hello\n")
+        let tested = try await bundles.run(["test", mine, "--policy", "standard"])
+        #expect(tested.status == 0, "\(tested.stdout)\(tested.stderr)")
+        #expect(tested.stdout.contains("  PASS  round trip"), "\(tested.stdout)")
+        #expect(!tested.stdout.contains("from A"), "\(tested.stdout)")
     }
 
     /// The host API keeps a broken policy's PolicyError (ExtensionError.policyFailed): `run`
