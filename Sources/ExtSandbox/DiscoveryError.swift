@@ -1,4 +1,5 @@
 import ExtensionCatalog
+import SandboxSystem
 
 /// Why discovery, or a launch of a discovered extension, failed.
 public enum DiscoveryError: Error, Sendable, CustomStringConvertible {
@@ -15,7 +16,13 @@ public enum DiscoveryError: Error, Sendable, CustomStringConvertible {
     /// A file could not be written.
     case cannotWrite(path: String, reason: String)
 
+    /// One line, with control characters escaped (`\e`, `\n`, `\x7f`…): identifiers, paths and
+    /// reasons come from bundles and from what the extension said.
     public var description: String {
+        TerminalText.escaped(text)
+    }
+
+    private var text: String {
         switch self {
         case .catalog(let problem): return "\(problem)"
         case .notDiscovered(let identifier):

@@ -1,3 +1,5 @@
+import SandboxSystem
+
 /// Why a bundle, a declaration file or the approvals file cannot be used: the file, the line
 /// (0 when the problem is the file as a whole) and the reason.
 public struct CatalogProblem: Error, Sendable, Hashable, CustomStringConvertible {
@@ -25,8 +27,9 @@ public struct CatalogProblem: Error, Sendable, Hashable, CustomStringConvertible
         self.reason = reason
     }
 
-    /// `FILE:LINE: reason` (or `FILE: reason`), as compilers print it.
+    /// `FILE:LINE: reason` (or `FILE: reason`), as compilers print it, on one line with control
+    /// characters escaped (`\e`, `\n`, `\x7f`…): the path and the reason quote what others wrote.
     public var description: String {
-        line > 0 ? "\(file):\(line): \(reason)" : "\(file): \(reason)"
+        TerminalText.escaped(line > 0 ? "\(file):\(line): \(reason)" : "\(file): \(reason)")
     }
 }

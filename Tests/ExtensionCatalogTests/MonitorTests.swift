@@ -192,11 +192,18 @@ struct MonitorTests {
         }
     }
 
-    @Test func aReadyWithAnotherIdentifierFailsTheLaunchNamingBoth() async throws {
+    /// What the extension said is quoted with its control characters escaped: hosts log and show
+    /// the error, and a terminal must not act on it.
+    @Test(arguments: [
+        (#"org.example.me"#, "org.example.me"),
+        (#"org.example.\x1b[2K\rme\n"#, #"org.example.\e[2K\rme\n"#),
+    ])
+    func aReadyWithAnotherIdentifierFailsTheLaunchNamingBoth(said: String, quoted: String) async throws {
         let script = """
             import socket, struct, time
+            said = b"\(said)"
             s = socket.socket(fileno=3)
-            s.sendall(struct.pack(">IBBHIQ", 16 + 14, 9, 0, 0, 0, 0) + b"org.example.me")
+            s.sendall(struct.pack(">IBBHIQ", 16 + len(said), 9, 0, 0, 0, 0) + said)
             time.sleep(30)
             """
         let identity = AppExtensionIdentity.developmentOnly(
@@ -204,7 +211,7 @@ struct MonitorTests {
         await #expect {
             _ = try await AppExtensionProcess(configuration: .init(identity: identity))
         } throws: { error in
-            "\(error)" == "the extension launched as org.example.expected said READY as org.example.me: identifiers must match"
+            "\(error)" == "the extension launched as org.example.expected said READY as \(quoted): identifiers must match"
         }
     }
 
