@@ -1,6 +1,7 @@
 import Dispatch
 import FoundationEssentials
 import Glibc
+import SandboxSystem
 import Synchronization
 
 // The CLI's output conventions, shared by every command: aligned tables, colour only on a
@@ -46,8 +47,10 @@ struct OutputStyle: Sendable {
 }
 
 /// A table whose columns line up: each column as wide as its widest cell plus two spaces, the last
-/// not padded, an upper-case header, and optional indented note lines under a row. Colour is
-/// applied after padding, so escape codes never disturb the alignment.
+/// not padded, an upper-case header, and optional indented note lines under a row. Cells and
+/// notes are shown with their control characters escaped (``TerminalText``): they quote manifests
+/// and declarations, whose text must not erase or fake a row. Colour is applied after padding,
+/// so escape codes never disturb the alignment.
 struct Table {
     struct Row {
         var cells: [String]
@@ -63,7 +66,8 @@ struct Table {
     /// Adds a row; `colors` maps a column index to the colour of that cell.
     mutating func add(_ cells: [String], colors: [Int: OutputStyle.Color] = [:], notes: [String] = []) {
         precondition(cells.count == header.count, "a row has one cell per column")
-        rows.append(Row(cells: cells, colors: header.indices.map { colors[$0] }, notes: notes))
+        rows.append(Row(cells: cells.map { TerminalText.escaped($0) }, colors: header.indices.map { colors[$0] },
+                        notes: notes.map { TerminalText.escaped($0) }))
     }
 
     /// The rendered lines, each ending in a newline.

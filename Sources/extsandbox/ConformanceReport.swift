@@ -1,3 +1,5 @@
+import SandboxSystem
+
 /// What `extsandbox test` found.
 struct ConformanceReport: Codable, Sendable {
     struct Check: Codable, Sendable {
@@ -51,17 +53,19 @@ struct ConformanceReport: Codable, Sendable {
         blocks = try container.decode([Block].self, forKey: .blocks)
     }
 
+    /// The check for people: what was seen and what to change each on one line, escaped
+    /// (``TerminalText``): they quote the manifest, errors and what the extension said.
     static func line(_ check: Check) -> String {
         let label = switch check.status { case .pass: "PASS"; case .fail: "FAIL"; case .skip: "SKIP" }
-        var text = "  \(label)  \(check.name.padded(to: 28))\(check.detail)"
-        if let fix = check.fix { text += "\n        fix: \(fix)" }
+        var text = "  \(label)  \(check.name.padded(to: 28))\(TerminalText.escaped(check.detail))"
+        if let fix = check.fix { text += "\n        fix: \(TerminalText.escaped(fix))" }
         return text
     }
 
     func blocksTable() -> String {
         guard !blocks.isEmpty else { return "" }
         let width = (blocks.map(\.what.count).max() ?? 0) + 2
-        var lines = ["What the sandbox blocks (policy '\(policy ?? "?")'):"]
+        var lines = ["What the sandbox blocks (policy '\(TerminalText.escaped(policy ?? "?"))'):"]
         for block in blocks { lines.append("  \(block.what.padded(to: width))\(block.sandbox)") }
         return lines.joined(separator: "\n")
     }
@@ -72,7 +76,7 @@ struct ConformanceReport: Codable, Sendable {
         let skipped = checks.filter { $0.status == .skip }.count
         let counts = "\(passedCount) of \(checks.count) checks passed" + (failedCount > 0 ? ", \(failedCount) failed" : "")
             + (skipped > 0 ? ", \(skipped) not run" : "")
-        return "conformance of \(extensionIdentifier ?? "the extension"): \(passed ? "PASSED" : "FAILED") (\(counts))"
+        return "conformance of \(TerminalText.escaped(extensionIdentifier ?? "the extension")): \(passed ? "PASSED" : "FAILED") (\(counts))"
     }
 }
 

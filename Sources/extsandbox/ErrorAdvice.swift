@@ -3,6 +3,7 @@ import ExtensionCatalog
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
+import SandboxSystem
 
 /// Writes an error and, on the next line, what to do about it:
 /// `extsandbox: MESSAGE` then `extsandbox: hint: WHAT TO DO`.
@@ -86,7 +87,7 @@ enum ErrorAdvice {
         }
         switch problem.kind {
         case .unsafe:
-            return "make it writable only by its owner, and owned by you or root (chmod go-w \(problem.file))"
+            return "make it writable only by its owner, and owned by you or root (chmod go-w \(TerminalText.escaped(problem.file)))"
         case .broken, .inconsistent:
             return "fix the file (docs/extensions.md describes extension.yaml and the point declarations); "
                 + "`extsandbox list --all` shows every invalid bundle with why"

@@ -1,9 +1,12 @@
 import ArgumentParser
 import Glibc
+import SandboxSystem
 
-/// Writes "extsandbox: MESSAGE" and a newline to stderr, in one write where it fits.
+/// Writes "extsandbox: MESSAGE" and a newline to stderr, in one write where it fits. Control
+/// characters in the message are shown escaped (its line feeds kept): messages quote manifests,
+/// bundle paths and what extensions said.
 func printError(_ message: String) {
-    var bytes = Array("extsandbox: \(message)\n".utf8)
+    var bytes = Array("extsandbox: \(TerminalText.escaped(message, keepingLineFeeds: true))\n".utf8)
     var offset = 0
     while offset < bytes.count {
         let written = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress! + offset, $0.count - offset) }

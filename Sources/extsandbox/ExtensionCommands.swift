@@ -84,8 +84,9 @@ struct ListCommand: ParsableCommand {
             external), path (the bundle's directory).
 
             Output: an aligned table, the STATE column coloured when standard output is a \
-            terminal and NO_COLOR is not set; a progress line on standard error (a terminal only) \
-            while reading the bundles takes longer than a second.
+            terminal and NO_COLOR is not set, control characters from manifests and declarations \
+            shown escaped (\\e, \\x9b, \\u{202e}; --json has the exact values); a progress line \
+            on standard error (a terminal only) while reading the bundles takes longer than a second.
 
             Examples:
               extsandbox list

@@ -3,6 +3,7 @@ import Dispatch
 import ExtSandbox
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 /// `extsandbox run BUNDLE|ID`: launches an extension as a host would and talks to it.
@@ -64,7 +65,7 @@ struct RunCommand: AsyncParsableCommand {
         do {
             target = try await RunTarget.resolve(self.target, policy: policy)
         } catch {
-            printError("\(error)")
+            printError(TerminalText.escaped("\(error)"))
             throw ExitCode(125)
         }
         let identifier = target.identity.bundleIdentifier
@@ -87,7 +88,9 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(125)
         }
         if interactive || verbose {
-            let line = "running \(identifier) (\(target.bundlePath)) in the '\(target.identity.point.securityLevel)' sandbox (\(target.policyOrigin))"
+            // The bundle's path and the declared level are others' text: one line, escaped.
+            let line = TerminalText.escaped(
+                "running \(identifier) (\(target.bundlePath)) in the '\(target.identity.point.securityLevel)' sandbox (\(target.policyOrigin))")
             printError(interactive ? line + "; one request per line, :help for commands, Ctrl-D or Ctrl-C to end" : line)
         }
         let conversation = Conversation(session: session, timeout: timeout)
@@ -196,7 +199,7 @@ final class Conversation: Sendable {
                 for fd in reply.fileDescriptors { close(fd) }
             case .failure(let error):
                 status = 1
-                printError("request \(quoted(text)): \(error)")
+                printError("request \(quoted(text)): " + TerminalText.escaped("\(error)"))
                 // A broken connection or an ended extension: the rest would go to a fresh process.
                 if !(error is NoReply), !isAnswer(error) { return status }
             }
@@ -229,7 +232,7 @@ final class Conversation: Sendable {
                         try await connected().sendOneWay(ExtensionMessage(Array(text.utf8)))
                         Output.line("sent one-way: \(text)")
                     } catch {
-                        Output.line("one-way failed: \(error)")
+                        Output.line("one-way failed: " + TerminalText.escaped("\(error)"))
                     }
                     continue
                 default:
@@ -244,7 +247,7 @@ final class Conversation: Sendable {
                 Output.line("reply: \(MessageText.render(reply.payload, fileDescriptors: reply.fileDescriptors.count))")
                 for fd in reply.fileDescriptors { close(fd) }
             case .failure(let error):
-                Output.line("failed: \(error)")
+                Output.line("failed: " + TerminalText.escaped("\(error)"))
             }
         }
         return 0

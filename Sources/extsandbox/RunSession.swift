@@ -2,6 +2,7 @@ import Dispatch
 import ExtSandbox
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 /// One extension launched for `run` or `test` through the host API (`AppExtensionProcess`),
@@ -105,12 +106,13 @@ enum StopSignals {
     static var isStopping: Bool { stopping.load(ordering: .relaxed) }
 }
 
-/// How `run` and `test` show messages: text when it is printable UTF-8, else a hex summary.
+/// How `run` and `test` show messages: text when it is printable UTF-8 (tabs allowed, nothing
+/// a terminal would act on: ``TerminalText``), else a hex summary.
 enum MessageText {
     static func render(_ bytes: [UInt8], fileDescriptors: Int = 0) -> String {
         var text: String
         if let string = String(validating: bytes, as: UTF8.self),
-           !string.unicodeScalars.contains(where: { ($0.value < 0x20 && $0 != "\t") || $0.value == 0x7F }) {
+           !string.unicodeScalars.contains(where: { $0 != "\t" && TerminalText.needsEscaping($0) }) {
             text = string
         } else {
             let hex = bytes.prefix(32).map { byte in
@@ -141,7 +143,14 @@ enum MessageText {
 /// blocked in `getline`.)
 enum Output {
     private static let lock = Mutex<Void>(())
+
+    /// A line for people: control characters shown escaped (its line feeds kept).
     static func line(_ text: String) {
+        unescapedLine(TerminalText.escaped(text, keepingLineFeeds: true))
+    }
+
+    /// A line for programs (JSON), written as it is.
+    static func unescapedLine(_ text: String) {
         lock.withLock { _ in writeAll(1, Array((text + "\n").utf8)) }
     }
 

@@ -57,7 +57,7 @@ struct TestCommand: AsyncParsableCommand {
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            Output.line(String(decoding: try encoder.encode(report), as: UTF8.self))
+            Output.unescapedLine(String(decoding: try encoder.encode(report), as: UTF8.self))
         } else {
             Output.line(report.blocksTable())
             Output.line(report.summary)

@@ -71,6 +71,38 @@ struct CLITests {
         #expect(try String(contentsOfFile: world.stateFile, encoding: .utf8) == "extsandbox-approvals 1\napproved everything\n")
     }
 
+    /// A manifest's or a declaration's text cannot act on the owner's terminal: `list` shows its
+    /// control characters escaped, so a version that would erase the row and draw a forged
+    /// `enabled` one is plain text in the VERSION column; `--json` keeps the exact value.
+    @Test func listShowsControlCharactersFromManifestsAndDeclarationsEscaped() async throws {
+        let world = try ExtensionWorld()
+        // YAML double-quoted escapes: ESC, CR, LF, CSI (U+009B), RIGHT-TO-LEFT OVERRIDE.
+        let version = #"1\e[2K\e[1Gorg.example.forged  org.example.host.text  enabled\r\n\x9b2K\u202e"#
+        func manifest(_ identifier: String, version: String = "1", executable: String = "bin/run") -> String {
+            "schema: 1\nidentifier: \(identifier)\nname: x\nversion: \"\(version)\"\npoint: \(ExtensionWorld.openPoint)\nexecutable: \"\(executable)\"\n"
+        }
+        try world.install("org.example.sneaky", manifest: manifest("org.example.sneaky", version: version))
+        try world.install("org.example.broken", manifest: manifest("org.example.broken", executable: #"bin/\e[2Krun"#))
+        try world.write(world.points + "/other.appext", "schema: 1\nhost: \"org.\\e[2Kevil\"\npoints: []\n")
+
+        let table = try await world.cli(["list", "--all"])
+        #expect(table.status == 0, "\(table.stderr)")
+        for output in [table.stdout, table.stderr] {
+            #expect(!output.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\r" || $0 == "\u{9B}" || $0 == "\u{202E}" }, "\(output)")
+        }
+        #expect(table.stdout.contains(#"1\e[2K\e[1Gorg.example.forged  org.example.host.text  enabled\r\n\x9b2K\u{202e}"#),
+                "\(table.stdout)")
+        // The header, the sneaky row, its note, the broken row and its why: no forged line.
+        #expect(table.stdout.split(separator: "\n").count == 5, "\(table.stdout)")
+        #expect(table.stdout.contains(#"executable bin/\e[2Krun: "#), "\(table.stdout)")
+        #expect(table.stderr.contains(#"host identifier 'org.\e[2Kevil' is not a reverse-DNS name"#), "\(table.stderr)")
+
+        let json = try await world.cli(["list", "--json"])
+        let rows = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+        let row = try #require(rows.first { $0["identifier"] as? String == "org.example.sneaky" })
+        #expect(row["version"] as? String == "1\u{1B}[2K\u{1B}[1Gorg.example.forged  org.example.host.text  enabled\r\n\u{9B}2K\u{202E}")
+    }
+
     /// Writers take the lock for the whole read-modify-write: none loses another's change.
     @Test func concurrentApprovalsAreAllKept() async throws {
         let world = try ExtensionWorld()

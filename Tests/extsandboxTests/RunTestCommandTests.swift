@@ -131,6 +131,43 @@ struct RunTestCommandTests {
         #expect(!tested.stdout.contains("from A"), "\(tested.stdout)")
     }
 
+    /// What a manifest says, and what the extension answers, reach `run`'s and `test`'s output
+    /// with nothing a terminal would act on: control characters escaped, or a reply shown in hex.
+    @Test func runAndTestShowControlCharactersEscaped() async throws {
+        let bundles = try Bundles()
+        func manifest(_ identifier: String, version: String = "1", executable: String = "bin/run") -> String {
+            "schema: 1\nidentifier: \(identifier)\nname: x\nversion: \"\(version)\"\npoint: \(ExtensionWorld.openPoint)\nexecutable: \"\(executable)\"\n"
+        }
+        let bundle = try bundles.world.install("org.example.echo", in: bundles.development,
+                                               manifest: manifest("org.example.echo", version: #"1\e[2K\rforged"#), executableSource: Self.echo)
+        let broken = try bundles.world.install("org.example.broken", in: bundles.development,
+                                               manifest: manifest("org.example.broken", executable: #"bin/\e]0;title\a"#))
+        func expectNothingForATerminal(_ output: Fixtures.Output) {
+            for text in [output.stdout, output.stderr] {
+                #expect(!text.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" || (0x7F...0x9F).contains($0.value) }, "\(text)")
+            }
+        }
+
+        let tested = try await bundles.run(["test", bundle, "--policy", "hardened"])
+        #expect(tested.status == 0, "\(tested.stdout)\(tested.stderr)")
+        #expect(tested.stdout.contains(#"org.example.echo 1\e[2K\rforged for point"#), "\(tested.stdout)")
+        expectNothingForATerminal(tested)
+        // A C1 control (CSI, U+009B) in a reply: shown as bytes, as other controls are.
+        let replied = try await bundles.run(["run", bundle, "--policy", "hardened", "--send", "a\u{9B}2Kb"])
+        #expect(replied.status == 0, "\(replied.stderr)")
+        #expect(replied.stdout == "<6 bytes: 61 c2 9b 32 4b 62>\n")
+        expectNothingForATerminal(replied)
+
+        let refused = try await bundles.run(["run", broken, "--policy", "hardened", "--send", "x"])
+        #expect(refused.status == 125)
+        #expect(refused.stderr.contains(#"executable bin/\e]0;title\x07: "#), "\(refused.stderr)")
+        expectNothingForATerminal(refused)
+        let failed = try await bundles.run(["test", broken, "--policy", "hardened"])
+        #expect(failed.status == 1)
+        #expect(failed.stdout.contains(#"executable bin/\e]0;title\x07: "#), "\(failed.stdout)")
+        expectNothingForATerminal(failed)
+    }
+
     /// The host API keeps a broken policy's PolicyError (ExtensionError.policyFailed): `run`
     /// names its file and line, and gives the policy's advice.
     @Test func runWithABrokenPolicyNamesItsLineAndAdvises() async throws {
