@@ -130,7 +130,8 @@ struct MonitorTests {
         let monitor = try await AppExtensionPoint.Monitor(points: [Self.appOnly], host: host(world))
         #expect(monitor.state == AppExtensionPoint.Monitor.State())
 
-        // Even an identity discovered for an open point cannot launch under the app-only one.
+        // Even an identity discovered for an open point cannot launch under the app-only one:
+        // it is not the identity the monitor issued.
         let open = try await AppExtensionPoint.Monitor(points: [Self.open.with(name: ExtensionWorld.appOnlyPoint)], host: host(world))
         let discovered = try #require(open.identities.first)
         let smuggled = AppExtensionIdentity(
@@ -140,7 +141,8 @@ struct MonitorTests {
         await #expect {
             _ = try await AppExtensionProcess(configuration: .init(identity: smuggled))
         } throws: { error in
-            "\(error)".contains("accepts only the host's own extensions")
+            guard case DiscoveryError.notDiscovered(let identifier) = error else { return false }
+            return identifier == "org.example.private"
         }
     }
 
