@@ -193,4 +193,30 @@ struct ExecutableSwapTests {
         // Launches without a swap run the approved program.
         #expect(answers["approved", default: 0] >= Self.launchesPerSwap / 4)
     }
+
+    /// The sealed copy is exec'd by descriptor at every level, including those that allow no
+    /// exec after the launch's own (whose filter lets exactly one execveat through).
+    @Test("a discovered extension runs from its sealed copy at every security level", arguments: ["standard", "hardened", "restricted"])
+    func sealedCopyRunsAtEveryLevel(level: String) async throws {
+        let world = try ExtensionWorld()
+        try world.install("org.example.echo", executableSource: HostFixtures.productsDirectory + "/xsb-echo-extension")
+        let bundle = world.external + "/echo.appex"
+        let approval = try ExtensionCatalog.currentApproval(of: try BundleValidator.validate(bundleAt: bundle).get())
+        _ = try ApprovalStore(path: world.stateFile).update { $0.approvals["org.example.echo"] = approval }
+        let point = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none),
+                                      securityLevel: TestPaths.policiesDirectory + "/\(level).yaml")
+        let monitor = try await AppExtensionPoint.Monitor(
+            points: [point], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations))
+        defer { monitor.cancel() }
+        let identity = try #require(monitor.identities.first)
+        let process = try await AppExtensionProcess(configuration: .init(identity: identity))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("hello \(level)"))) == "hello \(level)")
+        // What runs is the copy: the payload's program is a memfd, not the bundle's file.
+        let payload = try #require(process.sandbox.processIdentifiers().dropFirst().first)
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(payload)/exe")) ?? ""
+        #expect(exe.hasPrefix("/memfd:extsandbox-program"), "\(exe)")
+    }
 }
