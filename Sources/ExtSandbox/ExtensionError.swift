@@ -2,6 +2,7 @@ import Glibc
 import ExtSandboxWire
 import SandboxPolicy
 import SandboxRuntime
+import SandboxSystem
 
 /// Why an extension operation failed.
 public enum ExtensionError: Error, Sendable, CustomStringConvertible {
@@ -49,6 +50,8 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     /// is not open, EMFILE when the host has no fd left).
     case outputUnusable(errorNumber: Int32)
 
+    /// Text the extension chose (a rejection's or an error's message) is shown with its control
+    /// characters escaped: hosts log these, and a terminal would act on them.
     public var description: String {
         switch self {
         case .policyFailed(let level, let error):
@@ -57,7 +60,7 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
         case .sandboxFailed(let error): return "the extension could not be launched: \(error)"
         case .endedBeforeReady(let termination): return "the extension ended before it was ready: \(termination)"
         case .notReadyInTime: return "the extension did not become ready in time"
-        case .rejected(let message): return "the extension rejected the connection" + (message.isEmpty ? "" : ": \(message)")
+        case .rejected(let message): return "the extension rejected the connection" + (message.isEmpty ? "" : ": \(TerminalText.escaped(message))")
         case .monitorFailed(let error): return "the host cannot watch the connection: \(error)"
         case .interrupted(let termination): return "the extension was interrupted: \(termination)"
         case .invalidated: return "the connection was invalidated"
@@ -68,7 +71,7 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
             return "the message is too large: a frame of \(size) bytes, the extension accepts at most \(maximum)"
         case .sendQueueFull(let bytes, let fds):
             return "the connection's send queue is full (at most \(bytes) bytes and \(fds) file descriptors wait for the extension to read)"
-        case .remote(let code, let message): return "the extension answered error \(code)" + (message.isEmpty ? "" : ": \(message)")
+        case .remote(let code, let message): return "the extension answered error \(code)" + (message.isEmpty ? "" : ": \(TerminalText.escaped(message))")
         case .coding(let why): return "message coding failed: \(why)"
         case .outputUnusable(let errorNumber):
             return "the descriptor for the extension's output cannot be copied: \(String(cString: strerror(errorNumber)))"

@@ -86,4 +86,18 @@ struct TypedErrorTests {
             #expect(failure.underlying is WireError)
         }
     }
+
+    /// An extension's own words (an error's or a rejection's message) reach hosts' logs and
+    /// terminals: their control characters are shown escaped, the value itself kept.
+    @Test("an extension's error message is described with its control characters escaped")
+    func remoteMessagesAreEscaped() {
+        let forged = "bad\u{1B}[2K\r\u{202E}ok"
+        for error in [ExtensionError.remote(code: 7, message: forged), .rejected(forged)] {
+            let text = error.description
+            #expect(!text.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\r" || $0 == "\u{202E}" }, "\(text)")
+            #expect(text.hasSuffix("bad\\e[2K\\r\\u{202e}ok"), "\(text)")
+        }
+        guard case .remote(_, let message) = ExtensionError.remote(code: 7, message: forged) else { return }
+        #expect(message == forged)
+    }
 }
