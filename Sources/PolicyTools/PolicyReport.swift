@@ -33,6 +33,7 @@ public enum PolicyReport {
         out.append("  foreign arch:     kill  (i386 and x32 system calls, always)")
         out.append("  built in:         wherever a call below would run (allow, log):")
         out.append("                    errno EPERM   a mode with S_ISUID or S_ISGID in " + BuiltinRefusals.modeArguments.map { "\($0.syscall)(arg\($0.index))" }.joined(separator: " "))
+        out.append("                    errno EPERM   a device node: S_IFCHR or S_IFBLK in mknod(arg1) mknodat(arg2), RENAME_WHITEOUT in renameat2(arg4)")
         out.append("                    errno ENOSYS  openat2 (its mode is in memory)")
         out.append("                    errno EPERM   seccomp(SECCOMP_SET_MODE_FILTER), prctl(PR_SET_SECCOMP) but strict mode: no nested filters")
         out.append("  system calls:     \(named.count) named; a call takes the first line below whose conditions hold")

@@ -7,6 +7,11 @@
 ///   `mkdir`, `mkdirat`, `mknod`, `mknodat`) fails with `EPERM` when the mode has `S_ISUID` or
 ///   `S_ISGID`. Only the low 32 bits of the mode argument are tested: the kernel reads the mode as
 ///   a `umode_t`, so garbage in the upper half of the register changes nothing.
+/// - No device nodes, and so no whiteouts: `mknod` and `mknodat` with a character or block device
+///   type (`S_IFCHR`, `S_IFBLK`) and `renameat2` with `RENAME_WHITEOUT` fail with `EPERM`. The
+///   kernel lets anyone create the 0:0 character device that overlayfs (and tar, rsync) take for
+///   a whiteout, and a file system the sandbox writes to may be a layer of one on the host; every
+///   other device node needs a capability the sandbox never has, so nothing that worked is lost.
 /// - `openat2` fails with `ENOSYS`: its mode is in memory, which seccomp cannot read. The C library
 ///   and programs fall back to `openat`.
 /// - No nested filters: `seccomp(SECCOMP_SET_MODE_FILTER, …)` and `prctl(PR_SET_SECCOMP, mode)`
@@ -25,6 +30,8 @@ package enum BuiltinRefusals {
         /// The x86_64 number (fixed ABI; some libseccomp versions do not know `fchmodat2`).
         package var number: Int32
         package var index: Int
+        /// The mode also carries the file type (`mknod`, `mknodat`): device types are refused.
+        package var hasFileType = false
     }
 
     /// `S_ISUID | S_ISGID`.
@@ -36,13 +43,26 @@ package enum BuiltinRefusals {
         .init(syscall: "creat", number: 85, index: 1),
         .init(syscall: "chmod", number: 90, index: 1),
         .init(syscall: "fchmod", number: 91, index: 1),
-        .init(syscall: "mknod", number: 133, index: 1),
+        .init(syscall: "mknod", number: 133, index: 1, hasFileType: true),
         .init(syscall: "openat", number: 257, index: 3),
         .init(syscall: "mkdirat", number: 258, index: 2),
-        .init(syscall: "mknodat", number: 259, index: 2),
+        .init(syscall: "mknodat", number: 259, index: 2, hasFileType: true),
         .init(syscall: "fchmodat", number: 268, index: 2),
         .init(syscall: "fchmodat2", number: 452, index: 2),
     ]
+
+    /// `S_IFMT` and the device types in it (`S_IFCHR`, `S_IFBLK`).
+    static let fileTypeMask: UInt32 = 0o170000
+    static let deviceTypes: [UInt32] = [0o020000, 0o060000]
+    static let renameat2Number: Int32 = 316
+    /// `renameat2`'s flags (an unsigned int).
+    static let renameFlagsIndex = 4
+    static let renameWhiteout: UInt32 = 1 << 2  // RENAME_WHITEOUT
+
+    /// Every call a built-in may refuse (the compiler's self-check samples them all).
+    static var numbers: [Int32] {
+        modeArguments.map(\.number) + [renameat2Number, openat2Number, seccompNumber, prctlNumber]
+    }
 
     static let openat2Number: Int32 = 437
     static let seccompNumber: Int32 = 317
@@ -57,6 +77,8 @@ package enum BuiltinRefusals {
     /// Why each built-in exists, for messages, `policy show` and the docs.
     static let setIDExplanation =
         "setuid and setgid bits can never be set from inside: a file with them in a writable bind would run with the sandbox caller's identity for anyone on the host"
+    static let deviceNodeExplanation =
+        "no device node can be made from inside: the 0:0 character device that anyone may create is a whiteout to overlayfs, tar and rsync on the host, and every other device needs a capability the sandbox lacks"
     static let openat2Explanation =
         "openat2 passes its mode in memory, which seccomp cannot read, so it always fails with ENOSYS (the C library and programs fall back to openat)"
     static let nestedFilterExplanation =
@@ -68,9 +90,12 @@ package enum BuiltinRefusals {
         func arg(_ i: Int) -> UInt64 { i < arguments.count ? arguments[i] : 0 }
         func low(_ i: Int) -> UInt32 { UInt32(truncatingIfNeeded: arg(i)) }
         if let m = modeArguments.first(where: { $0.number == nr }) {
-            return low(m.index) & setIDBits != 0 ? eperm : nil
+            let mode = low(m.index)
+            if mode & setIDBits != 0 { return eperm }
+            return m.hasFileType && deviceTypes.contains(mode & fileTypeMask) ? eperm : nil
         }
         switch nr {
+        case renameat2Number: return low(renameFlagsIndex) & renameWhiteout != 0 ? eperm : nil
         case openat2Number: return enosys
         case seccompNumber: return low(0) == seccompSetModeFilter ? eperm : nil
         case prctlNumber: return low(0) == prSetSeccomp && arg(1) != seccompModeStrict ? eperm : nil
@@ -95,19 +120,34 @@ package enum BuiltinRefusals {
     static func ineffectiveRule(syscall: String, action: SyscallAction, conditions: [ArgumentCondition]) -> String? {
         guard action == .allow || action == .log else { return nil }
         if syscall == "openat2" { return openat2Explanation }
+        if syscall == "renameat2" {
+            for c in conditions where c.index == renameFlagsIndex {
+                if let (bits, _) = forcedBits(c), bits & renameWhiteout != 0 {
+                    return "every call this rule matches has RENAME_WHITEOUT in arg\(renameFlagsIndex), and \(deviceNodeExplanation), so renameat2 fails with EPERM"
+                }
+            }
+            return nil
+        }
         guard let m = modeArguments.first(where: { $0.syscall == syscall }) else { return nil }
         for c in conditions where c.index == m.index {
-            let forced: UInt64
-            switch c.op {
-            case .equal: forced = c.value
-            case .maskedEqual(let mask): forced = mask & c.value
-            default: continue
-            }
-            if UInt32(truncatingIfNeeded: forced) & setIDBits != 0 {
+            guard let (bits, mask) = forcedBits(c) else { continue }
+            if bits & setIDBits != 0 {
                 return "every call this rule matches has S_ISUID or S_ISGID in arg\(m.index), and \(setIDExplanation), so \(syscall) fails with EPERM"
+            }
+            if m.hasFileType, mask & fileTypeMask == fileTypeMask, deviceTypes.contains(bits & fileTypeMask) {
+                return "every call this rule matches makes a device node (S_IFCHR or S_IFBLK in arg\(m.index)), and \(deviceNodeExplanation), so \(syscall) fails with EPERM"
             }
         }
         return nil
+    }
+
+    /// The low 32 bits a condition forces to be set, and which bits it decides at all.
+    private static func forcedBits(_ c: ArgumentCondition) -> (bits: UInt32, mask: UInt32)? {
+        switch c.op {
+        case .equal: return (UInt32(truncatingIfNeeded: c.value), .max)
+        case .maskedEqual(let mask): return (UInt32(truncatingIfNeeded: mask & c.value), UInt32(truncatingIfNeeded: mask))
+        default: return nil
+        }
     }
 
     /// Rewrites libseccomp's program: each `ret ALLOW`/`ret LOG` becomes a jump into an epilogue
@@ -151,8 +191,9 @@ package enum BuiltinRefusals {
         asm.label("native")
         asm.loadAbsolute(0)  // seccomp_data.nr
         for m in modeArguments {
-            asm.jumpIfEqual(UInt32(m.number), then: "mode\(m.index)", else: nil)
+            asm.jumpIfEqual(UInt32(m.number), then: (m.hasFileType ? "node" : "mode") + "\(m.index)", else: nil)
         }
+        asm.jumpIfEqual(UInt32(renameat2Number), then: "rename", else: nil)
         asm.jumpIfEqual(UInt32(openat2Number), then: "enosys", else: nil)
         asm.jumpIfEqual(UInt32(seccompNumber), then: "seccomp", else: nil)
         asm.jumpIfEqual(UInt32(prctlNumber), then: "prctl", else: nil)
@@ -163,6 +204,18 @@ package enum BuiltinRefusals {
             asm.loadAbsolute(UInt32(16 + 8 * index))
             asm.jumpIfAnySet(setIDBits, then: "eperm", else: "return")
         }
+        // mknod's mode: set-id bits, then the file type.
+        for index in Set(modeArguments.filter(\.hasFileType).map(\.index)).sorted() {
+            asm.label("node\(index)")
+            asm.loadAbsolute(UInt32(16 + 8 * index))
+            asm.jumpIfAnySet(setIDBits, then: "eperm", else: nil)
+            asm.and(fileTypeMask)
+            for type in deviceTypes { asm.jumpIfEqual(type, then: "eperm", else: nil) }
+            asm.jump(to: "return")
+        }
+        asm.label("rename")
+        asm.loadAbsolute(UInt32(16 + 8 * renameFlagsIndex))  // flags (unsigned int)
+        asm.jumpIfAnySet(renameWhiteout, then: "eperm", else: "return")
         asm.label("seccomp")
         asm.loadAbsolute(16)  // operation (unsigned int)
         asm.jumpIfEqual(seccompSetModeFilter, then: "eperm", else: "return")

@@ -58,7 +58,9 @@ public enum PolicyConstants {
         "NETLINK_GENERIC": 16,
         // file mode bits (chmod(2), open(2), mkdir(2), mknod(2))
         "S_ISUID": 0o4000, "S_ISGID": 0o2000, "S_ISVTX": 0o1000, "S_IFREG": 0o100000,
-        "S_IFCHR": 0o20000, "S_IFBLK": 0o60000, "S_IFIFO": 0o10000, "S_IFSOCK": 0o140000,
+        "S_IFCHR": 0o20000, "S_IFBLK": 0o60000, "S_IFIFO": 0o10000, "S_IFSOCK": 0o140000, "S_IFMT": 0o170000,
+        // renameat2(2) flags
+        "RENAME_NOREPLACE": 1, "RENAME_EXCHANGE": 2, "RENAME_WHITEOUT": 4,
     ]
 
     /// errno names usable in `errno` actions.

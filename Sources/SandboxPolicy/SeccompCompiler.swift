@@ -273,14 +273,13 @@ struct SeccompCompiler {
         let filter = BPFProgram(compiled), policyFilter = BPFProgram(compiledPolicy)
         let modes: [UInt64] = [0, 0o755, 0o4000, 0o2000, 0o6755, 0o4755, 0o1777, 0o177777,
                                0xdead_beef_0000_0000 | 0o4755, 0xffff_ffff_0000_0000 | 0o755, 0x1_0000_0000 | 0o2000,
-                               0x1_0000_0000, 0xffff_ffff_ffff_ffff]
+                               0x1_0000_0000, 0xffff_ffff_ffff_ffff,
+                               0o020644, 0o060644, 0o010644, 0o140755, 0o120000, 0x1_0000_0000 | 0o020000, 4, 5]
         // Every named call once (the rewrite must leave them alone), the built-ins' calls with
         // many argument values.
         var samples: [(Int32, [UInt64])] = plans.map { ($0.1.number, [UInt64](repeating: 0, count: 6)) }
-        let builtinNumbers = BuiltinRefusals.modeArguments.map(\.number)
-            + [BuiltinRefusals.openat2Number, BuiltinRefusals.seccompNumber, BuiltinRefusals.prctlNumber]
-        for nr in builtinNumbers {
-            for index in 0...3 {
+        for nr in BuiltinRefusals.numbers {
+            for index in 0...4 {
                 for mode in modes {
                     var args = [UInt64](repeating: 0, count: 6)
                     args[index] = mode
@@ -295,10 +294,12 @@ struct SeccompCompiler {
             for rule in plan.conditional {
                 guard let args = rule.conditions.satisfyingArguments() else { continue }
                 samples.append((plan.number, args))
-                for index in 0...3 {
-                    var withSetID = args
-                    withSetID[index] |= 0o6000
-                    samples.append((plan.number, withSetID))
+                for index in 0...4 {
+                    for bits: UInt64 in [0o6000, 0o020000, 4] {  // set-id, a character device, RENAME_WHITEOUT
+                        var refused = args
+                        refused[index] |= bits
+                        samples.append((plan.number, refused))
+                    }
                 }
             }
         }

@@ -59,6 +59,52 @@ struct BuiltinRefusalTests {
         #expect(Self.eval(filter, "prctl", [15, 0, 0]) == Self.allow)  // PR_SET_NAME
     }
 
+    @Test("device nodes fail with EPERM in mknod and mknodat; FIFOs, sockets and files stay the policy's")
+    func deviceNodes() throws {
+        let filter = try Self.allowEverything.compileSeccompFilter(mode: .inKernel)
+        for (name, index) in [("mknod", 1), ("mknodat", 2)] {
+            func with(_ mode: UInt64) -> [UInt64] {
+                var args = [UInt64](repeating: 0, count: 6)
+                args[index] = mode
+                return args
+            }
+            // S_IFCHR (a 0:0 one is a whiteout), S_IFBLK; the kernel reads a umode_t.
+            for mode: UInt64 in [0o020000, 0o020644, 0o060600, 0xffff_ffff_0000_0000 | 0o020000, 0x1_0000_0000 | 0o060644] {
+                #expect(Self.eval(filter, name, with(mode)) == Self.eperm, "\(name) mode 0x\(String(mode, radix: 16))")
+            }
+            for mode: UInt64 in [0, 0o644, 0o100644, 0o010644, 0o140755, 0x0002_0000_0000 | 0o100644] {
+                #expect(Self.eval(filter, name, with(mode)) == Self.allow, "\(name) mode 0x\(String(mode, radix: 16))")
+            }
+        }
+    }
+
+    @Test("renameat2 with RENAME_WHITEOUT fails with EPERM; its other flags stay the policy's")
+    func renameWhiteout() throws {
+        let filter = try Self.allowEverything.compileSeccompFilter(mode: .inKernel)
+        for flags: UInt64 in [4, 5, 6, 0xffff_ffff, 0xdead_beef_0000_0004] {
+            #expect(Self.eval(filter, "renameat2", [0, 0, 0, 0, flags]) == Self.eperm, "flags 0x\(String(flags, radix: 16))")
+        }
+        for flags: UInt64 in [0, 1, 2, 0x4_0000_0000] {
+            #expect(Self.eval(filter, "renameat2", [0, 0, 0, 0, flags]) == Self.allow, "flags 0x\(String(flags, radix: 16))")
+        }
+        // rename and renameat have no flags.
+        #expect(Self.eval(filter, "renameat", [0, 0, 0, 0, 4]) == Self.allow)
+    }
+
+    @Test("no shipped level lets a device node or a whiteout be made", arguments: ["standard", "restricted", "hardened"])
+    func shippedLevelsRefuseDeviceNodes(level: String) throws {
+        let policy = try PolicyLoader.load(file: packageRoot.appendingPathComponent("Policies/\(level).yaml").path)
+        // Levels that forbid a later exec compile only for the supervisor.
+        for mode in policy.seccomp.allowExecAfterStart ? [FilterMode.inKernel, .supervised] : [.supervised] {
+            let filter = try policy.compileSeccompFilter(mode: mode)
+            for (name, args) in [("mknod", [0, 0o020000]), ("mknodat", [0, 0, 0o020644]), ("mknodat", [0, 0, 0o060644]),
+                                 ("renameat2", [0, 0, 0, 0, 4])] as [(String, [UInt64])] {
+                let answer = Self.eval(filter, name, args)
+                #expect(!BuiltinRefusals.runs(answer), "\(level) (\(mode)) lets \(name)(\(args)) run: 0x\(String(answer, radix: 16))")
+            }
+        }
+    }
+
     @Test("a policy's kill and errno stay stronger than the built-ins")
     func policyStaysStronger() throws {
         let policy = try PolicyLoader.load(yaml: """
@@ -103,13 +149,26 @@ struct BuiltinRefusalTests {
                   when: ["arg1 & S_ISUID == S_ISUID"]
                 - syscall: openat2
                   action: allow
+                - syscall: mknodat
+                  action: allow
+                  when: ["arg2 & S_IFMT == S_IFCHR"]
+                - syscall: renameat2
+                  action: allow
+                  when: ["arg4 & RENAME_WHITEOUT == RENAME_WHITEOUT"]
+                - syscall: mknodat
+                  action: allow
+                  when: ["arg2 & S_IFMT == S_IFIFO"]
             """
         let found = problems(yaml)
-        #expect(found.count == 2, "\(found)")
+        #expect(found.count == 4, "\(found)")
         #expect(found.first?.line == 6, "\(found)")
         #expect(found.first?.message.contains("S_ISUID or S_ISGID") == true, "\(found)")
-        #expect(found.last?.line == 9, "\(found)")
-        #expect(found.last?.message.contains("ENOSYS") == true, "\(found)")
+        #expect(found.dropFirst().first?.line == 9, "\(found)")
+        #expect(found.dropFirst().first?.message.contains("ENOSYS") == true, "\(found)")
+        #expect(found.dropFirst(2).first?.line == 11, "\(found)")
+        #expect(found.dropFirst(2).first?.message.contains("device node") == true, "\(found)")
+        #expect(found.dropFirst(3).first?.line == 14, "\(found)")
+        #expect(found.dropFirst(3).first?.message.contains("RENAME_WHITEOUT") == true, "\(found)")
     }
 
     @Test("the kernel takes the rewritten filter and refuses what it says", .timeLimit(.minutes(1)), .oneExitTestAtATime)
@@ -131,6 +190,16 @@ struct BuiltinRefusalTests {
             guard open(path + "n", O_CREAT | O_WRONLY, 0o4755) == -1, errno == EPERM else { exit(13) }
             guard xsb_raw_syscall6(437, UInt(bitPattern: -100), 0, 0, 24, 0, 0) == -1, errno == ENOSYS else { exit(14) }
             guard xsb_raw_syscall6(157, 22, 2, 0, 0, 0, 0) == -1, errno == EPERM else { exit(15) }
+            // No whiteout (a 0:0 character device), by renameat2 or by mknod.
+            let whiteout = path + "w"
+            guard path.withCString({ from in whiteout.withCString { to in
+                xsb_raw_syscall6(316, UInt(bitPattern: -100), UInt(bitPattern: from), UInt(bitPattern: -100), UInt(bitPattern: to), 4, 0)
+            } }) == -1, errno == EPERM else { exit(16) }
+            guard mknod(whiteout, S_IFCHR | 0o644, 0) == -1, errno == EPERM else { exit(17) }
+            guard mknod(path + "p", S_IFIFO | 0o644, 0) == 0 else { exit(18) }
+            var info = stat()
+            guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, lstat(whiteout, &info) == -1 else { exit(19) }
+            unlink(path + "p")
             unlink(path)
             rmdir(dir)
             exit(0)

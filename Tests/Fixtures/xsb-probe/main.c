@@ -65,6 +65,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/time.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -1775,6 +1776,52 @@ static int c_setid_mknod(int argc, char **argv)
     return expect_errno(rc, EPERM, "mknod S_IFREG|04755");
 }
 
+#ifndef RENAME_WHITEOUT
+#define RENAME_WHITEOUT (1 << 2)
+#endif
+
+/* whiteout-rename [DIR], whiteout-mknod [DIR]: a 0:0 character device, which
+ * overlayfs, tar and rsync take for a whiteout, made in DIR (default /tmp) by
+ * renameat2(RENAME_WHITEOUT) or by mknod.  Both must fail with EPERM.  What was
+ * made in a DIR given is left there, for the caller to look for on the host. */
+static int whiteout_verdict(long rc, const char *node, int keep, const char *what)
+{
+    int err = errno;
+    struct stat st;
+    if (lstat(node, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))) {
+        if (!keep)
+            unlink(node);
+        return escaped("%s made the device %u:%u", what, major(st.st_rdev), minor(st.st_rdev));
+    }
+    errno = err;
+    return expect_errno(rc, EPERM, what);
+}
+
+static int c_whiteout_rename(int argc, char **argv)
+{
+    char from[PATH_MAX], to[PATH_MAX];
+    const char *dir = argc > 0 ? argv[0] : "/tmp";
+    snprintf(from, sizeof from, "%s/xsb-probe-%s-%ld", dir, g_check, (long)getpid());
+    snprintf(to, sizeof to, "%s/xsb-probe-%s-%ld.renamed", dir, g_check, (long)getpid());
+    int fd = open(from, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd == -1)
+        return failed("create %s: %s", from, errno_name(errno));
+    close(fd);
+    long rc = syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, RENAME_WHITEOUT);
+    int verdict = whiteout_verdict(rc, from, argc > 0, "renameat2(RENAME_WHITEOUT)");
+    unlink(rc == 0 ? to : from);
+    return verdict;
+}
+
+static int c_whiteout_mknod(int argc, char **argv)
+{
+    char path[PATH_MAX];
+    const char *dir = argc > 0 ? argv[0] : "/tmp";
+    snprintf(path, sizeof path, "%s/xsb-probe-%s-%ld", dir, g_check, (long)getpid());
+    long rc = mknod(path, S_IFCHR | 0644, makedev(0, 0));
+    return whiteout_verdict(rc, path, argc > 0, "mknod S_IFCHR 0:0");
+}
+
 /* openat2 passes its mode in memory: it must fail with ENOSYS (libc then
  * falls back to openat, whose mode the filter can read). */
 static int c_openat2(int argc, char **argv)
@@ -1995,6 +2042,8 @@ static const struct check checks[] = {
     {"setid-open-high", BLOCKED, NULL, 0, c_setid_open_high, ""},
     {"setid-mkdir", BLOCKED, NULL, 0, c_setid_mkdir, ""},
     {"setid-mknod", BLOCKED, NULL, 0, c_setid_mknod, ""},
+    {"whiteout-rename", BLOCKED, NULL, 0, c_whiteout_rename, "[DIR]"},
+    {"whiteout-mknod", BLOCKED, NULL, 0, c_whiteout_mknod, "[DIR]"},
     {"openat2", BLOCKED, NULL, 0, c_openat2, ""},
     {"socket-vsock", BLOCKED, NULL, 0, c_socket_vsock, ""},
     {"socket-netlink-uevent", BLOCKED, NULL, 0, c_socket_netlink_uevent, ""},
