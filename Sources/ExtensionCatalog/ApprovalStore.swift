@@ -86,30 +86,60 @@ extension Substring {
 /// the same directory, `fsync`, `rename` over, `fsync` the directory), so that two writers never
 /// lose each other's change. A file that cannot be read or parsed is an error naming it: never
 /// read as "nothing approved" or "everything approved", never replaced.
+///
+/// The file decides what runs, so it is trusted as a policy is (``TrustedPath``): it, its
+/// directory and every directory above it must be owned by root or the caller and not writable by
+/// group or others, on every read and before every write. Otherwise a root caller whose
+/// `XDG_STATE_HOME` points into another user's directory would launch what that user approved.
 public struct ApprovalStore: Sendable {
     public let path: String
 
     public init(path: String) { self.path = path }
 
+    /// Files larger than this are not approvals files.
+    static let maximumSize = 16 << 20
+
+    /// The ownership rule, for errors.
+    static let rule = "the approvals file, its directory and every directory above it must be owned by root or by you and not writable by group or others"
+
     /// The current state: empty when no file exists yet.
     public func load() throws(CatalogProblem) -> ApprovalState {
-        switch SystemFiles.bytes(path, limit: 16 << 20) {
+        let result: Result<[UInt8], TrustedPath.FileProblem>
+        do {
+            result = try TrustedPath.readFile(path, limit: Self.maximumSize)
+        } catch .missing {
+            // Every directory the walk reached passed its checks; what is missing holds nothing.
+            return ApprovalState()
+        } catch {
+            throw problem(error, doing: "read the approvals file")
+        }
+        switch result {
         case .success(let bytes):
             return try ApprovalState.parse(String(decoding: bytes, as: UTF8.self), path: path)
-        case .failure(let error) where error.code == ENOENT:
-            return ApprovalState()
-        case .failure(let error):
+        case .failure(.notRegular(let kind)):
+            throw CatalogProblem(.broken, file: path, "cannot read the approvals file: it is \(kind == .directory ? "a directory" : "not a regular file")")
+        case .failure(.tooLarge):
+            throw CatalogProblem(.broken, file: path, "cannot read the approvals file: it is larger than \(Self.maximumSize >> 20) MiB")
+        case .failure(.read(let error)):
             throw CatalogProblem(.broken, file: path, "cannot read the approvals file: \(error)")
         }
     }
 
     /// Reads, changes and writes the state atomically under the lock; returns the new state.
+    /// The directory is opened (and created, mode 0700, where missing) through the same checks,
+    /// and everything in it is reached through that open directory.
     @discardableResult
     public func update(_ change: (inout ApprovalState) throws(CatalogProblem) -> Void) throws(CatalogProblem) -> ApprovalState {
-        let directory = FilePaths.directory(of: path)
-        try Self.makeDirectories(directory)
+        let directory: TrustedPath.Directory
+        do {
+            directory = try Self.openCreatingDirectory(FilePaths.directory(of: TrustedPath.absolute(path)))
+        } catch {
+            throw problem(error, doing: "write the approvals file")
+        }
+        defer { directory.close() }
+        let name = FilePaths.lastComponent(path)
         let lockPath = path + ".lock"
-        let lock = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        let lock = openat(directory.fd.rawValue, name + ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard lock >= 0 else { throw CatalogProblem(.broken, file: lockPath, "cannot open the lock file: \(errnoText())") }
         defer { close(lock) }
         while flock(lock, LOCK_EX) != 0 {
@@ -117,45 +147,62 @@ public struct ApprovalStore: Sendable {
         }
         var state = try load()
         try change(&state)
-        try write(state.rendered(), directory: directory)
+        try write(state.rendered(), name: name, in: directory)
         return state
     }
 
-    private func write(_ text: String, directory: String) throws(CatalogProblem) {
-        var template = Array((FilePaths.join(directory, ".approvals.XXXXXX")).utf8CString)
-        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        guard fd >= 0 else { throw CatalogProblem(.broken, file: directory, "cannot create a temporary file: \(errnoText())") }
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        let temporary = String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    private func write(_ text: String, name: String, in directory: TrustedPath.Directory) throws(CatalogProblem) {
+        let dir = directory.fd.rawValue
+        var temporary = ""
+        var fd: Int32 = -1
+        for _ in 0..<100 {
+            temporary = ".\(name).\(getpid()).\(UInt32.random(in: 0 ... .max))"
+            fd = openat(dir, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            if fd >= 0 || errno != EEXIST { break }
+        }
+        let temporaryPath = FilePaths.join(directory.path, temporary)
+        guard fd >= 0 else { throw CatalogProblem(.broken, file: temporaryPath, "cannot create a temporary file: \(errnoText())") }
         var done = false
         defer {
             close(fd)
-            if !done { unlink(temporary) }
+            if !done { unlinkat(dir, temporary, 0) }
         }
         let bytes = Array(text.utf8)
         var offset = 0
         while offset < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
             if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw CatalogProblem(.broken, file: temporary, "write: \(errnoText())") }
+            guard n > 0 else { throw CatalogProblem(.broken, file: temporaryPath, "write: \(errnoText())") }
             offset += n
         }
-        guard fchmod(fd, 0o644) == 0, fsync(fd) == 0 else { throw CatalogProblem(.broken, file: temporary, "fsync: \(errnoText())") }
-        guard rename(temporary, path) == 0 else { throw CatalogProblem(.broken, file: path, "rename: \(errnoText())") }
+        guard fchmod(fd, 0o644) == 0, fsync(fd) == 0 else { throw CatalogProblem(.broken, file: temporaryPath, "fsync: \(errnoText())") }
+        guard renameat(dir, temporary, dir, name) == 0 else { throw CatalogProblem(.broken, file: path, "rename: \(errnoText())") }
         done = true
-        let dir = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dir >= 0 {
-            defer { close(dir) }
-            guard fsync(dir) == 0 else { throw CatalogProblem(.broken, file: directory, "fsync: \(errnoText())") }
+        guard fsync(dir) == 0 else { throw CatalogProblem(.broken, file: directory.path, "fsync: \(errnoText())") }
+    }
+
+    /// `mkdir -p` through ``TrustedPath``: each missing directory is made (mode 0700: the
+    /// owner's private state) in a parent that passed the checks, and the result is checked too.
+    static func openCreatingDirectory(_ directory: String) throws(TrustedPath.Failure) -> TrustedPath.Directory {
+        do {
+            return try TrustedPath.openDirectory(directory, createMode: 0o700)
+        } catch .missing {
+            let parent = FilePaths.directory(of: directory)
+            guard !parent.isEmpty, parent != directory else { throw .missing(path: directory) }
+            try openCreatingDirectory(parent).close()
+            return try TrustedPath.openDirectory(directory, createMode: 0o700)
         }
     }
 
-    /// `mkdir -p` with mode 0700 for what it creates (the owner's private state).
-    static func makeDirectories(_ directory: String) throws(CatalogProblem) {
-        guard !directory.isEmpty, SystemFiles.kind(of: directory) == nil else { return }
-        try makeDirectories(FilePaths.directory(of: directory))
-        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
-            throw CatalogProblem(.broken, file: directory, "cannot create the directory: \(errnoText())")
+    /// A failed walk as a problem of the approvals file, naming the part that failed.
+    private func problem(_ failure: TrustedPath.Failure, doing what: String) -> CatalogProblem {
+        switch failure {
+        case .untrusted(let at, let reason):
+            return CatalogProblem(.unsafe, file: path, "refused: \(at) \(reason); \(Self.rule)")
+        case .missing(let at):
+            return CatalogProblem(.broken, file: path, "cannot \(what): \(at) does not exist")
+        case .failed(let at, let action, let error):
+            return CatalogProblem(.broken, file: path, "cannot \(what): cannot \(action) \(at): \(error)")
         }
     }
 }

@@ -81,6 +81,10 @@ enum ErrorAdvice {
     /// For a broken, inconsistent or unsafe bundle, declaration or approvals file.
     static func catalog(_ problem: CatalogProblem) -> String {
         let approvals = ExtensionLocations.standard(hostBundle: nil).stateFile
+        if problem.file == approvals && problem.kind == .unsafe {
+            return "use an approvals file of your own: fix the owner or mode of what the message names, or point "
+                + "XDG_STATE_HOME or EXTSANDBOX_STATE_FILE at a directory of yours"
+        }
         if problem.file == approvals || problem.file.hasPrefix(approvals + ".") {
             return "fix or delete that line of the approvals file (extsandbox approve, revoke, enable and disable "
                 + "rewrite it); EXTSANDBOX_STATE_FILE names another"
