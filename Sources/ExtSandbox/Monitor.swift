@@ -170,7 +170,7 @@ extension AppExtensionPoint {
                 }
                 var watched: Set<String> = [stateDirectory]
                 watcher.add(stateDirectory)
-                let entries = ExtensionCatalog.scan(host.locations, bundledPoints: Set(points.map(\.name))) { directory in
+                let entries = ExtensionCatalog.scan(host.locations, bundledPoints: hostPoints(following: points)) { directory in
                     watcher.add(directory)
                     watched.insert(directory)
                 }
@@ -185,6 +185,18 @@ extension AppExtensionPoint {
                 for subscriber in subscribers { subscriber.yield(state) }
                 return state
             }
+        }
+
+        /// Every point the host defines, as far as this process can know: the points this monitor
+        /// follows and those the host's declaration file declares. A bundled extension of one of
+        /// them that this monitor does not follow is another monitor's (one per point is the usual
+        /// pattern), not invalid; only a point the host defines nowhere makes it invalid.
+        private func hostPoints(following points: [AppExtensionPoint]) -> Set<String> {
+            var names = Set(points.map(\.name))
+            guard host.locations.hostBundle != nil else { return names }
+            names.formUnion(ExtensionCatalog.declaredPoints(
+                host: host.identifier, bundle: host.locations.hostBundle, in: host.locations.pointDirectories))
+            return names
         }
 
         /// The state for `entries` under the owner's current choices.

@@ -147,6 +147,17 @@ public enum ExtensionCatalog {
         return ApprovalState.Approval(executable: executable, manifest: manifest)
     }
 
+    /// The points that `host`'s declaration files in `directories` declare: the files whose
+    /// `host` is that identifier or whose `bundle` is `bundle`. Files that cannot be read add
+    /// nothing (the CLI lists them).
+    public static func declaredPoints(host: String, bundle: String?, in directories: [String]) -> Set<String> {
+        var points: Set<String> = []
+        for file in declarations(in: directories).files where file.hostIdentifier == host || (bundle != nil && file.bundlePath == bundle) {
+            points.formUnion(file.points.map(\.name))
+        }
+        return points
+    }
+
     /// The point declarations in `directories` (`*.appext`), with the files that could not be read.
     public static func declarations(in directories: [String]) -> (files: [PointDeclarationFile], problems: [CatalogProblem]) {
         var files: [PointDeclarationFile] = []

@@ -95,6 +95,32 @@ struct MonitorTests {
         #expect(identifiers(first) == ["org.example.a", "org.example.b"])  // cancelled: no longer follows
     }
 
+    /// Before: a monitor of the open point listed the host's bundled extension of its app-only
+    /// point as invalid ("the host does not define it"), though the host's declaration does.
+    @Test func aBundledExtensionOfAnotherOfTheHostsPointsIsAnotherMonitors() async throws {
+        let world = try ExtensionWorld()
+        try world.install("org.example.a", in: world.hostBundle + "/Extensions")
+        try world.install("org.example.b", point: ExtensionWorld.appOnlyPoint, in: world.hostBundle + "/Extensions")
+        let open = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        let appOnly = try await AppExtensionPoint.Monitor(points: [Self.appOnly], host: host(world))
+        var expected = AppExtensionPoint.Monitor.State()
+        expected.identities = open.identities
+        #expect(open.state == expected, "\(open.state)")
+        #expect(identifiers(open) == ["org.example.a"])
+        #expect(appOnly.state.invalid.isEmpty && identifiers(appOnly) == ["org.example.b"], "\(appOnly.state)")
+        // A point the host defines nowhere is invalid, for every monitor of the host.
+        try world.install("org.example.c", point: "org.example.host.nowhere", in: world.hostBundle + "/Extensions")
+        for monitor in [open, appOnly] {
+            #expect(await eventually(monitor) { state in
+                state.invalid.map(\.reason) == ["unknown point org.example.host.nowhere: the host does not define it"]
+            }, "\(monitor.state)")
+        }
+        // Without the declaration file the host's points are what the monitor follows.
+        try FileManager.default.removeItem(atPath: world.points + "/host.appext")
+        let alone = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        #expect(alone.state.invalid.count == 2, "\(alone.state)")
+    }
+
     /// A bundle filled in steps: the executable lands in a subdirectory after the monitor has
     /// seen the bundle (invalid, no executable yet). Failed before subdirectories were watched.
     @Test func anExecutableLandingInANewSubdirectoryIsSeen() async throws {
