@@ -60,12 +60,12 @@ public enum BundleValidator {
                                  manifestInfo.st_mode & S_IFMT == S_IFLNK ? "the manifest is a symbolic link" : "the manifest is not a regular file")
         }
         try checkNotWritableByOthers(manifestInfo, path: manifestPath, what: "the manifest", line: 0)
-        let text: String
+        let bytes: [UInt8]
         switch SystemFiles.bytes(manifestPath, limit: 64 << 10) {
         case .failure(let error): throw CatalogProblem(.broken, file: manifestPath, "cannot read: \(error)")
-        case .success(let bytes): text = String(decoding: bytes, as: UTF8.self)
+        case .success(let read): bytes = read
         }
-        let manifest = try ExtensionManifest.parse(text, path: manifestPath)
+        let manifest = try ExtensionManifest.parse(bytes, path: manifestPath)
         if let knownPoint, !knownPoint(manifest.point) {
             throw CatalogProblem(.inconsistent, file: manifestPath, line: manifest.lines["point"] ?? 0,
                                  "unknown point \(manifest.point): the host does not define it")

@@ -29,7 +29,13 @@ public struct ExtensionManifest: Sendable, Hashable {
 
     /// Parses a manifest's text; `path` names it in errors.
     public static func parse(_ text: String, path: String) throws(CatalogProblem) -> ExtensionManifest {
-        let root = try ManifestFields.document(text, path: path)
+        try parse(Array(text.utf8), path: path)
+    }
+
+    /// Parses a manifest file's bytes; `path` names it in errors. Bytes that are not UTF-8 are
+    /// an error at their line (YAML is Unicode).
+    public static func parse(_ bytes: [UInt8], path: String) throws(CatalogProblem) -> ExtensionManifest {
+        let root = try ManifestFields.document(bytes, path: path)
         let fields = try ManifestFields(
             root, path: path, allowed: ["schema", "identifier", "name", "version", "point", "executable", "resources"])
         try fields.checkSchema(schemaVersion)

@@ -7,11 +7,12 @@ struct ManifestFields {
     private let mapping: YAMLNode.Mapping
     private(set) var seen: Set<String> = []
 
-    /// One YAML document whose root is a mapping.
-    static func document(_ text: String, path: String) throws(CatalogProblem) -> YAMLNode {
+    /// One YAML document whose root is a mapping, from a file's bytes (UTF-8, as YAML requires:
+    /// anything else is an error at its line).
+    static func document(_ bytes: [UInt8], path: String) throws(CatalogProblem) -> YAMLNode {
         let root: YAMLNode?
         do {
-            root = try YAMLReader.compose(text)
+            root = try YAMLReader.compose(utf8: bytes)
         } catch {
             var reason = error.problem
             if let context = error.context { reason = "\(context): \(reason)" }

@@ -77,7 +77,13 @@ public struct PointDeclarationFile: Sendable, Hashable {
 
     /// Parses a declaration file's text; `path` names it in errors.
     public static func parse(_ text: String, path: String) throws(CatalogProblem) -> PointDeclarationFile {
-        let root = try ManifestFields.document(text, path: path)
+        try parse(Array(text.utf8), path: path)
+    }
+
+    /// Parses a declaration file's bytes; `path` names it in errors. Bytes that are not UTF-8
+    /// are an error at their line (YAML is Unicode).
+    public static func parse(_ bytes: [UInt8], path: String) throws(CatalogProblem) -> PointDeclarationFile {
+        let root = try ManifestFields.document(bytes, path: path)
         let fields = try ManifestFields(root, path: path, allowed: ["schema", "host", "bundle", "points"])
         try fields.checkSchema(Self.schemaVersion)
         let host = try fields.requiredString("host")
@@ -115,7 +121,7 @@ public struct PointDeclarationFile: Sendable, Hashable {
     public static func load(_ path: String) throws(CatalogProblem) -> PointDeclarationFile {
         switch SystemFiles.bytes(path, limit: 1 << 20) {
         case .failure(let error): throw CatalogProblem(.broken, file: path, "cannot read: \(error)")
-        case .success(let bytes): return try parse(String(decoding: bytes, as: UTF8.self), path: path)
+        case .success(let bytes): return try parse(bytes, path: path)
         }
     }
 }

@@ -77,7 +77,14 @@ package enum YAMLReader {
 
     /// The single document in `text`, or nil when the text holds no document at all.
     package static func compose(_ text: String) throws(YAMLError) -> YAMLNode? {
-        var bytes = Array(text.utf8)
+        try compose(utf8: Array(text.utf8))
+    }
+
+    /// The single document in a file's bytes, or nil when they hold no document at all. YAML is
+    /// Unicode, read here as UTF-8 only: a byte that is not UTF-8 is an error at its line and
+    /// column (libyaml's reader finds it), never replaced by U+FFFD and read on.
+    package static func compose(utf8 bytes: [UInt8]) throws(YAMLError) -> YAMLNode? {
+        var bytes = bytes
         if bytes.isEmpty { bytes = [0x0a] }  // libyaml wants a non-empty buffer
         return try bytes.withUnsafeBufferPointer { (buffer) throws(YAMLError) -> YAMLNode? in
             // On the heap: libyaml keeps a pointer to the parser itself (its read handler's data),
@@ -89,6 +96,8 @@ package enum YAMLReader {
             }
             defer { yaml_parser_delete(parser) }
             yaml_parser_set_input_string(parser, buffer.baseAddress, buffer.count)
+            // Not guessed from the first bytes: FF FE would otherwise be taken for UTF-16.
+            yaml_parser_set_encoding(parser, YAML_UTF8_ENCODING)
             var composer = Composer()
             while true {
                 var event = yaml_event_t()
@@ -101,8 +110,12 @@ package enum YAMLReader {
     }
 
     private static func error(of parser: yaml_parser_t, in text: UnsafeBufferPointer<UInt8>) -> YAMLError {
-        let problem = parser.problem.map { String(cString: $0) }
+        var problem = parser.problem.map { String(cString: $0) }
             ?? (parser.error == YAML_MEMORY_ERROR ? "out of memory" : "not valid YAML")
+        if parser.error == YAML_READER_ERROR && problem.contains("UTF-8") {
+            if parser.problem_value >= 0 { problem += " 0x" + String(parser.problem_value, radix: 16, uppercase: true) }
+            problem += ": the file is not UTF-8 text"
+        }
         let context = parser.context.map { String(cString: $0) }
         // Reader errors (bad UTF-8, a control character) have a byte offset, not a line.
         let mark = parser.error == YAML_READER_ERROR

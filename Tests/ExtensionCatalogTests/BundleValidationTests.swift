@@ -42,6 +42,27 @@ struct BundleValidationTests {
         #expect(problem.description.hasPrefix(path + "/extension.yaml:\(line): "), "\(problem)")
     }
 
+    /// Before: the bytes became U+FFFD and the manifest was accepted (YAML requires Unicode).
+    @Test("a manifest or declaration file with bytes that are not UTF-8 is broken at their line", arguments: [
+        (Array("schema: 1\nidentifier: org.example.bytes\nname: ab".utf8) + [0xFF, 0xFE]
+            + Array("cd\nversion: \"1\"\npoint: org.example.host.text\nexecutable: bin/run\n".utf8), 3),
+        ([0xFF, 0xFE] + Array("schema: 1\n".utf8), 1),  // a UTF-16 byte-order mark is not taken for one
+    ] as [([UInt8], Int)])
+    func notUTF8(bytes: [UInt8], line: Int) throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.bytes")
+        try Fixtures.writeFile(path + "/extension.yaml", bytes, mode: 0o644)
+        let problem = try problem(world, path)
+        #expect(problem.kind == .broken)
+        #expect(problem.description.hasPrefix(path + "/extension.yaml:\(line): not valid YAML: invalid leading UTF-8 octet 0xFF: the file is not UTF-8 text"), "\(problem)")
+        try Fixtures.writeFile(world.points + "/host.appext", bytes, mode: 0o644)
+        #expect {
+            try PointDeclarationFile.load(world.points + "/host.appext")
+        } throws: { error in
+            "\(error)".hasPrefix(world.points + "/host.appext:\(line): not valid YAML: invalid leading UTF-8 octet")
+        }
+    }
+
     func manifest(executable: String, resources: String = "") -> String {
         "schema: 1\nidentifier: org.example.x\nname: X\nversion: \"1\"\npoint: org.example.host.text\nexecutable: \(executable)\n\(resources)"
     }

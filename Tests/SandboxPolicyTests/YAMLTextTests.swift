@@ -29,4 +29,21 @@ struct YAMLTextTests {
     @Test func rawNonCharactersMakeTheFileUnreadable() {
         #expect(throws: YAMLError.self) { try YAMLReader.compose("key: \"\u{FFFE}\"\n") }
     }
+
+    /// YAML is Unicode: a file's bytes that are not UTF-8 are an error at their line and column,
+    /// never replaced and read on (a UTF-16 byte-order mark is not taken for one either).
+    @Test("bytes that are not UTF-8 are an error at their line", arguments: [
+        (Array("a: 1\nname: ab".utf8) + [0xFF, 0xFE] + Array("cd\n".utf8), 2, 9, "invalid leading UTF-8 octet 0xFF"),
+        ([0xFF, 0xFE] + Array("a: 1\n".utf8), 1, 1, "invalid leading UTF-8 octet 0xFF"),
+        (Array("a: 1\n# ".utf8) + [0xC3] + Array("\n".utf8), 2, 4, "invalid trailing UTF-8 octet 0xA"),  // at the line feed
+    ] as [([UInt8], Int, Int, String)])
+    func bytesThatAreNotUTF8(bytes: [UInt8], line: Int, column: Int, problem: String) {
+        #expect {
+            try YAMLReader.compose(utf8: bytes)
+        } throws: { error in
+            let error = error as! YAMLError
+            return error.mark == YAMLMark(line: line, column: column) && error.problem == problem + ": the file is not UTF-8 text"
+        }
+        #expect(throws: Never.self) { try YAMLReader.compose(utf8: Array("a: ü\n".utf8)) }
+    }
 }
