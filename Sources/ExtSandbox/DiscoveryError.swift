@@ -34,3 +34,14 @@ public enum DiscoveryError: Error, Sendable, CustomStringConvertible {
         }
     }
 }
+
+extension DiscoveryError {
+    /// Why a discovered extension may not launch when its bundle, checked again, fails: gone
+    /// (``refused(identifier:reason:)``: it is no longer installed), or its problem
+    /// (``catalog(_:)``), naming the file and line.
+    static func bundleNoLongerValid(_ problem: CatalogProblem, identifier: String) -> DiscoveryError {
+        problem.kind == .notInstalled
+            ? .refused(identifier: identifier, reason: "it is no longer installed (\(problem.file) is gone)")
+            : .catalog(problem)
+    }
+}

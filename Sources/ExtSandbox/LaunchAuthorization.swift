@@ -62,7 +62,7 @@ struct LaunchAuthorization: Sendable {
         }
         let current: ValidatedBundle
         switch BundleValidator.validate(bundleAt: discovered.bundle.path) {
-        case .failure(let problem): throw DiscoveryError.catalog(problem)
+        case .failure(let problem): throw DiscoveryError.bundleNoLongerValid(problem, identifier: id)
         case .success(let bundle): current = bundle
         }
         guard current == discovered.bundle else {

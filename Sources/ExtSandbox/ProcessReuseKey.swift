@@ -1,3 +1,4 @@
+import ExtensionCatalog
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
@@ -29,7 +30,17 @@ struct ProcessReuseKey: Sendable, Equatable {
         } catch {
             throw ExtensionError.policyFailed(securityLevel: identity.point.securityLevel, error: error)
         }
-        executable = try ExecutableFileIdentity(path: identity.executablePath)
+        do {
+            executable = try ExecutableFileIdentity(path: identity.executablePath)
+        } catch {
+            // A discovered extension whose bundle no longer checks out (removed, say): what the
+            // launch's own check would say, not the stat's errno.
+            if case .discovered(let discovered) = identity.origin,
+               case .failure(let problem) = BundleValidator.validate(bundleAt: discovered.bundle.path) {
+                throw DiscoveryError.bundleNoLongerValid(problem, identifier: identity.bundleIdentifier)
+            }
+            throw error
+        }
     }
 }
 

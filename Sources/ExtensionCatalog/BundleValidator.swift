@@ -42,7 +42,10 @@ public enum BundleValidator {
 
     private static func check(_ path: String, knownPoint: ((String) -> Bool)?) throws(CatalogProblem) -> ValidatedBundle {
         var info = stat()
-        guard lstat(path, &info) == 0 else { throw CatalogProblem(.broken, file: path, "cannot stat: \(errnoText())") }
+        guard lstat(path, &info) == 0 else {
+            if errno == ENOENT { throw CatalogProblem(.notInstalled, file: path, "not installed: the bundle directory does not exist (removed?)") }
+            throw CatalogProblem(.broken, file: path, "cannot stat: \(errnoText())")
+        }
         guard info.st_mode & S_IFMT != S_IFLNK else {
             throw CatalogProblem(.inconsistent, file: path, "the bundle is a symbolic link (a bundle must be a real directory)")
         }

@@ -13,6 +13,9 @@ public struct CatalogProblem: Error, Sendable, Hashable, CustomStringConvertible
         /// Writable by someone other than its owner and root: it could change between the
         /// check and the launch.
         case unsafe
+        /// Not there (any more): the bundle directory does not exist, e.g. it was removed after
+        /// discovery found it.
+        case notInstalled
     }
 
     public var kind: Kind

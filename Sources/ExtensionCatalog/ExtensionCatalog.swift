@@ -75,9 +75,18 @@ public enum ExtensionCatalog {
         for directory in locations.external { directories.append((directory, .external(directory: directory))) }
         for (directory, origin) in directories {
             onDirectory(directory)
-            let names = (SystemFiles.entries(directory) ?? []).filter { $0.hasSuffix("." + ExtensionLocations.bundleExtension) }.sorted()
-            for name in names {
-                let path = FilePaths.join(directory, name)
+            let suffix = Array(("." + ExtensionLocations.bundleExtension).utf8)
+            let names = (SystemFiles.entryBytes(directory) ?? []).filter { $0.count > suffix.count && $0.suffix(suffix.count).elementsEqual(suffix) }
+                .map { (bytes: $0, text: String(decoding: $0, as: UTF8.self)) }.sorted { $0.text < $1.text }
+            for (bytes, text) in names {
+                // A name must be UTF-8 to be named at all (paths are text everywhere after this).
+                guard String(validating: bytes, as: UTF8.self) != nil else {
+                    let shown = FilePaths.join(directory, Self.showingInvalidBytes(bytes))
+                    entries.append(CatalogEntry(path: shown, origin: origin, bundle: .failure(CatalogProblem(
+                        .broken, file: shown, "the bundle directory's name is not UTF-8 (bytes that are not are shown as \\xNN): a bundle's name must be valid UTF-8; rename it"))))
+                    continue
+                }
+                let path = FilePaths.join(directory, text)
                 // The bundle and every directory inside it, before it is read: a file that lands
                 // in a subdirectory later (an installer filling bin/) must still be seen.
                 onDirectory(path)
@@ -85,6 +94,9 @@ public enum ExtensionCatalog {
                 forEachSubdirectory(of: path, depth: 4, budget: &budget, onDirectory)
                 let known: ((String) -> Bool)? = origin.isBundled ? bundledPoints.map { points in { points.contains($0) } } : nil
                 var result = BundleValidator.validate(bundleAt: path, knownPoint: known)
+                // Removed since the listing: not installed, so not listed (its removal's event
+                // brings a monitor back here).
+                if case .failure(let problem) = result, problem.kind == .notInstalled { continue }
                 if case .success(let bundle) = result {
                     if let first = seen[bundle.manifest.identifier] {
                         result = .failure(CatalogProblem(
@@ -98,6 +110,26 @@ public enum ExtensionCatalog {
             }
         }
         return entries
+    }
+
+    /// `bytes` as text, each byte of a sequence that is not UTF-8 shown as `\xNN`.
+    static func showingInvalidBytes(_ bytes: [UInt8]) -> String {
+        var text = ""
+        var parser = Unicode.UTF8.ForwardParser()
+        var iterator = bytes.makeIterator()
+        var offset = 0
+        while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid(let encoded):
+                text.unicodeScalars.append(Unicode.UTF8.decode(encoded))
+                offset += encoded.count
+            case .error(let length):
+                for byte in bytes[offset..<offset + length] { text += "\\x" + String(byte, radix: 16, uppercase: true) }
+                offset += length
+            case .emptyInput:
+                return text
+            }
+        }
     }
 
     /// Calls `body` for the directories below `path` (not following symbolic links), at most

@@ -61,12 +61,32 @@ package enum SystemFiles {
         return names
     }
 
+    /// The names in a directory as bytes (without `.` and `..`), or `nil` if it cannot be
+    /// listed: a name need not be UTF-8, and ``entries(_:)`` replaces what is not with U+FFFD
+    /// (a name that then opens nothing).
+    package static func entryBytes(_ path: String) -> [[UInt8]]? {
+        guard let directory = opendir(path) else { return nil }
+        defer { closedir(directory) }
+        var names: [[UInt8]] = []
+        while let entry = readdir(directory) {
+            let name = nameBytes(of: entry)
+            if name != [0x2e] && name != [0x2e, 0x2e] { names.append(name) }
+        }
+        return names
+    }
+
+    /// A directory entry's name (see ``nameBytes(of:)``), non-UTF-8 bytes replaced with U+FFFD.
+    package static func name(of entry: UnsafePointer<dirent>) -> String {
+        String(decoding: nameBytes(of: entry), as: UTF8.self)
+    }
+
     /// A directory entry's name, read in place: an entry is only as long as its name
     /// (`d_reclen`), so copying the whole `struct dirent` (`entry.pointee`) reads past the last
     /// one in the buffer, which crashed a host listing /proc when that entry ended a mapping.
-    package static func name(of entry: UnsafePointer<dirent>) -> String {
+    package static func nameBytes(of entry: UnsafePointer<dirent>) -> [UInt8] {
         let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
-        return String(cString: (UnsafeRawPointer(entry) + offset).assumingMemoryBound(to: CChar.self))
+        let name = (UnsafeRawPointer(entry) + offset).assumingMemoryBound(to: CChar.self)
+        return Array(UnsafeRawBufferPointer(start: name, count: strlen(name)))
     }
 
     /// The file type bits (`S_IFDIR`, `S_IFREG`, …) of what `path` names, following links;

@@ -92,6 +92,8 @@ enum ErrorAdvice {
         switch problem.kind {
         case .unsafe:
             return "make it writable only by its owner, and owned by you or root (chmod go-w \(TerminalText.escaped(problem.file)))"
+        case .notInstalled:
+            return "`extsandbox list` shows what is installed now"
         case .broken, .inconsistent:
             return "fix the file (docs/extensions.md describes extension.yaml and the point declarations); "
                 + "`extsandbox list --all` shows every invalid bundle with why"

@@ -1,4 +1,4 @@
-import ExtensionCatalog
+@testable import ExtensionCatalog
 import Foundation
 import Glibc
 import Testing
@@ -61,6 +61,33 @@ struct BundleValidationTests {
         } throws: { error in
             "\(error)".hasPrefix(world.points + "/host.appext:\(line): not valid YAML: invalid leading UTF-8 octet")
         }
+    }
+
+    /// Before: listed as "cannot stat" (the name, decoded with U+FFFD, named nothing on disk).
+    @Test func aBundleDirectoryNameThatIsNotUTF8IsInvalidAndSaysSo() async throws {
+        let world = try ExtensionWorld()
+        let good = try world.install("org.example.good")
+        // caf\xFF.appex: a copy of a valid bundle under a name that is not UTF-8.
+        let name: [UInt8] = Array("caf".utf8) + [0xFF] + Array(".appex".utf8)
+        let raw = Array(world.external.utf8) + [0x2f] + name + [0]
+        try #require(raw.withUnsafeBufferPointer { rename(good, UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self)) } == 0)
+        let shown = world.external + "/caf\\xFF.appex"
+        let entries = ExtensionCatalog.scan(world.locations, bundledPoints: [])
+        #expect(entries.map(\.path) == [shown])
+        guard case .failure(let problem)? = entries.first?.bundle else { Issue.record("accepted: \(entries)"); return }
+        #expect(problem.kind == .broken)
+        #expect(problem.description == shown + ": the bundle directory's name is not UTF-8 (bytes that are not are shown as \\xNN): a bundle's name must be valid UTF-8; rename it")
+        let list = try await world.cli(["list", "--all"])
+        #expect(list.stdout.contains("name is not UTF-8") && !list.stdout.contains("cannot stat"), "\(list.stdout)\(list.stderr)")
+        #expect(ExtensionCatalog.showingInvalidBytes(Array("é".utf8) + [0xE2, 0x82] + Array("x".utf8)) == "é\\xE2\\x82x")
+    }
+
+    /// The launch-time recheck of a bundle removed since discovery says so (see MonitorTests).
+    @Test func aBundleThatIsGoneIsNotInstalled() throws {
+        let world = try ExtensionWorld()
+        let problem = try problem(world, world.external + "/gone.appex")
+        #expect(problem.kind == .notInstalled)
+        #expect(problem.description == world.external + "/gone.appex: not installed: the bundle directory does not exist (removed?)")
     }
 
     func manifest(executable: String, resources: String = "") -> String {

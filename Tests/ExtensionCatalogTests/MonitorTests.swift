@@ -204,6 +204,28 @@ struct MonitorTests {
         }
     }
 
+    /// Before: refused with the validator's "cannot stat: No such file or directory".
+    @Test func aBundleRemovedAfterDiscoveryIsNoLongerInstalled() async throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.echo", in: world.hostBundle + "/Extensions", executableSource: Self.echo)
+        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        let identity = try #require(monitor.identities.first)
+        try FileManager.default.removeItem(atPath: path)
+        let gone = "refusing to launch org.example.echo: it is no longer installed (\(path) is gone)"
+        await #expect {
+            _ = try await AppExtensionProcess(configuration: .init(identity: identity))
+        } throws: { error in
+            "\(error)" == gone
+        }
+        // The launch's own recheck (a bundle removed after the handle was made) says the same.
+        #expect {
+            _ = try LaunchAuthorization.authorize(identity)
+        } throws: { error in
+            "\(error)" == gone
+        }
+        #expect(await eventually(monitor) { $0 == AppExtensionPoint.Monitor.State() }, "\(monitor.state)")
+    }
+
     @Test func aForgedIdentityIsRefused() async throws {
         let world = try ExtensionWorld()
         let path = try world.install("org.example.forged", executableSource: Self.echo)
