@@ -90,6 +90,10 @@ public enum BundleValidator {
                                  "executable \(manifest.executable) has no execute permission")
         }
         try checkNotWritableByOthers(exeInfo, path: executable, what: "the executable", line: 0)
+        if let interpreter = interpreter(ofScriptAt: executable), isResource(interpreter) {
+            throw CatalogProblem(.inconsistent, file: FilePaths.join(path, manifest.executable), line: 1,
+                                 "the executable's interpreter \(interpreter) is a bundle resource; resources are data, mounted noexec, so it can never run")
+        }
 
         var resources: [(String, String)] = []
         for (index, resource) in manifest.resources.enumerated() {
@@ -117,6 +121,42 @@ public enum BundleValidator {
                                  "\(field) \(relative) is a symbolic link out of the bundle (to \(real))")
         }
         return real
+    }
+
+    /// Where the runtime binds a bundle's resources inside the sandbox, without exec rights
+    /// (`ExtensionEnvironment.resourcesDirectory`).
+    public static let resourcesMountPoint = "/extension"
+
+    /// The interpreter a `#!` line names, as the kernel reads it (the first 256 bytes; blanks
+    /// after `#!` skipped, the path up to the next blank or line end), or `nil` for no `#!`.
+    static func interpreter(ofScriptAt path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var head = [UInt8](repeating: 0, count: 256)
+        var count = 0
+        while count < head.count {
+            let n = head.withUnsafeMutableBytes { read(fd, $0.baseAddress! + count, $0.count - count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            count += n
+        }
+        guard count > 2, head[0] == 0x23, head[1] == 0x21 else { return nil }  // "#!"
+        let blank: Set<UInt8> = [0x20, 0x09]
+        let line = head[2..<count].prefix { $0 != 0x0a && $0 != 0 }.drop { blank.contains($0) }
+        let interpreter = line.prefix { !blank.contains($0) }
+        return interpreter.isEmpty ? nil : String(decoding: interpreter, as: UTF8.self)
+    }
+
+    /// Whether `path` (absolute, inside the sandbox) lies in ``resourcesMountPoint``, `.` and
+    /// `..` taken as the kernel takes them (no link can lead elsewhere: resources are bound
+    /// by their real paths).
+    static func isResource(_ path: String) -> Bool {
+        var components: [Substring] = []
+        for component in path.split(separator: "/") where component != "." {
+            if component == ".." { _ = components.popLast() } else { components.append(component) }
+        }
+        return path.hasPrefix("/") && components.first.map(String.init) == FilePaths.lastComponent(resourcesMountPoint)
     }
 
     private static func checkNotWritableByOthers(_ info: stat, path: String, what: String, line: Int) throws(CatalogProblem) {

@@ -90,6 +90,35 @@ struct BundleValidationTests {
         #expect(problem.description == world.external + "/gone.appex: not installed: the bundle directory does not exist (removed?)")
     }
 
+    /// Resources are bound noexec, so a script whose `#!` names one can never run: invalid at
+    /// the executable's first line. Before: valid, and every launch failed.
+    @Test("a #! script whose interpreter is a bundle resource is invalid at its first line", arguments: [
+        ("#!/extension/share/interp\n", "/extension/share/interp"),
+        ("#! \t/extension/bin/python3 -u\nprint(1)\n", "/extension/bin/python3"),
+        ("#!/extension", "/extension"),
+        ("#!/./extension//x/../y", "/./extension//x/../y"),
+        ("#!/usr/../extension/y\n", "/usr/../extension/y"),
+    ])
+    func anInterpreterInTheResources(script: String, interpreter: String) throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.script", manifest: manifest(executable: "bin/run", resources: "resources: [share/interp]\n"))
+        try world.write(path + "/share/interp", "#!/bin/sh\n", mode: 0o755)
+        try world.write(path + "/bin/run", script, mode: 0o755)
+        let problem = try problem(world, path)
+        #expect(problem.kind == .inconsistent)
+        #expect(problem.description == path + "/bin/run:1: the executable's interpreter \(interpreter) is a bundle resource; resources are data, mounted noexec, so it can never run")
+    }
+
+    @Test("other interpreters, and executables without #!, are left alone", arguments: [
+        "#!/bin/sh\nexec /extension/share/interp\n", "#!/extensions/x\n", "#!/extension/../usr/bin/env sh\n", "#!\n", "echo no interpreter\n",
+    ])
+    func otherInterpreters(script: String) throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.script")
+        try world.write(path + "/bin/run", script, mode: 0o755)
+        #expect(throws: Never.self) { try BundleValidator.validate(bundleAt: path).get() }
+    }
+
     func manifest(executable: String, resources: String = "") -> String {
         "schema: 1\nidentifier: org.example.x\nname: X\nversion: \"1\"\npoint: org.example.host.text\nexecutable: \(executable)\n\(resources)"
     }
