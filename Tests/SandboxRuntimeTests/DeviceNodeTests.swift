@@ -12,7 +12,7 @@ struct DeviceNodeTests {
     @Test("renameat2(RENAME_WHITEOUT) and mknod(S_IFCHR 0:0) fail, at every level, and the host sees no device",
           arguments: ["standard", "restricted", "hardened"], Fixtures.Caller.allCases)
     func noWhiteouts(level: String, caller: Fixtures.Caller) async throws {
-        let dir = try Self.writableDirectory()
+        let dir = try HostIdentityTests.temporaryDirectory()  // writable by either caller
         defer { try? FileManager.default.removeItem(atPath: dir) }
         for check in ["whiteout-rename", "whiteout-mknod"] {
             let result = try await Fixtures.run(
@@ -35,14 +35,5 @@ struct DeviceNodeTests {
             let type = info.st_mode & S_IFMT
             #expect(type != S_IFCHR && type != S_IFBLK, "\(level) as \(caller) left the device \(name) in \(dir)")
         }
-    }
-
-    /// A directory the sandbox may write into as either caller.
-    static func writableDirectory() throws -> String {
-        var template = Array("/tmp/xsb-devnode-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-        let path = String(cString: made)
-        chmod(path, 0o777)
-        return path
     }
 }
