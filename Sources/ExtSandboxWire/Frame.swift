@@ -95,7 +95,9 @@ public struct FrameHeader: Sendable, Hashable {
 ///
 /// **File descriptor ownership.** A frame's ``fds`` are owned by whoever holds the frame:
 /// - A frame returned by ``FrameDecoder`` or ``FrameSocket/receive()`` hands its fds to the caller,
-///   who must close them (``closeFDs()``) or keep them (e.g. a CONNECT's socket).
+///   who must close them or keep them (e.g. a CONNECT's socket). Fds from a peer that is not
+///   trusted are closed with ``UntrustedDescriptors/close(_:)``, not ``closeFDs()``: their close
+///   can be made to block.
 /// - ``FrameSocket/send(_:)`` does *not* close them: the kernel holds its own reference to each
 ///   fd in flight, so the caller may close its copies as soon as `send` returns.
 /// - ``FrameSocket/enqueue(_:)`` takes ownership: the socket closes the fds once the frame is

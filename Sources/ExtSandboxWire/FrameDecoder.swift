@@ -15,7 +15,8 @@
 /// allocations are mmap-backed, resident memory grows only as bytes actually arrive).
 ///
 /// **Errors.** Every error is final: the decoder closes every fd it holds (unclaimed, or attached
-/// to the frame in progress), drops its buffers, and rethrows the same error from then on. Frames
+/// to the frame in progress; with ``UntrustedDescriptors/close(_:)`` if the peer is not trusted),
+/// drops its buffers, and rethrows the same error from then on. Frames
 /// already returned are the caller's (see ``Frame`` for fd ownership).
 ///
 /// The decoder owns the fds it holds between chunks and frames: keep one copy of it per stream
@@ -42,8 +43,13 @@ public struct FrameDecoder: Sendable {
     private var chunk = 0
     private var failure: WireError?
 
-    public init(maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+    /// Whether the fds it closes come from a peer that is not trusted (see
+    /// ``UntrustedDescriptors``).
+    public let untrustedPeer: Bool
+
+    public init(maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize, untrustedPeer: Bool = false) {
         self.maximumFrameSize = maximumFrameSize
+        self.untrustedPeer = untrustedPeer
         headerBytes = [UInt8](repeating: 0, count: FrameHeader.encodedSize)
     }
 
@@ -71,13 +77,13 @@ public struct FrameDecoder: Sendable {
     /// decoder owns `fds` from here on (and closes them if this throws).
     public mutating func beginChunk(fds: [Int32] = []) throws(WireError) {
         if let failure {
-            closeDescriptors(fds)
+            UntrustedDescriptors.close(fds, untrusted: untrustedPeer)
             throw failure
         }
         chunk &+= 1
         guard !fds.isEmpty else { return }
         guard fds.count <= ExtSandboxWire.maximumFDsPerFrame else {
-            closeDescriptors(fds)
+            UntrustedDescriptors.close(fds, untrusted: untrustedPeer)
             throw fail(.unexpectedFDs(count: fds.count))
         }
         // Unclaimed fds of an earlier chunk were moved to carriedFDs by endChunk(); none remain.
@@ -201,7 +207,7 @@ public struct FrameDecoder: Sendable {
             if let frame { frames.append(frame) }
         }
         do { try endChunk() } catch {
-            for frame in frames { frame.closeFDs() }
+            UntrustedDescriptors.close(frames.flatMap(\.fds), untrusted: untrustedPeer)
             throw error
         }
         return frames
@@ -286,9 +292,7 @@ public struct FrameDecoder: Sendable {
     }
 
     private mutating func fail(_ error: WireError) -> WireError {
-        closeDescriptors(unclaimedFDs)
-        closeDescriptors(carriedFDs)
-        closeDescriptors(frameFDs)
+        UntrustedDescriptors.close(unclaimedFDs + carriedFDs + frameFDs, untrusted: untrustedPeer)
         unclaimedFDs = []
         carriedFDs = []
         frameFDs = []

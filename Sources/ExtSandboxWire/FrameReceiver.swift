@@ -29,12 +29,15 @@ public final class FrameReceiver {
     private let controlBuffer: UnsafeMutableRawBufferPointer
 
     /// Receives from `descriptor` (a connected stream socket that stays its owner's).
-    /// - Parameter maximumFrameSize: the largest frame this side accepts (advertise it in your HELLO).
-    public init(descriptor: FileDescriptor, maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+    /// - Parameters:
+    ///   - maximumFrameSize: the largest frame this side accepts (advertise it in your HELLO).
+    ///   - untrustedPeer: the fds it drops are closed with ``UntrustedDescriptors/close(_:)``.
+    public init(descriptor: FileDescriptor, maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize,
+                untrustedPeer: Bool = false) {
         self.descriptor = descriptor
-        decoder = FrameDecoder(maximumFrameSize: maximumFrameSize)
+        decoder = FrameDecoder(maximumFrameSize: maximumFrameSize, untrustedPeer: untrustedPeer)
         readBuffer = .allocate(byteCount: FrameSocket.initialReceiveBufferSize, alignment: 16)
-        controlBuffer = .allocate(byteCount: FrameSocket.controlBufferSize, alignment: 16)
+        controlBuffer = .allocate(byteCount: FrameSocket.receiveControlBufferSize, alignment: 16)
     }
 
     deinit {
@@ -111,7 +114,7 @@ public final class FrameReceiver {
                     readStart = 0
                     readEnd = 0
                     do { try decoder.endChunk() } catch {
-                        frame?.closeFDs()
+                        UntrustedDescriptors.close(frame?.fds ?? [], untrusted: decoder.untrustedPeer)
                         throw error
                     }
                 }
@@ -141,8 +144,7 @@ public final class FrameReceiver {
                 }
                 if let failure { throw decoder.abort(failure) }
                 if !fds.isEmpty {
-                    closeDescriptors(fds)
-                    frame?.closeFDs()
+                    UntrustedDescriptors.close(fds + (frame?.fds ?? []), untrusted: decoder.untrustedPeer)
                     throw decoder.abort(.unexpectedFDs(count: fds.count))
                 }
                 if let frame { return .frame(frame) }
@@ -162,7 +164,7 @@ public final class FrameReceiver {
             lastReadFilledBuffer = n == readBuffer.count
             if n == 0 {
                 if !fds.isEmpty {
-                    closeDescriptors(fds)
+                    UntrustedDescriptors.close(fds, untrusted: decoder.untrustedPeer)
                     throw decoder.abort(.unexpectedFDs(count: fds.count))
                 }
                 try decoder.finish()
@@ -177,18 +179,7 @@ public final class FrameReceiver {
     /// stream) and the fds received. Throws ``WireError/controlDataTruncated`` for `MSG_CTRUNC`
     /// (after closing the fds that did arrive).
     private func receiveMessage(from socket: Int32, into buffer: UnsafeMutableRawBufferPointer, flags: Int32) throws(WireError) -> (Int, [Int32]) {
-        var iov = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
-        var message = msghdr()
-        let n: Int = withUnsafeMutablePointer(to: &iov) { iovPointer in
-            message.msg_iov = iovPointer
-            message.msg_iovlen = 1
-            message.msg_control = controlBuffer.baseAddress
-            message.msg_controllen = controlBuffer.count
-            while true {
-                let n = recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC) | flags)
-                if n >= 0 || errno != EINTR { return n }
-            }
-        }
+        let (n, fds, truncated) = receiveWithDescriptors(from: socket, into: buffer, control: controlBuffer, flags: flags)
         if n < 0 {
             switch errno {
             case EAGAIN, EWOULDBLOCK: return (-1, [])
@@ -196,26 +187,8 @@ public final class FrameReceiver {
             case let code: throw .systemCall("recvmsg", errno: code)
             }
         }
-        var fds: [Int32] = []
-        // Walk the cmsghdrs: CMSG_FIRSTHDR / CMSG_NXTHDR with 8-byte alignment.
-        let controlLength = min(message.msg_controllen, controlBuffer.count)
-        var offset = 0
-        while offset + cmsgHeaderSize <= controlLength {
-            let length = controlBuffer.loadUnaligned(fromByteOffset: offset, as: Int.self)
-            let level = controlBuffer.loadUnaligned(fromByteOffset: offset + 8, as: Int32.self)
-            let type = controlBuffer.loadUnaligned(fromByteOffset: offset + 12, as: Int32.self)
-            guard length >= cmsgHeaderSize, offset + length <= controlLength else { break }
-            if level == SOL_SOCKET, type == Int32(SCM_RIGHTS) {
-                let count = (length - cmsgHeaderSize) / MemoryLayout<Int32>.size
-                for index in 0..<count {
-                    fds.append(controlBuffer.loadUnaligned(
-                        fromByteOffset: offset + cmsgHeaderSize + index * MemoryLayout<Int32>.size, as: Int32.self))
-                }
-            }
-            offset += cmsgAlign(length)
-        }
-        if message.msg_flags & Int32(MSG_CTRUNC) != 0 {
-            closeDescriptors(fds)
+        if truncated {
+            UntrustedDescriptors.close(fds, untrusted: decoder.untrustedPeer)
             throw .controlDataTruncated
         }
         return (n, fds)

@@ -34,11 +34,19 @@ public final class FrameSender {
     /// held, and closed once written).
     public private(set) var pendingOutputFDs = 0
 
+    /// Whether the fds of frames it drops unsent are closed with ``UntrustedDescriptors/close(_:)``.
+    private let untrustedPeer: Bool
+
     /// Sends on `descriptor` (a connected stream socket that stays its owner's).
-    /// - Parameter peerMaximumFrameSize: the largest frame the peer accepts (update ``encoder``
-    ///   once its HELLO is known).
-    public init(descriptor: FileDescriptor, peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+    /// - Parameters:
+    ///   - peerMaximumFrameSize: the largest frame the peer accepts (update ``encoder`` once its
+    ///     HELLO is known).
+    ///   - untrustedPeer: the fds of frames dropped unsent are closed with
+    ///     ``UntrustedDescriptors/close(_:)``: they may be another peer's, forwarded.
+    public init(descriptor: FileDescriptor, peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize,
+                untrustedPeer: Bool = false) {
         self.descriptor = descriptor
+        self.untrustedPeer = untrustedPeer
         encoder = FrameEncoder(maximumFrameSize: peerMaximumFrameSize)
         sendControlBuffer = .allocate(byteCount: FrameSocket.controlBufferSize, alignment: 16)
     }
@@ -50,9 +58,14 @@ public final class FrameSender {
 
     /// Stops using the descriptor (before its owner closes it) and closes the fds of the frames
     /// still queued. Later sends throw ``WireError/connectionClosed``.
+    ///
+    /// With `untrustedPeer`, fds never sent are closed with ``UntrustedDescriptors/close(_:)``
+    /// (here, in ``removeUnsent(kind:id:)`` and when ``enqueue(_:)`` fails): they may be the last
+    /// references to descriptors another peer sent, which this one forwards. A frame's fds once it
+    /// is written are closed at once: the kernel holds them in flight.
     public func detach() {
         descriptor = nil
-        for item in queue[queueHead...] { item.frame.closeFDs() }
+        UntrustedDescriptors.close(queue[queueHead...].flatMap(\.frame.fds), untrusted: untrustedPeer)
         queue = []
         queueHead = 0
         pendingOutputBytes = 0
@@ -89,11 +102,11 @@ public final class FrameSender {
     public func enqueue(_ frame: Frame) throws(WireError) {
         let header: FrameHeader
         do { header = try encoder.validate(frame) } catch {
-            frame.closeFDs()
+            UntrustedDescriptors.close(frame.fds, untrusted: untrustedPeer)
             throw error
         }
         guard descriptor != nil else {
-            frame.closeFDs()
+            UntrustedDescriptors.close(frame.fds, untrusted: untrustedPeer)
             throw .connectionClosed
         }
         var sent = 0
@@ -113,7 +126,7 @@ public final class FrameSender {
             }
             let written: Int
             do { written = try attempt.get() } catch {
-                frame.closeFDs()
+                UntrustedDescriptors.close(frame.fds, untrusted: untrustedPeer)
                 throw error
             }
             if written == FrameHeader.encodedSize + frame.payload.count {
@@ -141,7 +154,7 @@ public final class FrameSender {
         let item = queue.remove(at: index)
         pendingOutputBytes -= item.total
         pendingOutputFDs -= item.frame.fds.count
-        item.frame.closeFDs()
+        UntrustedDescriptors.close(item.frame.fds, untrusted: untrustedPeer)
         return true
     }
 

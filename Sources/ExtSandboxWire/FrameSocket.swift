@@ -43,8 +43,19 @@ public final class FrameSocket {
     /// Payloads with at least this many bytes still missing are read straight into the frame.
     static let directReadThreshold = 16 * 1024
 
-    /// `CMSG_SPACE(16 * sizeof(int))` on Linux: a 16-byte `cmsghdr` plus 64 bytes of fds.
+    /// `CMSG_SPACE(16 * sizeof(int))` on Linux: a 16-byte `cmsghdr` plus 64 bytes of fds (a
+    /// sender's: it attaches at most one frame's fds).
     static let controlBufferSize = cmsgSpace(ExtSandboxWire.maximumFDsPerFrame * MemoryLayout<Int32>.size)
+
+    /// The most fds one `sendmsg` can pass (the kernel's `SCM_MAX_FD`).
+    static let maximumFDsPerMessage = 253
+
+    /// Room for every fd one `recvmsg` can bring: a 16-byte `cmsghdr` plus 253 fds, not just the
+    /// 16 a frame may carry. The fds that do not fit are released by the kernel in the receiving
+    /// thread, where their last close can be made to block; received, the decoder refuses them
+    /// (more than a frame carries) and closes them (with ``UntrustedDescriptors/close(_:)`` when
+    /// the peer is not trusted).
+    static let receiveControlBufferSize = cmsgSpace(maximumFDsPerMessage * MemoryLayout<Int32>.size)
 
 
     /// The socket, owned by this object; nil once closed. Its number is for system calls
@@ -52,6 +63,8 @@ public final class FrameSocket {
     public private(set) var descriptor: FileDescriptor?
     private let sender: FrameSender
     private let receiver: FrameReceiver
+    /// Whether ``close()`` hands the socket to ``UntrustedDescriptors/close(_:)``.
+    private let untrustedPeer: Bool
 
     /// Encodes outgoing frames; set its ``FrameEncoder/maximumFrameSize`` to the peer's maximum
     /// (from its HELLO).
@@ -68,12 +81,18 @@ public final class FrameSocket {
     ///   - maximumFrameSize: the largest frame this side accepts (advertise it in your HELLO).
     ///   - peerMaximumFrameSize: the largest frame the peer accepts (update ``encoder`` once its
     ///     HELLO is known).
+    ///   - untrustedPeer: the peer is not trusted: the fds it sent and the socket drops are
+    ///     closed with ``UntrustedDescriptors/close(_:)``, and so is the socket itself by
+    ///     ``close()`` (and the deinit), as its last close releases the fds the peer sent that
+    ///     nobody read.
     public init(descriptor: FileDescriptor,
                 maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize,
-                peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize) {
+                peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize,
+                untrustedPeer: Bool = false) {
         self.descriptor = descriptor
-        sender = FrameSender(descriptor: descriptor, peerMaximumFrameSize: peerMaximumFrameSize)
-        receiver = FrameReceiver(descriptor: descriptor, maximumFrameSize: maximumFrameSize)
+        self.untrustedPeer = untrustedPeer
+        sender = FrameSender(descriptor: descriptor, peerMaximumFrameSize: peerMaximumFrameSize, untrustedPeer: untrustedPeer)
+        receiver = FrameReceiver(descriptor: descriptor, maximumFrameSize: maximumFrameSize, untrustedPeer: untrustedPeer)
     }
 
     /// Wraps the connected stream socket numbered `descriptor`, taking ownership of the number:
@@ -96,7 +115,11 @@ public final class FrameSocket {
     public func close() {
         sender.detach()
         receiver.detach()
-        descriptor?.close()
+        if untrustedPeer {
+            if let number = descriptor?.release() { UntrustedDescriptors.close([number]) }
+        } else {
+            descriptor?.close()
+        }
         descriptor = nil
     }
 
@@ -188,6 +211,45 @@ func waitUntilReady(_ descriptor: FileDescriptor?, for events: Int16) throws(Wir
     while poll(&entry, 1, -1) < 0 {
         if errno != EINTR { throw .systemCall("poll", errno: errno) }
     }
+}
+
+/// One `recvmsg(2)` with `MSG_CMSG_CLOEXEC` (and `flags`) into `buffer`, its ancillary data into
+/// `control`. Returns the byte count (-1 with `errno` set on failure; `EINTR` is retried), the fds
+/// of its `SCM_RIGHTS` messages, and whether the kernel truncated the ancillary data
+/// (`MSG_CTRUNC`; the fds that did arrive are returned all the same).
+func receiveWithDescriptors(from socket: Int32, into buffer: UnsafeMutableRawBufferPointer,
+                            control: UnsafeMutableRawBufferPointer, flags: Int32) -> (count: Int, fds: [Int32], truncated: Bool) {
+    var iov = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
+    var message = msghdr()
+    let n: Int = withUnsafeMutablePointer(to: &iov) { iovPointer in
+        message.msg_iov = iovPointer
+        message.msg_iovlen = 1
+        message.msg_control = control.baseAddress
+        message.msg_controllen = control.count
+        while true {
+            let n = recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC) | flags)
+            if n >= 0 || errno != EINTR { return n }
+        }
+    }
+    guard n >= 0 else { return (n, [], false) }
+    var fds: [Int32] = []
+    // Walk the cmsghdrs: CMSG_FIRSTHDR / CMSG_NXTHDR with 8-byte alignment.
+    let controlLength = min(message.msg_controllen, control.count)
+    var offset = 0
+    while offset + cmsgHeaderSize <= controlLength {
+        let length = control.loadUnaligned(fromByteOffset: offset, as: Int.self)
+        let level = control.loadUnaligned(fromByteOffset: offset + 8, as: Int32.self)
+        let type = control.loadUnaligned(fromByteOffset: offset + 12, as: Int32.self)
+        guard length >= cmsgHeaderSize, offset + length <= controlLength else { break }
+        if level == SOL_SOCKET, type == Int32(SCM_RIGHTS) {
+            let count = (length - cmsgHeaderSize) / MemoryLayout<Int32>.size
+            for index in 0..<count {
+                fds.append(control.loadUnaligned(fromByteOffset: offset + cmsgHeaderSize + index * MemoryLayout<Int32>.size, as: Int32.self))
+            }
+        }
+        offset += cmsgAlign(length)
+    }
+    return (n, fds, message.msg_flags & Int32(MSG_CTRUNC) != 0)
 }
 
 // MARK: - cmsg arithmetic (Linux, 64-bit: cmsghdr is { size_t len; int level; int type; })

@@ -32,10 +32,11 @@ public enum WireError: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidFDCount(kind: FrameKind, count: Int, allowed: ClosedRange<Int>)
     /// The frame declares `declared` fds but `received` arrived with its first byte.
     case fdCountMismatch(kind: FrameKind, id: UInt64, declared: Int, received: Int)
-    /// File descriptors arrived that no frame declares.
+    /// File descriptors arrived that no frame declares (or more than a frame may carry: the
+    /// receiver has room for every fd one message can bring).
     case unexpectedFDs(count: Int)
-    /// The kernel truncated the ancillary data (`MSG_CTRUNC`): more fds than the 16 a frame may
-    /// carry, or the receiver is out of descriptors. The ones that did arrive were closed.
+    /// The kernel truncated the ancillary data (`MSG_CTRUNC`): the receiver is out of
+    /// descriptors. The ones that did arrive were closed.
     case controlDataTruncated
     /// The payload does not have the layout its kind requires.
     case malformedPayload(kind: FrameKind, reason: String)
@@ -82,7 +83,7 @@ public enum WireError: Error, Sendable, Hashable, CustomStringConvertible {
         case let .unexpectedFDs(count):
             "\(count) file descriptor\(count == 1 ? "" : "s") arrived that no frame declares"
         case .controlDataTruncated:
-            "ancillary data truncated (MSG_CTRUNC): too many file descriptors, or the receiver is out of descriptors"
+            "ancillary data truncated (MSG_CTRUNC): the receiver is out of descriptors"
         case let .malformedPayload(kind, reason):
             "malformed \(kind) payload: \(reason)"
         case let .unsupportedVersion(version, supported):
