@@ -235,7 +235,7 @@ extension ExtensionProcessCore {
         }
         let control: FrameSocket
         do {
-            control = try await waitForReady(control: FrameSocket(descriptor: hostFD), sandbox: sandbox,
+            control = try await waitForReady(control: FrameSocket(descriptor: hostFD, untrustedPeer: true), sandbox: sandbox,
                                              timeout: configuration.readyTimeout, identifier: identity.bundleIdentifier)
         } catch {
             throw await abandon(error)  // the control socket is closed already
@@ -270,7 +270,7 @@ extension ExtensionProcessCore {
                             case .wouldBlock: return
                             case .closed: once.resume(.closed); return
                             case .frame(let frame):
-                                frame.closeFDs()
+                                UntrustedDescriptors.close(frame.fds)
                                 guard frame.kind == .ready else {
                                     once.resume(.broken(.unexpectedFrame(kind: frame.kind, reason: "the launch expects READY")))
                                     return

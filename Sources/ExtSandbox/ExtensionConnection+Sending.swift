@@ -104,7 +104,7 @@ extension ExtensionConnection {
         let payload: [UInt8]
         do { payload = Array(try JSONEncoder().encode(request)) } catch { throw ExtensionError.coding("\(error)") }
         let reply = try await send(ExtensionMessage(payload))
-        Self.close(reply.fileDescriptors)
+        reply.closeFileDescriptors()
         do { return try JSONDecoder().decode(Response.self, from: Data(reply.payload)) } catch { throw ExtensionError.coding("\(error)") }
     }
 

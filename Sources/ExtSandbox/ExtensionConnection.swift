@@ -83,8 +83,8 @@ public final class ExtensionConnection: Sendable {
         self.onClose = onClose
         self.sendQueueLimit = sendQueueLimit
         self.descriptor = descriptor
-        state = Mutex(State(receiver: FrameReceiver(descriptor: descriptor)))
-        output = Mutex(Output(sender: FrameSender(descriptor: descriptor)))
+        state = Mutex(State(receiver: FrameReceiver(descriptor: descriptor, untrustedPeer: true)))
+        output = Mutex(Output(sender: FrameSender(descriptor: descriptor, untrustedPeer: true)))
         // A fresh socket's buffer takes a HELLO whole; `enqueue` never blocks (MSG_DONTWAIT).
         let failure: ExtensionError? = output.withLock { output in
             do throws(WireError) {
@@ -214,12 +214,13 @@ public final class ExtensionConnection: Sendable {
     /// The system calls of closing, outside the locks (the monitor thread may want `state` for
     /// the last bytes meanwhile): once `open` is false under both locks, nothing else touches
     /// the socket. `remove` returns once no handler of ours runs; then the two directions let go
-    /// of the descriptor (the sender closes the fds still queued) and it closes.
+    /// of the descriptor (the sender closes the fds still queued) and it closes, as untrusted:
+    /// its last close releases the frames the extension sent that were not read, fds included.
     func closeSocket() {
         monitor.remove(fd: descriptor.rawValue, token: token.load(ordering: .relaxed))
         output.withLock { $0.sender.detach() }
         state.withLock { $0.receiver.detach() }
-        descriptor.close()
+        if let number = descriptor.release() { UntrustedDescriptors.close([number]) }
     }
 
     static func duplicate(_ fds: [Int32]) throws -> [Int32] {

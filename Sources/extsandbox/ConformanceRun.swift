@@ -228,7 +228,7 @@ final class ConformanceRun: Sendable {
         let what = fileDescriptor ? "a request with a file descriptor" : "a request"
         switch outcome {
         case .success(let reply):
-            reply.fileDescriptors.forEach { close($0) }
+            reply.closeFileDescriptors()
             guard connection.isOpen else {
                 return (.fail, "answered, then the connection closed", "keep the connection open after answering \(what) (\(Self.protocolDoc) §4)")
             }

@@ -128,11 +128,11 @@ final class Conversation: Sendable {
     private var handlers: ExtensionConnection.Handlers {
         .init(onRequest: { message in
             Output.line("extension request: \(MessageText.render(message.payload, fileDescriptors: message.fileDescriptors.count)) (answered with error 2, unknown request)")
-            for fd in message.fileDescriptors { close(fd) }
+            message.closeFileDescriptors()
             throw ExtensionConnection.ExtensionFailure(code: 2, "extsandbox run answers no requests")
         }, onOneWay: { message in
             Output.line("extension one-way: \(MessageText.render(message.payload, fileDescriptors: message.fileDescriptors.count))")
-            for fd in message.fileDescriptors { close(fd) }
+            message.closeFileDescriptors()
         })
     }
 
@@ -196,7 +196,7 @@ final class Conversation: Sendable {
             switch await request(text) {
             case .success(let reply):
                 Output.line(MessageText.render(reply.payload, fileDescriptors: reply.fileDescriptors.count))
-                for fd in reply.fileDescriptors { close(fd) }
+                reply.closeFileDescriptors()
             case .failure(let error):
                 status = 1
                 printError("request \(quoted(text)): " + TerminalText.escaped("\(error)"))
@@ -245,7 +245,7 @@ final class Conversation: Sendable {
             switch await request(text) {
             case .success(let reply):
                 Output.line("reply: \(MessageText.render(reply.payload, fileDescriptors: reply.fileDescriptors.count))")
-                for fd in reply.fileDescriptors { close(fd) }
+                reply.closeFileDescriptors()
             case .failure(let error):
                 Output.line("failed: " + TerminalText.escaped("\(error)"))
             }

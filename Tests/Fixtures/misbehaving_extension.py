@@ -21,6 +21,42 @@ def read_frame(sock):
     kind, flags, nfds, _, id = struct.unpack(">BBHIQ", header)
     return kind, id, read_exact(sock, length - 16)
 
+kept = []  # sockets whose close would undo a lingering socket (see below)
+
+def lingering_socket():
+    """A TCP socket on the sandbox's own loopback whose last close blocks for 120 s: its peer is
+    never accepted and never reads, its send buffer is full, and SO_LINGER is {1, 120}."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    client = socket.create_connection(listener.getsockname())
+    client.setblocking(False)
+    try:
+        while True:
+            client.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 120))
+    kept.append(listener)  # closing it would reset the connection, and end the linger
+    return client
+
+def send_lingering(sock, data):
+    """Sends `data` with a lingering socket attached to its first byte. Our copy is closed before
+    the rest is sent: the receiver, which cannot act on the frame before its header is whole,
+    holds the last reference when it closes the socket."""
+    client = lingering_socket()
+    socket.send_fds(sock, [data[:1]], [client.fileno()])
+    client.close()
+    sock.sendall(data[1:])
+
+def echo(sock):
+    while True:
+        kind, id, payload = read_frame(sock)
+        if kind == 2:
+            sock.sendall(frame(3, id, payload))
+        elif kind == 7:
+            return
+
 def serve(sock):
     kind, _, payload = read_frame(sock)  # HELLO
     name = payload[6:].decode()
@@ -39,13 +75,24 @@ def serve(sock):
     if behaviour == "no-read":           # never reads again: the host's send queue fills
         threading.Event().wait()
     if behaviour == "small-max":         # an echo that takes frames of at most 4096 bytes
-        while True:
-            kind, id, payload = read_frame(sock)
-            if kind == 2:
-                sock.sendall(frame(3, id, payload))
-            elif kind == 7:
-                return
+        echo(sock)
+        return
     kind, id, _ = read_frame(sock)       # the host's first REQUEST
+    if behaviour == "linger-late-reply":  # the answer to a cancelled request: dropped by the host
+        sock.sendall(frame(5, 0, b"request read"))
+        while read_frame(sock)[0] != 6:  # its CANCEL
+            pass
+        send_lingering(sock, frame(3, id, b"late", 1))
+        echo(sock)
+        return
+    if behaviour == "linger-reply":      # a reply the host hands to its caller
+        send_lingering(sock, frame(3, id, b'"ok"', 1))
+        echo(sock)
+        return
+    if behaviour == "linger-undeclared": # a reply that declares no fd, with one: a protocol error
+        send_lingering(sock, frame(3, id, b"", 0))
+    elif behaviour == "linger-teardown": # the start of a reply with its fd, the rest never comes
+        send_lingering(sock, frame(3, id, b"x" * 100, 1)[:30])
     if behaviour == "goodbye":           # answer, then leave of its own accord (§7.3)
         sock.sendall(frame(3, id, b"bye"))
         control.sendall(frame(7))
@@ -90,6 +137,11 @@ if "close-control-on-usr1" in sys.argv[1:]:  # on SIGUSR1: alive, but no connect
     # Before READY: the host's test signals as soon as the launch returns, and SIGUSR1's
     # default action would kill us.
     signal.signal(signal.SIGUSR1, close_control)
+if "linger-on-control" in sys.argv[1:]:  # after READY, a CONNECT from the wrong side, with an fd
+    def linger_on_control():
+        time.sleep(0.2)
+        send_lingering(control, frame(8, 1, b"", 1))
+    threading.Thread(target=linger_on_control, daemon=True).start()
 leave_on_connect = threading.Event()
 if "goodbye-on-connect-after-usr2" in sys.argv[1:]:  # on SIGUSR2: the next CONNECT is not taken
     signal.signal(signal.SIGUSR2, lambda *_: leave_on_connect.set())
