@@ -14,11 +14,22 @@ extension ExtensionConnection {
         /// Receives the extension's one-way messages, one at a time, in order. Without one they
         /// are dropped (their fds closed).
         public var onOneWay: (@Sendable (ExtensionMessage) async -> Void)?
+        /// How many of the extension's requests and one-way messages the host holds at once on
+        /// this connection (default 64, at least 1). A request counts from its arrival until its
+        /// answer is written or queued (within the ``SendQueueLimit``: an extension that does not
+        /// read its answers keeps its requests outstanding); a one-way message until its handler
+        /// returns. At the limit the host stops reading the connection until one is done: the
+        /// extension's frames wait in the socket and its writes block. Nothing is dropped, but the
+        /// answers to the host's own requests wait behind them too: a handler that waits for the
+        /// extension on the same connection must not be one of more than this many at once.
+        public var maximumOutstandingMessages: Int
 
         public init(onRequest: (@Sendable (ExtensionMessage) async throws -> ExtensionMessage)? = nil,
-                    onOneWay: (@Sendable (ExtensionMessage) async -> Void)? = nil) {
+                    onOneWay: (@Sendable (ExtensionMessage) async -> Void)? = nil,
+                    maximumOutstandingMessages: Int = 64) {
             self.onRequest = onRequest
             self.onOneWay = onOneWay
+            self.maximumOutstandingMessages = maximumOutstandingMessages
         }
     }
 

@@ -69,7 +69,7 @@ extension ExtensionConnection {
                 do throws(WireError) {
                     if try output.sender.flush(), output.watchingWritability {
                         output.watchingWritability = false
-                        monitor.modify(fd: descriptor.rawValue, token: token.load(ordering: .relaxed), events: EventMonitor.readable)
+                        updateWatch(output)
                     }
                     roomWaiters = takeRoomWaiters(&output)
                     return nil
@@ -84,14 +84,18 @@ extension ExtensionConnection {
             }
         }
         guard events & (EventMonitor.readable | EventMonitor.hangUp | EventMonitor.error) != 0 else { return }
+        // A peer that hung up can send nothing more: what it left in the socket is read even while
+        // reading is paused (and must be: epoll reports the hang-up until then).
+        let hungUp = events & (EventMonitor.hangUp | EventMonitor.error) != 0
         while true {
             var answer: Answer?
             var closeReason: ExtensionError?
             var peerClosed = false
-            /// A frame to write back (an ERROR 2 answer; ERROR id 0 for a bad HELLO, before closing).
+            var pausedNow = false
+            /// A frame to write back (ERROR id 0 for a bad HELLO, before closing).
             var farewell: Frame?
             let more = state.withLock { state -> Bool in
-                guard state.open else { return false }
+                guard state.open, !state.readingPaused || hungUp else { return false }
                 do throws(WireError) {
                     switch try state.receiver.receiveNext(wait: false) {
                     case .wouldBlock:
@@ -101,12 +105,17 @@ extension ExtensionConnection {
                         closeReason = .connectionClosed(detail: "the extension closed the connection")
                     case .frame(let frame):
                         closeReason = handle(frame, state: &state, answer: &answer, farewell: &farewell)
+                        if closeReason == nil && !state.readingPaused && outstandingIncoming(state) >= maximumOutstandingIncoming {
+                            state.readingPaused = true
+                            pausedNow = true
+                        }
                     }
                 } catch {
                     closeReason = .wire(error)
                 }
                 return closeReason == nil
             }
+            if pausedNow { output.withLock { updateWatch($0) } }
             if let farewell {
                 // Written like any frame (a bad HELLO's ERROR 4 goes out before the close, §5),
                 // and before the answer: the handshake's waiter closes the connection as soon as
@@ -203,7 +212,10 @@ extension ExtensionConnection {
             }
             guard let onRequest = handlers.onRequest else {
                 UntrustedDescriptors.close(frame.fds)
-                farewell = .error(id: id, code: .unknownRequest, message: "the host has no handler for requests")
+                // Answered like any request: counted, and written within the send queue's bounds.
+                state.incoming[id] = Task { [weak self] in
+                    await self?.answer(id, with: .error(id: id, code: .unknownRequest, message: "the host has no handler for requests"))
+                }
                 return nil
             }
             let message = ExtensionMessage(frame.payload, fileDescriptors: frame.fds)
@@ -223,7 +235,7 @@ extension ExtensionConnection {
                 } catch {
                     answer = .error(id: id, code: .internalError, message: "\(error)")
                 }
-                self?.answer(id, with: answer)
+                await self?.answer(id, with: answer)
             }
             return nil
         case .oneway:
@@ -234,9 +246,11 @@ extension ExtensionConnection {
                 return nil
             }
             let previous = state.lastOneWay
-            state.lastOneWay = Task {
+            state.oneWaysUnhandled += 1
+            state.lastOneWay = Task { [weak self] in
                 await previous?.value
                 await onOneWay(message)
+                self?.oneWayHandled()
             }
             return nil
         case .cancel:
@@ -252,10 +266,20 @@ extension ExtensionConnection {
     }
 
     /// Sends a handler's answer to the extension's request `id` (exactly one: its task is
-    /// removed first). A reply over the extension's maximum frame size becomes ERROR 6, and the
-    /// connection carries on. Nothing is sent once the connection has closed.
-    func answer(_ id: UInt64, with frame: Frame) {
-        guard state.withLock({ $0.incoming.removeValue(forKey: id) }) != nil else {
+    /// removed as it is written). While the send queue is full (the extension does not read its
+    /// answers) it waits for room, the request still outstanding: so the extension's requests are
+    /// not read either (``Handlers/maximumOutstandingMessages``). A reply over the extension's
+    /// maximum frame size becomes ERROR 6, and the connection carries on. Nothing is sent once the
+    /// connection has closed.
+    func answer(_ id: UInt64, with frame: Frame) async {
+        // Not cancellable: a CANCEL that comes meanwhile is answered by this very answer (§3).
+        let room: Void? = try? await waitForRoom(bytes: FrameHeader.encodedSize + frame.payload.count, fds: frame.fds.count,
+                                                 cancellable: false)
+        let (outstanding, resume) = state.withLock { state -> (Bool, Bool) in
+            guard room != nil, state.incoming.removeValue(forKey: id) != nil else { return (false, false) }
+            return (true, resumesReading(&state))
+        }
+        guard outstanding else {
             UntrustedDescriptors.close(frame.fds)
             return
         }
@@ -268,5 +292,46 @@ extension ExtensionConnection {
             }
         }
         if let failure, case .connectionClosed = failure { close(because: failure) }
+        if resume { resumeReading() }
+    }
+
+    // MARK: The bound on the extension's requests and one-way messages
+
+    /// Under `state`: the extension's requests not answered yet (their answer neither written nor
+    /// queued) and its one-way messages whose handler has not returned.
+    func outstandingIncoming(_ state: State) -> Int { state.incoming.count + state.oneWaysUnhandled }
+
+    /// A one-way message's handler returned.
+    func oneWayHandled() {
+        let resume = state.withLock { state in
+            state.oneWaysUnhandled -= 1
+            return resumesReading(&state)
+        }
+        if resume { resumeReading() }
+    }
+
+    /// Under `state`, once an outstanding request or one-way message is done: whether reading,
+    /// paused at the limit, resumes now (the caller then calls ``resumeReading()``).
+    func resumesReading(_ state: inout State) -> Bool {
+        guard state.readingPaused, state.open, outstandingIncoming(state) < maximumOutstandingIncoming else { return false }
+        state.readingPaused = false
+        return true
+    }
+
+    /// Watches the socket for readability again and reads what waits, on this thread: frames read
+    /// before the pause may wait in the receiver's buffer, which epoll does not see.
+    func resumeReading() {
+        output.withLock { updateWatch($0) }
+        eventsArrived(EventMonitor.readable)
+    }
+
+    /// Under `output`: tells the monitor what to watch the socket for: readability unless reading
+    /// is paused, writability while frames wait to be written. Every change of either is followed
+    /// by a call, each under `output`: the last one sees both.
+    func updateWatch(_ output: Output) {
+        guard output.open else { return }
+        let paused = state.withLock { $0.readingPaused }
+        monitor.modify(fd: descriptor.rawValue, token: token.load(ordering: .relaxed),
+                       events: (paused ? 0 : EventMonitor.readable) | (output.watchingWritability ? EventMonitor.writable : 0))
     }
 }

@@ -110,7 +110,8 @@ extension ExtensionConnection {
 
     /// Returns once the send queue has room for a frame of `bytes` with `fds` descriptors (at
     /// once, usually); throws when the connection closes or the task is cancelled meanwhile.
-    func waitForRoom(bytes: Int, fds: Int) async throws {
+    /// Not `cancellable`, it waits on whatever happens to the task (for an answer that must go out).
+    func waitForRoom(bytes: Int, fds: Int, cancellable: Bool = true) async throws {
         while true {
             if try output.withLock({ output in try self.hasRoom(bytes: bytes, fds: fds, output) }) { return }
             let waiterID = nextRoomWaiter.add(1, ordering: .relaxed).oldValue
@@ -122,13 +123,14 @@ extension ExtensionConnection {
                         } catch {
                             return .failure(error)
                         }
-                        if Task.isCancelled { return .failure(ExtensionError.cancelled) }
+                        if cancellable && Task.isCancelled { return .failure(ExtensionError.cancelled) }
                         output.roomWaiters[waiterID] = continuation
                         return nil
                     }
                     if let now { continuation.resume(with: now) }
                 }
             } onCancel: {
+                guard cancellable else { return }
                 output.withLock { $0.roomWaiters.removeValue(forKey: waiterID) }?.resume(throwing: ExtensionError.cancelled)
             }
         }
@@ -169,8 +171,7 @@ extension ExtensionConnection {
         }
         if output.sender.hasPendingOutput && !output.watchingWritability {
             output.watchingWritability = true
-            monitor.modify(fd: descriptor.rawValue, token: token.load(ordering: .relaxed),
-                           events: EventMonitor.readable | EventMonitor.writable)
+            updateWatch(output)
         }
         return nil
     }

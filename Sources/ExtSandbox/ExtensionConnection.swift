@@ -38,6 +38,12 @@ public final class ExtensionConnection: Sendable {
         var incoming: [UInt64: Task<Void, Never>] = [:]
         /// The last one-way message's handler task: the next one waits for it (in order).
         var lastOneWay: Task<Void, Never>?
+        /// One-way messages received whose handler has not returned.
+        var oneWaysUnhandled = 0
+        /// The socket is not read: the extension's requests and one-way messages being handled
+        /// reached ``Handlers/maximumOutstandingMessages``. Its frames wait in the socket, and its
+        /// writes block, until one is done.
+        var readingPaused = false
     }
 
     /// Sending. Held while a frame is written, so that frames go out whole and in order, and
@@ -66,6 +72,8 @@ public final class ExtensionConnection: Sendable {
     let sendQueueLimit: SendQueueLimit
     let nextRoomWaiter = Atomic<UInt64>(1)
     let handlers: Handlers
+    /// The limit on `outstandingIncoming` (``Handlers/maximumOutstandingMessages``, at least 1).
+    let maximumOutstandingIncoming: Int
     /// Whether the extension's program is running or ending, asked when it hangs up with
     /// requests pending (see `eventsArrived`).
     let programLiveness: @Sendable () -> ProgramLiveness
@@ -78,6 +86,7 @@ public final class ExtensionConnection: Sendable {
          handlers: Handlers = Handlers(), programLiveness: @escaping @Sendable () -> ProgramLiveness = { .unknown },
          onClose: @escaping @Sendable () -> Void) {
         self.handlers = handlers
+        maximumOutstandingIncoming = max(1, handlers.maximumOutstandingMessages)
         self.programLiveness = programLiveness
         self.monitor = monitor
         self.onClose = onClose
@@ -125,7 +134,8 @@ public final class ExtensionConnection: Sendable {
                 let watchFailure: SandboxError? = state.withLock { state in
                     guard state.open else { return nil }  // closed meanwhile: that failed the handshake
                     do throws(SandboxError) {
-                        let token = try monitor.add(fd: descriptor.rawValue, events: EventMonitor.readable) { [weak self] events in
+                        // Paused already if the extension's requests came with its HELLO.
+                        let token = try monitor.add(fd: descriptor.rawValue, events: state.readingPaused ? 0 : EventMonitor.readable) { [weak self] events in
                             self?.eventsArrived(events)
                         }
                         self.token.store(token, ordering: .relaxed)

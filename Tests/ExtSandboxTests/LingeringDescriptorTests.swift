@@ -23,6 +23,7 @@ struct LingeringDescriptorTests {
         "linger-undeclared",   // a frame that declares no fd, with one: a protocol error
         "linger-reply",        // a reply handed to the caller, whose JSON convenience closes it
         "linger-teardown",     // a frame cut short, its fd held when the connection is invalidated
+        "linger-unread",       // a frame left unread (reading paused) when the connection is invalidated
         "linger-on-control",   // a frame on the control socket, which allows none with an fd
     ])
     func hostStaysResponsive(scenario: String) async {
@@ -80,6 +81,17 @@ struct LingeringDescriptorTests {
                     let connection = try await bad.makeConnection()
                     let pending = Task { try? await connection.send(HostFixtures.message("x")) }
                     try await Task.sleep(for: .milliseconds(300))  // the frame's start (and fd) arrives
+                    returnsAtOnce("invalidating the connection") { connection.invalidate() }
+                    _ = await pending.value
+                case "linger-unread":
+                    // One request at a time, and the handler holds the first: the host stops reading.
+                    let holding = ExtensionConnection.Handlers(onRequest: { _ in
+                        try await Task.sleep(for: .seconds(3600))
+                        return ExtensionMessage()
+                    }, maximumOutstandingMessages: 1)
+                    let connection = try await bad.makeConnection(handlers: holding)
+                    let pending = Task { try? await connection.send(HostFixtures.message("x")) }
+                    try await Task.sleep(for: .milliseconds(500))  // the frame with the fd waits in the socket
                     returnsAtOnce("invalidating the connection") { connection.invalidate() }
                     _ = await pending.value
                 case "linger-on-control":

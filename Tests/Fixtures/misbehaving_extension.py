@@ -1,7 +1,7 @@
 # A misbehaving extension for the host's robustness tests: it speaks the wire protocol
 # (docs/wire-protocol.md) correctly up to the handshake, then breaks it in the way its
 # connection's host name asks for. Run as `python3 -c "$(cat this file)"` with fd 3.
-import errno, os, signal, socket, struct, sys, threading, time
+import errno, os, select, signal, socket, struct, sys, threading, time
 
 def frame(kind, id=0, payload=b"", nfds=0, flags=0):
     return struct.pack(">IBBHIQ", 16 + len(payload), kind, flags, nfds, 0, id) + payload
@@ -93,6 +93,54 @@ def serve(sock):
         send_lingering(sock, frame(3, id, b"", 0))
     elif behaviour == "linger-teardown": # the start of a reply with its fd, the rest never comes
         send_lingering(sock, frame(3, id, b"x" * 100, 1)[:30])
+    elif behaviour == "linger-unread":   # a request the host holds, then a frame it does not read
+        sock.sendall(frame(2, 1, b"hold"))
+        send_lingering(sock, frame(5, 0, b"", 1))
+    if behaviour == "request-flood":     # requests as fast as it can for 3 s, reading no answer
+        sock.setblocking(False)
+        sent, pending, deadline = 0, b"", time.monotonic() + 3
+        while time.monotonic() < deadline:
+            if not pending:
+                pending = b"".join(frame(2, sent + k, b"r" * 64) for k in range(1, 65))
+                sent += 64
+            try:
+                pending = pending[sock.send(pending):]
+            except BlockingIOError:
+                select.select([], [sock], [], 0.05)
+        answered = 0
+        def read_answers():              # now every answer, one per request
+            nonlocal answered
+            while answered < sent:
+                kind, rid, _ = read_frame(sock)
+                if kind in (3, 4) and 1 <= rid <= sent:
+                    answered += 1
+        sock.setblocking(True)
+        reader = threading.Thread(target=read_answers)
+        reader.start()                   # (the host reads the rest only as answers leave)
+        sock.sendall(pending)
+        reader.join()
+        sock.sendall(frame(3, id, f"{sent} {answered}".encode()))
+        echo(sock)
+        return
+    if behaviour == "oneway-flood":      # 20,000 one-way messages of 1 KiB; notes how many went
+        total, sent, stalled_at = 20000, 0, None  # out before a send first blocked for 0.5 s
+        sock.setblocking(False)
+        pending = b""
+        while sent < total or pending:
+            if not pending:
+                pending = frame(5, 0, b"o" * 1024)
+                sent += 1
+            try:
+                pending = pending[sock.send(pending):]
+            except BlockingIOError:
+                started = time.monotonic()
+                select.select([], [sock], [], 60)
+                if stalled_at is None and time.monotonic() - started >= 0.5:
+                    stalled_at = sent - 1
+        sock.setblocking(True)
+        sock.sendall(frame(3, id, f"{total} {total if stalled_at is None else stalled_at}".encode()))
+        echo(sock)
+        return
     if behaviour == "goodbye":           # answer, then leave of its own accord (§7.3)
         sock.sendall(frame(3, id, b"bye"))
         control.sendall(frame(7))
