@@ -100,7 +100,23 @@ package enum TrustedPath {
 
     /// The bytes of the regular file `path`, or `.failure` with the type found (a directory, a
     /// FIFO, …: not opened for reading, so a FIFO cannot block) or `EFBIG` past `limit` bytes.
+    /// A file replaced while it is being opened (a writer renaming a new version over it, as the
+    /// approvals and every atomically written file are) is walked and opened again, a few times.
     package static func readFile(_ path: String, limit: Int) throws(Failure) -> Result<[UInt8], FileProblem> {
+        var attempt = 1
+        while true {
+            do {
+                return try readFileOnce(path, limit: limit)
+            } catch .failed(_, _, let errno) where errno == Errno(EAGAIN) && attempt < maximumReopenAttempts {
+                attempt += 1
+            }
+        }
+    }
+
+    /// How often ``readFile(_:limit:)`` tries a file that keeps being replaced under it.
+    static let maximumReopenAttempts = 16
+
+    private static func readFileOnce(_ path: String, limit: Int) throws(Failure) -> Result<[UInt8], FileProblem> {
         let walked = try walk(path)
         switch walked.info.st_mode & S_IFMT {
         case S_IFREG: break
