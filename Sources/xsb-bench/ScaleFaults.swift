@@ -1,4 +1,5 @@
 import ExtSandbox
+import ExtSandboxWire
 import Foundation
 import Glibc
 import SandboxRuntime
@@ -68,11 +69,18 @@ struct ScaleFaults: Sendable {
         /// them) come and go with load; every other thread is one the host or the runtime started.
         static func isDispatchWorker(_ name: String) -> Bool { name.contains("qos") }
 
+        /// The threads that close what extensions sent (``UntrustedDescriptors``): a pool that
+        /// starts a thread when descriptors wait and none is idle, bounded by its own maximum.
+        static func isDescriptorCloser(_ name: String) -> Bool { name == "xsb-fd-closer" }
+
         var growth: [String: Int] {
-            let ownBefore = threadNamesBefore.filter { !Self.isDispatchWorker($0) }.count
-            let ownAfter = threadNamesAfter.filter { !Self.isDispatchWorker($0) }.count
-            return ["fds": after.fileDescriptors - before.fileDescriptors, "threads": after.threads - before.threads,
-             "threads_not_dispatch_workers": ownAfter - ownBefore,
+            let own = { (names: [String]) in names.filter { !Self.isDispatchWorker($0) && !Self.isDescriptorCloser($0) }.count }
+            let closersAfter = threadNamesAfter.filter(Self.isDescriptorCloser).count
+            let closersBefore = threadNamesBefore.filter(Self.isDescriptorCloser).count
+            return ["fds": after.fileDescriptors - before.fileDescriptors,
+             "threads": (after.threads - closersAfter) - (before.threads - closersBefore),
+             "threads_not_dispatch_workers": own(threadNamesAfter) - own(threadNamesBefore),
+             "descriptor_closers_beyond_maximum": closersAfter - UntrustedDescriptors.maximumClosingThreads,
              "zombies": after.zombies - before.zombies, "cgroups": after.cgroups - before.cgroups,
              "mounts": after.mounts - before.mounts, "children": children, "anonymous_kib": after.anonymousKiB - before.anonymousKiB]
         }

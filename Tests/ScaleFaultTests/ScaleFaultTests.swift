@@ -105,6 +105,8 @@ struct ScaleFaultTests {
         for key in ["fds", "threads_not_dispatch_workers", "children", "zombies", "cgroups", "mounts"] {
             #expect(growth[key] == 0, "\(key) grew by \(growth[key] ?? -1): \(result.stdout)")
         }
+        // The pool that closes what extensions sent keeps at most its maximum of threads.
+        #expect((growth["descriptor_closers_beyond_maximum"] ?? .max) <= 0, "\(result.stdout)")
         // libdispatch's pool may keep a worker or two more after a busy run; a leak is far more.
         let slack = object["dispatch_worker_slack"] as? Int ?? 0
         #expect((growth["threads"] ?? .max) <= slack, "threads grew by \(growth["threads"] ?? -1): \(result.stdout)")
