@@ -241,7 +241,15 @@ extension AppExtensionPoint {
     }
 }
 
-/// Lets the watcher reach its monitor without keeping it alive.
-private final class WeakMonitor: @unchecked Sendable {
-    weak var monitor: AppExtensionPoint.Monitor?
+/// Lets the watcher reach its monitor without keeping it alive. The watcher's thread may read it
+/// while the monitor's initializer sets it (events that come first are covered by the
+/// initializer's own scan), so the reference is behind a lock.
+private final class WeakMonitor: Sendable {
+    private struct Reference { weak var monitor: AppExtensionPoint.Monitor? }
+    private let reference = Mutex(Reference())
+
+    var monitor: AppExtensionPoint.Monitor? {
+        get { reference.withLock { $0.monitor } }
+        set { reference.withLock { $0.monitor = newValue } }
+    }
 }

@@ -262,10 +262,9 @@ public final class Supervisor: Sendable {
         if let found = sandboxInit.withLock({ $0 }) { return found }
         let found = try InitExecutable.locate()
         return sandboxInit.withLock { current in
-            if let current {  // another launch found it meanwhile
-                close(found.fd)
-                return current
-            }
+            // Another launch found it meanwhile: `found` closes its own descriptor when it goes
+            // (closing its number here too would close whatever the number belongs to by then).
+            if let current { return current }
             current = found
             return found
         }
