@@ -82,7 +82,37 @@ struct ExecCommand: AsyncParsableCommand {
     func validate() throws {
         // Passthrough parsing captures a leading --help too; answer it as the user meant.
         if let first = command.first, first == "--help" || first == "-h" { throw CleanExit.helpRequest(self) }
+        // Passthrough parsing also captures an option it does not know, and everything after it,
+        // as the program: a mistyped option must not run as one.
+        if let first = command.first, first.hasPrefix("-"), first != "--", first != "-" {
+            throw ValidationError(Self.unknownOption(first))
+        }
         if let problem = request.validationError { throw ValidationError(problem) }
+    }
+
+    static let optionNames = ["--policy", "--ro-bind", "--bind", "--env", "--chdir", "--audit", "--verbose", "--help"]
+
+    /// The usage error for `word`, an option `exec` does not have, with the nearest one it has.
+    static func unknownOption(_ word: String) -> String {
+        let name = String(word.prefix { $0 != "=" })
+        let nearest = optionNames.map { ($0, editDistance(name, $0)) }.min { $0.1 < $1.1 }
+        var message = "Unknown option '\(name)'."
+        if let (option, distance) = nearest, distance <= max(2, name.count / 3) { message += " Did you mean '\(option)'?" }
+        return message + " (A program whose name starts with a dash goes after `--`.)"
+    }
+
+    /// Levenshtein distance between `a` and `b`.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var previous = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...max(b.count, 1) where !b.isEmpty {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
     }
 
     /// The parsed options, as ``ExecRequest/quickParse(_:)`` would give them.

@@ -1,6 +1,12 @@
 import ArgumentParser
 import Glibc
+import Synchronization
 import SandboxSystem
+
+/// Where the CLI's own lines go: standard error, or, while a sandboxed program writes to a
+/// regular file that is the CLI's standard error, the program's own description of that file, so
+/// that the two share one file offset and neither overwrites the other (SandboxStreams).
+let diagnosticsDescriptor = Atomic<Int32>(2)
 
 /// Writes "extsandbox: MESSAGE" and a newline to stderr, in one write where it fits. Control
 /// characters in the message are shown escaped (its line feeds kept): messages quote manifests,
@@ -8,8 +14,9 @@ import SandboxSystem
 func printError(_ message: String) {
     var bytes = Array("extsandbox: \(TerminalText.escaped(message, keepingLineFeeds: true))\n".utf8)
     var offset = 0
+    let destination = diagnosticsDescriptor.load(ordering: .acquiring)
     while offset < bytes.count {
-        let written = bytes.withUnsafeMutableBytes { write(2, $0.baseAddress! + offset, $0.count - offset) }
+        let written = bytes.withUnsafeMutableBytes { write(destination, $0.baseAddress! + offset, $0.count - offset) }
         if written < 0 && errno == EINTR { continue }
         guard written > 0 else { return }
         offset += written

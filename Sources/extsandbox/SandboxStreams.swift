@@ -94,6 +94,7 @@ final class SandboxStreams {
                 let offset = lseek(fd, 0, SEEK_CUR)
                 if offset >= 0 { _ = lseek(reopened, offset, SEEK_SET) }
                 positioned.append((fd, reopened))
+                if fd == 2 { diagnosticsDescriptor.store(reopened, ordering: .releasing) }
             } else {
                 handedIn.append(reopened)
             }
@@ -169,6 +170,7 @@ final class SandboxStreams {
         terminal?.restore()  // before the relay's wake-up pipe closes: the handlers write to it
         relay = nil
         terminal = nil
+        diagnosticsDescriptor.store(2, ordering: .releasing)
         for (caller, own) in positioned {
             let offset = lseek(own, 0, SEEK_CUR)
             if offset >= 0 { _ = lseek(caller, offset, SEEK_SET) }
@@ -187,6 +189,7 @@ final class SandboxStreams {
         }
         channels = []
         relay = nil
+        diagnosticsDescriptor.store(2, ordering: .releasing)
         for (_, own) in positioned { close(own) }
         positioned = []
         for fd in handedIn { close(fd) }

@@ -38,4 +38,21 @@ struct ExecRequestTests {
     func declines(arguments: [String]) {
         #expect(ExecRequest.quickParse(arguments[...]) == nil)
     }
+
+    /// A mistyped option before `--` is a usage error that names the option it resembles, never
+    /// the program to run (it ran as one, and failed with "command not found").
+    @Test("a mistyped option is a usage error with a did-you-mean", arguments: [
+        (["--polcy", "standard", "--", "true"], "'--polcy'. Did you mean '--policy'?"),
+        (["--ro-bnd=/a", "true"], "'--ro-bnd'. Did you mean '--ro-bind'?"),
+        (["-x", "prog"], "'-x'."),
+    ])
+    func mistypedOption(arguments: [String], expected: String) {
+        #expect(ExecRequest.quickParse(arguments[...]) == nil)
+        #expect {
+            _ = try ExtSandboxCommand.parseAsRoot(["exec"] + arguments)
+        } throws: { error in
+            let message = ExtSandboxCommand.message(for: error)
+            return message.contains("Unknown option " + expected) && ExtSandboxCommand.exitCode(for: error) == .validationFailure
+        }
+    }
 }

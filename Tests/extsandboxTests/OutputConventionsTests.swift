@@ -241,4 +241,24 @@ struct OutputConventionsTests {
         #expect(state.stderr.contains("\(world.stateFile):2: "), "\(state.stderr)")
         #expect(state.stderr.contains("hint: fix or delete that line of the approvals file"), "\(state.stderr)")
     }
+
+    /// With standard error a regular file (`2>file`), the program's lines and the CLI's own (the
+    /// --audit warning before the run, the audit's summary after it) all end up in it: the
+    /// program writes through a description of its own, and the CLI's lines go through that same
+    /// description while it runs, so neither overwrites the other.
+    @Test("with stderr a regular file, neither the program's lines nor the CLI's are lost")
+    func stderrFileKeepsEveryLine() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-stderr-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let file = dir.appendingPathComponent("err").path
+        let command = "'\(TestPaths.cli)' exec --audit -- /bin/sh -c 'echo program-line >&2' 2>'\(file)'"
+        let result = try await Fixtures.run(["/bin/sh", "-c", command])
+        #expect(result.status == 0, "\(result.stderr)")
+        let text = try String(contentsOfFile: file, encoding: .utf8)
+        #expect(text.contains("warning: --audit"), "\(text)")
+        #expect(text.contains("program-line\n"), "\(text)")
+        #expect(text.contains("audit: the policy"), "\(text)")
+        #expect(text.components(separatedBy: "\n").filter { $0.contains("program-line") } == ["program-line"], "\(text)")
+    }
 }
