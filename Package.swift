@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "ExtSandboxWire", targets: ["ExtSandboxWire"]),
         .library(name: "ExtSandbox", targets: ["ExtSandbox"]),
         .library(name: "ExtSandboxExtension", targets: ["ExtSandboxExtension"]),
+        .library(name: "ExtSandboxActors", targets: ["ExtSandboxActors"]),
         // The fuzz targets' entry points, for the libFuzzer executables of Fuzz/ (docs/fuzzing.md).
         .library(name: "ExtSandboxFuzzing", targets: ["ExtSandboxFuzzing"]),
         .library(name: "ExtensionCatalog", targets: ["ExtensionCatalog"]),
@@ -76,14 +77,19 @@ let package = Package(
         // Foundation-free, for the CLI and the host API alike.
         .target(name: "ExtensionCatalog", dependencies: ["SandboxPolicy", "SandboxSystem", "CCrypto"]),
 
+        // Distributed actors over a connection: the actor system both sides run, the call envelope
+        // and its value encoding (docs/wire-protocol.md §12). Foundation-free, like the SDK; the
+        // host library and the SDK each add their connection's glue.
+        .target(name: "ExtSandboxActors"),
+
         // The host API: extension points, identities, processes, connections, discovery.
         .target(name: "ExtSandbox", dependencies: [
-            "SandboxRuntime", "SandboxPolicy", "SandboxSystem", "ExtSandboxWire", "ExtensionCatalog",
+            "SandboxRuntime", "SandboxPolicy", "SandboxSystem", "ExtSandboxWire", "ExtensionCatalog", "ExtSandboxActors",
             .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
         ]),
 
         // The extension-side SDK: `@main struct X: AppExtension`.
-        .target(name: "ExtSandboxExtension", dependencies: ["ExtSandboxWire"]),
+        .target(name: "ExtSandboxExtension", dependencies: ["ExtSandboxWire", "ExtSandboxActors"]),
 
         .executableTarget(
             name: "extsandbox",
@@ -122,6 +128,7 @@ let package = Package(
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
         .testTarget(name: "PolicyToolsTests", dependencies: ["PolicyTools", "SandboxPolicy", "TestSupport"]),
         .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire", "TestSupport"]),
+        .testTarget(name: "ExtSandboxActorsTests", dependencies: ["ExtSandboxActors"]),
 
         // Fuzz targets' entry points (docs/fuzzing.md): built into libFuzzer executables by the
         // separate Fuzz/ package, and replayed over the checked-in seed corpora by FuzzCorpusTests.

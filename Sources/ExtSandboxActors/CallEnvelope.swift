@@ -1,0 +1,168 @@
+/// One distributed call as it travels: the payload of a REQUEST (docs/wire-protocol.md §12).
+///
+/// ```
+/// u8   version      1
+/// u8   flags        0 (a receiver rejects any other value)
+/// u16  target length, then the target's UTF-8 (1–255 bytes): the callee's ExtensionActorID
+/// u16  method length, then the method identifier's UTF-8 (1–4096 bytes)
+/// u16  argument count (0–64)
+/// per argument: u32 length, then that many bytes: the argument's encoded value (§12.2)
+/// ```
+///
+/// All integers are big-endian; nothing may follow the last argument. The peer is untrusted:
+/// decoding checks every length against what remains before it copies anything.
+public struct CallEnvelope: Sendable, Hashable {
+    /// The envelope version this implementation writes and reads.
+    public static let version: UInt8 = 1
+    /// Longest target name, in bytes.
+    public static let maximumTargetLength = 255
+    /// Longest method identifier, in bytes.
+    public static let maximumMethodLength = 4096
+    /// Most arguments in one call.
+    public static let maximumArgumentCount = 64
+
+    /// The callee's name on the connection.
+    public var target: String
+    /// The method identifier (`RemoteCallTarget.identifier`; see docs/wire-protocol.md §12).
+    public var method: String
+    /// Each argument's encoded value, in order.
+    public var arguments: [[UInt8]]
+
+    public init(target: String, method: String, arguments: [[UInt8]]) {
+        self.target = target
+        self.method = method
+        self.arguments = arguments
+    }
+
+    /// Why an envelope could not be read or written: the field and what was wrong with it.
+    public struct FormatError: Error, Sendable, Hashable, CustomStringConvertible {
+        public var reason: String
+        public init(_ reason: String) { self.reason = reason }
+        public var description: String { "malformed call envelope: \(reason)" }
+    }
+
+    /// The envelope's bytes. Throws when a field is over its bound or the whole is over
+    /// `maximumSize` (the peer's maximum frame size less the frame header, usually).
+    public func encoded(maximumSize: Int = .max) throws(FormatError) -> [UInt8] {
+        let targetBytes = Array(target.utf8), methodBytes = Array(method.utf8)
+        guard (1...Self.maximumTargetLength).contains(targetBytes.count) else {
+            throw FormatError("target of \(targetBytes.count) bytes (1–\(Self.maximumTargetLength))")
+        }
+        guard (1...Self.maximumMethodLength).contains(methodBytes.count) else {
+            throw FormatError("method identifier of \(methodBytes.count) bytes (1–\(Self.maximumMethodLength))")
+        }
+        guard arguments.count <= Self.maximumArgumentCount else {
+            throw FormatError("\(arguments.count) arguments (at most \(Self.maximumArgumentCount))")
+        }
+        let size = 2 + 2 + targetBytes.count + 2 + methodBytes.count + 2 + arguments.reduce(0) { $0 + 4 + $1.count }
+        guard size <= maximumSize else { throw FormatError("\(size) bytes, over the peer's limit of \(maximumSize)") }
+        for argument in arguments where argument.count > Int(UInt32.max) {
+            throw FormatError("an argument of \(argument.count) bytes")
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(size)
+        bytes.append(Self.version)
+        bytes.append(0)
+        appendBigEndian(UInt16(targetBytes.count), to: &bytes)
+        bytes += targetBytes
+        appendBigEndian(UInt16(methodBytes.count), to: &bytes)
+        bytes += methodBytes
+        appendBigEndian(UInt16(arguments.count), to: &bytes)
+        for argument in arguments {
+            appendBigEndian(UInt32(argument.count), to: &bytes)
+            bytes += argument
+        }
+        return bytes
+    }
+
+    /// Reads an envelope, refusing anything the format does not allow (see the type's layout).
+    public init(decoding bytes: [UInt8]) throws(FormatError) {
+        var reader = BoundedReader(bytes)
+        let version = try reader.byte("version")
+        guard version == Self.version else { throw FormatError("version \(version) (this side reads \(Self.version))") }
+        let flags = try reader.byte("flags")
+        guard flags == 0 else { throw FormatError("flags 0x\(String(flags, radix: 16)) (must be 0)") }
+        target = try reader.string("target", lengthRange: 1...Self.maximumTargetLength)
+        method = try reader.string("method identifier", lengthRange: 1...Self.maximumMethodLength)
+        let count = Int(try reader.uint16("argument count"))
+        guard count <= Self.maximumArgumentCount else {
+            throw FormatError("\(count) arguments (at most \(Self.maximumArgumentCount))")
+        }
+        var arguments: [[UInt8]] = []
+        arguments.reserveCapacity(count)
+        for index in 0..<count {
+            let length = Int(try reader.uint32("length of argument \(index)"))
+            arguments.append(try reader.bytes(length, "argument \(index)"))
+        }
+        guard reader.remaining == 0 else { throw FormatError("\(reader.remaining) bytes after the last argument") }
+        self.arguments = arguments
+    }
+}
+
+/// Reads big-endian fields from untrusted bytes, checking each length against what remains.
+struct BoundedReader {
+    private let bytes: [UInt8]
+    private var offset = 0
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    var remaining: Int { bytes.count - offset }
+
+    mutating func byte(_ field: String) throws(CallEnvelope.FormatError) -> UInt8 {
+        try need(1, field)
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    mutating func uint16(_ field: String) throws(CallEnvelope.FormatError) -> UInt16 {
+        try need(2, field)
+        defer { offset += 2 }
+        return UInt16(bytes[offset]) << 8 | UInt16(bytes[offset + 1])
+    }
+
+    mutating func uint32(_ field: String) throws(CallEnvelope.FormatError) -> UInt32 {
+        try need(4, field)
+        defer { offset += 4 }
+        return (0..<4).reduce(UInt32(0)) { $0 << 8 | UInt32(bytes[offset + $1]) }
+    }
+
+    mutating func uint64(_ field: String) throws(CallEnvelope.FormatError) -> UInt64 {
+        try need(8, field)
+        defer { offset += 8 }
+        return (0..<8).reduce(UInt64(0)) { $0 << 8 | UInt64(bytes[offset + $1]) }
+    }
+
+    /// A u32 length, then that many bytes of valid UTF-8.
+    mutating func string32(_ field: String) throws(CallEnvelope.FormatError) -> String {
+        let raw = try bytes(Int(try uint32("\(field) length")), field)
+        guard let text = String(validating: raw, as: UTF8.self) else { throw CallEnvelope.FormatError("\(field) is not UTF-8") }
+        return text
+    }
+
+    mutating func bytes(_ count: Int, _ field: String) throws(CallEnvelope.FormatError) -> [UInt8] {
+        try need(count, field)
+        defer { offset += count }
+        return Array(bytes[offset..<offset + count])
+    }
+
+    /// A u16 length, then that many bytes of valid UTF-8.
+    mutating func string(_ field: String, lengthRange: ClosedRange<Int>) throws(CallEnvelope.FormatError) -> String {
+        let length = Int(try uint16("\(field) length"))
+        guard lengthRange.contains(length) else {
+            throw CallEnvelope.FormatError("\(field) of \(length) bytes (\(lengthRange.lowerBound)–\(lengthRange.upperBound))")
+        }
+        let raw = try bytes(length, field)
+        guard let text = String(validating: raw, as: UTF8.self) else { throw CallEnvelope.FormatError("\(field) is not UTF-8") }
+        return text
+    }
+
+    private func need(_ count: Int, _ field: String) throws(CallEnvelope.FormatError) {
+        guard count <= remaining else {
+            throw CallEnvelope.FormatError("\(field) needs \(count) bytes, \(remaining) remain")
+        }
+    }
+}
+
+func appendBigEndian<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
+    withUnsafeBytes(of: value.bigEndian) { bytes += $0 }
+}

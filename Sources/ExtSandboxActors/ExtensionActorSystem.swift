@@ -1,0 +1,189 @@
+import Distributed
+import Synchronization
+
+/// The distributed actor system of one connection between a host and an extension.
+///
+/// A contract is a protocol both sides share:
+///
+/// ```swift
+/// @Resolvable
+/// public protocol TextFilter: DistributedActor where ActorSystem == ExtensionActorSystem {
+///     distributed func apply(_ text: String) async throws -> String
+/// }
+/// ```
+///
+/// Each side exports at most one object per connection (``export(_:)``) and resolves the
+/// peer's with ``remoteObject(_:)``: a proxy whose calls travel as call envelopes in REQUEST
+/// frames (docs/wire-protocol.md §12). Arguments and results are any `Codable` values; an error
+/// the remote method throws comes back as itself when both sides registered its type
+/// (``register(error:as:)``), otherwise as ``DistributedCallError``. The connection's own
+/// failures (the process ended mid-call, the call was cancelled) are thrown as the connection
+/// throws them.
+///
+/// The system holds its connection and its local actors weakly: the connection owns the object
+/// it serves, which owns its actor system.
+public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
+    public typealias ActorID = ExtensionActorID
+    public typealias InvocationEncoder = ExtensionInvocationEncoder
+    public typealias InvocationDecoder = ExtensionInvocationDecoder
+    public typealias ResultHandler = ExtensionResultHandler
+    public typealias SerializationRequirement = Codable
+
+    private struct LocalActor {
+        weak var actor: (any DistributedActor)?
+    }
+
+    private struct Exported {
+        weak var object: (any DistributedActor)?
+        let contract: MethodIdentifier.Contract
+    }
+
+    private struct State {
+        weak var transport: (any CallTransport)?
+        var locals: [ActorID: LocalActor] = [:]
+        var nextLocal: UInt64 = 1
+        var exported: Exported?
+    }
+
+    /// Which side of the connection this system serves.
+    public let side: ConnectionSide
+    private let state = Mutex(State())
+
+    /// A system for `side` of a connection; ``attach(_:)`` gives it the connection.
+    public init(side: ConnectionSide) {
+        self.side = side
+    }
+
+    /// Sends this system's calls on `transport` (held weakly: calls fail with
+    /// ``DistributedCallError/notSent(_:)`` once it is gone).
+    public func attach(_ transport: any CallTransport) {
+        state.withLock { $0.transport = transport }
+    }
+
+    /// Registers a `Codable` error type of a contract under a name (the same on both sides): a
+    /// remote method that throws it makes the caller throw it too. The name must not be empty
+    /// nor contain a line feed.
+    public static func register<Failure: Error & Codable>(error type: Failure.Type, as name: String) {
+        RemoteErrorRegistry.shared.register(type, as: name)
+    }
+
+    /// Serves `object` as this side's exported object on the connection, for the calls of
+    /// `contract`: the stub type `@Resolvable` makes of the contract's protocol (`$TextFilter`),
+    /// whose methods are the only ones the peer may call on it. (The runtime also checks, at
+    /// each call, that the object conforms to the protocol.) Held weakly: the caller keeps the
+    /// object alive as long as it should be served.
+    public func export<Contract: DistributedActor>(_ object: any DistributedActor, as contract: Contract.Type)
+    where Contract.ActorSystem == ExtensionActorSystem {
+        state.withLock { $0.exported = Exported(object: object, contract: MethodIdentifier.Contract(contract)) }
+    }
+
+    /// A proxy for the peer's exported object, typed by the contract's `@Resolvable` protocol:
+    /// `try system.remoteObject($TextFilter.self)`. Calls are only checked when made.
+    public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
+        try Proxy.resolve(id: side.peerExportedID, using: self)
+    }
+
+    // MARK: DistributedActorSystem
+
+    public func resolve<Act: DistributedActor>(id: ActorID, as actorType: Act.Type) throws -> Act? where Act.ID == ActorID {
+        guard let local = state.withLock({ $0.locals[id]?.actor }) else { return nil }
+        guard let typed = local as? Act else {
+            throw DistributedCallError.notSent("\(id) is a local \(type(of: local)), not a \(Act.self)")
+        }
+        return typed
+    }
+
+    public func assignID<Act: DistributedActor>(_ actorType: Act.Type) -> ActorID where Act.ID == ActorID {
+        state.withLock { state in
+            defer { state.nextLocal += 1 }
+            return ActorID("\(side.exportedID.name)-\(state.nextLocal)")
+        }
+    }
+
+    public func actorReady<Act: DistributedActor>(_ actor: Act) where Act.ID == ActorID {
+        state.withLock { $0.locals[actor.id] = LocalActor(actor: actor) }
+    }
+
+    public func resignID(_ id: ActorID) {
+        _ = state.withLock { $0.locals.removeValue(forKey: id) }
+    }
+
+    public func makeInvocationEncoder() -> InvocationEncoder {
+        InvocationEncoder()
+    }
+
+    public func remoteCall<Act, Err, Res>(
+        on actor: Act, target: RemoteCallTarget, invocation: inout InvocationEncoder, throwing: Err.Type, returning: Res.Type
+    ) async throws -> Res where Act: DistributedActor, Act.ID == ActorID, Err: Error, Res: Codable {
+        let result = try await call(actor.id, target, invocation)
+        do {
+            return try ValueCoding.decode(Res.self, from: result)
+        } catch {
+            throw DistributedCallError.malformedResult("not a \(Res.self): \(error)")
+        }
+    }
+
+    public func remoteCallVoid<Act, Err>(
+        on actor: Act, target: RemoteCallTarget, invocation: inout InvocationEncoder, throwing: Err.Type
+    ) async throws where Act: DistributedActor, Act.ID == ActorID, Err: Error {
+        _ = try await call(actor.id, target, invocation)
+    }
+
+    private func call(_ id: ActorID, _ target: RemoteCallTarget, _ invocation: InvocationEncoder) async throws -> [UInt8] {
+        let envelope: [UInt8]
+        do {
+            envelope = try CallEnvelope(target: id.name, method: target.identifier, arguments: invocation.arguments).encoded()
+        } catch {
+            throw DistributedCallError.notSent("\(error)")
+        }
+        guard let transport = state.withLock({ $0.transport }) else {
+            throw DistributedCallError.notSent("the connection is gone")
+        }
+        switch try await transport.call(envelope) {
+        case .reply(let result): return result
+        case .error(let code, let message): throw DistributedCallError.answered(code: code, message: message)
+        }
+    }
+
+    // MARK: Serving
+
+    /// Serves one call envelope the peer sent (a REQUEST's payload) on this side's exported
+    /// object: the answer to send back. Never throws: every failure is an ERROR answer.
+    public func serve(_ envelopeBytes: [UInt8]) async -> CallAnswer {
+        let envelope: CallEnvelope
+        do {
+            envelope = try CallEnvelope(decoding: envelopeBytes)
+        } catch {
+            return .error(code: CallErrorCode.malformedEnvelope, message: error.reason)
+        }
+        let id = ActorID(envelope.target)
+        // Only the exported object is reachable: other local actors are this side's business.
+        guard id == side.exportedID, let exported = state.withLock({ $0.exported }), let actor = exported.object else {
+            return .error(code: CallErrorCode.unknownTarget, message: "no object named \(envelope.target)")
+        }
+        // Checked before anything runs: a method outside the contract (the runtime would call
+        // another type's method on this object), or a wrong number of arguments.
+        switch MethodIdentifier(envelope.method).parameterCount(in: exported.contract) {
+        case nil:
+            return .error(code: CallErrorCode.unknownMethod, message: "\(type(of: actor)) has no method \(envelope.method)")
+        case let count? where count != envelope.arguments.count:
+            return .error(code: CallErrorCode.undecodableArguments, message: "\(envelope.arguments.count) arguments for a method of \(count)")
+        default:
+            break
+        }
+        var decoder = InvocationDecoder(arguments: envelope.arguments, actorType: type(of: actor))
+        let handler = ResultHandler()
+        do {
+            try await executeDistributedTarget(on: actor, target: RemoteCallTarget(envelope.method), invocationDecoder: &decoder, handler: handler)
+        } catch let error as ExtensionInvocationDecoder.ArgumentError {
+            return .error(code: CallErrorCode.undecodableArguments, message: error.description)
+        } catch let error as ExecuteDistributedTargetError where error.errorCode == .targetAccessorNotFound {
+            return .error(code: CallErrorCode.unknownMethod, message: "\(type(of: actor)) has no method \(envelope.method)")
+        } catch let error as ExecuteDistributedTargetError {
+            return .error(code: CallErrorCode.undecodableArguments, message: error.message)
+        } catch {
+            return ResultHandler.answer(for: error)
+        }
+        return handler.answer ?? .error(code: CallErrorCode.thrownError, message: "the method produced no result")
+    }
+}

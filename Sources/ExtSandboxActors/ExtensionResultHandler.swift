@@ -1,0 +1,42 @@
+import Distributed
+import Synchronization
+
+/// Turns a served call's outcome into its answer: the encoded result, or an ERROR.
+public final class ExtensionResultHandler: DistributedTargetInvocationResultHandler, Sendable {
+    public typealias SerializationRequirement = Codable
+
+    private let outcome = Mutex<CallAnswer?>(nil)
+
+    init() {}
+
+    var answer: CallAnswer? { outcome.withLock { $0 } }
+
+    public func onReturn<Success: Codable>(value: Success) async throws {
+        let answer: CallAnswer
+        do {
+            answer = .reply(try ValueCoding.encode(value))
+        } catch {
+            answer = .error(code: CallErrorCode.thrownError, message: "the result does not encode: \(error)")
+        }
+        outcome.withLock { $0 = answer }
+    }
+
+    public func onReturnVoid() async throws {
+        outcome.withLock { $0 = .reply([]) }
+    }
+
+    public func onThrow<Err: Error>(error: Err) async throws {
+        outcome.withLock { $0 = Self.answer(for: error) }
+    }
+
+    /// A registered error as itself; a coded one with its code; anything else as its description.
+    static func answer(for error: any Error) -> CallAnswer {
+        if let message = RemoteErrorRegistry.shared.encode(error) {
+            return .error(code: CallErrorCode.registeredError, message: message)
+        }
+        if let coded = error as? any CodedCallError {
+            return .error(code: coded.code, message: coded.message)
+        }
+        return .error(code: CallErrorCode.thrownError, message: "\(error)")
+    }
+}

@@ -1,0 +1,33 @@
+import Distributed
+
+/// A method identifier from the wire, checked before the runtime looks it up and calls it.
+///
+/// The identifier is the mangled name of the distributed thunk of a method of the contract's
+/// `@Resolvable` stub (`$s` + the stub's mangled type name + the method's name and type +
+/// `TE`). The runtime calls whatever such a name designates on the object it is given, trusting
+/// the caller that the object is of the method's type: a peer could name another type's method.
+/// So only the contract stub's methods are served (for which the runtime checks, through the
+/// protocol's witness tables, that the object conforms).
+struct MethodIdentifier {
+    /// The methods an exported object serves: those of one stub type.
+    struct Contract {
+        /// `$s` and the stub's mangled type name, with which each of its methods' names begins.
+        let prefix: String
+
+        init(_ stub: any DistributedActor.Type) {
+            prefix = "$s" + (_mangledTypeName(stub) ?? "\(stub)")
+        }
+    }
+
+    let text: String
+
+    init(_ text: String) { self.text = text }
+
+    /// The method's number of parameters if it is a distributed method of `contract`; nil if
+    /// not (another type's, or no method at all).
+    func parameterCount(in contract: Contract) -> Int? {
+        guard text.hasPrefix(contract.prefix), text.hasSuffix("TE") else { return nil }
+        let count = _getParameterCount(mangledMethodName: text)
+        return count >= 0 ? Int(count) : nil
+    }
+}

@@ -1,0 +1,230 @@
+/// Decodes any `Decodable` value from a ``WireValue``. Integers decode into any integer type
+/// they fit exactly; a map's keys are looked up by name (a duplicate key is refused).
+struct WireValueDecoder {
+    func decode<Value: Decodable>(_ type: Value.Type, from value: WireValue) throws -> Value {
+        try ValueReading.decode(type, from: value, codingPath: [])
+    }
+}
+
+enum ValueReading {
+    static func decode<Value: Decodable>(_ type: Value.Type, from value: WireValue, codingPath: [any CodingKey]) throws -> Value {
+        if type == [UInt8].self, case .bytes(let bytes) = value { return bytes as! Value }
+        return try Value(from: NodeDecoder(value: value, codingPath: codingPath))
+    }
+
+    static func mismatch(_ expected: String, _ value: WireValue, _ codingPath: [any CodingKey]) -> DecodingError {
+        .typeMismatch(Any.self, .init(codingPath: codingPath, debugDescription: "expected \(expected), found \(kind(of: value))"))
+    }
+
+    static func kind(of value: WireValue) -> String {
+        switch value {
+        case .null: "null"
+        case .bool: "a boolean"
+        case .int, .uint: "an integer"
+        case .double: "a floating-point number"
+        case .string: "a string"
+        case .bytes: "bytes"
+        case .array: "an array"
+        case .map: "a map"
+        }
+    }
+
+    static func integer<T: FixedWidthInteger>(_ type: T.Type, _ value: WireValue, _ codingPath: [any CodingKey]) throws -> T {
+        let result: T? = switch value {
+        case .int(let integer): T(exactly: integer)
+        case .uint(let integer): T(exactly: integer)
+        default: throw mismatch("an integer", value, codingPath)
+        }
+        guard let result else {
+            throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "the integer does not fit \(T.self)"))
+        }
+        return result
+    }
+
+    static func double(_ value: WireValue, _ codingPath: [any CodingKey]) throws -> Double {
+        switch value {
+        case .double(let number): number
+        case .int(let integer): Double(integer)
+        case .uint(let integer): Double(integer)
+        default: throw mismatch("a number", value, codingPath)
+        }
+    }
+
+    static func bool(_ value: WireValue, _ codingPath: [any CodingKey]) throws -> Bool {
+        guard case .bool(let flag) = value else { throw mismatch("a boolean", value, codingPath) }
+        return flag
+    }
+
+    static func string(_ value: WireValue, _ codingPath: [any CodingKey]) throws -> String {
+        guard case .string(let text) = value else { throw mismatch("a string", value, codingPath) }
+        return text
+    }
+}
+
+struct NodeDecoder: Decoder {
+    let value: WireValue
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        guard case .map(let entries) = value else { throw ValueReading.mismatch("a map", value, codingPath) }
+        var byKey: [String: WireValue] = [:]
+        byKey.reserveCapacity(entries.count)
+        for entry in entries {
+            guard byKey.updateValue(entry.value, forKey: entry.key) == nil else {
+                throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "key \(entry.key) appears twice"))
+            }
+        }
+        return KeyedDecodingContainer(KeyedValueContainer(entries: byKey, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        switch value {
+        case .array(let values): return UnkeyedValueContainer(values: values, codingPath: codingPath)
+        case .bytes(let bytes): return UnkeyedValueContainer(values: bytes.map { .uint(UInt64($0)) }, codingPath: codingPath)
+        default: throw ValueReading.mismatch("an array", value, codingPath)
+        }
+    }
+
+    func singleValueContainer() throws -> any SingleValueDecodingContainer {
+        SingleValueContainer(value: value, codingPath: codingPath)
+    }
+}
+
+struct KeyedValueContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let entries: [String: WireValue]
+    let codingPath: [any CodingKey]
+
+    var allKeys: [Key] { entries.keys.compactMap { Key(stringValue: $0) } }
+
+    func contains(_ key: Key) -> Bool { entries[key.stringValue] != nil }
+
+    private func value(_ key: Key) throws -> WireValue {
+        guard let value = entries[key.stringValue] else {
+            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no value for \(key.stringValue)"))
+        }
+        return value
+    }
+
+    private func path(_ key: Key) -> [any CodingKey] { codingPath + [key] }
+
+    func decodeNil(forKey key: Key) throws -> Bool { try value(key) == .null }
+    func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try ValueReading.bool(value(key), path(key)) }
+    func decode(_ type: String.Type, forKey key: Key) throws -> String { try ValueReading.string(value(key), path(key)) }
+    func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try ValueReading.double(value(key), path(key)) }
+    func decode(_ type: Float.Type, forKey key: Key) throws -> Float { Float(try ValueReading.double(value(key), path(key))) }
+    func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try ValueReading.integer(type, value(key), path(key)) }
+    func decode(_ type: Int8.Type, forKey key: Key) throws -> Int8 { try ValueReading.integer(type, value(key), path(key)) }
+    func decode(_ type: Int16.Type, forKey key: Key) throws -> Int16 { try ValueReading.integer(type, value(key), path(key)) }
+    func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try ValueReading.integer(type, value(key), path(key)) }
+    func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try ValueReading.integer(type, value(key), path(key)) }
+    func decode(_ type: UInt.Type, forKey key: Key) throws -> UInt { try ValueReading.integer(type, value(key), path(key)) }
+    func decode(_ type: UInt8.Type, forKey key: Key) throws -> UInt8 { try ValueReading.integer(type, value(key), path(key)) }
+    func decode(_ type: UInt16.Type, forKey key: Key) throws -> UInt16 { try ValueReading.integer(type, value(key), path(key)) }
+    func decode(_ type: UInt32.Type, forKey key: Key) throws -> UInt32 { try ValueReading.integer(type, value(key), path(key)) }
+    func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try ValueReading.integer(type, value(key), path(key)) }
+
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        try ValueReading.decode(type, from: value(key), codingPath: path(key))
+    }
+
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
+        try NodeDecoder(value: value(key), codingPath: path(key)).container(keyedBy: type)
+    }
+
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+        try NodeDecoder(value: value(key), codingPath: path(key)).unkeyedContainer()
+    }
+
+    func superDecoder() throws -> any Decoder {
+        NodeDecoder(value: entries["super"] ?? .null, codingPath: codingPath)
+    }
+
+    func superDecoder(forKey key: Key) throws -> any Decoder {
+        NodeDecoder(value: entries[key.stringValue] ?? .null, codingPath: path(key))
+    }
+}
+
+struct UnkeyedValueContainer: UnkeyedDecodingContainer {
+    let values: [WireValue]
+    let codingPath: [any CodingKey]
+    private(set) var currentIndex = 0
+
+    init(values: [WireValue], codingPath: [any CodingKey]) {
+        self.values = values
+        self.codingPath = codingPath
+    }
+
+    var count: Int? { values.count }
+    var isAtEnd: Bool { currentIndex >= values.count }
+
+    private mutating func next() throws -> WireValue {
+        guard !isAtEnd else {
+            throw DecodingError.valueNotFound(Any.self, .init(codingPath: codingPath, debugDescription: "the array has only \(values.count) elements"))
+        }
+        defer { currentIndex += 1 }
+        return values[currentIndex]
+    }
+
+    mutating func decodeNil() throws -> Bool {
+        guard !isAtEnd, values[currentIndex] == .null else { return false }
+        currentIndex += 1
+        return true
+    }
+
+    mutating func decode(_ type: Bool.Type) throws -> Bool { try ValueReading.bool(next(), codingPath) }
+    mutating func decode(_ type: String.Type) throws -> String { try ValueReading.string(next(), codingPath) }
+    mutating func decode(_ type: Double.Type) throws -> Double { try ValueReading.double(next(), codingPath) }
+    mutating func decode(_ type: Float.Type) throws -> Float { Float(try ValueReading.double(next(), codingPath)) }
+    mutating func decode(_ type: Int.Type) throws -> Int { try ValueReading.integer(type, next(), codingPath) }
+    mutating func decode(_ type: Int8.Type) throws -> Int8 { try ValueReading.integer(type, next(), codingPath) }
+    mutating func decode(_ type: Int16.Type) throws -> Int16 { try ValueReading.integer(type, next(), codingPath) }
+    mutating func decode(_ type: Int32.Type) throws -> Int32 { try ValueReading.integer(type, next(), codingPath) }
+    mutating func decode(_ type: Int64.Type) throws -> Int64 { try ValueReading.integer(type, next(), codingPath) }
+    mutating func decode(_ type: UInt.Type) throws -> UInt { try ValueReading.integer(type, next(), codingPath) }
+    mutating func decode(_ type: UInt8.Type) throws -> UInt8 { try ValueReading.integer(type, next(), codingPath) }
+    mutating func decode(_ type: UInt16.Type) throws -> UInt16 { try ValueReading.integer(type, next(), codingPath) }
+    mutating func decode(_ type: UInt32.Type) throws -> UInt32 { try ValueReading.integer(type, next(), codingPath) }
+    mutating func decode(_ type: UInt64.Type) throws -> UInt64 { try ValueReading.integer(type, next(), codingPath) }
+
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try ValueReading.decode(type, from: next(), codingPath: codingPath)
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
+        try NodeDecoder(value: next(), codingPath: codingPath).container(keyedBy: type)
+    }
+
+    mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        try NodeDecoder(value: next(), codingPath: codingPath).unkeyedContainer()
+    }
+
+    mutating func superDecoder() throws -> any Decoder {
+        NodeDecoder(value: try next(), codingPath: codingPath)
+    }
+}
+
+struct SingleValueContainer: SingleValueDecodingContainer {
+    let value: WireValue
+    let codingPath: [any CodingKey]
+
+    func decodeNil() -> Bool { value == .null }
+    func decode(_ type: Bool.Type) throws -> Bool { try ValueReading.bool(value, codingPath) }
+    func decode(_ type: String.Type) throws -> String { try ValueReading.string(value, codingPath) }
+    func decode(_ type: Double.Type) throws -> Double { try ValueReading.double(value, codingPath) }
+    func decode(_ type: Float.Type) throws -> Float { Float(try ValueReading.double(value, codingPath)) }
+    func decode(_ type: Int.Type) throws -> Int { try ValueReading.integer(type, value, codingPath) }
+    func decode(_ type: Int8.Type) throws -> Int8 { try ValueReading.integer(type, value, codingPath) }
+    func decode(_ type: Int16.Type) throws -> Int16 { try ValueReading.integer(type, value, codingPath) }
+    func decode(_ type: Int32.Type) throws -> Int32 { try ValueReading.integer(type, value, codingPath) }
+    func decode(_ type: Int64.Type) throws -> Int64 { try ValueReading.integer(type, value, codingPath) }
+    func decode(_ type: UInt.Type) throws -> UInt { try ValueReading.integer(type, value, codingPath) }
+    func decode(_ type: UInt8.Type) throws -> UInt8 { try ValueReading.integer(type, value, codingPath) }
+    func decode(_ type: UInt16.Type) throws -> UInt16 { try ValueReading.integer(type, value, codingPath) }
+    func decode(_ type: UInt32.Type) throws -> UInt32 { try ValueReading.integer(type, value, codingPath) }
+    func decode(_ type: UInt64.Type) throws -> UInt64 { try ValueReading.integer(type, value, codingPath) }
+
+    func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try ValueReading.decode(type, from: value, codingPath: codingPath)
+    }
+}

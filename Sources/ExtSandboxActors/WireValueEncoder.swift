@@ -1,0 +1,212 @@
+/// Encodes any `Encodable` value as a ``WireValue``: keyed containers become maps, unkeyed
+/// ones arrays, `[UInt8]` bytes (as it is, not one value per byte).
+struct WireValueEncoder {
+    func encode<Value: Encodable>(_ value: Value) throws -> WireValue {
+        let node = EncodingNode()
+        try node.store(value, codingPath: [])
+        return node.resolved()
+    }
+}
+
+/// One value being encoded; nested containers are nodes resolved at the end.
+final class EncodingNode {
+    enum Content {
+        case none
+        case value(WireValue)
+        case map([(key: String, node: EncodingNode)])
+        case array([EncodingNode])
+    }
+
+    var content = Content.none
+
+    init(_ value: WireValue? = nil) {
+        if let value { content = .value(value) }
+    }
+
+    func resolved() -> WireValue {
+        switch content {
+        case .none: .map([])
+        case .value(let value): value
+        case .map(let entries): .map(entries.map { ($0.key, $0.node.resolved()) })
+        case .array(let nodes): .array(nodes.map { $0.resolved() })
+        }
+    }
+
+    func store<Value: Encodable>(_ value: Value, codingPath: [any CodingKey]) throws {
+        if let bytes = value as? [UInt8] {
+            content = .value(.bytes(bytes))
+        } else {
+            try value.encode(to: NodeEncoder(node: self, codingPath: codingPath))
+        }
+    }
+
+    func append(key: String, _ child: EncodingNode) {
+        if case .map(var entries) = content {
+            content = .none
+            entries.append((key, child))
+            content = .map(entries)
+        } else {
+            content = .map([(key, child)])
+        }
+    }
+
+    func append(_ child: EncodingNode) {
+        if case .array(var nodes) = content {
+            content = .none
+            nodes.append(child)
+            content = .array(nodes)
+        } else {
+            content = .array([child])
+        }
+    }
+
+    var count: Int {
+        if case .array(let nodes) = content { return nodes.count }
+        return 0
+    }
+}
+
+struct NodeEncoder: Encoder {
+    let node: EncodingNode
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        if case .map = node.content {} else { node.content = .map([]) }
+        return KeyedEncodingContainer(KeyedNodeContainer(node: node, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() -> any UnkeyedEncodingContainer {
+        if case .array = node.content {} else { node.content = .array([]) }
+        return UnkeyedNodeContainer(node: node, codingPath: codingPath)
+    }
+
+    func singleValueContainer() -> any SingleValueEncodingContainer {
+        SingleNodeContainer(node: node, codingPath: codingPath)
+    }
+}
+
+struct KeyedNodeContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let node: EncodingNode
+    let codingPath: [any CodingKey]
+
+    private func put(_ value: WireValue, _ key: Key) { node.append(key: key.stringValue, EncodingNode(value)) }
+
+    mutating func encodeNil(forKey key: Key) throws { put(.null, key) }
+    mutating func encode(_ value: Bool, forKey key: Key) throws { put(.bool(value), key) }
+    mutating func encode(_ value: String, forKey key: Key) throws { put(.string(value), key) }
+    mutating func encode(_ value: Double, forKey key: Key) throws { put(.double(value), key) }
+    mutating func encode(_ value: Float, forKey key: Key) throws { put(.double(Double(value)), key) }
+    mutating func encode(_ value: Int, forKey key: Key) throws { put(.int(Int64(value)), key) }
+    mutating func encode(_ value: Int8, forKey key: Key) throws { put(.int(Int64(value)), key) }
+    mutating func encode(_ value: Int16, forKey key: Key) throws { put(.int(Int64(value)), key) }
+    mutating func encode(_ value: Int32, forKey key: Key) throws { put(.int(Int64(value)), key) }
+    mutating func encode(_ value: Int64, forKey key: Key) throws { put(.int(value), key) }
+    mutating func encode(_ value: UInt, forKey key: Key) throws { put(.uint(UInt64(value)), key) }
+    mutating func encode(_ value: UInt8, forKey key: Key) throws { put(.uint(UInt64(value)), key) }
+    mutating func encode(_ value: UInt16, forKey key: Key) throws { put(.uint(UInt64(value)), key) }
+    mutating func encode(_ value: UInt32, forKey key: Key) throws { put(.uint(UInt64(value)), key) }
+    mutating func encode(_ value: UInt64, forKey key: Key) throws { put(.uint(value), key) }
+
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        let child = EncodingNode()
+        node.append(key: key.stringValue, child)
+        try child.store(value, codingPath: codingPath + [key])
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+        let child = EncodingNode()
+        node.append(key: key.stringValue, child)
+        return NodeEncoder(node: child, codingPath: codingPath + [key]).container(keyedBy: keyType)
+    }
+
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+        let child = EncodingNode()
+        node.append(key: key.stringValue, child)
+        return NodeEncoder(node: child, codingPath: codingPath + [key]).unkeyedContainer()
+    }
+
+    mutating func superEncoder() -> any Encoder { superEncoder(named: "super") }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(named: key.stringValue) }
+
+    private func superEncoder(named name: String) -> any Encoder {
+        let child = EncodingNode()
+        node.append(key: name, child)
+        return NodeEncoder(node: child, codingPath: codingPath)
+    }
+}
+
+struct UnkeyedNodeContainer: UnkeyedEncodingContainer {
+    let node: EncodingNode
+    let codingPath: [any CodingKey]
+    var count: Int { node.count }
+
+    private func put(_ value: WireValue) { node.append(EncodingNode(value)) }
+
+    mutating func encodeNil() throws { put(.null) }
+    mutating func encode(_ value: Bool) throws { put(.bool(value)) }
+    mutating func encode(_ value: String) throws { put(.string(value)) }
+    mutating func encode(_ value: Double) throws { put(.double(value)) }
+    mutating func encode(_ value: Float) throws { put(.double(Double(value))) }
+    mutating func encode(_ value: Int) throws { put(.int(Int64(value))) }
+    mutating func encode(_ value: Int8) throws { put(.int(Int64(value))) }
+    mutating func encode(_ value: Int16) throws { put(.int(Int64(value))) }
+    mutating func encode(_ value: Int32) throws { put(.int(Int64(value))) }
+    mutating func encode(_ value: Int64) throws { put(.int(value)) }
+    mutating func encode(_ value: UInt) throws { put(.uint(UInt64(value))) }
+    mutating func encode(_ value: UInt8) throws { put(.uint(UInt64(value))) }
+    mutating func encode(_ value: UInt16) throws { put(.uint(UInt64(value))) }
+    mutating func encode(_ value: UInt32) throws { put(.uint(UInt64(value))) }
+    mutating func encode(_ value: UInt64) throws { put(.uint(value)) }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        let child = EncodingNode()
+        node.append(child)
+        try child.store(value, codingPath: codingPath)
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
+        let child = EncodingNode()
+        node.append(child)
+        return NodeEncoder(node: child, codingPath: codingPath).container(keyedBy: keyType)
+    }
+
+    mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+        let child = EncodingNode()
+        node.append(child)
+        return NodeEncoder(node: child, codingPath: codingPath).unkeyedContainer()
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        let child = EncodingNode()
+        node.append(child)
+        return NodeEncoder(node: child, codingPath: codingPath)
+    }
+}
+
+struct SingleNodeContainer: SingleValueEncodingContainer {
+    let node: EncodingNode
+    let codingPath: [any CodingKey]
+
+    private func put(_ value: WireValue) { node.content = .value(value) }
+
+    mutating func encodeNil() throws { put(.null) }
+    mutating func encode(_ value: Bool) throws { put(.bool(value)) }
+    mutating func encode(_ value: String) throws { put(.string(value)) }
+    mutating func encode(_ value: Double) throws { put(.double(value)) }
+    mutating func encode(_ value: Float) throws { put(.double(Double(value))) }
+    mutating func encode(_ value: Int) throws { put(.int(Int64(value))) }
+    mutating func encode(_ value: Int8) throws { put(.int(Int64(value))) }
+    mutating func encode(_ value: Int16) throws { put(.int(Int64(value))) }
+    mutating func encode(_ value: Int32) throws { put(.int(Int64(value))) }
+    mutating func encode(_ value: Int64) throws { put(.int(value)) }
+    mutating func encode(_ value: UInt) throws { put(.uint(UInt64(value))) }
+    mutating func encode(_ value: UInt8) throws { put(.uint(UInt64(value))) }
+    mutating func encode(_ value: UInt16) throws { put(.uint(UInt64(value))) }
+    mutating func encode(_ value: UInt32) throws { put(.uint(UInt64(value))) }
+    mutating func encode(_ value: UInt64) throws { put(.uint(value)) }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        try node.store(value, codingPath: codingPath)
+    }
+}

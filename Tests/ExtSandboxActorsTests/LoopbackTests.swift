@@ -1,0 +1,125 @@
+import Distributed
+import ExtSandboxActors
+import Testing
+
+@Resolvable
+protocol Greeter: DistributedActor where ActorSystem == ExtensionActorSystem {
+    distributed func greet(_ name: String) async throws -> String
+    distributed func fail(registered: Bool) async throws
+}
+
+/// A protocol of the same shape that the served object does not conform to.
+@Resolvable
+protocol Counter: DistributedActor where ActorSystem == ExtensionActorSystem {
+    distributed func greet(_ name: String) async throws -> String
+}
+
+distributed actor EnglishGreeter: Greeter {
+    typealias ActorSystem = ExtensionActorSystem
+    distributed func greet(_ name: String) -> String { "hello, \(name)" }
+    distributed func fail(registered: Bool) throws {
+        if registered { throw GreetingError.tooRude(level: 3) }
+        throw PlainError()
+    }
+}
+
+/// Another type with a method of the same shape, and state its method writes.
+distributed actor FrenchGreeter: Greeter {
+    typealias ActorSystem = ExtensionActorSystem
+    var rudeness = 0
+    distributed func greet(_ name: String) -> String { "bonjour, \(name)" }
+    distributed func fail(registered: Bool) throws { rudeness += 1 }
+}
+
+enum GreetingError: Error, Codable, Equatable {
+    case tooRude(level: Int)
+}
+
+struct PlainError: Error, CustomStringConvertible {
+    var description: String { "plain failure" }
+}
+
+/// A connection in memory: each call is served by the peer system at once.
+final class Loopback: CallTransport {
+    let peer: ExtensionActorSystem
+    init(peer: ExtensionActorSystem) { self.peer = peer }
+    func call(_ envelope: [UInt8]) async throws -> CallAnswer { await peer.serve(envelope) }
+}
+
+@Suite("Distributed calls between two actor systems in memory")
+struct LoopbackTests {
+    /// A host system calling an extension system that exports an English greeter as `$Greeter`.
+    static func connected() -> (host: ExtensionActorSystem, served: EnglishGreeter, transport: Loopback) {
+        let host = ExtensionActorSystem(side: .host), ext = ExtensionActorSystem(side: .extension)
+        let transport = Loopback(peer: ext)
+        host.attach(transport)
+        let served = EnglishGreeter(actorSystem: ext)
+        ext.export(served, as: $Greeter.self)
+        return (host, served, transport)
+    }
+
+    @Test("a call returns; a registered error comes back as itself, a plain one as its description")
+    func roundTrip() async throws {
+        ExtensionActorSystem.register(error: GreetingError.self, as: "GreetingError")
+        let (host, served, transport) = Self.connected()
+        let greeter = try host.remoteObject($Greeter.self)
+        #expect(try await greeter.greet("world") == "hello, world")
+        await #expect(throws: GreetingError.tooRude(level: 3)) { try await greeter.fail(registered: true) }
+        await #expect(throws: DistributedCallError.remote(code: CallErrorCode.thrownError, message: "plain failure")) {
+            try await greeter.fail(registered: false)
+        }
+        withExtendedLifetime((served, transport)) {}
+    }
+
+    @Test("a method of a protocol the object does not conform to is an unknown method")
+    func otherProtocol() async throws {
+        let (host, served, transport) = Self.connected()
+        let counter = try host.remoteObject($Counter.self)
+        await #expect {
+            _ = try await counter.greet("x")
+        } throws: { error in
+            guard case DistributedCallError.unknownMethod = error else { return false }
+            return true
+        }
+        withExtendedLifetime((served, transport)) {}
+    }
+
+    @Test("another type's method, named by its identifier, is refused and never runs on the object")
+    func otherConcreteType() async throws {
+        let (host, served, transport) = Self.connected()
+        // A remote reference typed as the other concrete actor: its calls carry that type's identifiers.
+        let french = try FrenchGreeter.resolve(id: .extension, using: host)
+        await #expect {
+            _ = try await french.greet("x")
+        } throws: { error in
+            guard case DistributedCallError.unknownMethod = error else { return false }
+            return true
+        }
+        withExtendedLifetime((served, transport)) {}
+    }
+
+    @Test("a call to a name nothing is exported under is an unknown target; without an export too")
+    func unknownTarget() async throws {
+        let (host, served, transport) = Self.connected()
+        let stranger = try $Greeter.resolve(id: ExtensionActorID("stranger"), using: host)
+        await #expect(throws: DistributedCallError.unknownTarget("no object named stranger")) { _ = try await stranger.greet("x") }
+        withExtendedLifetime(served) {}
+        let empty = ExtensionActorSystem(side: .host), toNobody = Loopback(peer: ExtensionActorSystem(side: .extension))
+        empty.attach(toNobody)
+        let nobody = try empty.remoteObject($Greeter.self)
+        await #expect(throws: DistributedCallError.unknownTarget("no object named extension")) { _ = try await nobody.greet("x") }
+        withExtendedLifetime((transport, toNobody)) {}
+    }
+
+    @Test("a call with no connection attached fails as not sent")
+    func detached() async throws {
+        let host = ExtensionActorSystem(side: .host)
+        let greeter = try host.remoteObject($Greeter.self)
+        await #expect {
+            _ = try await greeter.greet("x")
+        } throws: { error in
+            guard case DistributedCallError.notSent = error else { return false }
+            return true
+        }
+    }
+}
