@@ -118,6 +118,13 @@ let package = Package(
             name: "xsb-echo-extension", dependencies: ["ExtSandboxExtension"], path: "Tests/Fixtures/xsb-echo-extension",
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
+        // Test fixture: the typed contract (a @Resolvable protocol) of the actors fixture, and the
+        // extension that exports it (static, like the echo fixture).
+        .target(name: "TextFilterContract", dependencies: ["ExtSandboxActors"], path: "Tests/Fixtures/xsb-actors-contract"),
+        .executableTarget(
+            name: "xsb-actors-extension", dependencies: ["ExtSandboxExtension", "TextFilterContract"], path: "Tests/Fixtures/xsb-actors-extension",
+            linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
+
         // Test fixture: tries forbidden things from inside a sandbox, one per invocation.
         // It runs inside sandboxes that do not expose the Swift runtime: link nothing of it.
         .executableTarget(
@@ -138,7 +145,7 @@ let package = Package(
         // fixtures every test target shares (running executables as root or nobody, extension worlds).
         .target(name: "TestSupport", dependencies: ["ExtensionCatalog", "SandboxPolicy"], path: "Tests/TestSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: [
-            "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport", "xsb-init",
+            "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport", "xsb-init", "TextFilterContract",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
         .testTarget(

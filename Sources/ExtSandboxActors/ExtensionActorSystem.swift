@@ -12,7 +12,7 @@ import Synchronization
 /// }
 /// ```
 ///
-/// Each side exports at most one object per connection (``export(_:)``) and resolves the
+/// Each side exports at most one object per connection (``export(_:)``, an ``ExportedObject``) and resolves the
 /// peer's with ``remoteObject(_:)``: a proxy whose calls travel as call envelopes in REQUEST
 /// frames (docs/wire-protocol.md §12). Arguments and results are any `Codable` values; an error
 /// the remote method throws comes back as itself when both sides registered its type
@@ -67,14 +67,12 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
         RemoteErrorRegistry.shared.register(type, as: name)
     }
 
-    /// Serves `object` as this side's exported object on the connection, for the calls of
-    /// `contract`: the stub type `@Resolvable` makes of the contract's protocol (`$TextFilter`),
-    /// whose methods are the only ones the peer may call on it. (The runtime also checks, at
-    /// each call, that the object conforms to the protocol.) Held weakly: the caller keeps the
-    /// object alive as long as it should be served.
-    public func export<Contract: DistributedActor>(_ object: any DistributedActor, as contract: Contract.Type)
-    where Contract.ActorSystem == ExtensionActorSystem {
-        state.withLock { $0.exported = Exported(object: object, contract: MethodIdentifier.Contract(contract)) }
+    /// Serves `exported` as this side's object on the connection: the peer may call the
+    /// methods of its contract on it. (The runtime also checks, at each call, that the object
+    /// conforms to the contract's protocol.) Held weakly: the caller keeps the object alive as
+    /// long as it should be served.
+    public func export(_ exported: ExportedObject) {
+        state.withLock { $0.exported = Exported(object: exported.object, contract: exported.contract) }
     }
 
     /// A proxy for the peer's exported object, typed by the contract's `@Resolvable` protocol:

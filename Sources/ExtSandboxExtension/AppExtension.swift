@@ -49,8 +49,21 @@ public protocol AppExtension: Sendable {
     init()
     /// Accepts or rejects a connection. Accepts every connection by default.
     func accept(_ connection: ConnectionRequest) -> Bool
-    /// Answers one request. Throw ``ExtensionFailure`` for an error answer.
+    /// Answers one request. Throw ``ExtensionFailure`` for an error answer. By default, serves
+    /// it as a distributed call on ``exportedObject(_:)`` (``HostConnection/serveCall(_:)``).
     func handle(request: Message) async throws -> Message
+    /// The object the extension serves on each new connection (ExtensionFoundation's
+    /// `exportedObject`), made with that connection's actor system, and the contract the host
+    /// calls it through:
+    ///
+    /// ```swift
+    /// func exportedObject(_ system: ExtensionActorSystem) -> ExportedObject? {
+    ///     ExportedObject(Upcaser(actorSystem: system), as: $TextFilter.self)
+    /// }
+    /// ```
+    ///
+    /// None by default.
+    func exportedObject(_ system: ExtensionActorSystem) -> ExportedObject?
     /// Receives a message that needs no answer. Ignores it (closing its fds) by default.
     func handle(oneWay: Message) async
     /// A connection was accepted: `host` sends the extension's own requests and one-way
@@ -61,6 +74,13 @@ public protocol AppExtension: Sendable {
 
 extension AppExtension {
     public func accept(_ connection: ConnectionRequest) -> Bool { true }
+
+    public func handle(request: Message) async throws -> Message {
+        guard let host = HostConnection.current else { throw ExtensionFailure(code: 2, "no connection") }
+        return try await host.serveCall(request)
+    }
+
+    public func exportedObject(_ system: ExtensionActorSystem) -> ExportedObject? { nil }
 
     public func handle(oneWay message: Message) async {
         closeDescriptors(message.fileDescriptors)

@@ -129,6 +129,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             handOver = nil
             guard let first = try? socket.receive(), answer(hello: first, connection: connection) else { return false }
         }
+        host.export(app.exportedObject(host.actorSystem))
         app.connected(host)
 
         // Requests run on this thread: it is their tasks' preferred executor, so a handler that

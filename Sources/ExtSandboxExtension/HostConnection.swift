@@ -44,9 +44,22 @@ public final class HostConnection: Sendable {
 
     private let state = Mutex(State())
     private let writer: ConnectionWriter
+    /// The connection's distributed actor system (its calls travel on this connection).
+    public let actorSystem = ExtensionActorSystem(side: .extension)
+    /// What the extension serves on this connection (``AppExtension/exportedObject(_:)``):
+    /// held here, the system holds it weakly.
+    private let exported = Mutex<ExportedObject?>(nil)
 
     init(writer: ConnectionWriter) {
         self.writer = writer
+        actorSystem.attach(self)
+    }
+
+    /// Serves `object` on this connection until it closes.
+    func export(_ object: ExportedObject?) {
+        guard let object else { return }
+        exported.withLock { $0 = object }
+        actorSystem.export(object)
     }
 
     /// Sends a request to the host and waits for its one answer. Cancelling the task sends a
@@ -118,8 +131,9 @@ public final class HostConnection: Sendable {
         return true
     }
 
-    /// The connection ended: every request still waiting fails.
+    /// The connection ended: every request still waiting fails; the exported object is let go.
     func closed() {
+        exported.withLock { $0 = nil }
         let waiting = state.withLock { state -> [Reply] in
             state.closed = true
             defer { state.pending.removeAll() }

@@ -54,7 +54,7 @@ struct LoopbackTests {
         let transport = Loopback(peer: ext)
         host.attach(transport)
         let served = EnglishGreeter(actorSystem: ext)
-        ext.export(served, as: $Greeter.self)
+        ext.export(ExportedObject(served, as: $Greeter.self))
         return (host, served, transport)
     }
 

@@ -1,0 +1,71 @@
+@_exported import Distributed
+@_exported import ExtSandboxActors
+
+// The host's side of distributed actors: a connection carries the calls (each a REQUEST whose
+// payload is a call envelope, docs/wire-protocol.md §12), and serves the host's exported object.
+extension ExtensionConnection: CallTransport {
+    /// A proxy for the object the extension exports, typed by the contract's `@Resolvable`
+    /// protocol (ExtensionFoundation's `remoteObjectProxy`):
+    ///
+    /// ```swift
+    /// let filter = try connection.remoteObject($TextFilter.self)
+    /// let result = try await filter.apply("hello")
+    /// ```
+    ///
+    /// Each call is a request on this connection: it fails as ``send(_:)`` does (the process
+    /// ended mid-call: ``ExtensionError/interrupted(_:)`` with its reason; the task cancelled:
+    /// ``ExtensionError/cancelled``), or with ``DistributedCallError`` when the extension could
+    /// not serve it, or with the error the remote method threw (a type both sides registered
+    /// with ``ExtensionActorSystem/register(error:as:)`` comes back as itself). The proxy does
+    /// not keep the connection open.
+    public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
+        let system = ExtensionActorSystem(side: .host)
+        system.attach(self)
+        return try system.remoteObject(type)
+    }
+
+    /// Sends a call envelope as a request: the REPLY's payload, or the ERROR's code and message.
+    public func call(_ envelope: [UInt8]) async throws -> CallAnswer {
+        do {
+            let reply = try await send(ExtensionMessage(envelope))
+            Self.close(reply.fileDescriptors)
+            return .reply(reply.payload)
+        } catch ExtensionError.remote(let code, let message) {
+            return .error(code: code, message: message)
+        }
+    }
+}
+
+extension ExtensionConnection.ExtensionFailure: CodedCallError {}
+
+extension AppExtensionProcess {
+    /// Makes a connection on which the host serves `make`'s object to the extension (its
+    /// `exportedObject`): the extension resolves it with `HostConnection.remoteObject`.
+    ///
+    /// ```swift
+    /// let connection = try await process.makeConnection(exporting: $HostServices.self) { system in
+    ///     Services(actorSystem: system)
+    /// }
+    /// ```
+    ///
+    /// The connection keeps the object alive; its requests are all calls of `contract`.
+    public func makeConnection<Contract: DistributedActor>(
+        exporting contract: Contract.Type, _ make: (ExtensionActorSystem) -> any DistributedActor
+    ) async throws -> ExtensionConnection where Contract.ActorSystem == ExtensionActorSystem {
+        let system = ExtensionActorSystem(side: .host)
+        let exported = ExportedObject(make(system), as: contract)
+        system.export(exported)
+        let connection = try await makeConnection(handlers: ExtensionConnection.Handlers(onRequest: { message in
+            ExtensionConnection.close(message.fileDescriptors)
+            // The handler holds the object: the system holds it (and the connection) weakly.
+            let answer = await system.serve(message.payload)
+            withExtendedLifetime(exported) {}
+            switch answer {
+            case .reply(let result): return ExtensionMessage(result)
+            case .error(let code, let text): throw ExtensionConnection.ExtensionFailure(code: code, text)
+            }
+        }))
+        system.attach(connection)
+        return connection
+    }
+}

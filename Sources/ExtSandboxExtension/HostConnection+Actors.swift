@@ -1,0 +1,38 @@
+@_exported import Distributed
+@_exported import ExtSandboxActors
+
+// The extension's side of distributed actors: the connection to the host carries the calls
+// (docs/wire-protocol.md §12) and serves the extension's exported object.
+extension HostConnection: CallTransport {
+    /// A proxy for the object the host exports on this connection, typed by the contract's
+    /// `@Resolvable` protocol: `try host.remoteObject($HostServices.self)`. Its calls fail as
+    /// ``send(_:)`` does, with ``DistributedCallError`` when the host could not serve them
+    /// (``DistributedCallError/notServed`` when it exports nothing), or with the error the host's
+    /// method threw.
+    public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
+        try actorSystem.remoteObject(type)
+    }
+
+    /// Sends a call envelope as a request: the REPLY's payload, or the ERROR's code and message.
+    public func call(_ envelope: [UInt8]) async throws -> CallAnswer {
+        do {
+            let reply = try await send(Message(envelope))
+            closeDescriptors(reply.fileDescriptors)
+            return .reply(reply.payload)
+        } catch HostRequestError.remote(let code, let message) {
+            return .error(code: code, message: message)
+        }
+    }
+
+    /// Serves one request as a call on the extension's exported object (what
+    /// ``AppExtension/handle(request:)`` does by default).
+    public func serveCall(_ request: Message) async throws -> Message {
+        closeDescriptors(request.fileDescriptors)
+        switch await actorSystem.serve(request.payload) {
+        case .reply(let result): return Message(result)
+        case .error(let code, let message): throw ExtensionFailure(code: code, message)
+        }
+    }
+}
+
+extension ExtensionFailure: CodedCallError {}

@@ -1,0 +1,155 @@
+import ExtSandbox
+import Foundation
+import Glibc
+import Synchronization
+import Testing
+import TextFilterContract
+
+/// What the host serves to the actors fixture: it notes what the extension tells it.
+distributed actor Notes: HostNotes {
+    typealias ActorSystem = ExtensionActorSystem
+    distributed func note(_ text: String) -> String { "host noted: \(text)" }
+}
+
+/// Typed calls through `@Resolvable` proxies, both ways, against the actors fixture
+/// (Tests/Fixtures/xsb-actors-extension) in a real sandbox.
+@Suite("Distributed actors over a connection")
+struct DistributedCallTests {
+    init() {
+        TextFilterContract.register()
+    }
+
+    static func identity(level: String = "hardened") -> AppExtensionIdentity {
+        AppExtensionIdentity.developmentOnly(
+            bundleIdentifier: "actors-\(UUID().uuidString)", executablePath: HostFixtures.productsDirectory + "/xsb-actors-extension",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/\(level).yaml"))
+    }
+
+    @Test("the host calls the extension's object, which calls the host's on the same connection")
+    func bothDirections() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection(exporting: $HostNotes.self) { Notes(actorSystem: $0) }
+        defer { connection.invalidate() }
+        let filter = try connection.remoteObject($TextFilter.self)
+        #expect(try await filter.apply("hello", options: FilterOptions()) == "HELLO")
+        #expect(try await filter.apply("quiet", options: FilterOptions(shout: false)) == "quiet")
+        #expect(try await filter.askHost("ping") == "host noted: ping")
+    }
+
+    @Test("many calls at once on one connection, each answered to its caller")
+    func concurrentCalls() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection(exporting: $HostNotes.self) { Notes(actorSystem: $0) }
+        defer { connection.invalidate() }
+        let filter = try connection.remoteObject($TextFilter.self)
+        let correct = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for index in 0..<30 {
+                group.addTask {
+                    switch index % 3 {
+                    case 0: try await filter.apply("text \(index)", options: FilterOptions()) == "TEXT \(index)"
+                    case 1: try await filter.sleep(milliseconds: 20) == false
+                    default: try await filter.askHost("n\(index)") == "host noted: n\(index)"
+                    }
+                }
+            }
+            return try await group.reduce(into: 0) { $0 += $1 ? 1 : 0 }
+        }
+        #expect(correct == 30)
+    }
+
+    @Test("a registered Codable error comes back as itself, any other as a remote error with its code and message")
+    func errors() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let filter = try connection.remoteObject($TextFilter.self)
+        await #expect(throws: FilterError.tooLong(limit: 3)) { _ = try await filter.apply("long", options: FilterOptions(limit: 3)) }
+        await #expect(throws: DistributedCallError.remote(code: CallErrorCode.thrownError, message: "the filter failed plainly")) {
+            try await filter.failPlainly()
+        }
+        // The extension's requests find no object on a connection that exports none.
+        await #expect(throws: (any Error).self) { _ = try await filter.askHost("x") }
+        #expect(try await filter.apply("still", options: FilterOptions()) == "STILL")
+    }
+
+    @Test("a method the object does not have and an object that does not exist are typed errors; the connection carries on")
+    func unknownMethodAndTarget() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        // The extension's object is no HostNotes.
+        let wrong = try connection.remoteObject($HostNotes.self)
+        await #expect {
+            _ = try await wrong.note("x")
+        } throws: { error in
+            guard case DistributedCallError.unknownMethod = error else { return false }
+            return true
+        }
+        let system = ExtensionActorSystem(side: .host)
+        system.attach(connection)
+        let nobody = try $TextFilter.resolve(id: ExtensionActorID("nobody"), using: system)
+        await #expect(throws: DistributedCallError.unknownTarget("no object named nobody")) {
+            _ = try await nobody.apply("x", options: FilterOptions())
+        }
+        #expect(connection.isOpen)
+        #expect(try await connection.remoteObject($TextFilter.self).apply("ok", options: FilterOptions()) == "OK")
+    }
+
+    @Test("cancelling the calling task cancels the call and the remote method's task")
+    func cancellation() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let filter = try connection.remoteObject($TextFilter.self)
+        let sleeping = Task { try await filter.sleep(milliseconds: 60_000) }
+        try await Task.sleep(for: .milliseconds(200))
+        sleeping.cancel()
+        await #expect {
+            _ = try await sleeping.value
+        } throws: { error in
+            guard case ExtensionError.cancelled = error else { return false }
+            return true
+        }
+        // The remote method saw its cancellation.
+        var seen = 0
+        for _ in 0..<100 where seen == 0 {
+            seen = try await filter.cancelledSleeps()
+            if seen == 0 { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        #expect(seen == 1)
+    }
+
+    @Test("the extension killed or crashing mid-call fails the call once, with the reason", arguments: ["kill", "crash"])
+    func interruptedMidCall(cause: String) async throws {
+        let recorder = Recorder()
+        let process = try await AppExtensionProcess(configuration: recorder.configuration(Self.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        let filter = try connection.remoteObject($TextFilter.self)
+        let call = Task { () throws -> Void in
+            if cause == "kill" { _ = try await filter.sleep(milliseconds: 60_000) } else { try await filter.crash() }
+        }
+        if cause == "kill" {
+            try await Task.sleep(for: .milliseconds(200))
+            kill(process.sandbox.pid, SIGKILL)
+        }
+        do {
+            try await call.value
+            Issue.record("the call returned")
+        } catch ExtensionError.interrupted(let termination) {
+            #expect(cause == "kill" ? termination == .killed : "\(termination)".contains("signal 11"), "\(termination)")
+        } catch {
+            Issue.record("expected interrupted, got \(error)")
+        }
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions.count == 1 })
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(recorder.recordedInterruptions.count == 1, "\(recorder.recordedInterruptions)")
+        // Later calls on that connection fail at once with the same reason.
+        await #expect(throws: ExtensionError.self) { _ = try await filter.apply("late", options: FilterOptions()) }
+    }
+}
