@@ -30,7 +30,11 @@ public final class ExtensionResultHandler: DistributedTargetInvocationResultHand
     }
 
     /// A registered error as itself; a coded one with its code; anything else as its description.
+    /// (An argument that did not decode reaches the handler as the method's error.)
     static func answer(for error: any Error) -> CallAnswer {
+        if let undecodable = error as? ExtensionInvocationDecoder.ArgumentError {
+            return .error(code: CallErrorCode.undecodableArguments, message: undecodable.description)
+        }
         if let message = RemoteErrorRegistry.shared.encode(error) {
             return .error(code: CallErrorCode.registeredError, message: message)
         }
