@@ -24,12 +24,13 @@ extension ExtensionConnection: CallTransport {
         return try system.remoteObject(type)
     }
 
-    /// Sends a call envelope as a request: the REPLY's payload, or the ERROR's code and message.
-    public func call(_ envelope: [UInt8]) async throws -> CallAnswer {
+    /// Sends a call envelope as a request (taking `fileDescriptors`: ``send(_:)`` sends copies,
+    /// these close once it returns): the REPLY's payload and fds, or the ERROR's code and message.
+    public func call(_ envelope: [UInt8], fileDescriptors: [Int32]) async throws -> CallAnswer {
+        defer { Self.close(fileDescriptors) }
         do {
-            let reply = try await send(ExtensionMessage(envelope))
-            Self.close(reply.fileDescriptors)
-            return .reply(reply.payload)
+            let reply = try await send(ExtensionMessage(envelope, fileDescriptors: fileDescriptors))
+            return .reply(reply.payload, fileDescriptors: reply.fileDescriptors)
         } catch ExtensionError.remote(let code, let message) {
             return .error(code: code, message: message)
         }
@@ -48,7 +49,9 @@ extension AppExtensionProcess {
     /// }
     /// ```
     ///
-    /// The connection keeps the object alive; its requests are all calls of `contract`.
+    /// The connection keeps the object alive; its requests are all calls of `contract`. The
+    /// object's methods may take file descriptors (``TransferredFileDescriptor``) but not return
+    /// them: such a result is answered with an error.
     public func makeConnection<Contract: DistributedActor>(
         exporting contract: Contract.Type, _ make: (ExtensionActorSystem) -> any DistributedActor
     ) async throws -> ExtensionConnection where Contract.ActorSystem == ExtensionActorSystem {
@@ -56,12 +59,15 @@ extension AppExtensionProcess {
         let exported = ExportedObject(make(system), as: contract)
         system.export(exported)
         let connection = try await makeConnection(handlers: ExtensionConnection.Handlers(onRequest: { message in
-            ExtensionConnection.close(message.fileDescriptors)
             // The handler holds the object: the system holds it (and the connection) weakly.
-            let answer = await system.serve(message.payload)
+            let answer = await system.serve(message.payload, fileDescriptors: message.fileDescriptors)
             withExtendedLifetime(exported) {}
             switch answer {
-            case .reply(let result): return ExtensionMessage(result)
+            case .reply(_, let fds) where !fds.isEmpty:
+                // The connection sends copies of a reply's fds and nothing would close these.
+                ExtensionConnection.close(fds)
+                throw ExtensionConnection.ExtensionFailure(code: CallErrorCode.thrownError, "the host's methods cannot return file descriptors")
+            case .reply(let result, _): return ExtensionMessage(result)
             case .error(let code, let text): throw ExtensionConnection.ExtensionFailure(code: code, text)
             }
         }))

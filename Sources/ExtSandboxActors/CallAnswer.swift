@@ -1,8 +1,9 @@
-/// What the callee's side sends back for one call envelope: the REPLY's payload, or the
+/// What the callee's side sends back for one call envelope: the REPLY's payload and fds, or the
 /// ERROR's code and message (docs/wire-protocol.md §12).
 public enum CallAnswer: Sendable, Hashable {
-    /// The encoded result (a value, docs/wire-protocol.md §12.2); empty for a method that returns nothing.
-    case reply([UInt8])
+    /// The encoded result (a value, docs/wire-protocol.md §12.2), empty for a method that returns
+    /// nothing, and the result's file descriptors (owned by whoever holds the answer).
+    case reply([UInt8], fileDescriptors: [Int32])
     /// An ERROR answer.
     case error(code: UInt32, message: String)
 }

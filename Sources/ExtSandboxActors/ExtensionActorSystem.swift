@@ -113,9 +113,9 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
     public func remoteCall<Act, Err, Res>(
         on actor: Act, target: RemoteCallTarget, invocation: inout InvocationEncoder, throwing: Err.Type, returning: Res.Type
     ) async throws -> Res where Act: DistributedActor, Act.ID == ActorID, Err: Error, Res: Codable {
-        let result = try await call(actor.id, target, invocation)
+        let (result, descriptors) = try await call(actor.id, target, invocation)
         do {
-            return try ValueCoding.decode(Res.self, from: result)
+            return try ValueCoding.decode(Res.self, from: result, descriptors: descriptors)
         } catch {
             throw DistributedCallError.malformedResult("not a \(Res.self): \(error)")
         }
@@ -127,7 +127,8 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
         _ = try await call(actor.id, target, invocation)
     }
 
-    private func call(_ id: ActorID, _ target: RemoteCallTarget, _ invocation: InvocationEncoder) async throws -> [UInt8] {
+    /// The result's bytes and its received descriptors (those no value takes close with the table).
+    private func call(_ id: ActorID, _ target: RemoteCallTarget, _ invocation: InvocationEncoder) async throws -> ([UInt8], DescriptorTable) {
         let envelope: [UInt8]
         do {
             envelope = try CallEnvelope(target: id.name, method: target.identifier, arguments: invocation.arguments).encoded()
@@ -137,17 +138,20 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
         guard let transport = state.withLock({ $0.transport }) else {
             throw DistributedCallError.notSent("the connection is gone")
         }
-        switch try await transport.call(envelope) {
-        case .reply(let result): return result
+        switch try await transport.call(envelope, fileDescriptors: invocation.descriptors.handOver()) {
+        case .reply(let result, let fds): return (result, DescriptorTable(received: fds))
         case .error(let code, let message): throw DistributedCallError.answered(code: code, message: message)
         }
     }
 
     // MARK: Serving
 
-    /// Serves one call envelope the peer sent (a REQUEST's payload) on this side's exported
-    /// object: the answer to send back. Never throws: every failure is an ERROR answer.
-    public func serve(_ envelopeBytes: [UInt8]) async -> CallAnswer {
+    /// Serves one call envelope the peer sent (a REQUEST's payload, with its `fileDescriptors`,
+    /// which this takes: those no argument takes are closed) on this side's exported object: the
+    /// answer to send back. Never throws: every failure is an ERROR answer.
+    public func serve(_ envelopeBytes: [UInt8], fileDescriptors: [Int32]) async -> CallAnswer {
+        let descriptors = DescriptorTable(received: fileDescriptors)
+        defer { descriptors.closeUntaken() }
         let envelope: CallEnvelope
         do {
             envelope = try CallEnvelope(decoding: envelopeBytes)
@@ -169,7 +173,7 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
         default:
             break
         }
-        var decoder = InvocationDecoder(arguments: envelope.arguments, actorType: type(of: actor))
+        var decoder = InvocationDecoder(arguments: envelope.arguments, actorType: type(of: actor), descriptors: descriptors)
         let handler = ResultHandler()
         do {
             try await executeDistributedTarget(on: actor, target: RemoteCallTarget(envelope.method), invocationDecoder: &decoder, handler: handler)

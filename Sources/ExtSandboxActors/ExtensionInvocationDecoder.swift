@@ -12,13 +12,16 @@ public struct ExtensionInvocationDecoder: DistributedTargetInvocationDecoder {
 
     private let arguments: [[UInt8]]
     private let actorType: any DistributedActor.Type
+    /// The call's file descriptors: those no argument takes are closed with the table.
+    private let descriptors: DescriptorTable
     private var next = 0
 
     /// The arguments of a call on an actor of `actorType`: the `Self` of the contract's
     /// protocol, the only generic parameter a served method may have.
-    init(arguments: [[UInt8]], actorType: any DistributedActor.Type) {
+    init(arguments: [[UInt8]], actorType: any DistributedActor.Type, descriptors: DescriptorTable) {
         self.arguments = arguments
         self.actorType = actorType
+        self.descriptors = descriptors
     }
 
     public mutating func decodeGenericSubstitutions() throws -> [Any.Type] { [actorType] }
@@ -29,7 +32,7 @@ public struct ExtensionInvocationDecoder: DistributedTargetInvocationDecoder {
         }
         defer { next += 1 }
         do {
-            return try ValueCoding.decode(Argument.self, from: arguments[next])
+            return try ValueCoding.decode(Argument.self, from: arguments[next], descriptors: descriptors)
         } catch {
             throw ArgumentError(description: "argument \(next) is not a \(Argument.self): \(error)")
         }

@@ -8,6 +8,8 @@ public struct ExtensionInvocationEncoder: DistributedTargetInvocationEncoder {
     public typealias SerializationRequirement = Codable
 
     var arguments: [[UInt8]] = []
+    /// The copies of the arguments' file descriptors, sent with the call's frame.
+    let descriptors = DescriptorTable()
     private var substitutions = 0
 
     public mutating func recordGenericSubstitution<T>(_ type: T.Type) throws {
@@ -18,7 +20,7 @@ public struct ExtensionInvocationEncoder: DistributedTargetInvocationEncoder {
 
     public mutating func recordArgument<Value: Codable>(_ argument: RemoteCallArgument<Value>) throws {
         do {
-            arguments.append(try ValueCoding.encode(argument.value))
+            arguments.append(try ValueCoding.encode(argument.value, descriptors: descriptors))
         } catch {
             throw DistributedCallError.notSent("argument \(argument.label ?? argument.name) does not encode: \(error)")
         }

@@ -14,7 +14,9 @@ public final class ExtensionResultHandler: DistributedTargetInvocationResultHand
     public func onReturn<Success: Codable>(value: Success) async throws {
         let answer: CallAnswer
         do {
-            answer = .reply(try ValueCoding.encode(value))
+            let descriptors = DescriptorTable()
+            let result = try ValueCoding.encode(value, descriptors: descriptors)
+            answer = .reply(result, fileDescriptors: descriptors.handOver())
         } catch {
             answer = .error(code: CallErrorCode.thrownError, message: "the result does not encode: \(error)")
         }
@@ -22,7 +24,7 @@ public final class ExtensionResultHandler: DistributedTargetInvocationResultHand
     }
 
     public func onReturnVoid() async throws {
-        outcome.withLock { $0 = .reply([]) }
+        outcome.withLock { $0 = .reply([], fileDescriptors: []) }
     }
 
     public func onThrow<Err: Error>(error: Err) async throws {

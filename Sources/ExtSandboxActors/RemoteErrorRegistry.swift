@@ -23,7 +23,7 @@ final class RemoteErrorRegistry: Sendable {
         precondition(!name.isEmpty && !name.utf8.contains(10), "a registered error's name is not empty and has no line feed")
         let entry = Entry(
             name: name,
-            encode: { error in try (error as? Failure).map(ValueCoding.encode) },
+            encode: { error in try (error as? Failure).map { try ValueCoding.encode($0) } },
             decode: { bytes in try ValueCoding.decode(Failure.self, from: bytes) })
         entries.withLock { entries in
             entries.byName[name] = entry

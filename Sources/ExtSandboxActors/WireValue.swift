@@ -12,6 +12,7 @@
 /// | 7 | bytes (`[UInt8]`) | u32 length, the bytes |
 /// | 8 | array | u32 count, the values |
 /// | 9 | map (a keyed value: a struct, an enum case) | u32 count, then per entry a u32 key length, the key's UTF-8, the value |
+/// | 10 | file descriptor (``TransferredFileDescriptor``) | u16 index among the frame's fds |
 enum WireValue: Equatable {
     case null
     case bool(Bool)
@@ -22,6 +23,7 @@ enum WireValue: Equatable {
     case bytes([UInt8])
     case array([WireValue])
     case map([(key: String, value: WireValue)])
+    case descriptor(UInt16)
 
     /// Deepest nesting of arrays and maps a reader accepts.
     static let maximumDepth = 64
@@ -37,6 +39,7 @@ enum WireValue: Equatable {
         case (.bytes(let a), .bytes(let b)): a == b
         case (.array(let a), .array(let b)): a == b
         case (.map(let a), .map(let b)): a.elementsEqual(b) { $0.key == $1.key && $0.value == $1.value }
+        case (.descriptor(let a), .descriptor(let b)): a == b
         default: false
         }
     }
@@ -75,6 +78,9 @@ enum WireValue: Equatable {
                 bytes += entry.key.utf8
                 entry.value.write(to: &bytes)
             }
+        case .descriptor(let index):
+            bytes.append(10)
+            appendBigEndian(index, to: &bytes)
         }
     }
 
@@ -97,6 +103,7 @@ enum WireValue: Equatable {
         case 5: return .double(Double(bitPattern: try reader.uint64("floating point")))
         case 6: return .string(try reader.string32("string"))
         case 7: return .bytes(try reader.bytes(Int(try reader.uint32("bytes length")), "bytes"))
+        case 10: return .descriptor(try reader.uint16("file descriptor index"))
         case 8, 9:
             guard depth < maximumDepth else { throw CallEnvelope.FormatError("values nested deeper than \(maximumDepth)") }
             let count = Int(try reader.uint32("count"))

@@ -1,15 +1,23 @@
 /// Decodes any `Decodable` value from a ``WireValue``. Integers decode into any integer type
 /// they fit exactly; a map's keys are looked up by name (a duplicate key is refused).
 struct WireValueDecoder {
+    /// The received descriptors ``TransferredFileDescriptor`` values take (none: they cannot be decoded).
+    var descriptors: DescriptorTable?
+
     func decode<Value: Decodable>(_ type: Value.Type, from value: WireValue) throws -> Value {
-        try ValueReading.decode(type, from: value, codingPath: [])
+        try ValueReading.decode(type, from: value, codingPath: [], descriptors: descriptors)
     }
 }
 
 enum ValueReading {
-    static func decode<Value: Decodable>(_ type: Value.Type, from value: WireValue, codingPath: [any CodingKey]) throws -> Value {
+    static func decode<Value: Decodable>(_ type: Value.Type, from value: WireValue, codingPath: [any CodingKey],
+                                         descriptors: DescriptorTable?) throws -> Value {
         if type == [UInt8].self, case .bytes(let bytes) = value { return bytes as! Value }
-        return try Value(from: NodeDecoder(value: value, codingPath: codingPath))
+        if type == TransferredFileDescriptor.self, let descriptors {
+            guard case .descriptor(let index) = value else { throw mismatch("a file descriptor", value, codingPath) }
+            return try descriptors.take(index) as! Value
+        }
+        return try Value(from: NodeDecoder(value: value, codingPath: codingPath, descriptors: descriptors))
     }
 
     static func mismatch(_ expected: String, _ value: WireValue, _ codingPath: [any CodingKey]) -> DecodingError {
@@ -26,6 +34,7 @@ enum ValueReading {
         case .bytes: "bytes"
         case .array: "an array"
         case .map: "a map"
+        case .descriptor: "a file descriptor"
         }
     }
 
@@ -64,6 +73,7 @@ enum ValueReading {
 struct NodeDecoder: Decoder {
     let value: WireValue
     let codingPath: [any CodingKey]
+    let descriptors: DescriptorTable?
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
@@ -75,25 +85,26 @@ struct NodeDecoder: Decoder {
                 throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "key \(entry.key) appears twice"))
             }
         }
-        return KeyedDecodingContainer(KeyedValueContainer(entries: byKey, codingPath: codingPath))
+        return KeyedDecodingContainer(KeyedValueContainer(entries: byKey, codingPath: codingPath, descriptors: descriptors))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
         switch value {
-        case .array(let values): return UnkeyedValueContainer(values: values, codingPath: codingPath)
-        case .bytes(let bytes): return UnkeyedValueContainer(values: bytes.map { .uint(UInt64($0)) }, codingPath: codingPath)
+        case .array(let values): return UnkeyedValueContainer(values: values, codingPath: codingPath, descriptors: descriptors)
+        case .bytes(let bytes): return UnkeyedValueContainer(values: bytes.map { .uint(UInt64($0)) }, codingPath: codingPath, descriptors: descriptors)
         default: throw ValueReading.mismatch("an array", value, codingPath)
         }
     }
 
     func singleValueContainer() throws -> any SingleValueDecodingContainer {
-        SingleValueContainer(value: value, codingPath: codingPath)
+        SingleValueContainer(value: value, codingPath: codingPath, descriptors: descriptors)
     }
 }
 
 struct KeyedValueContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let entries: [String: WireValue]
     let codingPath: [any CodingKey]
+    let descriptors: DescriptorTable?
 
     var allKeys: [Key] { entries.keys.compactMap { Key(stringValue: $0) } }
 
@@ -125,34 +136,36 @@ struct KeyedValueContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try ValueReading.integer(type, value(key), path(key)) }
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
-        try ValueReading.decode(type, from: value(key), codingPath: path(key))
+        try ValueReading.decode(type, from: value(key), codingPath: path(key), descriptors: descriptors)
     }
 
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
-        try NodeDecoder(value: value(key), codingPath: path(key)).container(keyedBy: type)
+        try NodeDecoder(value: value(key), codingPath: path(key), descriptors: descriptors).container(keyedBy: type)
     }
 
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
-        try NodeDecoder(value: value(key), codingPath: path(key)).unkeyedContainer()
+        try NodeDecoder(value: value(key), codingPath: path(key), descriptors: descriptors).unkeyedContainer()
     }
 
     func superDecoder() throws -> any Decoder {
-        NodeDecoder(value: entries["super"] ?? .null, codingPath: codingPath)
+        NodeDecoder(value: entries["super"] ?? .null, codingPath: codingPath, descriptors: descriptors)
     }
 
     func superDecoder(forKey key: Key) throws -> any Decoder {
-        NodeDecoder(value: entries[key.stringValue] ?? .null, codingPath: path(key))
+        NodeDecoder(value: entries[key.stringValue] ?? .null, codingPath: path(key), descriptors: descriptors)
     }
 }
 
 struct UnkeyedValueContainer: UnkeyedDecodingContainer {
     let values: [WireValue]
     let codingPath: [any CodingKey]
+    let descriptors: DescriptorTable?
     private(set) var currentIndex = 0
 
-    init(values: [WireValue], codingPath: [any CodingKey]) {
+    init(values: [WireValue], codingPath: [any CodingKey], descriptors: DescriptorTable?) {
         self.values = values
         self.codingPath = codingPath
+        self.descriptors = descriptors
     }
 
     var count: Int? { values.count }
@@ -188,25 +201,26 @@ struct UnkeyedValueContainer: UnkeyedDecodingContainer {
     mutating func decode(_ type: UInt64.Type) throws -> UInt64 { try ValueReading.integer(type, next(), codingPath) }
 
     mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
-        try ValueReading.decode(type, from: next(), codingPath: codingPath)
+        try ValueReading.decode(type, from: next(), codingPath: codingPath, descriptors: descriptors)
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
-        try NodeDecoder(value: next(), codingPath: codingPath).container(keyedBy: type)
+        try NodeDecoder(value: next(), codingPath: codingPath, descriptors: descriptors).container(keyedBy: type)
     }
 
     mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        try NodeDecoder(value: next(), codingPath: codingPath).unkeyedContainer()
+        try NodeDecoder(value: next(), codingPath: codingPath, descriptors: descriptors).unkeyedContainer()
     }
 
     mutating func superDecoder() throws -> any Decoder {
-        NodeDecoder(value: try next(), codingPath: codingPath)
+        NodeDecoder(value: try next(), codingPath: codingPath, descriptors: descriptors)
     }
 }
 
 struct SingleValueContainer: SingleValueDecodingContainer {
     let value: WireValue
     let codingPath: [any CodingKey]
+    let descriptors: DescriptorTable?
 
     func decodeNil() -> Bool { value == .null }
     func decode(_ type: Bool.Type) throws -> Bool { try ValueReading.bool(value, codingPath) }
@@ -225,6 +239,6 @@ struct SingleValueContainer: SingleValueDecodingContainer {
     func decode(_ type: UInt64.Type) throws -> UInt64 { try ValueReading.integer(type, value, codingPath) }
 
     func decode<T: Decodable>(_ type: T.Type) throws -> T {
-        try ValueReading.decode(type, from: value, codingPath: codingPath)
+        try ValueReading.decode(type, from: value, codingPath: codingPath, descriptors: descriptors)
     }
 }

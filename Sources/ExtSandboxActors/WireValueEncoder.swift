@@ -1,8 +1,11 @@
 /// Encodes any `Encodable` value as a ``WireValue``: keyed containers become maps, unkeyed
 /// ones arrays, `[UInt8]` bytes (as it is, not one value per byte).
 struct WireValueEncoder {
+    /// Where ``TransferredFileDescriptor`` values attach their copies (none: they cannot be encoded).
+    var descriptors: DescriptorTable?
+
     func encode<Value: Encodable>(_ value: Value) throws -> WireValue {
-        let node = EncodingNode()
+        let node = EncodingNode(descriptors: descriptors)
         try node.store(value, codingPath: [])
         return node.resolved()
     }
@@ -18,10 +21,14 @@ final class EncodingNode {
     }
 
     var content = Content.none
+    let descriptors: DescriptorTable?
 
-    init(_ value: WireValue? = nil) {
+    init(_ value: WireValue? = nil, descriptors: DescriptorTable? = nil) {
+        self.descriptors = descriptors
         if let value { content = .value(value) }
     }
+
+    func child() -> EncodingNode { EncodingNode(descriptors: descriptors) }
 
     func resolved() -> WireValue {
         switch content {
@@ -35,6 +42,8 @@ final class EncodingNode {
     func store<Value: Encodable>(_ value: Value, codingPath: [any CodingKey]) throws {
         if let bytes = value as? [UInt8] {
             content = .value(.bytes(bytes))
+        } else if let descriptor = value as? TransferredFileDescriptor, let descriptors {
+            content = .value(.descriptor(try descriptors.attach(descriptor)))
         } else {
             try value.encode(to: NodeEncoder(node: self, codingPath: codingPath))
         }
@@ -109,19 +118,19 @@ struct KeyedNodeContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func encode(_ value: UInt64, forKey key: Key) throws { put(.uint(value), key) }
 
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
-        let child = EncodingNode()
+        let child = node.child()
         node.append(key: key.stringValue, child)
         try child.store(value, codingPath: codingPath + [key])
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
-        let child = EncodingNode()
+        let child = node.child()
         node.append(key: key.stringValue, child)
         return NodeEncoder(node: child, codingPath: codingPath + [key]).container(keyedBy: keyType)
     }
 
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
-        let child = EncodingNode()
+        let child = node.child()
         node.append(key: key.stringValue, child)
         return NodeEncoder(node: child, codingPath: codingPath + [key]).unkeyedContainer()
     }
@@ -130,7 +139,7 @@ struct KeyedNodeContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
     mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(named: key.stringValue) }
 
     private func superEncoder(named name: String) -> any Encoder {
-        let child = EncodingNode()
+        let child = node.child()
         node.append(key: name, child)
         return NodeEncoder(node: child, codingPath: codingPath)
     }
@@ -160,25 +169,25 @@ struct UnkeyedNodeContainer: UnkeyedEncodingContainer {
     mutating func encode(_ value: UInt64) throws { put(.uint(value)) }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
-        let child = EncodingNode()
+        let child = node.child()
         node.append(child)
         try child.store(value, codingPath: codingPath)
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
-        let child = EncodingNode()
+        let child = node.child()
         node.append(child)
         return NodeEncoder(node: child, codingPath: codingPath).container(keyedBy: keyType)
     }
 
     mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
-        let child = EncodingNode()
+        let child = node.child()
         node.append(child)
         return NodeEncoder(node: child, codingPath: codingPath).unkeyedContainer()
     }
 
     mutating func superEncoder() -> any Encoder {
-        let child = EncodingNode()
+        let child = node.child()
         node.append(child)
         return NodeEncoder(node: child, codingPath: codingPath)
     }

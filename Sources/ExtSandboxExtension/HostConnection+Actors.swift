@@ -13,12 +13,12 @@ extension HostConnection: CallTransport {
         try actorSystem.remoteObject(type)
     }
 
-    /// Sends a call envelope as a request: the REPLY's payload, or the ERROR's code and message.
-    public func call(_ envelope: [UInt8]) async throws -> CallAnswer {
+    /// Sends a call envelope as a request (taking `fileDescriptors`: closed once sent): the
+    /// REPLY's payload and fds, or the ERROR's code and message.
+    public func call(_ envelope: [UInt8], fileDescriptors: [Int32]) async throws -> CallAnswer {
         do {
-            let reply = try await send(Message(envelope))
-            closeDescriptors(reply.fileDescriptors)
-            return .reply(reply.payload)
+            let reply = try await send(Message(envelope, fileDescriptors: fileDescriptors))
+            return .reply(reply.payload, fileDescriptors: reply.fileDescriptors)
         } catch HostRequestError.remote(let code, let message) {
             return .error(code: code, message: message)
         }
@@ -27,9 +27,8 @@ extension HostConnection: CallTransport {
     /// Serves one request as a call on the extension's exported object (what
     /// ``AppExtension/handle(request:)`` does by default).
     public func serveCall(_ request: Message) async throws -> Message {
-        closeDescriptors(request.fileDescriptors)
-        switch await actorSystem.serve(request.payload) {
-        case .reply(let result): return Message(result)
+        switch await actorSystem.serve(request.payload, fileDescriptors: request.fileDescriptors) {
+        case .reply(let result, let fds): return Message(result, fileDescriptors: fds)
         case .error(let code, let message): throw ExtensionFailure(code: code, message)
         }
     }

@@ -14,8 +14,8 @@ protocol Counter: DistributedActor where ActorSystem == ExtensionActorSystem {
     distributed func greet(_ name: String) async throws -> String
 }
 
+/// No `typealias ActorSystem`: the protocol's constraint names it (as in the README).
 distributed actor EnglishGreeter: Greeter {
-    typealias ActorSystem = ExtensionActorSystem
     distributed func greet(_ name: String) -> String { "hello, \(name)" }
     distributed func fail(registered: Bool) throws {
         if registered { throw GreetingError.tooRude(level: 3) }
@@ -43,7 +43,9 @@ struct PlainError: Error, CustomStringConvertible {
 final class Loopback: CallTransport {
     let peer: ExtensionActorSystem
     init(peer: ExtensionActorSystem) { self.peer = peer }
-    func call(_ envelope: [UInt8]) async throws -> CallAnswer { await peer.serve(envelope) }
+    func call(_ envelope: [UInt8], fileDescriptors: [Int32]) async throws -> CallAnswer {
+        await peer.serve(envelope, fileDescriptors: fileDescriptors)
+    }
 }
 
 @Suite("Distributed calls between two actor systems in memory")

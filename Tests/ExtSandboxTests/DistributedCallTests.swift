@@ -124,6 +124,29 @@ struct DistributedCallTests {
         #expect(seen == 1)
     }
 
+    @Test("file descriptors as arguments and results travel as SCM_RIGHTS")
+    func fileDescriptors() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity(level: "standard")))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let filter = try connection.remoteObject($TextFilter.self)
+        var template = Array("/tmp/xsb-actors-XXXXXX".utf8CString)
+        let memory = mkstemp(&template)
+        try #require(memory >= 0)
+        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
+        defer { close(memory) }
+        try #require(ftruncate(memory, 4096) == 0)
+        #expect(try await filter.size(of: TransferredFileDescriptor(duplicating: memory)) == 4096)
+        // The host's own descriptor stays open.
+        #expect(fcntl(memory, F_GETFD) >= 0)
+        let file = try await filter.file(containing: "from the extension")
+        let descriptor = try #require(file.rawValue)
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let count = read(descriptor, &buffer, buffer.count)
+        #expect(String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self) == "from the extension")
+    }
+
     @Test("the extension killed or crashing mid-call fails the call once, with the reason", arguments: ["kill", "crash"])
     func interruptedMidCall(cause: String) async throws {
         let recorder = Recorder()

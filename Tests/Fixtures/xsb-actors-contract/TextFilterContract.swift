@@ -16,6 +16,10 @@ public protocol TextFilter: DistributedActor where ActorSystem == ExtensionActor
     distributed func askHost(_ text: String) async throws -> String
     /// How many calls of ``sleep(milliseconds:)`` saw their cancellation.
     distributed func cancelledSleeps() async throws -> Int
+    /// The byte size of a file the host passes.
+    distributed func size(of file: TransferredFileDescriptor) async throws -> Int
+    /// The read end of a pipe that holds `text` (its write end closed).
+    distributed func file(containing text: String) async throws -> TransferredFileDescriptor
 }
 
 /// What the host serves to the extension on a connection.

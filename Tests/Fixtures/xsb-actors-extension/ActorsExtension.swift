@@ -51,4 +51,20 @@ distributed actor Filter: TextFilter {
     }
 
     distributed func cancelledSleeps() -> Int { cancelled }
+
+    distributed func size(of file: TransferredFileDescriptor) -> Int {
+        var info = stat()
+        guard let descriptor = file.rawValue, fstat(descriptor, &info) == 0 else { return -1 }
+        return Int(info.st_size)
+    }
+
+    distributed func file(containing text: String) throws -> TransferredFileDescriptor {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { throw PlainFailure() }
+        let reading = TransferredFileDescriptor(taking: ends[0])
+        defer { close(ends[1]) }
+        let bytes = Array(text.utf8)
+        guard write(ends[1], bytes, bytes.count) == bytes.count else { throw PlainFailure() }
+        return reading
+    }
 }
