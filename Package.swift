@@ -103,7 +103,7 @@ let package = Package(
         .target(name: "CBuildInfo"),
 
         // Launch benchmarks against bubblewrap and a bare spawn (scripts/bench).
-        .executableTarget(name: "xsb-bench", dependencies: ["SandboxRuntime", "SandboxPolicy", "SandboxSystem", "ExtSandbox", "ExtSandboxWire", "ExtensionCatalog"]),
+        .executableTarget(name: "xsb-bench", dependencies: ["SandboxRuntime", "SandboxPolicy", "SandboxSystem", "ExtSandbox", "ExtSandboxWire", "ExtensionCatalog", "TextFilterContract"]),
         .executableTarget(name: "xsb-pingpong", path: "Sources/xsb-pingpong"),
 
         // The README's demo: a host and a sandboxed extension (Examples/).

@@ -1,12 +1,22 @@
 /// Arguments, results and registered errors travel as ``WireValue``s (docs/wire-protocol.md
 /// §12.2 says why not JSON): any `Codable` value, in a format any language can read, decoded
 /// with bounded nesting from at most one frame's bytes. File descriptors go through `descriptors`.
-enum ValueCoding {
-    static func encode<Value: Encodable>(_ value: Value, descriptors: DescriptorTable? = nil) throws -> [UInt8] {
+public enum ValueCoding {
+    /// A value's bytes as a call carries them (without file descriptors: those need a call).
+    public static func encode<Value: Encodable>(_ value: Value) throws -> [UInt8] {
+        try encode(value, descriptors: nil)
+    }
+
+    /// Reads a value a call carried, refusing what the format does not allow.
+    public static func decode<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8]) throws -> Value {
+        try decode(type, from: bytes, descriptors: nil)
+    }
+
+    static func encode<Value: Encodable>(_ value: Value, descriptors: DescriptorTable?) throws -> [UInt8] {
         try WireValueEncoder(descriptors: descriptors).encode(value).serialized()
     }
 
-    static func decode<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8], descriptors: DescriptorTable? = nil) throws -> Value {
+    static func decode<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8], descriptors: DescriptorTable?) throws -> Value {
         try WireValueDecoder(descriptors: descriptors).decode(type, from: WireValue(parsing: bytes))
     }
 }

@@ -51,6 +51,7 @@ struct XsbBench {
         let pingpongPath = absolute(option("--pingpong") ?? ownDirectory + "/xsb-pingpong")
         // --scale-c-extension: the scale runs use the minimal C extension (`xsb-pingpong extension`).
         let extensionPath = absolute(option("--extension") ?? ownDirectory + "/xsb-echo-extension")
+        let actorsExtensionPath = absolute(option("--actors-extension") ?? ownDirectory + "/xsb-actors-extension")
         let cExtension = arguments.contains("--scale-c-extension")
         let scaleExtensionPath = cExtension ? pingpongPath : extensionPath
         let scaleExtensionArguments = cExtension ? ["extension"] : []
@@ -210,6 +211,32 @@ struct XsbBench {
             table.append("  sandbox.suspend() + resume() of the running extension (SIGSTOP/SIGCONT of its whole sandbox)")
             table.append(row("kill_to_interruption_ms", String(format: "%8.3f ms", killToInterruption * 1000), "", nil, "-"))
             table.append("  kill(sandbox.pid, SIGKILL) of a freshly launched extension to its onInterruption callback")
+
+            if FileManager.default.isExecutableFile(atPath: actorsExtensionPath) {
+                let distributed = try await DistributedBench(actorsExtensionPath: actorsExtensionPath, raw: bench, rounds: rounds).run()
+                let rtt = median(distributed.rtt), rttRaw = median(distributed.rttRaw)
+                let throughput = median(distributed.throughput), throughputRaw = median(distributed.throughputRaw)
+                let coding = median(distributed.coding)
+                report["rtt_distributed_vs_raw"] = rounded(rtt / rttRaw)
+                report["throughput_distributed_1mib_vs_raw"] = rounded(throughput / throughputRaw)
+                report["distributed"] = [
+                    "rtt_us": rounded(rtt * 1e6), "rtt_raw_us": rounded(rttRaw * 1e6),
+                    "rtt_vs_send": rounded(rtt / rttAPI),
+                    "throughput_1mib_mib_per_s": rounded(throughput / 1048576),
+                    "throughput_1mib_raw_mib_per_s": rounded(throughputRaw / 1048576),
+                    "coding_us": rounded(coding * 1e6), "coding_share_of_rtt": rounded(coding / rtt),
+                ] as [String: Any]
+                targets["rtt_distributed_vs_raw"] = "<= 1.5"
+                targets["throughput_distributed_1mib_vs_raw"] = ">= 0.8"
+                table.append(row("rtt_distributed_vs_raw", String(format: "%8.1f us", rtt * 1e6), String(format: "%8.1f us", rttRaw * 1e6),
+                                 rtt / rttRaw, "<= 1.5 " + verdict(rtt / rttRaw <= 1.5)))
+                table.append(String(format: "  filter.apply(64-byte String) through a @Resolvable proxy (%.2f x connection.send); encoding + decoding %.1f us of it",
+                                    rtt / rttAPI, coding * 1e6))
+                table.append(row("throughput_distributed_1mib_vs_raw", String(format: "%6.0f MiB/s", throughput / 1048576),
+                                 String(format: "%6.0f MiB/s", throughputRaw / 1048576), throughput / throughputRaw,
+                                 ">= 0.8 " + verdict(throughput / throughputRaw >= 0.8)))
+                table.append("  filter.count(1 MiB [UInt8]), four calls in flight")
+            }
         }
         if only == nil || only == "discovery" {
             let results = try await DiscoveryBench().run()

@@ -18,6 +18,8 @@ public protocol TextFilter: DistributedActor where ActorSystem == ExtensionActor
     distributed func cancelledSleeps() async throws -> Int
     /// The byte size of a file the host passes.
     distributed func size(of file: TransferredFileDescriptor) async throws -> Int
+    /// How many bytes it was given (the benchmark's bulk call).
+    distributed func count(_ bytes: [UInt8]) async throws -> Int
     /// The read end of a pipe that holds `text` (its write end closed).
     distributed func file(containing text: String) async throws -> TransferredFileDescriptor
 }

@@ -52,6 +52,8 @@ distributed actor Filter: TextFilter {
 
     distributed func cancelledSleeps() -> Int { cancelled }
 
+    distributed func count(_ bytes: [UInt8]) -> Int { bytes.count }
+
     distributed func size(of file: TransferredFileDescriptor) -> Int {
         var info = stat()
         guard let descriptor = file.rawValue, fstat(descriptor, &info) == 0 else { return -1 }
