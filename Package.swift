@@ -139,7 +139,7 @@ let package = Package(
 
         // Fuzz targets' entry points (docs/fuzzing.md): built into libFuzzer executables by the
         // separate Fuzz/ package, and replayed over the checked-in seed corpora by FuzzCorpusTests.
-        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog"]),
+        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog", "ExtSandboxActors"]),
         .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing", "TestSupport"]),
         // One finder for the package's paths (build products, fixtures, Policies, the CLI) and the
         // fixtures every test target shares (running executables as root or nobody, extension worlds).

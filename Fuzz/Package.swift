@@ -13,6 +13,7 @@ let targets = [
     "docker-import",
     "policy-cache",
     "bundle-manifest",
+    "call-envelope",
 ]
 
 // The library targets come from the main package through symlinks (Sources/X -> ../../Sources/X)
@@ -31,7 +32,8 @@ let package = Package(
         .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem"]),
         .target(name: "ExtSandboxWire", dependencies: ["SandboxSystem"]),
         .target(name: "ExtensionCatalog", dependencies: ["SandboxPolicy", "SandboxSystem", "CCrypto"]),
-        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog"]),
+        .target(name: "ExtSandboxActors"),
+        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog", "ExtSandboxActors"]),
         // libFuzzer's driver behind SwiftPM's renamed `main` (Sources/FuzzDriver/include/FuzzDriver.h).
         .target(name: "FuzzDriver"),
         // The entry points every fuzz executable shares: its `main` and LLVMFuzzerTestOneInput.

@@ -159,3 +159,44 @@ manifests = {
 }
 for name, text in manifests.items():
     write("bundle-manifest", name, text)
+
+# --- distributed call envelopes and values (docs/wire-protocol.md §12) ----------------------
+def value(tag, body=b""):
+    return bytes([tag]) + body
+
+def string_value(text):
+    data = text.encode()
+    return value(6, struct.pack(">I", len(data)) + data)
+
+def map_value(entries):
+    out = value(9, struct.pack(">I", len(entries)))
+    for key, item in entries:
+        out += struct.pack(">I", len(key)) + key.encode() + item
+    return out
+
+def envelope(target, method, arguments, version=1, flags=0, count=None):
+    t, m = target.encode(), method.encode()
+    out = struct.pack(">BBH", version, flags, len(t)) + t + struct.pack(">H", len(m)) + m
+    out += struct.pack(">H", len(arguments) if count is None else count)
+    for argument in arguments:
+        out += struct.pack(">I", len(argument)) + argument
+    return out
+
+APPLY = "$s18TextFilterContract01$aB0C5apply_7optionsS2S_AA0B7OptionsVtYaKFTE"
+options = map_value([("shout", value(2)), ("limit", value(3, struct.pack(">q", 3))), ("tags", value(8, struct.pack(">I", 1)) + string_value("a"))])
+envelopes = {
+    "apply": envelope("extension", APPLY, [string_value("hello"), options]),
+    "doc-example": envelope("extension", "$s4Demo11$TextFilterC5applyyS2SYaKFTE", [string_value("hi")]),
+    "no-arguments": envelope("host", "$s18TextFilterContract10$HostNotesC4noteyS2SYaKFTE", []),
+    "bytes": envelope("extension", APPLY, [value(7, struct.pack(">I", 4) + b"\x00\x01\xfe\xff")]),
+    "descriptor": envelope("extension", APPLY, [value(10, struct.pack(">H", 0))]),
+    "enum-payload": envelope("host", "m", [map_value([("tooLong", map_value([("limit", value(4, struct.pack(">Q", 7)))]))])]),
+    "nested": envelope("host", "m", [value(8, struct.pack(">I", 1)) * 40 + value(0)]),
+    "lying-count": envelope("host", "m", [value(8, struct.pack(">I", 0xffffffff))]),
+    "version-2": envelope("host", "m", [], version=2),
+    "count-too-large": envelope("host", "m", [], count=0xffff),
+    "value-double": value(5, struct.pack(">d", 1.5)),
+    "value-null": value(0),
+}
+for name, data in envelopes.items():
+    write("call-envelope", name, data)

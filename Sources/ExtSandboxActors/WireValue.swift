@@ -13,7 +13,7 @@
 /// | 8 | array | u32 count, the values |
 /// | 9 | map (a keyed value: a struct, an enum case) | u32 count, then per entry a u32 key length, the key's UTF-8, the value |
 /// | 10 | file descriptor (``TransferredFileDescriptor``) | u16 index among the frame's fds |
-enum WireValue: Equatable {
+@_spi(Fuzzing) public enum WireValue: Equatable {
     case null
     case bool(Bool)
     case int(Int64)
@@ -28,7 +28,7 @@ enum WireValue: Equatable {
     /// Deepest nesting of arrays and maps a reader accepts.
     static let maximumDepth = 64
 
-    static func == (left: WireValue, right: WireValue) -> Bool {
+    public static func == (left: WireValue, right: WireValue) -> Bool {
         switch (left, right) {
         case (.null, .null): true
         case (.bool(let a), .bool(let b)): a == b
@@ -45,7 +45,7 @@ enum WireValue: Equatable {
     }
 
     /// The value's bytes.
-    func serialized() -> [UInt8] {
+    public func serialized() -> [UInt8] {
         var bytes: [UInt8] = []
         write(to: &bytes)
         return bytes
@@ -86,7 +86,7 @@ enum WireValue: Equatable {
 
     /// Reads one value that takes all of `bytes`. The peer is untrusted: every length and count
     /// is checked against what remains before anything is reserved, and nesting is bounded.
-    init(parsing bytes: [UInt8]) throws(CallEnvelope.FormatError) {
+    public init(parsing bytes: [UInt8]) throws(CallEnvelope.FormatError) {
         var reader = BoundedReader(bytes)
         self = try Self.read(&reader, depth: 0)
         guard reader.remaining == 0 else { throw CallEnvelope.FormatError("\(reader.remaining) bytes after a value") }

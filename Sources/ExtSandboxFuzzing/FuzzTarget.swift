@@ -21,6 +21,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     /// ``ExtensionManifest``, ``BundleValidator`` and ``PointDeclarationFile``: a bundle's
     /// `extension.yaml` (validated in a bundle directory) and a point declaration file.
     case bundleManifest = "bundle-manifest"
+    /// ``CallEnvelope`` and the value decoder of distributed calls: a REQUEST's or REPLY's payload.
+    case callEnvelope = "call-envelope"
 
     /// Runs one input through the target.
     public func run(_ input: UnsafeRawBufferPointer) {
@@ -31,6 +33,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .dockerImport: PolicyFuzzing.dockerImport(input)
         case .policyCache: PolicyFuzzing.policyCache(input)
         case .bundleManifest: BundleManifestFuzzing.bundleManifest(input)
+        case .callEnvelope: ActorsFuzzing.callEnvelope(input)
         }
     }
 

@@ -1,4 +1,4 @@
-@testable import ExtSandboxActors
+@_spi(Fuzzing) @testable import ExtSandboxActors
 import Testing
 
 @Suite("The call envelope and the value encoding, byte for byte (docs/wire-protocol.md §12)")
