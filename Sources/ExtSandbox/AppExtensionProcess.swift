@@ -39,8 +39,9 @@ public enum AppExtensionLifecycleEvent: Sendable, Equatable {
 /// request fails once and each attached handle's ``Configuration/onInterruption`` runs exactly
 /// once, with the reason; a later ``makeConnection()`` launches a fresh process.
 ///
-/// Differences from ExtensionFoundation: connections carry byte messages (with Codable
-/// conveniences) rather than XPC proxies, and processes are shared per host *process*.
+/// Differences from ExtensionFoundation: proxies are distributed actors typed by a `@Resolvable`
+/// protocol (``ExtensionConnection/remoteObject(_:)``) rather than XPC proxies, connections also
+/// carry byte messages, and processes are shared per host *process*.
 public final class AppExtensionProcess: Sendable {
     public struct Configuration: Sendable {
         public var identity: AppExtensionIdentity

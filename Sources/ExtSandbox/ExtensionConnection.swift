@@ -6,10 +6,12 @@ import Synchronization
 
 /// One channel to an extension, made by ``AppExtensionProcess/makeConnection()``.
 ///
-/// Requests get exactly one reply or one error; a cancelled task cancels its request. The
-/// connection keeps its extension process alive until ``invalidate()`` (or until it is
-/// released). Like ExtensionFoundation's `NSXPCConnection`, but with messages in bytes (and
-/// Codable conveniences) instead of proxies.
+/// Like ExtensionFoundation's `NSXPCConnection`: ``remoteObject(_:)`` is the counterpart of
+/// `remoteObjectProxyWithErrorHandler`, a proxy typed by a `@Resolvable` protocol whose calls
+/// travel on this connection (``AppExtensionProcess/makeConnection(exporting:_:)`` exports the
+/// host's object). Underneath, and for those who want them, messages in bytes: requests get
+/// exactly one reply or one error; a cancelled task cancels its request. The connection keeps its
+/// extension process alive until ``invalidate()`` (or until it is released).
 public final class ExtensionConnection: Sendable {
     typealias Reply = UnsafeContinuation<ExtensionMessage, any Error>
     typealias Handshake = CheckedContinuation<UInt32, any Error>

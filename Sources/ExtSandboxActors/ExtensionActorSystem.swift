@@ -12,9 +12,9 @@ import Synchronization
 /// }
 /// ```
 ///
-/// Each side exports at most one object per connection (``export(_:)``, an ``ExportedObject``) and resolves the
-/// peer's with ``remoteObject(_:)``: a proxy whose calls travel as call envelopes in REQUEST
-/// frames (docs/wire-protocol.md §12). Arguments and results are any `Codable` values; an error
+/// Each side exports at most one object per connection (``export(_:)``, an ``ExportedObject``)
+/// and resolves the peer's with ``remoteObject(_:)``: a proxy whose calls travel as call
+/// envelopes in REQUEST frames (docs/wire-protocol.md §12). Arguments and results are any `Codable` values; an error
 /// the remote method throws comes back as itself when both sides registered its type
 /// (``register(error:as:)``), otherwise as ``DistributedCallError``. The connection's own
 /// failures (the process ended mid-call, the call was cancelled) are thrown as the connection

@@ -25,13 +25,25 @@ struct DistributedCallTests {
             point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: HostFixtures.policiesDirectory + "/\(level).yaml"))
     }
 
+    /// A connection to a fresh actors fixture (exporting the host's `Notes` when asked) and the
+    /// proxy of its filter, for `body`.
+    static func withFilter(level: String = "hardened", exportingNotes: Bool = true,
+                           _ body: (ExtensionConnection, $TextFilter) async throws -> Void) async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: identity(level: level)))
+        defer { process.invalidate() }
+        let connection = exportingNotes
+            ? try await process.makeConnection(exporting: $HostNotes.self) { Notes(actorSystem: $0) }
+            : try await process.makeConnection()
+        defer { connection.invalidate() }
+        try await body(connection, try connection.remoteObject($TextFilter.self))
+    }
+
     @Test("the host calls the extension's object, which calls the host's on the same connection")
     func bothDirections() async throws {
-        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
-        defer { process.invalidate() }
-        let connection = try await process.makeConnection(exporting: $HostNotes.self) { Notes(actorSystem: $0) }
-        defer { connection.invalidate() }
-        let filter = try connection.remoteObject($TextFilter.self)
+        try await Self.withFilter { _, filter in try await Self.bothDirections(filter) }
+    }
+
+    static func bothDirections(_ filter: $TextFilter) async throws {
         #expect(try await filter.apply("hello", options: FilterOptions()) == "HELLO")
         #expect(try await filter.apply("quiet", options: FilterOptions(shout: false)) == "quiet")
         #expect(try await filter.askHost("ping") == "host noted: ping")
@@ -39,11 +51,10 @@ struct DistributedCallTests {
 
     @Test("many calls at once on one connection, each answered to its caller")
     func concurrentCalls() async throws {
-        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
-        defer { process.invalidate() }
-        let connection = try await process.makeConnection(exporting: $HostNotes.self) { Notes(actorSystem: $0) }
-        defer { connection.invalidate() }
-        let filter = try connection.remoteObject($TextFilter.self)
+        try await Self.withFilter { _, filter in try await Self.concurrentCalls(filter) }
+    }
+
+    static func concurrentCalls(_ filter: $TextFilter) async throws {
         let correct = try await withThrowingTaskGroup(of: Bool.self) { group in
             for index in 0..<30 {
                 group.addTask {
@@ -61,11 +72,10 @@ struct DistributedCallTests {
 
     @Test("a registered Codable error comes back as itself, any other as a remote error with its code and message")
     func errors() async throws {
-        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
-        defer { process.invalidate() }
-        let connection = try await process.makeConnection()
-        defer { connection.invalidate() }
-        let filter = try connection.remoteObject($TextFilter.self)
+        try await Self.withFilter(exportingNotes: false) { _, filter in try await Self.errors(filter) }
+    }
+
+    static func errors(_ filter: $TextFilter) async throws {
         await #expect(throws: FilterError.tooLong(limit: 3)) { _ = try await filter.apply("long", options: FilterOptions(limit: 3)) }
         await #expect(throws: DistributedCallError.remote(code: CallErrorCode.thrownError, message: "the filter failed plainly")) {
             try await filter.failPlainly()
@@ -77,10 +87,10 @@ struct DistributedCallTests {
 
     @Test("a method the object does not have and an object that does not exist are typed errors; the connection carries on")
     func unknownMethodAndTarget() async throws {
-        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
-        defer { process.invalidate() }
-        let connection = try await process.makeConnection()
-        defer { connection.invalidate() }
+        try await Self.withFilter(exportingNotes: false) { connection, _ in try await Self.unknownMethodAndTarget(connection) }
+    }
+
+    static func unknownMethodAndTarget(_ connection: ExtensionConnection) async throws {
         // The extension's object is no HostNotes.
         let wrong = try connection.remoteObject($HostNotes.self)
         await #expect {
@@ -101,11 +111,10 @@ struct DistributedCallTests {
 
     @Test("cancelling the calling task cancels the call and the remote method's task")
     func cancellation() async throws {
-        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity()))
-        defer { process.invalidate() }
-        let connection = try await process.makeConnection()
-        defer { connection.invalidate() }
-        let filter = try connection.remoteObject($TextFilter.self)
+        try await Self.withFilter(exportingNotes: false) { _, filter in try await Self.cancellation(filter) }
+    }
+
+    static func cancellation(_ filter: $TextFilter) async throws {
         let sleeping = Task { try await filter.sleep(milliseconds: 60_000) }
         try await Task.sleep(for: .milliseconds(200))
         sleeping.cancel()
@@ -126,11 +135,10 @@ struct DistributedCallTests {
 
     @Test("file descriptors as arguments and results travel as SCM_RIGHTS")
     func fileDescriptors() async throws {
-        let process = try await AppExtensionProcess(configuration: .init(identity: Self.identity(level: "standard")))
-        defer { process.invalidate() }
-        let connection = try await process.makeConnection()
-        defer { connection.invalidate() }
-        let filter = try connection.remoteObject($TextFilter.self)
+        try await Self.withFilter(level: "standard", exportingNotes: false) { _, filter in try await Self.fileDescriptors(filter) }
+    }
+
+    static func fileDescriptors(_ filter: $TextFilter) async throws {
         var template = Array("/tmp/xsb-actors-XXXXXX".utf8CString)
         let memory = mkstemp(&template)
         try #require(memory >= 0)
