@@ -25,10 +25,10 @@ public struct CallEnvelope: Sendable, Hashable {
     public var target: String
     /// The method identifier (`RemoteCallTarget.identifier`; see docs/wire-protocol.md §12).
     public var method: String
-    /// Each argument's encoded value, in order.
-    public var arguments: [[UInt8]]
+    /// Each argument's encoded value, in order (a decoded envelope's share its bytes).
+    public var arguments: [ArraySlice<UInt8>]
 
-    public init(target: String, method: String, arguments: [[UInt8]]) {
+    public init(target: String, method: String, arguments: [ArraySlice<UInt8>]) {
         self.target = target
         self.method = method
         self.arguments = arguments
@@ -44,6 +44,21 @@ public struct CallEnvelope: Sendable, Hashable {
     /// The envelope's bytes. Throws when a field is over its bound or the whole is over
     /// `maximumSize` (the peer's maximum frame size less the frame header, usually).
     public func encoded(maximumSize: Int = .max) throws(FormatError) -> [UInt8] {
+        try Self.encode(target: target, method: method, argumentSizes: arguments.map(\.count), maximumSize: maximumSize) { index, bytes in
+            bytes += arguments[index]
+        }
+    }
+
+    /// An envelope whose arguments are values, each written straight into the envelope's bytes
+    /// (a large argument is copied once).
+    static func encode(target: String, method: String, values: [WireValue]) throws(FormatError) -> [UInt8] {
+        try encode(target: target, method: method, argumentSizes: values.map(\.serializedSize), maximumSize: .max) { index, bytes in
+            values[index].write(to: &bytes)
+        }
+    }
+
+    private static func encode(target: String, method: String, argumentSizes: [Int], maximumSize: Int,
+                               writeArgument: (Int, inout [UInt8]) -> Void) throws(FormatError) -> [UInt8] {
         let targetBytes = Array(target.utf8), methodBytes = Array(method.utf8)
         guard (1...Self.maximumTargetLength).contains(targetBytes.count) else {
             throw FormatError("target of \(targetBytes.count) bytes (1–\(Self.maximumTargetLength))")
@@ -51,13 +66,13 @@ public struct CallEnvelope: Sendable, Hashable {
         guard (1...Self.maximumMethodLength).contains(methodBytes.count) else {
             throw FormatError("method identifier of \(methodBytes.count) bytes (1–\(Self.maximumMethodLength))")
         }
-        guard arguments.count <= Self.maximumArgumentCount else {
-            throw FormatError("\(arguments.count) arguments (at most \(Self.maximumArgumentCount))")
+        guard argumentSizes.count <= Self.maximumArgumentCount else {
+            throw FormatError("\(argumentSizes.count) arguments (at most \(Self.maximumArgumentCount))")
         }
-        let size = 2 + 2 + targetBytes.count + 2 + methodBytes.count + 2 + arguments.reduce(0) { $0 + 4 + $1.count }
+        let size = 2 + 2 + targetBytes.count + 2 + methodBytes.count + 2 + argumentSizes.reduce(0) { $0 + 4 + $1 }
         guard size <= maximumSize else { throw FormatError("\(size) bytes, over the peer's limit of \(maximumSize)") }
-        for argument in arguments where argument.count > Int(UInt32.max) {
-            throw FormatError("an argument of \(argument.count) bytes")
+        for argumentSize in argumentSizes where argumentSize > Int(UInt32.max) {
+            throw FormatError("an argument of \(argumentSize) bytes")
         }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(size)
@@ -67,17 +82,17 @@ public struct CallEnvelope: Sendable, Hashable {
         bytes += targetBytes
         appendBigEndian(UInt16(methodBytes.count), to: &bytes)
         bytes += methodBytes
-        appendBigEndian(UInt16(arguments.count), to: &bytes)
-        for argument in arguments {
-            appendBigEndian(UInt32(argument.count), to: &bytes)
-            bytes += argument
+        appendBigEndian(UInt16(argumentSizes.count), to: &bytes)
+        for (index, argumentSize) in argumentSizes.enumerated() {
+            appendBigEndian(UInt32(argumentSize), to: &bytes)
+            writeArgument(index, &bytes)
         }
         return bytes
     }
 
     /// Reads an envelope, refusing anything the format does not allow (see the type's layout).
     public init(decoding bytes: [UInt8]) throws(FormatError) {
-        var reader = BoundedReader(bytes)
+        var reader = BoundedReader(bytes[...])
         let version = try reader.byte("version")
         guard version == Self.version else { throw FormatError("version \(version) (this side reads \(Self.version))") }
         let flags = try reader.byte("flags")
@@ -88,11 +103,11 @@ public struct CallEnvelope: Sendable, Hashable {
         guard count <= Self.maximumArgumentCount else {
             throw FormatError("\(count) arguments (at most \(Self.maximumArgumentCount))")
         }
-        var arguments: [[UInt8]] = []
+        var arguments: [ArraySlice<UInt8>] = []
         arguments.reserveCapacity(count)
         for index in 0..<count {
             let length = Int(try reader.uint32("length of argument \(index)"))
-            arguments.append(try reader.bytes(length, "argument \(index)"))
+            arguments.append(try reader.slice(length, "argument \(index)"))
         }
         guard reader.remaining == 0 else { throw FormatError("\(reader.remaining) bytes after the last argument") }
         self.arguments = arguments
@@ -101,12 +116,15 @@ public struct CallEnvelope: Sendable, Hashable {
 
 /// Reads big-endian fields from untrusted bytes, checking each length against what remains.
 struct BoundedReader {
-    private let bytes: [UInt8]
-    private var offset = 0
+    private let bytes: ArraySlice<UInt8>
+    private var offset: Int
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    init(_ bytes: ArraySlice<UInt8>) {
+        self.bytes = bytes
+        offset = bytes.startIndex
+    }
 
-    var remaining: Int { bytes.count - offset }
+    var remaining: Int { bytes.endIndex - offset }
 
     mutating func byte(_ field: String) throws(CallEnvelope.FormatError) -> UInt8 {
         try need(1, field)
@@ -140,9 +158,14 @@ struct BoundedReader {
     }
 
     mutating func bytes(_ count: Int, _ field: String) throws(CallEnvelope.FormatError) -> [UInt8] {
+        Array(try slice(count, field))
+    }
+
+    /// The next `count` bytes, sharing the input's storage.
+    mutating func slice(_ count: Int, _ field: String) throws(CallEnvelope.FormatError) -> ArraySlice<UInt8> {
         try need(count, field)
         defer { offset += count }
-        return Array(bytes[offset..<offset + count])
+        return bytes[offset..<offset + count]
     }
 
     /// A u16 length, then that many bytes of valid UTF-8.

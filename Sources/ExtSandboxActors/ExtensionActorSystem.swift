@@ -115,7 +115,7 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
     ) async throws -> Res where Act: DistributedActor, Act.ID == ActorID, Err: Error, Res: Codable {
         let (result, descriptors) = try await call(actor.id, target, invocation)
         do {
-            return try ValueCoding.decode(Res.self, from: result, descriptors: descriptors)
+            return try ValueCoding.decode(Res.self, from: result[...], descriptors: descriptors)
         } catch {
             throw DistributedCallError.malformedResult("not a \(Res.self): \(error)")
         }
@@ -131,7 +131,7 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
     private func call(_ id: ActorID, _ target: RemoteCallTarget, _ invocation: InvocationEncoder) async throws -> ([UInt8], DescriptorTable) {
         let envelope: [UInt8]
         do {
-            envelope = try CallEnvelope(target: id.name, method: target.identifier, arguments: invocation.arguments).encoded()
+            envelope = try CallEnvelope.encode(target: id.name, method: target.identifier, values: invocation.arguments)
         } catch {
             throw DistributedCallError.notSent("\(error)")
         }

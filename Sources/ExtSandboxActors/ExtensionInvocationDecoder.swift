@@ -10,7 +10,7 @@ public struct ExtensionInvocationDecoder: DistributedTargetInvocationDecoder {
         let description: String
     }
 
-    private let arguments: [[UInt8]]
+    private let arguments: [ArraySlice<UInt8>]
     private let actorType: any DistributedActor.Type
     /// The call's file descriptors: those no argument takes are closed with the table.
     private let descriptors: DescriptorTable
@@ -18,7 +18,7 @@ public struct ExtensionInvocationDecoder: DistributedTargetInvocationDecoder {
 
     /// The arguments of a call on an actor of `actorType`: the `Self` of the contract's
     /// protocol, the only generic parameter a served method may have.
-    init(arguments: [[UInt8]], actorType: any DistributedActor.Type, descriptors: DescriptorTable) {
+    init(arguments: [ArraySlice<UInt8>], actorType: any DistributedActor.Type, descriptors: DescriptorTable) {
         self.arguments = arguments
         self.actorType = actorType
         self.descriptors = descriptors

@@ -7,7 +7,8 @@ import Distributed
 public struct ExtensionInvocationEncoder: DistributedTargetInvocationEncoder {
     public typealias SerializationRequirement = Codable
 
-    var arguments: [[UInt8]] = []
+    /// The arguments, serialized into the envelope when the call is sent.
+    var arguments: [WireValue] = []
     /// The copies of the arguments' file descriptors, sent with the call's frame.
     let descriptors = DescriptorTable()
     private var substitutions = 0
@@ -20,7 +21,7 @@ public struct ExtensionInvocationEncoder: DistributedTargetInvocationEncoder {
 
     public mutating func recordArgument<Value: Codable>(_ argument: RemoteCallArgument<Value>) throws {
         do {
-            arguments.append(try ValueCoding.encode(argument.value, descriptors: descriptors))
+            arguments.append(try WireValueEncoder(descriptors: descriptors).encode(argument.value))
         } catch {
             throw DistributedCallError.notSent("argument \(argument.label ?? argument.name) does not encode: \(error)")
         }

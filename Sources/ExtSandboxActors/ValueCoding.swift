@@ -9,14 +9,14 @@ public enum ValueCoding {
 
     /// Reads a value a call carried, refusing what the format does not allow.
     public static func decode<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8]) throws -> Value {
-        try decode(type, from: bytes, descriptors: nil)
+        try decode(type, from: bytes[...], descriptors: nil)
     }
 
     static func encode<Value: Encodable>(_ value: Value, descriptors: DescriptorTable?) throws -> [UInt8] {
         try WireValueEncoder(descriptors: descriptors).encode(value).serialized()
     }
 
-    static func decode<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8], descriptors: DescriptorTable?) throws -> Value {
+    static func decode<Value: Decodable>(_ type: Value.Type, from bytes: ArraySlice<UInt8>, descriptors: DescriptorTable?) throws -> Value {
         try WireValueDecoder(descriptors: descriptors).decode(type, from: WireValue(parsing: bytes))
     }
 }

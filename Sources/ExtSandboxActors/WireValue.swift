@@ -47,11 +47,25 @@
     /// The value's bytes.
     public func serialized() -> [UInt8] {
         var bytes: [UInt8] = []
+        bytes.reserveCapacity(serializedSize)
         write(to: &bytes)
         return bytes
     }
 
-    private func write(to bytes: inout [UInt8]) {
+    /// How many bytes ``serialized()`` makes.
+    var serializedSize: Int {
+        switch self {
+        case .null, .bool: 1
+        case .int, .uint, .double: 9
+        case .string(let value): 5 + value.utf8.count
+        case .bytes(let value): 5 + value.count
+        case .array(let values): values.reduce(5) { $0 + $1.serializedSize }
+        case .map(let entries): entries.reduce(5) { $0 + 4 + $1.key.utf8.count + $1.value.serializedSize }
+        case .descriptor: 3
+        }
+    }
+
+    func write(to bytes: inout [UInt8]) {
         switch self {
         case .null: bytes.append(0)
         case .bool(let value): bytes.append(value ? 2 : 1)
@@ -86,7 +100,7 @@
 
     /// Reads one value that takes all of `bytes`. The peer is untrusted: every length and count
     /// is checked against what remains before anything is reserved, and nesting is bounded.
-    public init(parsing bytes: [UInt8]) throws(CallEnvelope.FormatError) {
+    public init(parsing bytes: ArraySlice<UInt8>) throws(CallEnvelope.FormatError) {
         var reader = BoundedReader(bytes)
         self = try Self.read(&reader, depth: 0)
         guard reader.remaining == 0 else { throw CallEnvelope.FormatError("\(reader.remaining) bytes after a value") }

@@ -85,10 +85,10 @@ struct DistributedBench: Sendable {
             // What both sides do for one call: the caller's envelope and arguments, the callee's
             // reading of them, its result, the caller's reading of that.
             let envelope = try CallEnvelope(target: "extension", method: "$s18TextFilterContract01$aB0C5apply_7optionsS2S_AA0B7OptionsVtYaKFTE",
-                                            arguments: [ValueCoding.encode(text), ValueCoding.encode(options)]).encoded()
+                                            arguments: [ValueCoding.encode(text)[...], ValueCoding.encode(options)[...]]).encoded()
             let received = try CallEnvelope(decoding: envelope)
-            let argument = try ValueCoding.decode(String.self, from: received.arguments[0])
-            _ = try ValueCoding.decode(FilterOptions.self, from: received.arguments[1])
+            let argument = try ValueCoding.decode(String.self, from: Array(received.arguments[0]))
+            _ = try ValueCoding.decode(FilterOptions.self, from: Array(received.arguments[1]))
             _ = try ValueCoding.decode(String.self, from: ValueCoding.encode(argument))
         }
         return (now() - start) / Double(count)

@@ -57,7 +57,7 @@ struct EnvelopeCodingTests {
         let deep: [UInt8] = Array(Array(repeating: [8, 0, 0, 0, 1] as [UInt8], count: 100).joined()) + [0]
         let cases: [[UInt8]] = [[8, 0xff, 0xff, 0xff, 0xff], [9, 0, 0, 1, 0, 0], deep, [42], [0, 0], [6, 0, 0, 0, 1, 0xff], []]
         for bytes in cases {
-            #expect(throws: CallEnvelope.FormatError.self) { _ = try WireValue(parsing: bytes) }
+            #expect(throws: CallEnvelope.FormatError.self) { _ = try WireValue(parsing: bytes[...]) }
         }
     }
 }
