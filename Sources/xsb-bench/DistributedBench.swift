@@ -3,8 +3,9 @@ import Foundation
 import Glibc
 import TextFilterContract
 
-/// Distributed calls through a `@Resolvable` proxy, against the same raw C references as
-/// ``IPCBench`` measured in the same rounds:
+/// Distributed calls through a `@Resolvable` proxy, measured after ``IPCBench`` in the same run
+/// and set against its raw C references (whose round trip is bimodal: one reference for both
+/// keeps their ratios comparable):
 ///
 /// - `rtt_distributed`: `apply(_:options:)` of the actors fixture (Tests/Fixtures/xsb-actors-extension)
 ///   with a 64-byte `String` argument and result, against the 64-byte raw ping-pong.
@@ -14,6 +15,7 @@ import TextFilterContract
 ///   this process, over the distributed round trip.
 struct DistributedBench: Sendable {
     var actorsExtensionPath: String
+    /// The IPC benchmark's settings (policy, message sizes).
     var raw: IPCBench
     var rounds: Int
     var callsPerRound = 1000
@@ -21,10 +23,8 @@ struct DistributedBench: Sendable {
 
     struct Results: Sendable {
         var rtt: [Double] = []
-        var rttRaw: [Double] = []
         /// Bytes per second.
         var throughput: [Double] = []
-        var throughputRaw: [Double] = []
         /// Seconds to encode and decode one small call's envelope and values.
         var coding: [Double] = []
     }
@@ -45,14 +45,12 @@ struct DistributedBench: Sendable {
         _ = try await throughput(filter, bulk)
         var results = Results()
         for _ in 0..<rounds {
-            results.rttRaw += try raw.rawRoundTripsForBreakdown(count: callsPerRound)
             for _ in 0..<callsPerRound {
                 let start = now()
                 let reply = try await filter.apply(text, options: options)
                 results.rtt.append(now() - start)
                 guard reply.utf8.count == IPCBench.messageSize else { throw BenchError("apply answered \(reply.utf8.count) bytes") }
             }
-            results.throughputRaw.append(try raw.rawThroughput())
             results.throughput.append(try await throughput(filter, bulk))
             results.coding.append(try coding(text, options))
         }
