@@ -32,6 +32,19 @@ public struct ExtensionFailure: Error, Sendable {
 
 /// An extension's entry point (ExtensionFoundation's `AppExtension`): mark the type `@main`.
 ///
+/// An extension serves a typed object (a distributed actor of a `@Resolvable` contract the host
+/// shares) on every connection:
+///
+/// ```swift
+/// @main struct Upcase: AppExtension {
+///     func exportedObject(_ system: ExtensionActorSystem) -> ExportedObject? {
+///         ExportedObject(Upcaser(actorSystem: system), as: $TextFilter.self)
+///     }
+/// }
+/// ```
+///
+/// or answers byte messages itself:
+///
 /// ```swift
 /// @main struct Upcase: AppExtension {
 ///     func handle(request: Message) async throws -> Message {
