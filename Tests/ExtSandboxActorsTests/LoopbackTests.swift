@@ -6,6 +6,7 @@ import Testing
 protocol Greeter: DistributedActor where ActorSystem == ExtensionActorSystem {
     distributed func greet(_ name: String) async throws -> String
     distributed func fail(registered: Bool) async throws
+    distributed func refuse() async throws
 }
 
 /// A protocol of the same shape that the served object does not conform to.
@@ -21,6 +22,7 @@ distributed actor EnglishGreeter: Greeter {
         if registered { throw GreetingError.tooRude(level: 3) }
         throw PlainError()
     }
+    distributed func refuse() throws { throw CodedRefusal() }
 }
 
 /// Another type with a method of the same shape, and state its method writes.
@@ -29,10 +31,17 @@ distributed actor FrenchGreeter: Greeter {
     var rudeness = 0
     distributed func greet(_ name: String) -> String { "bonjour, \(name)" }
     distributed func fail(registered: Bool) throws { rudeness += 1 }
+    distributed func refuse() throws {}
 }
 
 enum GreetingError: Error, Codable, Equatable {
     case tooRude(level: Int)
+}
+
+/// An error with the application's own wire code, as the SDK's and the host's `ExtensionFailure` are.
+struct CodedRefusal: CodedCallError {
+    var code: UInt32 { 142 }
+    var message: String { "refused with a code" }
 }
 
 struct PlainError: Error, CustomStringConvertible {
@@ -60,7 +69,7 @@ struct LoopbackTests {
         return (host, served, transport)
     }
 
-    @Test("a call returns; a registered error comes back as itself, a plain one as its description")
+    @Test("a call returns; a registered error comes back as itself, a coded one with its code, a plain one as its description")
     func roundTrip() async throws {
         ExtensionActorSystem.register(error: GreetingError.self, as: "GreetingError")
         let (host, served, transport) = Self.connected()
@@ -70,6 +79,7 @@ struct LoopbackTests {
         await #expect(throws: DistributedCallError.remote(code: CallErrorCode.thrownError, message: "plain failure")) {
             try await greeter.fail(registered: false)
         }
+        await #expect(throws: DistributedCallError.remote(code: 142, message: "refused with a code")) { try await greeter.refuse() }
         withExtendedLifetime((served, transport)) {}
     }
 
