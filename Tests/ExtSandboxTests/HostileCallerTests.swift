@@ -1,5 +1,6 @@
 import ExtSandbox
 import Foundation
+import Glibc
 import Testing
 import TestSupport
 import TextFilterContract
@@ -30,7 +31,7 @@ struct HostileCallerTests {
         let firstFilter = try first.remoteObject($TextFilter.self), secondFilter = try second.remoteObject($TextFilter.self)
         // The host's answers to the garbage, in order: malformed (20), unknown target (21), unknown
         // method (22), undecodable arguments (23); the valid call among them was answered.
-        let codes = "20,20,21,22,23,23,20,23,reply"
+        let codes = "20,20,21,22,23,23,20,23,reply,20"
         #expect(try await firstFilter.apply("codes", options: FilterOptions()) == codes)
         #expect(try await secondFilter.apply("codes", options: FilterOptions()) == codes)
         await #expect {
@@ -56,5 +57,40 @@ struct HostileCallerTests {
             return true
         }
         #expect(second.isOpen)
+    }
+
+    @Test("round after round of garbage calls leave the host's fds and memory flat", .oneExitTestAtATime)
+    func flat() async {
+        // In a process of its own (an exit test): other suites' descriptors do not count.
+        await #expect(processExitsWith: .success) {
+            func fail(_ why: String) -> Never {
+                FileHandle.standardError.write(Data("\(why)\n".utf8))
+                exit(1)
+            }
+            func fds() -> Int { ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).count }
+            func residentKiB() -> Int {
+                let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+                let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+                return Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
+            }
+            TextFilterContract.register()
+            guard let process = try? await AppExtensionProcess(configuration: .init(identity: HostileCallerTests.identity())) else { fail("no process") }
+            /// One connection: the garbage is all answered once the first call returns.
+            func round() async {
+                guard let connection = try? await process.makeConnection(exporting: $HostNotes.self, { Notes(actorSystem: $0) }),
+                      let filter = try? connection.remoteObject($TextFilter.self),
+                      (try? await filter.apply("codes", options: FilterOptions())) != nil else { fail("a round failed") }
+                connection.invalidate()
+            }
+            for _ in 0..<10 { await round() }
+            try? await Task.sleep(for: .milliseconds(200))
+            let fdsBefore = fds(), memoryBefore = residentKiB()
+            for _ in 0..<100 { await round() }
+            try? await Task.sleep(for: .milliseconds(200))
+            let fdsAfter = fds(), memoryAfter = residentKiB()
+            process.invalidate()
+            guard fdsAfter <= fdsBefore else { fail("fds grew from \(fdsBefore) to \(fdsAfter) over 100 rounds") }
+            guard memoryAfter - memoryBefore < 4096 else { fail("memory grew from \(memoryBefore) KiB to \(memoryAfter) KiB over 100 rounds") }
+        }
     }
 }

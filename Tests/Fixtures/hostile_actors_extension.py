@@ -1,5 +1,6 @@
 # Test fixture (run as `python3 -c`): an extension that speaks the wire protocol
-# (docs/wire-protocol.md) but calls its host with malformed call envelopes (§12), answers its
+# (docs/wire-protocol.md) but calls its host with malformed call envelopes (§12; one carries two
+# fds the host must close), answers its
 # host's calls with the ERROR codes it got, then with a result that is no value, then with a
 # REPLY for a request nobody sent.
 import os, socket, struct, threading
@@ -44,13 +45,22 @@ GARBAGE = [
     envelope("host", NOTE, [], count=0xffff),                       # 20: a count that lies
     envelope("host", NOTE, [b"\x08\x00\x00\x00\x01" * 100 + b"\x00"]),  # 23: nested too deep
     envelope("host", NOTE, [string_value("valid")]),                # a valid call: answered
+    b"\x01\x00\x00",                                             # 20: truncated, with two fds
 ]
+WITH_FDS = len(GARBAGE) - 1
 
 def serve(s):
     read_frame(s)
     s.sendall(frame(1, 0, struct.pack(">HI", 1, 1 << 20)))
     for index, payload in enumerate(GARBAGE):
-        s.sendall(frame(2, 1000 + index, payload))
+        if index == WITH_FDS:
+            ends = os.pipe()
+            data = struct.pack(">IBBHIQ", 16 + len(payload), 2, 0, 2, 0, 1000 + index) + payload
+            socket.send_fds(s, [data], list(ends))
+            for end in ends:
+                os.close(end)
+        else:
+            s.sendall(frame(2, 1000 + index, payload))
     answers, calls, waiting = {}, 0, None
     while True:
         kind, id, payload = read_frame(s)
