@@ -28,6 +28,8 @@ public struct CallEnvelope: Sendable, Hashable {
     /// Each argument's encoded value, in order (a decoded envelope's share its bytes).
     public var arguments: [ArraySlice<UInt8>]
 
+    /// An envelope to encode: a call of `method` on the object named `target`, with each
+    /// argument's encoded value (``ValueCoding/encode(_:)``).
     public init(target: String, method: String, arguments: [ArraySlice<UInt8>]) {
         self.target = target
         self.method = method
@@ -36,7 +38,9 @@ public struct CallEnvelope: Sendable, Hashable {
 
     /// Why an envelope could not be read or written: the field and what was wrong with it.
     public struct FormatError: Error, Sendable, Hashable, CustomStringConvertible {
+        /// The field that is wrong, and how.
         public var reason: String
+        /// A format error for `reason`.
         public init(_ reason: String) { self.reason = reason }
         public var description: String { "malformed call envelope: \(reason)" }
     }

@@ -8,6 +8,7 @@ public struct ExtensionActorID: Hashable, Sendable, Codable, CustomStringConvert
     /// The name, as it travels.
     public let name: String
 
+    /// The actor named `name` (``host`` and ``extension`` are the exported objects).
     public init(_ name: String) {
         self.name = name
     }
@@ -19,6 +20,7 @@ public struct ExtensionActorID: Hashable, Sendable, Codable, CustomStringConvert
 
     public var description: String { name }
 
+    /// An ID encoded as its name (a plain string).
     public init(from decoder: any Decoder) throws {
         name = try decoder.singleValueContainer().decode(String.self)
     }
@@ -32,7 +34,9 @@ public struct ExtensionActorID: Hashable, Sendable, Codable, CustomStringConvert
 /// Which side of a connection an actor system serves: it decides the name of the object it
 /// exports and of the one it resolves.
 public enum ConnectionSide: Sendable {
+    /// The host's side: it exports ``ExtensionActorID/host``.
     case host
+    /// The extension's side: it exports ``ExtensionActorID/extension``.
     case `extension`
 
     /// The name under which this side exports its object.

@@ -51,6 +51,7 @@ public final class TransferredFileDescriptor: Codable, Sendable, CustomStringCon
         throw EncodingError.invalidValue(self, .init(codingPath: encoder.codingPath, debugDescription: "a file descriptor travels only in distributed calls"))
     }
 
+    /// Only the decoder of distributed calls can make one (from a received descriptor).
     public init(from decoder: any Decoder) throws {
         throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a file descriptor travels only in distributed calls"))
     }
