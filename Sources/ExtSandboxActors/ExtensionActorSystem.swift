@@ -177,12 +177,6 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
         let handler = ResultHandler()
         do {
             try await executeDistributedTarget(on: actor, target: RemoteCallTarget(envelope.method), invocationDecoder: &decoder, handler: handler)
-        } catch let error as ExtensionInvocationDecoder.ArgumentError {
-            return .error(code: CallErrorCode.undecodableArguments, message: error.description)
-        } catch let error as ExecuteDistributedTargetError where error.errorCode == .targetAccessorNotFound {
-            return .error(code: CallErrorCode.unknownMethod, message: "\(type(of: actor)) has no method \(envelope.method)")
-        } catch let error as ExecuteDistributedTargetError {
-            return .error(code: CallErrorCode.undecodableArguments, message: error.message)
         } catch {
             return ResultHandler.answer(for: error)
         }

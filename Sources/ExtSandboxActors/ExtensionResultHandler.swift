@@ -32,10 +32,16 @@ public final class ExtensionResultHandler: DistributedTargetInvocationResultHand
     }
 
     /// A registered error as itself; a coded one with its code; anything else as its description.
-    /// (An argument that did not decode reaches the handler as the method's error.)
+    /// (An argument that did not decode, and a method the runtime did not find, reach the handler
+    /// as the method's error.)
     static func answer(for error: any Error) -> CallAnswer {
         if let undecodable = error as? ExtensionInvocationDecoder.ArgumentError {
             return .error(code: CallErrorCode.undecodableArguments, message: undecodable.description)
+        }
+        if let execution = error as? ExecuteDistributedTargetError {
+            return execution.errorCode == .targetAccessorNotFound
+                ? .error(code: CallErrorCode.unknownMethod, message: execution.message)
+                : .error(code: CallErrorCode.undecodableArguments, message: execution.message)
         }
         if let message = RemoteErrorRegistry.shared.encode(error) {
             return .error(code: CallErrorCode.registeredError, message: message)

@@ -7,7 +7,10 @@ import Distributed
 /// `TE`). The runtime calls whatever such a name designates on the object it is given, trusting
 /// the caller that the object is of the method's type: a peer could name another type's method.
 /// So only the contract stub's methods are served (for which the runtime checks, through the
-/// protocol's witness tables, that the object conforms).
+/// protocol's witness tables, that the object conforms). And the runtime resolves the types an
+/// identifier spells without checking them: a name that no compiled method has, made up to look
+/// like one, can make it follow a bad pointer. So an identifier reaches the runtime's type
+/// lookup only once its exact name is found among the process's distributed accessors.
 struct MethodIdentifier {
     /// The methods an exported object serves: those of one stub type.
     struct Contract {
@@ -26,8 +29,19 @@ struct MethodIdentifier {
     /// The method's number of parameters if it is a distributed method of `contract`; nil if
     /// not (another type's, or no method at all).
     func parameterCount(in contract: Contract) -> Int? {
-        guard text.hasPrefix(contract.prefix), text.hasSuffix("TE") else { return nil }
+        guard text.hasPrefix(contract.prefix), text.hasSuffix("TE"), isCompiledAccessor else { return nil }
         let count = _getParameterCount(mangledMethodName: text)
         return count >= 0 ? Int(count) : nil
+    }
+
+    /// Whether the process has a distributed accessor of exactly this name (a lookup by name
+    /// that demangles nothing). A contract stub's methods are generic over the protocol's
+    /// `Self`, so theirs have a generic environment.
+    private var isCompiledAccessor: Bool {
+        var name = text
+        return name.withUTF8 { utf8 in
+            guard let start = utf8.baseAddress else { return false }
+            return _getGenericEnvironmentOfDistributedTarget(start, UInt(utf8.count)) != nil
+        }
     }
 }

@@ -135,3 +135,38 @@ struct LoopbackTests {
         }
     }
 }
+
+extension LoopbackTests {
+    /// The runtime resolves the types a method identifier spells without checking them: before
+    /// identifiers were looked up by exact name first, some of these crashed the process.
+    @Test("identifiers that begin as the contract's methods but are garbage after are unknown methods, never a crash")
+    func garbageIdentifiers() async throws {
+        let (_, served, transport) = Self.connected()
+        let prefix = "$s" + (_mangledTypeName($Greeter.self) ?? "")
+        let real = "$s21ExtSandboxActorsTests8$GreeterC5greetyS2SYaKFTE"
+        // Letters, digits and the control bytes with which mangled names refer to symbols by address.
+        let alphabet = Array("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_$\u{1}\u{2}\u{9}\u{17}\u{1f}".utf8)
+        var state: UInt64 = 0x9e37_79b9_7f4a_7c15
+        func next(_ bound: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        for _ in 0..<20000 {
+            // A mutation of the real identifier's middle, or random text, between the prefix and TE.
+            var middle = Array(real.utf8.dropFirst(prefix.utf8.count).dropLast(2))
+            if next(2) == 0 {
+                middle = (0..<next(40)).map { _ in alphabet[next(alphabet.count)] }
+            } else {
+                for _ in 0..<1 + next(4) where !middle.isEmpty { middle[next(middle.count)] = alphabet[next(alphabet.count)] }
+            }
+            let method = prefix + String(decoding: middle, as: UTF8.self) + "TE"
+            let envelope = try CallEnvelope(target: "extension", method: method, arguments: [ValueCoding.encode("x")[...]]).encoded()
+            // Only a mutation that happens to give the real identifier back is served.
+            switch await transport.peer.serve(envelope, fileDescriptors: []) {
+            case .reply: #expect(method == real, "served \(method)")
+            case .error(let code, let message): #expect([CallErrorCode.unknownMethod, CallErrorCode.undecodableArguments].contains(code), "\(method): \(code) \(message)")
+            }
+        }
+        withExtendedLifetime(served) {}
+    }
+}
