@@ -67,12 +67,6 @@ struct HostileCallerTests {
                 FileHandle.standardError.write(Data("\(why)\n".utf8))
                 exit(1)
             }
-            func fds() -> Int { ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).count }
-            func residentKiB() -> Int {
-                let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
-                let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
-                return Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
-            }
             TextFilterContract.register()
             guard let process = try? await AppExtensionProcess(configuration: .init(identity: HostileCallerTests.identity())) else { fail("no process") }
             /// One connection: the garbage is all answered once the first call returns.
@@ -84,10 +78,10 @@ struct HostileCallerTests {
             }
             for _ in 0..<10 { await round() }
             try? await Task.sleep(for: .milliseconds(200))
-            let fdsBefore = fds(), memoryBefore = residentKiB()
+            let fdsBefore = ProcessFigures.openFileDescriptors(), memoryBefore = ProcessFigures.residentKiB()
             for _ in 0..<100 { await round() }
             try? await Task.sleep(for: .milliseconds(200))
-            let fdsAfter = fds(), memoryAfter = residentKiB()
+            let fdsAfter = ProcessFigures.openFileDescriptors(), memoryAfter = ProcessFigures.residentKiB()
             process.invalidate()
             guard fdsAfter <= fdsBefore else { fail("fds grew from \(fdsBefore) to \(fdsAfter) over 100 rounds") }
             guard memoryAfter - memoryBefore < 4096 else { fail("memory grew from \(memoryBefore) KiB to \(memoryAfter) KiB over 100 rounds") }
