@@ -52,14 +52,8 @@ struct BundleResourceTests {
             let bytes = try Data(contentsOf: URL(fileURLWithPath: source))
             try Fixtures.writeFile(bundle + "/share/" + name, Array(bytes), mode: 0o755)
         }
-        let approval = try ExtensionCatalog.currentApproval(of: try BundleValidator.validate(bundleAt: bundle).get())
-        _ = try ApprovalStore(path: world.stateFile).update { $0.approvals["org.example.resources"] = approval }
-        let point = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none),
-                                      securityLevel: TestPaths.policiesDirectory + "/standard.yaml")
-        let monitor = try await AppExtensionPoint.Monitor(
-            points: [point], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations))
+        let (monitor, identity) = try await HostFixtures.approveAndDiscover(bundle, identifier: "org.example.resources", in: world)
         defer { monitor.cancel() }
-        let identity = try #require(monitor.identities.first)
         let process = try await AppExtensionProcess(configuration: .init(identity: identity))
         defer { process.invalidate() }
         let connection = try await process.makeConnection()

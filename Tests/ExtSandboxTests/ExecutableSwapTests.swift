@@ -153,14 +153,8 @@ struct ExecutableSwapTests {
     func swappedExecutableNeverAnswers(swap: Swap) async throws {
         let world = try ExtensionWorld()
         let bundle = try Bundle(world: world, swap: swap)
-        let approval = try ExtensionCatalog.currentApproval(of: try BundleValidator.validate(bundleAt: bundle.path).get())
-        _ = try ApprovalStore(path: world.stateFile).update { $0.approvals["org.example.race"] = approval }
-        let point = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none),
-                                      securityLevel: TestPaths.policiesDirectory + "/standard.yaml")
-        let monitor = try await AppExtensionPoint.Monitor(
-            points: [point], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations))
+        let (monitor, identity) = try await HostFixtures.approveAndDiscover(bundle.path, identifier: "org.example.race", in: world)
         defer { monitor.cancel() }
-        let identity = try #require(monitor.identities.first { $0.bundleIdentifier == "org.example.race" })
 
         var answers: [String: Int] = [:]
         for round in 0..<Self.launchesPerSwap {
@@ -200,15 +194,9 @@ struct ExecutableSwapTests {
     func sealedCopyRunsAtEveryLevel(level: String) async throws {
         let world = try ExtensionWorld()
         try world.install("org.example.echo", executableSource: HostFixtures.productsDirectory + "/xsb-echo-extension")
-        let bundle = world.external + "/echo.appex"
-        let approval = try ExtensionCatalog.currentApproval(of: try BundleValidator.validate(bundleAt: bundle).get())
-        _ = try ApprovalStore(path: world.stateFile).update { $0.approvals["org.example.echo"] = approval }
-        let point = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none),
-                                      securityLevel: TestPaths.policiesDirectory + "/\(level).yaml")
-        let monitor = try await AppExtensionPoint.Monitor(
-            points: [point], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations))
+        let (monitor, identity) = try await HostFixtures.approveAndDiscover(
+            world.external + "/echo.appex", identifier: "org.example.echo", in: world, level: level)
         defer { monitor.cancel() }
-        let identity = try #require(monitor.identities.first)
         let process = try await AppExtensionProcess(configuration: .init(identity: identity))
         defer { process.invalidate() }
         let connection = try await process.makeConnection()

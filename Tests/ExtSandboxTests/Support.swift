@@ -1,4 +1,5 @@
 import ExtSandbox
+import ExtensionCatalog
 import Foundation
 import Glibc
 import SandboxRuntime
@@ -58,6 +59,24 @@ enum HostFixtures {
                 threading.Thread(target=serve, args=(socket.socket(fileno=fd),), daemon=True).start()
 
         """
+    }
+
+    /// Approves the bundle at `bundle` (as it is now) in `world`'s approvals file and discovers
+    /// it for the world's open point at `level`: the monitor (the caller cancels it) and the
+    /// identity it issued.
+    static func approveAndDiscover(_ bundle: String, identifier: String, in world: ExtensionWorld,
+                                   level: String = "standard") async throws -> (AppExtensionPoint.Monitor, AppExtensionIdentity) {
+        let approval = try ExtensionCatalog.currentApproval(of: try BundleValidator.validate(bundleAt: bundle).get())
+        _ = try ApprovalStore(path: world.stateFile).update { $0.approvals[identifier] = approval }
+        let point = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none),
+                                      securityLevel: TestPaths.policiesDirectory + "/\(level).yaml")
+        let monitor = try await AppExtensionPoint.Monitor(
+            points: [point], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations))
+        guard let identity = monitor.identities.first(where: { $0.bundleIdentifier == identifier }) else {
+            monitor.cancel()
+            throw ExtensionWorld.CLIFailure(output: "\(identifier) was not discovered: \(monitor.state)")
+        }
+        return (monitor, identity)
     }
 
     static func text(_ message: ExtensionMessage) -> String { String(decoding: message.payload, as: UTF8.self) }
