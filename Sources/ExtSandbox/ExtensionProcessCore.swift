@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 import Logging
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 /// The process behind every handle of one extension (one `ProcessReuseKey`): its handles, its
@@ -120,7 +121,8 @@ final class ExtensionProcessCore: Sendable {
     /// the idle clock: a process nobody connects to is suspended and ended like any idle one.
     func start() {
         Telemetry.launches.increment()
-        logger.info("extension launched", metadata: ["executable": "\(key.identity.executablePath)"])
+        // A bundle's path is others' text: escaped for the terminals logs end up on.
+        logger.info("extension launched", metadata: ["executable": "\(TerminalText.escaped(key.identity.executablePath))"])
         let watchFailed = state.withLock { state -> Bool in
             guard let fd = state.control?.descriptor?.rawValue else { return false }
             do {
