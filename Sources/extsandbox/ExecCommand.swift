@@ -27,6 +27,11 @@ struct ExecCommand: AsyncParsableCommand {
             policy's /tmp size. PROGRAM itself is made \
             visible if no bind covers it; a PROGRAM without a slash is looked up in $PATH.
 
+            Working directory: --chdir, else the current directory when a bind (yours or the \
+            policy's) shows it inside, at the path where it shows it (so --ro-bind "$PWD" runs \
+            the program where you are, as bwrap and firejail do); else /, with a hint when an \
+            argument names a file of the current directory.
+
             Standard streams: the program never shares the caller's open files. A terminal is \
             relayed through a pseudo-terminal of the CLI's (the program's controlling terminal; \
             the caller's terminal is raw during the run and restored exactly after it); files, \
@@ -43,7 +48,8 @@ struct ExecCommand: AsyncParsableCommand {
 
             Examples:
               extsandbox exec -- sh -c 'echo hello from $(hostname)'
-              extsandbox exec --ro-bind "$PWD:/work" --chdir /work -- python3 script.py
+              extsandbox exec --ro-bind "$PWD" -- python3 script.py
+              extsandbox exec --bind "$PWD:/work" -- make    # starts in /work
               extsandbox exec --policy ./my-policy.yaml --env DEBUG=1 -- ./tool --flag
             """)
 
@@ -64,8 +70,10 @@ struct ExecCommand: AsyncParsableCommand {
         "Set an environment variable inside (after the policy's). Repeatable.", valueName: "key=value"))
     var environment: [String] = []
 
-    @Option(name: .customLong("chdir"), help: ArgumentHelp("Working directory inside the sandbox.", valueName: "dir"))
-    var workingDirectory: String = "/"
+    @Option(name: .customLong("chdir"), help: ArgumentHelp(
+        "Working directory inside the sandbox. Default: the current directory, at the path where a bind (--ro-bind, --bind or the policy's) shows it inside; else /, with a hint when an argument names a file in the current directory.",
+        valueName: "dir"))
+    var workingDirectory: String?
 
     @Flag(name: .long, help: ArgumentHelp(
         "Audit the seccomp policy: calls it would kill are allowed and listed at exit (isolation otherwise unchanged). The program runs WITHOUT the policy's kills: for writing policies, never for untrusted code."))
@@ -165,7 +173,8 @@ struct ExecCommand: AsyncParsableCommand {
         var configuration = SandboxConfiguration(
             executable: executable, arguments: words,
             environment: SandboxEnvironment.compose(policy: loadedPolicy, caller: callerEnvironment, overrides: overrides),
-            policy: loadedPolicy, extraMounts: mounts, workingDirectory: request.workingDirectory)
+            policy: loadedPolicy, extraMounts: mounts,
+            workingDirectory: request.workingDirectory ?? Self.startingDirectory(policy: loadedPolicy, mounts: mounts, words: words))
         configuration.compiledFilter = filter
         configuration.auditSeccomp = request.audit
         // Never the caller's own open files: see SandboxStreams (a terminal becomes a relayed pty).
@@ -218,6 +227,20 @@ struct ExecCommand: AsyncParsableCommand {
                 : "audit: the policy '\(loadedPolicy.name)' would have denied: \(denied.joined(separator: " "))")
         }
         throw ExitCode(termination.shellExitCode)
+    }
+
+    /// Without --chdir: the caller's directory where the sandbox shows it, else / (with a hint
+    /// when the arguments evidently name files there).
+    static func startingDirectory(policy: Policy, mounts: [MountEntry], words: [String]) -> String {
+        guard let here = SystemFiles.currentDirectory() else { return "/" }
+        if let inside = StartingDirectory.visiblePath(
+            of: here, mounts: policy.filesystem.mounts + mounts, masked: policy.filesystem.masked) {
+            return inside
+        }
+        if let hint = StartingDirectory.hint(hostDirectory: here, arguments: words.dropFirst()) {
+            printError("hint: " + hint)
+        }
+        return "/"
     }
 
     /// Printed before an audited run: the seccomp policy's kills are off for it.

@@ -4,7 +4,8 @@ struct ExecRequest: Equatable {
     var readOnlyBinds: [String] = []
     var writableBinds: [String] = []
     var environment: [String] = []
-    var workingDirectory = "/"
+    /// `--chdir`; `nil`: the caller's directory if visible inside, else `/` (``StartingDirectory``).
+    var workingDirectory: String?
     var audit = false
     /// Print the sandbox's lifecycle on stderr (launch with policy and pids, how it ended).
     var verbose = false

@@ -1,0 +1,73 @@
+import Glibc
+import SandboxPolicy
+import SandboxSystem
+
+/// Where `exec` starts the program when `--chdir` is not given: the caller's directory, at the
+/// path a bind (the caller's or the policy's) shows it inside, as bwrap and firejail do; else `/`,
+/// with a hint when the program was evidently given paths relative to the caller's directory.
+enum StartingDirectory {
+    /// What the sandbox provides itself before any bind (see MountPlan): only a bind below one
+    /// of these shows a host directory there.
+    static let providedMounts = ["/proc", "/dev", "/tmp"]
+
+    /// The path inside at which `hostDirectory` (a real path, as `getcwd` gives it) is visible
+    /// through `mounts` (applied parents first, a later mount of the same depth winning) and not
+    /// hidden by `masked`, or `nil`. The same path is preferred when several binds show it.
+    static func visiblePath(of hostDirectory: String, mounts: [MountEntry], masked: [String],
+                            realPath: (String) -> String? = SystemFiles.realPath) -> String? {
+        // Each mount's destination, and for a bind its source as the kernel would bind it.
+        let entries: [(destination: String, source: String?)] = mounts.map { entry in
+            switch entry {
+            case .bind(let source, let destination, _, _):
+                return (normalized(destination), realPath(source).map(normalized))
+            case .tmpfs(let destination, _):
+                return (normalized(destination), nil)
+            }
+        }
+        var candidates: [String] = []
+        for (index, entry) in entries.enumerated() {
+            guard let source = entry.source, covers(source, hostDirectory) else { continue }
+            let inside = join(entry.destination, hostDirectory.dropFirst(source == "/" ? 0 : source.count))
+            // The mount seen at `inside` is the deepest one covering it, the last of equal depth.
+            let winner = entries.indices.filter { covers(entries[$0].destination, inside) }
+                .max { depth(entries[$0].destination) != depth(entries[$1].destination)
+                    ? depth(entries[$0].destination) < depth(entries[$1].destination) : $0 < $1 }
+            guard winner == index else { continue }
+            if providedMounts.contains(where: { covers($0, inside) && depth($0) > depth(entry.destination) }) { continue }
+            if masked.contains(where: { covers(normalized($0), inside) }) { continue }
+            candidates.append(inside)
+        }
+        return candidates.first { $0 == hostDirectory } ?? candidates.first
+    }
+
+    /// A hint for a program started at `/` because `hostDirectory` is not visible inside, when
+    /// one of `arguments` names a file relative to it (`python3 script.py`); else `nil`.
+    static func hint(hostDirectory: String, arguments: ArraySlice<String>) -> String? {
+        let relative = arguments.first { word in
+            !word.isEmpty && !word.hasPrefix("/") && !word.hasPrefix("-")
+                && access(FilePaths.join(hostDirectory, word), F_OK) == 0
+        }
+        guard let relative else { return nil }
+        return "the current directory \(hostDirectory) is not visible inside the sandbox, so the program starts in / " +
+            "and '\(relative)' is looked up there. To start in it, bind it: --ro-bind \"$PWD\" (or --bind to write " +
+            "there); or choose a directory inside with --chdir."
+    }
+
+    /// Whether the path `outer` is `path` or one of its ancestors.
+    static func covers(_ outer: String, _ path: String) -> Bool {
+        outer == "/" || path == outer || path.hasPrefix(outer + "/")
+    }
+
+    private static func depth(_ path: String) -> Int {
+        path.split(separator: "/").count
+    }
+
+    private static func normalized(_ path: String) -> String {
+        let parts = path.split(separator: "/")
+        return parts.isEmpty ? "/" : "/" + parts.joined(separator: "/")
+    }
+
+    private static func join(_ directory: String, _ rest: Substring) -> String {
+        rest.isEmpty ? directory : normalized(directory + "/" + rest)
+    }
+}

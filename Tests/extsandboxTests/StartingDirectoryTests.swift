@@ -1,0 +1,85 @@
+import Foundation
+import SandboxPolicy
+@testable import extsandbox
+import Testing
+import TestSupport
+
+/// Without --chdir, `exec` starts the program in the caller's directory when a bind shows it
+/// inside (as bwrap and firejail do), else in / with a hint.
+@Suite("extsandbox exec: the starting directory", .offThePool)
+struct StartingDirectoryTests {
+    static func bind(_ source: String, _ destination: String? = nil) -> MountEntry {
+        .bind(source: source, destination: destination ?? source, writable: false, optional: false)
+    }
+
+    /// Every path is its own real path here (no symlinks in the test's made-up tree).
+    static func visible(_ directory: String, _ mounts: [MountEntry], masked: [String] = []) -> String? {
+        StartingDirectory.visiblePath(of: directory, mounts: mounts, masked: masked, realPath: { $0 })
+    }
+
+    @Test("a bind shows the caller's directory at the same path, or below its destination")
+    func visibleThroughABind() {
+        #expect(Self.visible("/srv/work", [Self.bind("/usr"), Self.bind("/srv/work")]) == "/srv/work")
+        #expect(Self.visible("/srv/work/sub", [Self.bind("/srv")]) == "/srv/work/sub")
+        #expect(Self.visible("/srv/work/sub", [Self.bind("/srv/work", "/work")]) == "/work/sub")
+        #expect(Self.visible("/srv/work", [Self.bind("/srv/work/", "/work/")]) == "/work")
+        // The same path wins when two binds show it.
+        #expect(Self.visible("/srv/work", [Self.bind("/srv/work", "/work"), Self.bind("/srv")]) == "/srv/work")
+    }
+
+    @Test("not visible: no bind, a deeper mount over it, a mask, or the sandbox's own /tmp")
+    func notVisible() {
+        #expect(Self.visible("/srv/work", [Self.bind("/usr")]) == nil)
+        #expect(Self.visible("/srv/work", [Self.bind("/srv"), .tmpfs(destination: "/srv/work", sizeBytes: 1 << 20)]) == nil)
+        #expect(Self.visible("/srv/work", [Self.bind("/srv"), Self.bind("/opt", "/srv")]) == nil)
+        #expect(Self.visible("/srv/work/a", [Self.bind("/srv")], masked: ["/srv/work"]) == nil)
+        #expect(Self.visible("/tmp/x", [Self.bind("/")]) == nil)
+        #expect(Self.visible("/tmp/x", [Self.bind("/tmp/x")]) == "/tmp/x")
+    }
+
+    /// A scratch directory holding `note.txt`, readable by the sandbox's host uid.
+    static func scratch() throws -> URL {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-cwd-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o755])
+        try Fixtures.writeFile(directory.appendingPathComponent("note.txt").path, Array("from the caller's directory\n".utf8), mode: 0o644)
+        return directory
+    }
+
+    /// `extsandbox exec ARGUMENTS` run from `directory`.
+    static func exec(in directory: URL, _ arguments: [String]) async throws -> Fixtures.Output {
+        let quoted = arguments.map { "'\($0)'" }.joined(separator: " ")
+        return try await Fixtures.run(["/bin/sh", "-c", "cd '\(directory.path)' && exec '\(TestPaths.cli)' exec \(quoted)"])
+    }
+
+    @Test("a bound current directory is where the program starts: relative paths work")
+    func startsInTheBoundDirectory() async throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let result = try await Self.exec(in: directory, ["--ro-bind", directory.path, "--", "/bin/sh", "-c", "pwd; cat note.txt"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "\(directory.path)\nfrom the caller's directory\n", "\(result.stderr)")
+    }
+
+    @Test("--chdir wins over the current directory")
+    func chdirWins() async throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let result = try await Self.exec(in: directory, ["--ro-bind", directory.path, "--chdir", "/usr", "--", "/bin/pwd"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == "/usr\n", "\(result.stderr)")
+    }
+
+    @Test("an unbound current directory: the program starts in / and a hint says how to bind it")
+    func hintWhenNotVisible() async throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let result = try await Self.exec(in: directory, ["--", "/bin/cat", "note.txt"])
+        #expect(result.status != 0)
+        #expect(result.stderr.contains("hint: the current directory \(directory.path) is not visible inside the sandbox"), "\(result.stderr)")
+        #expect(result.stderr.contains("--ro-bind \"$PWD\""), "\(result.stderr)")
+        // No file of the caller's directory named: no hint.
+        let quiet = try await Self.exec(in: directory, ["--", "/bin/pwd"])
+        #expect(quiet.status == 0 && quiet.stdout == "/\n" && quiet.stderr.isEmpty, "\(quiet.stderr)")
+    }
+}
