@@ -26,9 +26,11 @@ struct RunCommand: AsyncParsableCommand {
             Without --send, an interactive session: each line of standard input is a request \
             (one at a time: the next line is sent once the reply came), and the extension's own \
             requests, one-way messages and lifecycle events (launched, suspended, resumed, \
-            interrupted with the reason) are printed as they happen. Lines starting with ':' are \
-            commands: :close (close the connection: the extension is suspended, later \
-            terminated), :oneway TEXT, :help, :quit ('::' sends a line starting with ':'). \
+            interrupted with the reason) are printed as they happen. The session holds a \
+            connection from the start, so the extension is never suspended while you type. \
+            Lines starting with ':' are commands: :close (close the connection: the extension \
+            is suspended, later terminated; the next request reconnects and resumes it), \
+            :oneway TEXT, :help, :quit ('::' sends a line starting with ':'). \
             End of input, :quit or Ctrl-C ends the extension (GOODBYE, then SIGKILL after half \
             a second) and leaves nothing running.
 
@@ -213,8 +215,15 @@ final class Conversation: Sendable {
         return false
     }
 
-    /// The interactive session, until end of input or :quit; the exit status.
+    /// The interactive session, until end of input or :quit; the exit status. It holds a
+    /// connection from the start, as a host with its extension's view on screen does: the
+    /// extension is suspended only when the user closes it (:close), never while they type.
     func interactive() async -> Int32 {
+        do {
+            _ = try await connected()
+        } catch {
+            Output.line("connection failed: " + TerminalText.escaped("\(error)"))
+        }
         let lines = StandardInputLines.start()
         for await line in lines {
             if line.hasPrefix(":") && !line.hasPrefix("::") {

@@ -225,6 +225,24 @@ struct RunTestCommandTests {
         #expect(session.stderr.contains("org.example.echo ended: exited with status 0"), "\(session.stderr)")
     }
 
+    /// The interactive session holds its connection from the start: a user who takes longer
+    /// than the host's suspend delay to type sees no suspension they did not cause; one they
+    /// cause (:close) is shown, and the next request resumes the extension.
+    @Test func runInteractiveIsNotSuspendedWhileTheUserTypes() async throws {
+        let bundles = try Bundles()
+        let bundle = try bundles.echo()
+        let script = "(sleep 1; echo hello; echo :close; sleep 1; echo again) | '\(TestPaths.cli)' run '\(bundle)' --policy hardened"
+        let session = try await Fixtures.run(["/bin/sh", "-c", script],
+                                             environment: TestPaths.environmentWithPolicies(bundles.world.environment))
+        #expect(session.status == 0, "\(session.stderr)")
+        let lines = session.stdout.split(separator: "\n").map(String.init)
+        let events = lines.filter { $0.hasPrefix("event: ") || $0.hasPrefix("reply: ") || $0 == "closed the connection" }
+        #expect(events.count == 6, "\(lines)")
+        #expect(events.first?.hasPrefix("event: launched") == true, "\(lines)")
+        #expect(Array(events.dropFirst()) == ["reply: hello", "closed the connection", "event: suspended (no connection open)",
+                                              "event: resumed", "reply: again"], "\(lines)")
+    }
+
     /// SIGINT (the terminal's Ctrl-C) and SIGTERM: the extension is ended, nothing keeps running.
     @Test(arguments: [SIGINT, SIGTERM])
     func aSignalEndsTheRunAndLeavesNothingRunning(signal: Int32) async throws {
