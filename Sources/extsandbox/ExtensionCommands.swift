@@ -16,6 +16,34 @@ enum ExtensionCommands {
         $XDG_STATE_HOME/extsandbox/approvals (or $EXTSANDBOX_STATE_FILE).
         """
 
+    static let choiceJSONHelp = """
+        --json prints one object with these stable fields: identifier, action (approve, revoke, \
+        enable or disable), changed (false when it was so already), and for approve: approval \
+        (pinned, or implicit for an extension bundled with its host), executable and manifest \
+        (the pinned SHA-256 digests, sha256:<64 hex>; absent when implicit), disabled (whether \
+        the extension is still disabled).
+        """
+
+    /// What `approve`, `revoke`, `enable` and `disable` did, as their `--json` prints it.
+    struct ChoiceResult: Encodable {
+        var identifier: String
+        var action: String
+        var changed: Bool
+        var approval: String?
+        var executable: String?
+        var manifest: String?
+        var disabled: Bool?
+    }
+
+    /// Prints `result` as JSON, or else `text` (lines for people).
+    static func report(_ result: ChoiceResult, json: Bool, text: [String]) throws {
+        if json {
+            try JSONOutput.print(result)
+        } else {
+            for line in text { print(line) }
+        }
+    }
+
     static func inventory() throws -> ExtensionInventory {
         do throws(CatalogProblem) {
             // Hashing every external bundle's executable can take a while: say so on a terminal.
@@ -171,11 +199,16 @@ struct ApproveCommand: ParsableCommand {
             they are now: if either changes, the extension is unapproved again. Extensions inside \
             their host's bundle are approved implicitly.
 
+            \(ExtensionCommands.choiceJSONHelp)
+
             \(ExtensionCommands.locationHelp)
             """)
 
     @Argument(help: "The extension's identifier.")
     var identifier: String
+
+    @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
+    var json = false
 
     func run() throws {
         let item = try ExtensionCommands.find(identifier, in: try ExtensionCommands.inventory())
@@ -187,8 +220,12 @@ struct ApproveCommand: ParsableCommand {
         default:
             bundle = try item.entry.bundle.get()
         }
+        let disabled: Bool
+        if case .disabled = item.status { disabled = true } else { disabled = false }
         if item.entry.origin.isBundled {
-            print("\(identifier) is bundled with \(item.host ?? "its host"): approved implicitly")
+            try ExtensionCommands.report(
+                .init(identifier: identifier, action: "approve", changed: false, approval: "implicit", disabled: disabled), json: json,
+                text: ["\(identifier) is bundled with \(item.host ?? "its host"): approved implicitly"])
             return
         }
         let approval: ApprovalState.Approval
@@ -200,9 +237,17 @@ struct ApproveCommand: ParsableCommand {
             printError("\(error)", hint: ErrorAdvice.catalog(error))
             throw ExitCode.failure
         }
-        try ExtensionCommands.update { $0.approvals[identifier] = approval }
-        print("approved \(identifier) (executable \(approval.executable), manifest \(approval.manifest))")
-        if case .disabled = item.status { print("note: \(identifier) is disabled; extsandbox enable \(identifier) turns it on") }
+        var previous: ApprovalState.Approval?
+        try ExtensionCommands.update { state in
+            previous = state.approvals[identifier]
+            state.approvals[identifier] = approval
+        }
+        var text = ["approved \(identifier) (executable \(approval.executable), manifest \(approval.manifest))"]
+        if disabled { text.append("note: \(identifier) is disabled; extsandbox enable \(identifier) turns it on") }
+        try ExtensionCommands.report(
+            .init(identifier: identifier, action: "approve", changed: previous != approval, approval: "pinned",
+                  executable: "\(approval.executable)", manifest: "\(approval.manifest)", disabled: disabled),
+            json: json, text: text)
     }
 }
 
@@ -210,15 +255,20 @@ struct ApproveCommand: ParsableCommand {
 struct RevokeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "revoke", abstract: "Withdraw the approval of an external extension.",
-        discussion: "Running processes keep running; the next launch is refused.\n\n\(ExtensionCommands.locationHelp)")
+        discussion: "Running processes keep running; the next launch is refused.\n\n\(ExtensionCommands.choiceJSONHelp)\n\n\(ExtensionCommands.locationHelp)")
 
     @Argument(help: "The extension's identifier.")
     var identifier: String
 
+    @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
+    var json = false
+
     func run() throws {
         let known = ExtensionCommands.savedState()?.approvals[identifier] != nil
-        try ExtensionCommands.update(identifier, known: known) { $0.approvals[identifier] = nil }
-        print(known ? "revoked the approval of \(identifier)" : "\(identifier) was not approved")
+        var changed = false
+        try ExtensionCommands.update(identifier, known: known) { changed = $0.approvals.removeValue(forKey: identifier) != nil }
+        try ExtensionCommands.report(.init(identifier: identifier, action: "revoke", changed: changed), json: json,
+                                     text: [changed ? "revoked the approval of \(identifier)" : "\(identifier) was not approved"])
     }
 }
 
@@ -226,15 +276,20 @@ struct RevokeCommand: ParsableCommand {
 struct EnableCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "enable", abstract: "Turn a disabled extension back on.",
-        discussion: ExtensionCommands.locationHelp)
+        discussion: "\(ExtensionCommands.choiceJSONHelp)\n\n\(ExtensionCommands.locationHelp)")
 
     @Argument(help: "The extension's identifier.")
     var identifier: String
 
+    @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
+    var json = false
+
     func run() throws {
         let disabled = ExtensionCommands.savedState()?.disabled.contains(identifier) == true
-        try ExtensionCommands.update(identifier, known: disabled) { $0.disabled.remove(identifier) }
-        print("enabled \(identifier)")
+        var changed = false
+        try ExtensionCommands.update(identifier, known: disabled) { changed = $0.disabled.remove(identifier) != nil }
+        try ExtensionCommands.report(.init(identifier: identifier, action: "enable", changed: changed), json: json,
+                                     text: ["enabled \(identifier)"])
     }
 }
 
@@ -242,13 +297,18 @@ struct EnableCommand: ParsableCommand {
 struct DisableCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "disable", abstract: "Turn an extension off (bundled or external).",
-        discussion: "Running processes keep running; hosts stop seeing it and the next launch is refused.\n\n\(ExtensionCommands.locationHelp)")
+        discussion: "Running processes keep running; hosts stop seeing it and the next launch is refused.\n\n\(ExtensionCommands.choiceJSONHelp)\n\n\(ExtensionCommands.locationHelp)")
 
     @Argument(help: "The extension's identifier.")
     var identifier: String
 
+    @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
+    var json = false
+
     func run() throws {
-        try ExtensionCommands.update(identifier, known: false) { $0.disabled.insert(identifier) }
-        print("disabled \(identifier)")
+        var changed = false
+        try ExtensionCommands.update(identifier, known: false) { changed = $0.disabled.insert(identifier).inserted }
+        try ExtensionCommands.report(.init(identifier: identifier, action: "disable", changed: changed), json: json,
+                                     text: ["disabled \(identifier)"])
     }
 }

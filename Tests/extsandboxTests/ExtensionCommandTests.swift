@@ -59,6 +59,40 @@ struct CLITests {
         #expect(unknown.stderr.contains("no installed extension has the identifier org.example.nothing"))
     }
 
+    /// `approve`, `revoke`, `enable` and `disable --json`: one object with the documented fields,
+    /// `changed` false when the choice was so already.
+    @Test func ownerChoicesPrintJSONWithStableFields() async throws {
+        let world = try ExtensionWorld()
+        try world.install("org.example.bundled", in: world.hostBundle + "/Extensions")
+        try world.install("org.example.outside")
+        func object(_ arguments: [String]) async throws -> [String: Any] {
+            let result = try await world.cli(arguments + ["--json"])
+            #expect(result.status == 0, "\(arguments): \(result.stderr)")
+            return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], "\(result.stdout)")
+        }
+        func digest(_ value: Any?) -> Bool {
+            (value as? String).map { $0.hasPrefix("sha256:") && $0.count == 7 + 64 } ?? false
+        }
+
+        let approved = try await object(["approve", "org.example.outside"])
+        #expect(approved["identifier"] as? String == "org.example.outside")
+        #expect(approved["action"] as? String == "approve" && approved["changed"] as? Bool == true)
+        #expect(approved["approval"] as? String == "pinned" && approved["disabled"] as? Bool == false)
+        #expect(digest(approved["executable"]) && digest(approved["manifest"]), "\(approved)")
+        #expect(try await object(["approve", "org.example.outside"])["changed"] as? Bool == false)
+        let bundled = try await object(["approve", "org.example.bundled"])
+        #expect(bundled["approval"] as? String == "implicit" && bundled["executable"] == nil, "\(bundled)")
+
+        for (arguments, changed) in [(["disable", "org.example.outside"], true), (["disable", "org.example.outside"], false),
+                                     (["enable", "org.example.outside"], true), (["enable", "org.example.outside"], false),
+                                     (["revoke", "org.example.outside"], true), (["revoke", "org.example.outside"], false)] {
+            let result = try await object(arguments)
+            #expect(Set(result.keys) == ["identifier", "action", "changed"], "\(arguments): \(result)")
+            #expect(result["action"] as? String == arguments[0] && result["changed"] as? Bool == changed, "\(arguments): \(result)")
+        }
+        #expect(try await world.states()["org.example.outside"] == "unapproved")
+    }
+
     @Test func aCorruptApprovalsFileFailsEveryCommandAndStaysAsItWas() async throws {
         let world = try ExtensionWorld()
         try world.install("org.example.outside")
