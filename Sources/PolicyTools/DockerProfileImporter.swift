@@ -106,7 +106,9 @@ public enum DockerProfileImporter {
                 if let a = entry["architecture"]?.string { arches.append(a) }
                 arches += entry["subArchitectures"]?.strings ?? []
             }
-            let foreign = arches.filter { !Self.nativeArches.contains($0) }
+            // Podman's profile lists some sub-architectures under two architectures: name each once.
+            var named: Set<String> = []
+            let foreign = arches.filter { !Self.nativeArches.contains($0) && named.insert($0).inserted }
             if !foreign.isEmpty {
                 notes.append("architectures \(foreign.joined(separator: ", ")) are not imported: extsandbox filters x86_64 and kills every other architecture's system calls")
             }
@@ -253,10 +255,11 @@ public enum DockerProfileImporter {
 
         func output() -> Output {
             var y: [String] = []
-            y.append("# Imported from the Docker/OCI seccomp profile \(oneLine(source))")
-            y.append("# by `extsandbox policy import-docker`. Review it, then check it with `extsandbox policy check`.")
+            y.append("# Imported from the OCI seccomp profile \(oneLine(source))")
+            y.append("# (the format of Docker, Podman and containerd) by `extsandbox policy import-docker`.")
+            y.append("# Review it, then check it with `extsandbox policy check`.")
             y.append("#")
-            y.append("# A Docker profile describes only the system-call filter: the filesystem, network, environment")
+            y.append("# A seccomp profile describes only the system-call filter: the filesystem, network, environment")
             y.append("# and limits sections below are a minimal starting point added by the import.")
             if !notes.isEmpty {
                 y.append("#")
@@ -267,7 +270,7 @@ public enum DockerProfileImporter {
             }
             y.append("")
             y.append("version: 1")
-            y.append("description: \(YAMLText.quoted("Imported from the Docker seccomp profile " + FilePaths.lastComponent(source)))")
+            y.append("description: \(YAMLText.quoted("Imported from the OCI seccomp profile " + FilePaths.lastComponent(source)))")
             y.append("")
             y.append("seccomp:")
             y.append("  default: \(defaultAction)")
@@ -301,7 +304,7 @@ public enum DockerProfileImporter {
                     y.append("      when: [\(rule.when.map(YAMLText.quoted).joined(separator: ", "))]")
                 }
                 if !dangerous.isEmpty {
-                    y.append("    # Dangerous system calls that the Docker profile allows. extsandbox lets them run only")
+                    y.append("    # Dangerous system calls that the profile allows. extsandbox lets them run only")
                     y.append("    # through a rule that says why (docs/policy-format.md, \"Dangerous system calls\"); until")
                     y.append("    # you uncomment a rule and write its reason, that call gets the default action.")
                     for d in dangerous {

@@ -318,7 +318,7 @@ struct PolicyCommand: ParsableCommand {
     struct ImportDocker: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "import-docker",
-            abstract: "Convert a Docker/OCI seccomp profile (JSON) into a policy file.",
+            abstract: "Convert an OCI seccomp profile (JSON: Docker's, Podman's, containerd's) into a policy file.",
             discussion: """
                 Reads a seccomp profile in the format of Docker, Podman and containerd \
                 (defaultAction, syscalls[].names/action/args/errnoRet, includes/excludes) and \

@@ -15,7 +15,7 @@ struct DockerImportTests {
     @Test func convertsAProfileThatLoadsAndCompiles() throws {
         let output = try DockerProfileImporter.convert(json: Data(try dockerProfileJSON().utf8), source: "/etc/docker/seccomp.json")
         let yaml = output.yaml
-        #expect(yaml.hasPrefix("# Imported from the Docker/OCI seccomp profile /etc/docker/seccomp.json\n"))
+        #expect(yaml.hasPrefix("# Imported from the OCI seccomp profile /etc/docker/seccomp.json\n"))
         #expect(yaml.contains("  default: errno EPERM\n"))
         #expect(yaml.contains("    # what every program needs\n    - accept4\n"))
         #expect(yaml.contains("not x86_64 system calls, skipped: _llseek, chown32"))

@@ -94,7 +94,7 @@ struct PolicyCLITests {
         let json = TestPaths.dockerSampleProfile
         let out = try await Self.run(["policy", "import-docker", json])
         #expect(out.status == 0, "\(out.stderr)")
-        #expect(out.stdout.hasPrefix("# Imported from the Docker/OCI seccomp profile \(json)"))
+        #expect(out.stdout.hasPrefix("# Imported from the OCI seccomp profile \(json)"))
         #expect(out.stderr.contains("warning: syscalls[10] (sync) skipped: action SCMP_ACT_NOTIFY has no equivalent"))
         let yaml = dir.appendingPathComponent("imported.yaml").path
         try out.stdout.write(toFile: yaml, atomically: true, encoding: .utf8)

@@ -93,6 +93,20 @@ struct RealDockerProfileTests {
         #expect(filter.evaluate(syscall: Syscalls.number(of: "mount")!, arguments: []) == SeccompReturn.errno | 38)
     }
 
+    /// Podman's profile is no Docker profile, and it lists some sub-architectures under two
+    /// architectures: the import names the format, not Docker, and each architecture once.
+    @Test func thePackagedProfileIsNamedForItsFormatWithEachArchitectureOnce() throws {
+        try #require(FileManager.default.fileExists(atPath: packagedContainersProfile),
+                     "\(packagedContainersProfile) is missing: scripts/setup installs it (Debian package golang-github-containers-common)")
+        let yaml = try DockerProfileImporter.convert(
+            json: try Data(contentsOf: URL(fileURLWithPath: packagedContainersProfile)), source: packagedContainersProfile).yaml
+        #expect(yaml.hasPrefix("# Imported from the OCI seccomp profile \(packagedContainersProfile)\n"), "\(yaml.prefix(300))")
+        #expect(!yaml.contains("Docker seccomp profile") && !yaml.contains("Docker profile"), "\(yaml.prefix(600))")
+        let line = try #require(yaml.split(separator: "\n").first { $0.contains("architectures ") && $0.contains("are not imported") })
+        let names = line.split(separator: " ").filter { $0.hasPrefix("SCMP_ARCH_") }.map { $0.trimmingCharacters(in: [","]) }
+        #expect(names.contains("SCMP_ARCH_MIPS64") && names.count == Set(names).count, "\(line)")
+    }
+
     @Test func overlappingRulesOfAProfileKeepTheStrongestAction() throws {
         let output = try DockerProfileImporter.convert(
             json: try Data(contentsOf: dockerFixtures.appendingPathComponent("containers-style.json")), source: "containers-style.json")
