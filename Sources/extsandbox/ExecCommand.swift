@@ -37,6 +37,15 @@ struct ExecCommand: AsyncParsableCommand {
             the caller's terminal is raw during the run and restored exactly after it); files, \
             pipes and /dev/null are reopened; sockets and the like are relayed through pipes.
 
+            --json-status-fd FD: when the program ends, one line of JSON is written to \
+            descriptor FD (then closed), with these stable fields: end (exited, signaled, \
+            seccomp-violation, memory-limit, wall-clock-limit, killed, or not-started when \
+            nothing ran), status (what exec exits with), pid (the sandbox's init on the host), \
+            pidInside (the program's pid inside), exitCode (when it exited), signal (the signal \
+            that ended it: 31 for a seccomp violation, 9 for a limit) and violation (the system \
+            call the filter stopped, when it could be named); a field that does not apply is \
+            left out. Example: extsandbox exec --json-status-fd 3 -- ./tool 3>status.json
+
             Exit status: the program's own; 128+N when signal N killed it (159 = SIGSYS for a \
             seccomp violation, 137 = SIGKILL for a limit); 125 when the sandbox could not be \
             set up (nothing ran); 127 when PROGRAM was not found; 64 for a usage error.
@@ -75,6 +84,11 @@ struct ExecCommand: AsyncParsableCommand {
         valueName: "dir"))
     var workingDirectory: String?
 
+    @Option(name: .customLong("json-status-fd"), help: ArgumentHelp(
+        "When the program ends (or cannot start), write one line of JSON to descriptor FD and close it: end, status, pid, pidInside, exitCode, signal, violation (see above).",
+        valueName: "fd"))
+    var statusDescriptor: Int32?
+
     @Flag(name: .long, help: ArgumentHelp(
         "Audit the seccomp policy: calls it would kill are allowed and listed at exit (isolation otherwise unchanged). The program runs WITHOUT the policy's kills: for writing policies, never for untrusted code."))
     var audit = false
@@ -98,7 +112,7 @@ struct ExecCommand: AsyncParsableCommand {
         if let problem = request.validationError { throw ValidationError(problem) }
     }
 
-    static let optionNames = ["--policy", "--ro-bind", "--bind", "--env", "--chdir", "--audit", "--verbose", "--help"]
+    static let optionNames = ["--policy", "--ro-bind", "--bind", "--env", "--chdir", "--json-status-fd", "--audit", "--verbose", "--help"]
 
     /// The usage error for `word`, an option `exec` does not have, with the nearest one it has.
     static func unknownOption(_ word: String) -> String {
@@ -127,7 +141,7 @@ struct ExecCommand: AsyncParsableCommand {
     var request: ExecRequest {
         ExecRequest(
             policy: policy, readOnlyBinds: readOnlyBinds, writableBinds: writableBinds, environment: environment,
-            workingDirectory: workingDirectory, audit: audit, verbose: verbose,
+            workingDirectory: workingDirectory, audit: audit, verbose: verbose, statusDescriptor: statusDescriptor,
             words: command.first == "--" ? Array(command.dropFirst()) : command)
     }
 
@@ -137,6 +151,20 @@ struct ExecCommand: AsyncParsableCommand {
 
     /// Runs the request; ends by throwing `ExitCode` with the program's status.
     static func run(_ request: ExecRequest) async throws {
+        // Ours alone: the sandbox never gets it (the spawner closes what it does not pass, too).
+        if let descriptor = request.statusDescriptor { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+        let status: Int32
+        do {
+            status = try await runProgram(request)
+        } catch let exit as ExitCode {
+            if let descriptor = request.statusDescriptor { ExecStatus(notStartedWith: exit.rawValue).write(to: descriptor) }
+            throw exit
+        }
+        throw ExitCode(status)
+    }
+
+    /// Runs the program to its end: its exit status; throws `ExitCode` when it could not run.
+    private static func runProgram(_ request: ExecRequest) async throws -> Int32 {
         let words = request.words
         let program = words[0]
         // Read once: the program lookup, the policy search path and the cache use it too.
@@ -226,7 +254,10 @@ struct ExecCommand: AsyncParsableCommand {
                 ? "audit: the policy '\(loadedPolicy.name)' would have denied nothing"
                 : "audit: the policy '\(loadedPolicy.name)' would have denied: \(denied.joined(separator: " "))")
         }
-        throw ExitCode(termination.shellExitCode)
+        if let descriptor = request.statusDescriptor {
+            ExecStatus(termination, pid: process.pid, pidInside: process.payloadPIDInside).write(to: descriptor)
+        }
+        return termination.shellExitCode
     }
 
     /// Without --chdir: the caller's directory where the sandbox shows it, else / (with a hint

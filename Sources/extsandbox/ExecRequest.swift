@@ -1,3 +1,5 @@
+import Glibc
+
 /// What `extsandbox exec` was asked to do, however its arguments were parsed.
 struct ExecRequest: Equatable {
     var policy = "standard"
@@ -9,6 +11,8 @@ struct ExecRequest: Equatable {
     var audit = false
     /// Print the sandbox's lifecycle on stderr (launch with policy and pids, how it ended).
     var verbose = false
+    /// `--json-status-fd`: where to write how the program ended (``ExecStatus``).
+    var statusDescriptor: Int32?
     /// The program and its arguments (never empty).
     var words: [String] = []
 
@@ -54,6 +58,9 @@ struct ExecRequest: Equatable {
             // ArgumentParser would read a dash as the next option (or complain): let it.
             guard !value.isEmpty, !value.hasPrefix("-") else { return nil }
             switch name {
+            case "json-status-fd":
+                guard let number = Int32(value), seen.insert(String(name)).inserted else { return nil }
+                request.statusDescriptor = number
             case "policy", "chdir":
                 guard seen.insert(String(name)).inserted else { return nil }
                 if name == "policy" { request.policy = value } else { request.workingDirectory = value }
@@ -73,6 +80,9 @@ struct ExecRequest: Equatable {
         if words.isEmpty { return "Missing the program to run." }
         for item in environment where !item.contains("=") || item.hasPrefix("=") {
             return "--env expects key=value, got '\(item)'."
+        }
+        if let descriptor = statusDescriptor, descriptor < 3 || fcntl(descriptor, F_GETFD) < 0 {
+            return "--json-status-fd expects an open file descriptor above 2 (as in 3>status.json), got \(descriptor)."
         }
         return nil
     }

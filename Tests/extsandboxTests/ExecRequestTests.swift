@@ -25,6 +25,7 @@ struct ExecRequestTests {
         ["--policy", "a", "--policy", "b", "x"], ["--audit", "--audit", "x"], ["--verbose", "--verbose", "x"], ["--verbose=1", "x"], ["--audit=yes", "x"],
         ["--env", "NOEQUALS", "x"], ["--env", "=v", "x"], ["--unknown", "x"], ["-x", "prog"],
         ["--chdir=", "x"], ["--version"], ["--policy", "-standard", "x"],
+        ["--json-status-fd", "x", "prog"], ["--json-status-fd", "2", "prog"], ["--json-status-fd=2000", "--json-status-fd=2000", "prog"],
     ]
 
     @Test("the quick parser reads what ArgumentParser reads", arguments: accepted)

@@ -1,0 +1,53 @@
+import FoundationEssentials
+import Glibc
+import SandboxRuntime
+
+/// What `exec --json-status-fd N` writes to descriptor N: one JSON object on one line, once the
+/// program has ended (or once it is clear it will not run), so that a script learns how it ended
+/// without parsing the CLI's messages. The field names are stable (see `exec --help`).
+struct ExecStatus: Encodable, Equatable {
+    /// exited, signaled, seccomp-violation, memory-limit, wall-clock-limit, killed, or not-started.
+    var end: String
+    /// The status `exec` exits with (the shell's view: the code, or 128 + the signal).
+    var status: Int32
+    /// The sandbox's init on the host (what to signal), and the program's pid inside.
+    var pid: Int32?
+    var pidInside: Int32?
+    /// The program's exit code, when it exited.
+    var exitCode: Int32?
+    /// The signal that ended it (SIGSYS for a seccomp violation, SIGKILL for a limit).
+    var signal: Int32?
+    /// The system call the seccomp filter stopped, when it could be named.
+    var violation: String?
+
+    /// How `termination` ended the program of the sandbox whose init is `pid`.
+    init(_ termination: Termination, pid: Int32, pidInside: Int32) {
+        (self.pid, self.pidInside, status) = (pid, pidInside, termination.shellExitCode)
+        switch termination {
+        case .exited(let code): (end, exitCode) = ("exited", code)
+        case .signaled(let number): (end, signal) = ("signaled", number)
+        case .seccompViolation(let name): (end, signal, violation) = ("seccomp-violation", SIGSYS, name)
+        case .memoryLimitExceeded: (end, signal) = ("memory-limit", SIGKILL)
+        case .wallClockLimitExceeded: (end, signal) = ("wall-clock-limit", SIGKILL)
+        case .killed: (end, signal) = ("killed", SIGKILL)
+        }
+    }
+
+    /// Nothing ran: the sandbox could not be set up (125) or the program was not found (127).
+    init(notStartedWith status: Int32) {
+        (end, self.status) = ("not-started", status)
+    }
+
+    /// The object as one line of JSON.
+    var line: String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return ((try? encoder.encode(self)).map { String(decoding: $0, as: UTF8.self) } ?? #"{"end":"\#(end)","status":\#(status)}"#) + "\n"
+    }
+
+    /// Writes the line to `descriptor` and closes it (its reader then sees end of file).
+    func write(to descriptor: Int32) {
+        Output.writeAll(descriptor, Array(line.utf8))
+        close(descriptor)
+    }
+}

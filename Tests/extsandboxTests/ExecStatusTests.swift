@@ -1,0 +1,69 @@
+import Foundation
+import Glibc
+@testable import extsandbox
+import Testing
+import TestSupport
+
+/// `exec --json-status-fd N`: one line of JSON on descriptor N saying how the program ended.
+@Suite("extsandbox exec --json-status-fd", .offThePool)
+struct ExecStatusTests {
+    /// Runs `exec --json-status-fd 3 OPTIONS -- ARGV` with descriptor 3 a file: the result and
+    /// what the file holds.
+    static func exec(_ argv: [String], options: [String] = []) async throws -> (Fixtures.Output, String) {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-status-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("status.json").path
+        let words = ([TestPaths.cli, "exec", "--policy", Fixtures.policyPath(for: .root), "--json-status-fd", "3"] + options + ["--"] + argv)
+            .map { "'\($0)'" }.joined(separator: " ")
+        let result = try await Fixtures.run(["/bin/sh", "-c", "exec \(words) 3>'\(file)'"])
+        return (result, try String(contentsOfFile: file, encoding: .utf8))
+    }
+
+    static func object(_ line: String) throws -> [String: Any] {
+        #expect(line.hasSuffix("}\n") && line.filter { $0 == "\n" }.count == 1, "one line: \(line)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+    }
+
+    @Test("an exit: end, status, exit code and both pids; the sandbox never sees the descriptor")
+    func exited() async throws {
+        let (result, line) = try await Self.exec(["/bin/sh", "-c", "echo x >&3 || exit 3"])
+        #expect(result.status == 3, "\(result.stderr)")
+        let status = try Self.object(line)
+        #expect(status["end"] as? String == "exited" && status["status"] as? Int == 3 && status["exitCode"] as? Int == 3, "\(line)")
+        #expect((status["pid"] as? Int ?? 0) > 1 && (status["pidInside"] as? Int ?? 0) >= 1, "\(line)")
+        #expect(status["signal"] == nil && status["violation"] == nil, "\(line)")
+    }
+
+    @Test("a seccomp violation names the system call")
+    func violation() async throws {
+        let (result, line) = try await Self.exec([Fixtures.probe, "ptrace"])
+        #expect(result.status == 159, "\(result.stderr)")
+        let status = try Self.object(line)
+        #expect(status["end"] as? String == "seccomp-violation" && status["signal"] as? Int == Int(SIGSYS), "\(line)")
+        #expect(status["violation"] as? String == "ptrace" && status["status"] as? Int == 159, "\(line)")
+    }
+
+    @Test("nothing ran: not-started, with the status")
+    func notStarted() async throws {
+        let (result, line) = try await Self.exec(["/nonexistent/program"])
+        #expect(result.status == 127)
+        let status = try Self.object(line)
+        #expect(status["end"] as? String == "not-started" && status["status"] as? Int == 127 && status["pid"] == nil, "\(line)")
+    }
+
+    @Test("both parsers read the option; a descriptor that is not open is a usage error")
+    func parsing() throws {
+        let descriptor = dup(1)
+        defer { close(descriptor) }
+        let arguments = ["--json-status-fd", "\(descriptor)", "--", "/bin/true"]
+        let quick = try #require(ExecRequest.quickParse(arguments[...]))
+        let parsed = try #require(try ExtSandboxCommand.parseAsRoot(["exec"] + arguments) as? ExecCommand)
+        #expect(quick.statusDescriptor == descriptor && quick == parsed.request)
+        #expect {
+            _ = try ExtSandboxCommand.parseAsRoot(["exec", "--json-status-fd", "1999", "--", "/bin/true"])
+        } throws: { error in
+            ExtSandboxCommand.message(for: error).contains("--json-status-fd expects an open file descriptor above 2")
+        }
+    }
+}
