@@ -290,8 +290,21 @@ struct PolicyCommand: ParsableCommand {
                 `systemd-analyze syscall-filter`), the file system, network, environment and \
                 limits, and the size of the compiled BPF filter.
 
+                --json prints one object with these stable fields (a value the policy leaves \
+                unset is left out): name, description, file, madeFrom (every file it was made \
+                from, later ones winning), seccomp (default, execAfterStart, \
+                memoryDenyWriteExecute, rules: syscall, action, when (conditions that must all \
+                hold; empty: always), why; sorted by system call, and for one call in the order \
+                the filter tries them), filesystem (mounts: kind bind, ro-bind or tmpfs, \
+                source, destination, optional, sizeBytes; masked), network (none), environment \
+                (pass, set), limits (memoryBytes, memoryScope, processes, cpuSeconds, openFiles, \
+                fileSizeBytes, wallClockSeconds), filterInstructions. Actions are written as in \
+                a policy file (allow, kill, log, errno EPERM). Every call no rule names gets \
+                the default (--all lists them in the text form only).
+
                 Examples:
                   extsandbox policy show standard
+                  extsandbox policy show --json standard | jq '.seccomp.rules[] | select(.action == "allow") | .syscall'
                   extsandbox policy show ./my-policy.yaml
                   extsandbox policy show --all hardened | grep -w kill
                 """)
@@ -302,10 +315,17 @@ struct PolicyCommand: ParsableCommand {
         @Flag(name: .long, help: "Also list every x86_64 system call the policy does not name (with the default action).")
         var all = false
 
+        @Flag(name: .long, help: "Print a JSON object instead of the report.")
+        var json = false
+
         func run() throws {
             do {
                 let loaded = try PolicyLoader.load(nameOrPath: policy, searchPath: PolicyCommand.searchPath)
-                print(PolicyReport.show(loaded, everySyscall: all), terminator: "")
+                if json {
+                    try JSONOutput.print(PolicyJSON(loaded))
+                } else {
+                    print(PolicyReport.show(loaded, everySyscall: all), terminator: "")
+                }
             } catch {
                 printError("\(error)", hint: ErrorAdvice.policy(error, nameOrPath: policy))
                 throw ExitCode(1)

@@ -44,6 +44,34 @@ struct PolicyCLITests {
         #expect(out.stdout.split(separator: "\n").allSatisfy { $0.contains(".yaml: ok (default kill") })
     }
 
+    /// `policy show --json`: the same resolved policy as the report, with the documented fields.
+    @Test func showJSONHasTheDocumentedFields() async throws {
+        let out = try await Self.run(["policy", "show", "--json", "standard"])
+        #expect(out.status == 0, "\(out.stderr)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(out.stdout.utf8)) as? [String: Any])
+        let standard = try PolicyLoader.load(file: TestPaths.standardPolicyPath)
+        #expect(Set(object.keys) == ["name", "description", "file", "madeFrom", "seccomp", "filesystem", "network", "environment",
+                                     "limits", "filterInstructions"], "\(object.keys)")
+        #expect(object["name"] as? String == "standard" && object["network"] as? String == "none")
+        #expect(object["file"] as? String == TestPaths.standardPolicyPath)
+        #expect(object["filterInstructions"] as? Int == (try standard.compileSeccompFilter(mode: .supervised).instructionCount))
+        let seccomp = try #require(object["seccomp"] as? [String: Any])
+        #expect(seccomp["default"] as? String == "kill" && seccomp["execAfterStart"] as? Bool == true)
+        let rules = try #require(seccomp["rules"] as? [[String: Any]])
+        #expect(rules.count == standard.seccomp.rules.count)
+        func rule(_ name: String) -> [String: Any]? { rules.first { $0["syscall"] as? String == name } }
+        #expect(rule("clone")?["when"] as? [String] == ["arg0 & 0x7e020080 == 0"] && rule("clone")?["action"] as? String == "allow")
+        #expect(rule("ptrace")?["action"] as? String == "kill" && rule("read")?["when"] as? [String] == [])
+        let names = rules.compactMap { $0["syscall"] as? String }
+        #expect(names == names.sorted(), "sorted by system call")
+        let mounts = try #require((object["filesystem"] as? [String: Any])?["mounts"] as? [[String: Any]])
+        #expect(mounts.contains { $0["kind"] as? String == "ro-bind" && $0["source"] as? String == "/usr" && $0["destination"] as? String == "/usr" })
+        #expect(mounts.contains { $0["kind"] as? String == "tmpfs" && $0["destination"] as? String == "/tmp" && $0["sizeBytes"] as? Int == 256 << 20 })
+        #expect((object["environment"] as? [String: Any])?["pass"] as? [String] == ["PATH", "LANG", "LC_ALL", "TERM"])
+        let limits = try #require(object["limits"] as? [String: Any])
+        #expect(limits["memoryBytes"] as? Int == 1 << 30 && limits["memoryScope"] as? String == "sandbox", "\(limits)")
+    }
+
     @Test func showStandard() async throws {
         let out = try await Self.run(["policy", "show", "standard"])
         #expect(out.status == 0, "\(out.stderr)")
