@@ -281,9 +281,9 @@ static int file_at(int root, const char *target, const char *bytes, uint64_t siz
     return -1;
 }
 
-/// null, zero, full, random, urandom bound from the host (a user namespace cannot mknod);
-/// nothing else: no disks, no kmsg, no mem, no tty.
-static int setup_dev(int root, int control_fd) {
+/// null, zero, full, random, urandom bound from the host (a user namespace cannot mknod), and
+/// tty with a controlling terminal; nothing else: no disks, no kmsg, no mem, no pts.
+static int setup_dev(int root, int controlling_terminal, int control_fd) {
     static const char *const nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
     static const char *const links[][2] = {
         {"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
@@ -299,6 +299,16 @@ static int setup_dev(int root, int control_fd) {
         int at_target;
         if (bind_at(root, nodes[i], nodes[i], XSB_MOUNT_F_DEVICE, &at_target) != 0) {
             xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, nodes[i]);
+            return -1;
+        }
+    }
+    // With a controlling terminal (the caller's relay pty), /dev/tty: the kernel resolves it to
+    // the opener's own controlling terminal, so it reaches that pty and nothing else (ENXIO
+    // without one). A host without /dev/tty just leaves it out.
+    if (controlling_terminal) {
+        int at_target;
+        if (bind_at(root, "/dev/tty", "/dev/tty", XSB_MOUNT_F_DEVICE, &at_target) != 0 && (at_target || errno != ENOENT)) {
+            xsb_child_report(control_fd, XSB_STEP_DEV_SETUP, errno, "/dev/tty");
             return -1;
         }
     }
@@ -416,7 +426,7 @@ int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd) {
         return -1;
     }
 
-    int ok = setup_proc(root, control_fd) == 0 && setup_dev(root, control_fd) == 0;
+    int ok = setup_proc(root, control_fd) == 0 && setup_dev(root, cfg->controlling_terminal, control_fd) == 0;
     if (ok && shared_directory_at(root, "/tmp", XSB_MOUNT_ATTR_NOSUID | XSB_MOUNT_ATTR_NODEV) != 0) {
         xsb_child_report(control_fd, XSB_STEP_TMPFS_MOUNT, errno, "/tmp");
         ok = 0;

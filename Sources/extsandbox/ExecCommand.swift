@@ -23,7 +23,7 @@ struct ExecCommand: AsyncParsableCommand {
 
             The file system is an empty read-only tmpfs holding only what the policy and the \
             --ro-bind/--bind options list, a fresh /proc, a minimal /dev (null, zero, full, \
-            random, urandom, a writable shm) and a writable /tmp; /tmp and /dev/shm share the \
+            random, urandom, a writable shm, and tty when a terminal is relayed) and a writable /tmp; /tmp and /dev/shm share the \
             policy's /tmp size. PROGRAM itself is made \
             visible if no bind covers it; a PROGRAM without a slash is looked up in $PATH.
 
@@ -33,8 +33,9 @@ struct ExecCommand: AsyncParsableCommand {
             argument names a file of the current directory.
 
             Standard streams: the program never shares the caller's open files. A terminal is \
-            relayed through a pseudo-terminal of the CLI's (the program's controlling terminal; \
-            the caller's terminal is raw during the run and restored exactly after it); files, \
+            relayed through a pseudo-terminal of the CLI's (the program's controlling terminal, \
+            which /dev/tty opens; it has no name under /dev/pts inside, so tty(1) and \
+            ttyname() find none; the caller's terminal is raw during the run and restored exactly after it); files, \
             pipes and /dev/null are reopened; sockets and the like are relayed through pipes.
 
             --json-status-fd FD: when the program ends, one line of JSON is written to \

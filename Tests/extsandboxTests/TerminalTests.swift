@@ -305,3 +305,19 @@ struct VerboseTests {
         #expect(!quiet.stderr.contains("launched"), "\(quiet.stderr)")
     }
 }
+
+@Suite("CLI: /dev/tty inside is the relayed terminal")
+struct DevTTYTests {
+    @Test("with a terminal, /dev/tty reaches it", arguments: Fixtures.Caller.allCases)
+    func devTTYReachesTheTerminal(caller: Fixtures.Caller) async throws {
+        let report = try await TerminalHarness.exec(["/bin/sh", "-c", "echo through-dev-tty > /dev/tty && echo written"], as: caller)
+        #expect(report.status == 0, "\(report.raw)")
+        #expect(report.output.contains("through-dev-tty\r\nwritten"), "\(report.raw)")
+    }
+
+    @Test("without a terminal there is no /dev/tty")
+    func noTerminalNoDevTTY() async throws {
+        let result = try await Fixtures.exec(["/bin/sh", "-c", "if [ -e /dev/tty ]; then echo present; else echo absent; fi"])
+        #expect(result.status == 0 && result.stdout == "absent\n", "\(result.stdout) \(result.stderr)")
+    }
+}
