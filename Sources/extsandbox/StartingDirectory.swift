@@ -43,6 +43,8 @@ enum StartingDirectory {
     /// A hint for a program started at `/` because `hostDirectory` is not visible inside, when
     /// one of `arguments` names a file relative to it (`python3 script.py`); else `nil`.
     static func hint(hostDirectory: String, arguments: ArraySlice<String>) -> String? {
+        // From / the program starts where the caller is: relative paths mean the same inside.
+        guard hostDirectory != "/" else { return nil }
         let relative = arguments.first { word in
             !word.isEmpty && !word.hasPrefix("/") && !word.hasPrefix("-")
                 && access(FilePaths.join(hostDirectory, word), F_OK) == 0

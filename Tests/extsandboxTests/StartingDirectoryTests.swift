@@ -37,6 +37,13 @@ struct StartingDirectoryTests {
         #expect(Self.visible("/tmp/x", [Self.bind("/tmp/x")]) == "/tmp/x")
     }
 
+    @Test("the hint: only for an argument naming a file of the caller's directory, and never from /")
+    func hintOnlyWhenItHelps() {
+        #expect(StartingDirectory.hint(hostDirectory: "/usr", arguments: ["-v", "bin", "/etc"])?.contains("'bin' is looked up there") == true)
+        #expect(StartingDirectory.hint(hostDirectory: "/usr", arguments: ["-v", "no-such-file", "/etc"]) == nil)
+        #expect(StartingDirectory.hint(hostDirectory: "/", arguments: ["usr"]) == nil)
+    }
+
     /// A scratch directory holding `note.txt`, readable by the sandbox's host uid.
     static func scratch() throws -> URL {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-cwd-\(UUID().uuidString)")
