@@ -29,8 +29,9 @@ struct ExecCommand: AsyncParsableCommand {
 
             Working directory: --chdir, else the current directory when a bind (yours or the \
             policy's) shows it inside, at the path where it shows it (so --ro-bind "$PWD" runs \
-            the program where you are, as bwrap and firejail do); else /, with a hint when an \
-            argument names a file of the current directory.
+            the program where you are, as bwrap and firejail do) and the sandbox's user may \
+            enter it; else /, with a hint when an argument names a file of the current directory \
+            or when the sandbox's user cannot enter it.
 
             Standard streams: the program never shares the caller's open files. A terminal is \
             relayed through a pseudo-terminal of the CLI's (the program's controlling terminal, \
@@ -267,7 +268,11 @@ struct ExecCommand: AsyncParsableCommand {
         guard let here = SystemFiles.currentDirectory() else { return "/" }
         if let inside = StartingDirectory.visiblePath(
             of: here, mounts: policy.filesystem.mounts + mounts, masked: policy.filesystem.masked) {
-            return inside
+            if StartingDirectory.sandboxUserCanEnter(here) { return inside }
+            printError("hint: the current directory \(here) is visible inside at \(inside), but the sandbox's user (nobody, " +
+                       "65534, as you run as root) cannot enter it, so the program starts in /; make it and its parents " +
+                       "searchable by others (chmod o+x), or choose a directory with --chdir")
+            return "/"
         }
         if let hint = StartingDirectory.hint(hostDirectory: here, arguments: words.dropFirst()) {
             printError("hint: " + hint)

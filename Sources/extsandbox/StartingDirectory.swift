@@ -55,6 +55,19 @@ enum StartingDirectory {
             "there); or choose a directory inside with --chdir."
     }
 
+    /// Whether the sandbox's user may enter `directory` (a real path): the caller itself, or for
+    /// root, nobody (65534), which must find it and every directory above it searchable by others.
+    static func sandboxUserCanEnter(_ directory: String, asRoot: Bool = geteuid() == 0) -> Bool {
+        guard asRoot else { return access(directory, X_OK) == 0 }
+        var path = ""
+        for component in [""] + directory.split(separator: "/").map(String.init) {
+            path = component.isEmpty ? "/" : FilePaths.join(path, component)
+            var info = stat()
+            guard stat(path, &info) == 0, info.st_uid == 65534 || info.st_mode & S_IXOTH != 0 else { return false }
+        }
+        return true
+    }
+
     /// Whether the path `outer` is `path` or one of its ancestors.
     static func covers(_ outer: String, _ path: String) -> Bool {
         outer == "/" || path == outer || path.hasPrefix(outer + "/")

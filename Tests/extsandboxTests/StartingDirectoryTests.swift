@@ -37,6 +37,19 @@ struct StartingDirectoryTests {
         #expect(Self.visible("/tmp/x", [Self.bind("/tmp/x")]) == "/tmp/x")
     }
 
+    @Test("as root, a bound current directory nobody cannot enter: the program starts in /, and a hint says why")
+    func rootsPrivateDirectory() async throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let inner = directory.appendingPathComponent("private")
+        try FileManager.default.createDirectory(at: inner, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        #expect(!StartingDirectory.sandboxUserCanEnter(inner.path, asRoot: true))
+        #expect(StartingDirectory.sandboxUserCanEnter(directory.path, asRoot: true))
+        let result = try await Self.exec(in: inner, ["--ro-bind", directory.path, "--", "/bin/pwd"])
+        #expect(result.status == 0 && result.stdout == "/\n", "\(result.stderr)")
+        #expect(result.stderr.contains("cannot enter it, so the program starts in /"), "\(result.stderr)")
+    }
+
     @Test("the hint: only for an argument naming a file of the caller's directory, and never from /")
     func hintOnlyWhenItHelps() {
         #expect(StartingDirectory.hint(hostDirectory: "/usr", arguments: ["-v", "bin", "/etc"])?.contains("'bin' is looked up there") == true)
