@@ -11,18 +11,27 @@ public struct AppExtensionHost: Sendable, Hashable {
     public var identifier: String
     public var locations: ExtensionLocations
 
-    /// A host with the documented locations (docs/extensions.md). The bundle defaults to
-    /// `$EXTSANDBOX_HOST_BUNDLE`, else the directory of the host's executable.
-    public init(identifier: String, bundleDirectory: String? = nil, locations: ExtensionLocations? = nil) {
-        self.identifier = identifier
+    /// A host with the documented locations (docs/extensions.md).
+    ///
+    /// With no arguments, `AppExtensionHost()` is this process as the host, as in
+    /// ExtensionFoundation, where the host is the running app: its identifier is
+    /// ``defaultIdentifier()`` (`$EXTSANDBOX_HOST_IDENTIFIER`, else `local.<executable name>`),
+    /// its bundle `$EXTSANDBOX_HOST_BUNDLE`, else the directory of the host's executable (whose
+    /// `Extensions/` holds the extensions it ships), and the other locations those of
+    /// ``ExtensionLocations/standard(hostBundle:environment:)`` (the environment's, else the defaults). This
+    /// is the host that ``AppExtensionPoint/Monitor`` uses when none is given.
+    public init(identifier: String? = nil, bundleDirectory: String? = nil, locations: ExtensionLocations? = nil) {
+        self.identifier = identifier ?? Self.defaultIdentifier()
         let bundle = bundleDirectory ?? Self.defaultBundleDirectory()
         self.locations = locations ?? .standard(hostBundle: bundle)
         if locations != nil, let bundleDirectory { self.locations.hostBundle = bundleDirectory }
     }
 
     /// The identifier when none is given: `$EXTSANDBOX_HOST_IDENTIFIER`, else
-    /// `local.<executable name>`.
-    static func defaultIdentifier() -> String {
+    /// `local.<executable name>` (Apple's hosts are known by their bundle identifier; a Linux
+    /// executable has none, so a host that publishes points or whose extensions are approved
+    /// across renames sets one, by argument or in the environment).
+    public static func defaultIdentifier() -> String {
         if let value = ProcessInfo.processInfo.environment["EXTSANDBOX_HOST_IDENTIFIER"], !value.isEmpty { return value }
         return "local." + FilePaths.lastComponent(PolicySearchPath.currentExecutable())
     }

@@ -92,6 +92,25 @@ public final class AppExtensionProcess: Sendable {
             self.terminateAfter = terminateAfter
             self.readyTimeout = readyTimeout
         }
+
+        /// ExtensionFoundation's initializer: `onInterruption` runs exactly once for this handle
+        /// when its process ends unexpectedly, without the reason (the other initializer passes
+        /// it); everything else has its default.
+        public init(appExtensionIdentity: AppExtensionIdentity, onInterruption: @escaping @Sendable () -> Void = {}) {
+            self.init(identity: appExtensionIdentity, onInterruption: { _ in onInterruption() })
+        }
+
+        /// ExtensionFoundation's initializer with our interruption handler, which is told why the
+        /// process ended.
+        public init(appExtensionIdentity: AppExtensionIdentity, onInterruption: @escaping @Sendable (Termination) -> Void) {
+            self.init(identity: appExtensionIdentity, onInterruption: onInterruption)
+        }
+
+        /// ExtensionFoundation's name for ``identity``.
+        public var appExtensionIdentity: AppExtensionIdentity {
+            get { identity }
+            set { identity = newValue }
+        }
     }
 
     public let configuration: Configuration
@@ -130,6 +149,14 @@ public final class AppExtensionProcess: Sendable {
     ///
     /// `handlers` answer the extension's own requests and one-way messages on this connection
     /// (without them its requests get ERROR 2 and its one-way messages are dropped).
+    ///
+    /// The counterpart of ExtensionFoundation's `makeXPCConnection()`; its proxy comes from
+    /// ``ExtensionConnection/remoteObject(_:)`` instead of `remoteObjectProxyWithErrorHandler`:
+    ///
+    /// ```swift
+    /// let connection = try await process.makeConnection()       // makeXPCConnection()
+    /// let proxy = try connection.remoteObject($MyRemoteInterface.self)
+    /// ```
     public func makeConnection(handlers: ExtensionConnection.Handlers = .init()) async throws -> ExtensionConnection {
         // A process that ends at once every time is not retried forever.
         for _ in 0..<3 {

@@ -5,12 +5,16 @@
 // payload is a call envelope, docs/wire-protocol.md §12), and serves the host's exported object.
 extension ExtensionConnection: CallTransport {
     /// A proxy for the object the extension exports, typed by the contract's `@Resolvable`
-    /// protocol (ExtensionFoundation's `remoteObjectProxy`):
+    /// protocol: the counterpart of `NSXPCConnection.remoteObjectProxyWithErrorHandler` on the
+    /// connection from ``AppExtensionProcess/makeConnection(handlers:)`` (`makeXPCConnection()`).
     ///
     /// ```swift
-    /// let filter = try connection.remoteObject($TextFilter.self)
+    /// let filter = try connection.remoteObject($TextFilter.self)   // no `as?` cast: typed
     /// let result = try await filter.apply("hello")
     /// ```
+    ///
+    /// There is no error handler: each call throws its own error, and the connection's end
+    /// is the process's ``AppExtensionProcess/Configuration/onInterruption``.
     ///
     /// Each call is a request on this connection: it fails as ``send(_:)`` does (the process
     /// ended mid-call: ``ExtensionError/interrupted(_:)`` with its reason; the task cancelled:

@@ -2,6 +2,7 @@ import Dispatch
 import ExtensionCatalog
 import FoundationEssentials
 import Glibc
+import Observation
 import SandboxPolicy
 import SandboxSystem
 import Synchronization
@@ -18,7 +19,12 @@ extension AppExtensionPoint {
     /// bundle directories and the approvals file, bursts debounced, an overflow answered by a
     /// full rescan. Extensions outside the host's bundle never appear for a point whose scope is
     /// `.application`.
-    public final class Monitor: Sendable {
+    ///
+    /// As in ExtensionFoundation, the monitor is `Observable`: ``identities``, ``state`` and
+    /// ``points`` report their changes to `withObservationTracking` and `Observations`
+    /// (`Observations { monitor.identities }`), whichever thread the change comes from. An
+    /// observer woken by a change already reads the new value.
+    public final class Monitor: Sendable, Observable {
         /// What the monitor sees.
         public struct State: Sendable, Equatable {
             /// Installed, approved and enabled: these may be launched.
@@ -46,6 +52,7 @@ extension AppExtensionPoint {
         }
 
         private let core: Mutex<Core>
+        private let registrar = ObservationRegistrar()
         /// Held for the whole of a scan: scans run one at a time, in order.
         private let scanning = Mutex<Void>(())
         private let watcher: DirectoryWatcher
@@ -69,17 +76,38 @@ extension AppExtensionPoint {
             }
         }
 
-        /// A monitor for one point.
-        public convenience init(appExtensionPoint: AppExtensionPoint, host: AppExtensionHost) async throws {
+        /// A monitor for one point (ExtensionFoundation's `init(appExtensionPoint:)`); `host`
+        /// defaults to this process (``AppExtensionHost/init(identifier:bundleDirectory:locations:)``
+        /// with no arguments).
+        public convenience init(appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = AppExtensionHost()) async throws {
+            try await self.init(points: [appExtensionPoint], host: host)
+        }
+
+        /// A monitor for one point, as Apple's articles write it: `Monitor(someExtensionPoint)`.
+        public convenience init(_ appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = AppExtensionHost()) async throws {
             try await self.init(points: [appExtensionPoint], host: host)
         }
 
         deinit { cancel() }
 
-        /// The extensions that may be launched now.
-        public var identities: [AppExtensionIdentity] { core.withLock { $0.state.identities } }
-        public var state: State { core.withLock { $0.state } }
-        public var points: [AppExtensionPoint] { core.withLock { $0.points } }
+        /// The extensions that may be launched now (observable).
+        public var identities: [AppExtensionIdentity] {
+            registrar.access(self, keyPath: \.identities)
+            return core.withLock { $0.state.identities }
+        }
+
+        /// The launchable extensions, the disabled and unapproved counts and the invalid bundles
+        /// (observable).
+        public var state: State {
+            registrar.access(self, keyPath: \.state)
+            return core.withLock { $0.state }
+        }
+
+        /// The points this monitor follows (observable).
+        public var points: [AppExtensionPoint] {
+            registrar.access(self, keyPath: \.points)
+            return core.withLock { $0.points }
+        }
 
         /// The current state, then each change, until the monitor is cancelled or the consumer
         /// stops. Each access makes a new sequence.
@@ -102,19 +130,36 @@ extension AppExtensionPoint {
             return stream
         }
 
-        /// Starts discovering a further point (rescans at once).
+        /// Starts discovering a further point (rescans at once); a point of the same name is
+        /// replaced.
         public func addPoint(_ point: AppExtensionPoint) async {
             core.withLock { core in
                 core.points.removeAll { $0.name == point.name }
                 core.points.append(point)
             }
+            notifyObservers(of: \.points)
             rescan()
         }
 
         /// Stops discovering a point (rescans at once).
         public func removePoint(named name: String) async {
             core.withLock { $0.points.removeAll { $0.name == name } }
+            notifyObservers(of: \.points)
             rescan()
+        }
+
+        /// ExtensionFoundation's name for ``addPoint(_:)``. Throws, as the initializer does, when
+        /// the approvals file cannot be read (the point is followed all the same, and the
+        /// monitor offers nothing until the file is fixed).
+        public func addAppExtensionPoint(_ appExtensionPoint: AppExtensionPoint) async throws {
+            await addPoint(appExtensionPoint)
+            if let problem = state.approvalsProblem { throw DiscoveryError.catalog(problem) }
+        }
+
+        /// ExtensionFoundation's name for ``removePoint(named:)``: stops discovering the point
+        /// of that name.
+        public func removeAppExtensionPoint(_ appExtensionPoint: AppExtensionPoint) async throws {
+            await removePoint(named: appExtensionPoint.name)
         }
 
         /// Stops watching; the update sequences end.
@@ -145,6 +190,16 @@ extension AppExtensionPoint {
             }
         }
 
+        /// Tells observers that `keyPath` changed. Called *after* the new value is stored (and
+        /// outside the locks): the change is made on the watcher's queue, not on the observer's
+        /// isolation, so an observer woken by `willSet` could otherwise read the old value and
+        /// miss the change for good; and an observer that reads the monitor from its handler
+        /// must not find the lock held.
+        private func notifyObservers<Member>(of keyPath: KeyPath<Monitor, Member>) {
+            registrar.willSet(self, keyPath: keyPath)
+            registrar.didSet(self, keyPath: keyPath)
+        }
+
         private func isRelevant(_ event: DirectoryWatcher.Event) -> Bool {
             if event.overflowed { return true }  // events were lost: rescan everything
             if event.directory == stateDirectory && !isLocation(event.directory) {
@@ -163,7 +218,7 @@ extension AppExtensionPoint {
         /// Scans everything again and publishes the state if it changed.
         @discardableResult
         private func rescan() -> State {
-            scanning.withLock { _ in
+            let (state, changed, identitiesChanged) = scanning.withLock { _ -> (State, Bool, Bool) in
                 let points = core.withLock { core -> [AppExtensionPoint] in
                     core.rescanScheduled = false
                     return core.points
@@ -176,15 +231,19 @@ extension AppExtensionPoint {
                 }
                 watcher.prune(keeping: watched)
                 let state = Self.evaluate(entries, points: points, host: host)
-                let subscribers = core.withLock { core -> [AsyncStream<State>.Continuation] in
-                    guard core.state != state || core.subscribers.isEmpty else { return [] }
-                    let changed = core.state != state
+                let (subscribers, changed, identitiesChanged) = core.withLock { core -> ([AsyncStream<State>.Continuation], Bool, Bool) in
+                    guard core.state != state else { return ([], false, false) }
+                    let identitiesChanged = core.state.identities != state.identities
                     core.state = state
-                    return changed ? Array(core.subscribers.values) : []
+                    return (Array(core.subscribers.values), true, identitiesChanged)
                 }
                 for subscriber in subscribers { subscriber.yield(state) }
-                return state
+                return (state, changed, identitiesChanged)
             }
+            // Outside the scan's lock: an observer's handler may start another scan.
+            if changed { notifyObservers(of: \.state) }
+            if identitiesChanged { notifyObservers(of: \.identities) }
+            return state
         }
 
         /// Every point the host defines, as far as this process can know: the points this monitor
