@@ -19,13 +19,25 @@ public struct AppExtensionHost: Sendable, Hashable {
     /// its bundle `$EXTSANDBOX_HOST_BUNDLE`, else the directory of the host's executable (whose
     /// `Extensions/` holds the extensions it ships), and the other locations those of
     /// ``ExtensionLocations/standard(hostBundle:environment:)`` (the environment's, else the defaults). This
-    /// is the host that ``AppExtensionPoint/Monitor`` uses when none is given.
+    /// is what ``current`` is unless a task binds another.
     public init(identifier: String? = nil, bundleDirectory: String? = nil, locations: ExtensionLocations? = nil) {
         self.identifier = identifier ?? Self.defaultIdentifier()
         let bundle = bundleDirectory ?? Self.defaultBundleDirectory()
         self.locations = locations ?? .standard(hostBundle: bundle)
         if locations != nil, let bundleDirectory { self.locations.hostBundle = bundleDirectory }
     }
+
+    /// The host that APIs use when none is given (ExtensionFoundation's monitors have no host
+    /// parameter: the host is the running app): this process, `AppExtensionHost()`, computed
+    /// once. A task may bind another for the code it runs, e.g. a tool or a test that keeps its
+    /// extensions elsewhere:
+    ///
+    /// ```swift
+    /// try await AppExtensionHost.$current.withValue(AppExtensionHost(identifier: "org.example.editor", locations: mine)) {
+    ///     let monitor = try await AppExtensionPoint.Monitor(appExtensionPoint: .importer)
+    /// }
+    /// ```
+    @TaskLocal public static var current = AppExtensionHost()
 
     /// The identifier when none is given: `$EXTSANDBOX_HOST_IDENTIFIER`, else
     /// `local.<executable name>` (Apple's hosts are known by their bundle identifier; a Linux

@@ -20,11 +20,14 @@ extension ExtensionConnection: CallTransport {
     /// ended mid-call: ``ExtensionError/interrupted(_:)`` with its reason; the task cancelled:
     /// ``ExtensionError/cancelled``), or with ``DistributedCallError`` when the extension could
     /// not serve it, or with the error the remote method threw (a type both sides registered
-    /// with ``ExtensionActorSystem/register(error:as:)`` comes back as itself). The proxy does
-    /// not keep the connection open.
+    /// with ``ExtensionActorSystem/register(error:as:)`` comes back as itself). The proxy keeps
+    /// the connection open, as an XPC proxy does: a host may keep only the proxy (Apple's
+    /// articles do); the connection closes when it is invalidated, its process ends, or the
+    /// last of it and its proxies is released.
     public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
         let system = ExtensionActorSystem(side: .host)
-        system.attach(self)
+        // Nothing on the connection refers to this system: holding the connection is no cycle.
+        system.attach(keepingOpen: self)
         return try system.remoteObject(type)
     }
 

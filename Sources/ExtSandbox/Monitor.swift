@@ -77,14 +77,13 @@ extension AppExtensionPoint {
         }
 
         /// A monitor for one point (ExtensionFoundation's `init(appExtensionPoint:)`); `host`
-        /// defaults to this process (``AppExtensionHost/init(identifier:bundleDirectory:locations:)``
-        /// with no arguments).
-        public convenience init(appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = AppExtensionHost()) async throws {
+        /// defaults to ``AppExtensionHost/current``: this process, unless the task binds another.
+        public convenience init(appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = .current) async throws {
             try await self.init(points: [appExtensionPoint], host: host)
         }
 
         /// A monitor for one point, as Apple's articles write it: `Monitor(someExtensionPoint)`.
-        public convenience init(_ appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = AppExtensionHost()) async throws {
+        public convenience init(_ appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = .current) async throws {
             try await self.init(points: [appExtensionPoint], host: host)
         }
 

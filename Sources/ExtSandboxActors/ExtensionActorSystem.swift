@@ -40,6 +40,8 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
 
     private struct State {
         weak var transport: (any CallTransport)?
+        /// The transport again, held strongly, for a system that only calls (``attach(keepingOpen:)``).
+        var keptOpen: (any CallTransport)?
         var locals: [ActorID: LocalActor] = [:]
         var nextLocal: UInt64 = 1
         var exported: Exported?
@@ -58,6 +60,17 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
     /// ``DistributedCallError/notSent(_:)`` once it is gone).
     public func attach(_ transport: any CallTransport) {
         state.withLock { $0.transport = transport }
+    }
+
+    /// Sends this system's calls on `transport` and keeps it open while the system lives, that
+    /// is while a proxy it resolved lives (a proxy holds its system), as an XPC proxy keeps its
+    /// connection. Only for a system that the transport does not hold in turn (one that serves
+    /// nothing on it): that would be a cycle.
+    public func attach(keepingOpen transport: any CallTransport) {
+        state.withLock {
+            $0.transport = transport
+            $0.keptOpen = transport
+        }
     }
 
     /// Registers a `Codable` error type of a contract under a name (the same on both sides): a
