@@ -15,7 +15,9 @@ import SandboxRuntime
 /// apart; nothing on the wire depends on the identifier being unique).
 struct ProcessReuseKey: Sendable, Equatable {
     let identity: AppExtensionIdentity
-    let executable: ExecutableFileIdentity
+    /// The executable file as the kernel sees it (device, inode, size, modification and change
+    /// times): replacing it (a new inode) or rewriting it in place (new times) makes another key.
+    let executable: FileFingerprint
     /// The policy as resolved (every `extends:`/`include:` merged): the seccomp rules, mounts,
     /// network, environment and limits the sandbox gets. Two points whose policies differ in
     /// anything (even a policy of the same name edited between launches) never share a process.
@@ -31,7 +33,7 @@ struct ProcessReuseKey: Sendable, Equatable {
             throw ExtensionError.policyFailed(securityLevel: identity.point.securityLevel, error: error)
         }
         do {
-            executable = try ExecutableFileIdentity(path: identity.executablePath)
+            executable = try Self.fingerprint(ofExecutable: identity.executablePath)
         } catch {
             // A discovered extension whose bundle no longer checks out (removed, say): what the
             // launch's own check would say, not the stat's errno.
@@ -42,34 +44,12 @@ struct ProcessReuseKey: Sendable, Equatable {
             throw error
         }
     }
-}
 
-/// An executable file as the kernel sees it: which file (device and inode) and which contents
-/// (size and the modification and status-change times). Replacing the file (a new inode), or
-/// rewriting it in place (new times), makes a different identity.
-struct ExecutableFileIdentity: Sendable, Equatable {
-    let device: UInt64
-    let inode: UInt64
-    let size: Int64
-    let modified: timespec
-    let changed: timespec
-
-    init(path: String) throws {
-        var info = stat()
-        guard stat(path, &info) == 0 else {
+    private static func fingerprint(ofExecutable path: String) throws -> FileFingerprint {
+        guard let fingerprint = FileFingerprint.of(path) else {
             throw ExtensionError.sandboxFailed(
                 SandboxError(step: .exec, errorNumber: errno, detail: "the executable \(path) cannot be read (stat)"))
         }
-        device = UInt64(info.st_dev)
-        inode = UInt64(info.st_ino)
-        size = Int64(info.st_size)
-        modified = info.st_mtim
-        changed = info.st_ctim
-    }
-
-    static func == (a: Self, b: Self) -> Bool {
-        a.device == b.device && a.inode == b.inode && a.size == b.size
-            && a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
-            && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
+        return fingerprint
     }
 }
