@@ -40,6 +40,12 @@ public final class SealedExecutable: Sendable {
     /// Copies of files as they were, so that launching one extension many times copies it once.
     private static let copies = Mutex<[SourceStatus: SealedExecutable]>([:])
     private static let maximumCopies = 64
+    /// The largest program copied: the copy is host memory, and a bundle (others' files) must
+    /// not be able to make the host hold a file of any size, sparse ones included.
+    public static let maximumSize: Int64 = 256 << 20
+    /// What the kept copies may hold together before they are dropped (running sandboxes keep
+    /// their own mappings).
+    static let maximumKeptBytes: Int64 = 1 << 30
 
     /// The sealed copy of the file at `path`: made now, or the one made earlier of this very
     /// file unchanged. The file is opened once, without following a symlink at its last
@@ -53,6 +59,10 @@ public final class SealedExecutable: Sendable {
         guard fstat(source, &before) == 0 else { throw SandboxError(step: .exec, errorNumber: errno, detail: "the executable \(path) (fstat)") }
         guard (before.st_mode & S_IFMT) == S_IFREG else {
             throw SandboxError(step: .exec, errorNumber: EACCES, detail: "the executable \(path) is not a regular file")
+        }
+        guard Int64(before.st_size) <= maximumSize else {
+            throw SandboxError(step: .exec, errorNumber: EFBIG,
+                               detail: "the executable \(path) has \(before.st_size) bytes; a program run from a sealed copy may have at most \(maximumSize >> 20) MiB")
         }
         let status = SourceStatus(before)
         if let made = copies.withLock({ $0[status] }) { return made }
@@ -68,7 +78,8 @@ public final class SealedExecutable: Sendable {
         let made = SealedExecutable(descriptor: descriptor, sourcePath: path)
         return copies.withLock { copies in
             if let other = copies[status] { return other }  // another launch copied it meanwhile
-            if copies.count >= maximumCopies { copies.removeAll() }
+            let kept = copies.keys.reduce(Int64(0)) { $0 + $1.size }
+            if copies.count >= maximumCopies || kept + status.size > maximumKeptBytes { copies.removeAll() }
             copies[status] = made
             return made
         }

@@ -2,6 +2,7 @@ import ExtSandbox
 import ExtensionCatalog
 import Foundation
 import Glibc
+import SandboxRuntime
 import Synchronization
 import Testing
 import TestSupport
@@ -206,5 +207,28 @@ struct ExecutableSwapTests {
         let payload = try #require(process.sandbox.processIdentifiers().dropFirst().first)
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(payload)/exe")) ?? ""
         #expect(exe.hasPrefix("/memfd:extsandbox-program"), "\(exe)")
+    }
+
+    /// The sealed copy is host memory: a bundle's executable larger than the bound (here a
+    /// sparse file of holes, which costs its author nothing) fails the launch at once, naming
+    /// the file, and nothing of it is copied.
+    @Test("an executable over the sealed copy's size bound is refused, naming it")
+    func oversizedExecutableIsRefused() async throws {
+        let world = try ExtensionWorld()
+        let bundle = try world.install("org.example.huge", in: world.hostBundle + "/Extensions")
+        let executable = bundle + "/bin/run"
+        #expect(truncate(executable, off_t(SealedExecutable.maximumSize) + (1 << 20)) == 0)
+        let point = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none),
+                                      securityLevel: TestPaths.policiesDirectory + "/standard.yaml")
+        let monitor = try await AppExtensionPoint.Monitor(
+            points: [point], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations))
+        defer { monitor.cancel() }
+        let identity = try #require(monitor.identities.first)
+        await #expect {
+            _ = try await AppExtensionProcess(configuration: .init(identity: identity))
+        } throws: { error in
+            let text = "\(error)"
+            return text.contains(executable) && text.contains("at most 256 MiB")
+        }
     }
 }
