@@ -25,7 +25,7 @@
 
 /// The launch description's format (launch_description.c). Bumped with any change to it, to
 /// struct xsb_msg or to the steps, so that an init from another build refuses the launch.
-#define XSB_LAUNCH_FORMAT_VERSION 3
+#define XSB_LAUNCH_FORMAT_VERSION 4
 
 /// Init side: maps the description behind `fd`, checks every offset, length, count and value,
 /// and fills `cfg` with pointers into it. Returns 0, or -1 with errno set and `*what` naming

@@ -51,7 +51,8 @@ struct xsb_wire_mount {
     struct xsb_wire_span source;  ///< a string; for XSB_MOUNT_FILE the file's bytes
     struct xsb_wire_span target;  ///< a string
     uint64_t size;
-    uint32_t mode, reserved;
+    uint32_t mode;
+    int32_t tree;  ///< with XSB_MOUNT_F_TREE: index into the header's mount_trees
 };
 
 struct xsb_wire_header {
@@ -73,6 +74,8 @@ struct xsb_wire_header {
     int32_t supervise_first_exec, audit, memory_deny_write_execute, controlling_terminal;
     int32_t cap_last_cap;
     int32_t exec_fd;  ///< the program to exec by fd, or -1: exec `path`
+    int32_t mount_tree_count;
+    int32_t mount_trees[XSB_MAX_MOUNT_TREES];  ///< passed fds: detached mounts to attach
 };
 
 // MARK: - Supervisor side
@@ -122,7 +125,8 @@ static int32_t pass(struct xsb_passed_fds *passed, int host_fd) {
 int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out) {
     *fd_out = -1;
     passed->count = 0;
-    if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS || cfg->mount_count > (1u << 20) || cfg->rlimit_count > 64) {
+    if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS || cfg->mount_tree_count > XSB_MAX_MOUNT_TREES || cfg->mount_count > (1u << 20) ||
+        cfg->rlimit_count > 64) {
         errno = E2BIG;
         return -1;
     }
@@ -170,6 +174,7 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
         m.flags = op->flags;
         m.size = op->size;
         m.mode = op->mode;
+        m.tree = (op->flags & XSB_MOUNT_F_TREE) ? op->tree : -1;
         m.target = put_string(blob, &used, op->target);
         m.source = op->kind == XSB_MOUNT_FILE ? put(blob, &used, op->source, op->size, 1) : put_string(blob, &used, op->source);
         memcpy(blob + h.mounts.offset + i * sizeof m, &m, sizeof m);
@@ -187,6 +192,8 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     for (size_t i = 0; i < cfg->extra_fd_count; i++) h.extra_fds[i] = pass(passed, cfg->extra_fds[i]);
     for (int i = 0; i < 4; i++) h.cgroup_tasks_fds[i] = pass(passed, cfg->cgroup_tasks_fds[i]);
     h.exec_fd = pass(passed, cfg->exec_fd);
+    h.mount_tree_count = (int32_t)cfg->mount_tree_count;
+    for (size_t i = 0; i < cfg->mount_tree_count; i++) h.mount_trees[i] = pass(passed, cfg->mount_trees[i]);
     h.passed_fd_count = passed->count;
     h.supervise_first_exec = cfg->supervise_first_exec != 0;
     h.audit = cfg->audit != 0;
@@ -379,12 +386,18 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
         op->flags = m.flags;
         op->size = m.size;
         op->mode = m.mode;
+        op->tree = m.tree;
         op->target = string_at(base, size, &m.target);
         if (!plain_absolute(op->target)) rc = refuse("launch description: a mount's target");
         // XSB_MOUNT_F_DEVICE (a writable bind that keeps device nodes usable) is only for the
         // init's own /dev nodes (mounts.c), never one the description asks for.
-        else if ((m.flags & ~(XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DIRECTORY | XSB_MOUNT_F_NOEXEC)) != 0 || (m.mode & ~07777u) != 0)
+        else if ((m.flags & ~(XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DIRECTORY | XSB_MOUNT_F_NOEXEC | XSB_MOUNT_F_TREE)) != 0 || (m.mode & ~07777u) != 0)
             rc = refuse("launch description: a mount's flags or mode");
+        // A detached mount is a bind's source, one the header lists; nothing else has one.
+        else if ((m.flags & XSB_MOUNT_F_TREE) ? (m.kind != XSB_MOUNT_BIND || h.mount_tree_count < 0 ||
+                                                 h.mount_tree_count > XSB_MAX_MOUNT_TREES || m.tree < 0 || m.tree >= h.mount_tree_count)
+                                              : m.tree != -1)
+            rc = refuse("launch description: a mount's detached source");
         else if (m.kind == XSB_MOUNT_FILE) {
             // The file's bytes: any bytes, `size` of them, NUL after them.
             if (m.source.length != m.size || !inside(&m.source, size) || m.source.length >= size - m.source.offset)
@@ -421,12 +434,14 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     }
 
     if (rc == 0) {
-        int ok = h.passed_fd_count >= 0 && h.passed_fd_count <= 3 + XSB_MAX_EXTRA_FDS + 4 + 1 &&
-                 h.extra_fd_count >= 0 && h.extra_fd_count <= XSB_MAX_EXTRA_FDS;
+        int ok = h.passed_fd_count >= 0 && h.passed_fd_count <= 3 + XSB_MAX_EXTRA_FDS + 4 + 1 + XSB_MAX_MOUNT_TREES &&
+                 h.extra_fd_count >= 0 && h.extra_fd_count <= XSB_MAX_EXTRA_FDS &&
+                 h.mount_tree_count >= 0 && h.mount_tree_count <= XSB_MAX_MOUNT_TREES;
         for (int i = 0; ok && i < 3; i++) ok = passed_fd(h.stdio[i], h.passed_fd_count);
         for (int i = 0; ok && i < h.extra_fd_count; i++) ok = h.extra_fds[i] != -1 && passed_fd(h.extra_fds[i], h.passed_fd_count);
         for (int i = 0; ok && i < 4; i++) ok = passed_fd(h.cgroup_tasks_fds[i], h.passed_fd_count);
         if (ok) ok = passed_fd(h.exec_fd, h.passed_fd_count);
+        for (int i = 0; ok && i < h.mount_tree_count; i++) ok = h.mount_trees[i] != -1 && passed_fd(h.mount_trees[i], h.passed_fd_count);
         if (!ok) rc = refuse("launch description: file descriptors");
     }
     if (rc == 0 && ((h.supervise_first_exec | h.audit | h.memory_deny_write_execute | h.controlling_terminal) & ~1) != 0)
@@ -448,6 +463,10 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     cfg->extra_fd_count = (size_t)h.extra_fd_count;
     for (int i = 0; i < 4; i++) cfg->cgroup_tasks_fds[i] = h.cgroup_tasks_fds[i];
     cfg->exec_fd = h.exec_fd;
+    static int trees[XSB_MAX_MOUNT_TREES];
+    for (int i = 0; i < h.mount_tree_count; i++) trees[i] = h.mount_trees[i];
+    cfg->mount_trees = trees;
+    cfg->mount_tree_count = (size_t)h.mount_tree_count;
     cfg->cgroup_directory_fd = -1;
     cfg->init_fd = -1;
     cfg->supervise_first_exec = h.supervise_first_exec;

@@ -120,6 +120,25 @@ static int attach(int mount_fd, int point) {
     return (int)syscall(SYS_move_mount, mount_fd, "", point, "", XSB_MOVE_MOUNT_F_EMPTY_PATH | XSB_MOVE_MOUNT_T_EMPTY_PATH);
 }
 
+/// Gives the detached mount `tree` a bind's attributes and attaches it at `target` below
+/// `root`; closes `tree`. On failure `*at_target` tells whether the mount point was the problem.
+static int attach_bind(int root, int tree, const char *target, int flags, int *at_target) {
+    *at_target = 0;
+    uint64_t attrs = XSB_MOUNT_ATTR_NOSUID;
+    if (flags & (XSB_MOUNT_F_DEVICE | XSB_MOUNT_F_NOEXEC)) attrs |= XSB_MOUNT_ATTR_NOEXEC;
+    if (!(flags & XSB_MOUNT_F_DEVICE)) attrs |= XSB_MOUNT_ATTR_NODEV;
+    if (!(flags & (XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DEVICE))) attrs |= XSB_MOUNT_ATTR_RDONLY;
+    struct xsb_mount_attr attr = {.attr_set = attrs};
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | XSB_AT_RECURSIVE, &attr, sizeof attr) != 0) return close_keeping_errno(tree);
+    int point = open_mount_point(root, target, (flags & XSB_MOUNT_F_DIRECTORY) != 0);
+    *at_target = 1;
+    if (point < 0) return close_keeping_errno(tree);
+    int rc = attach(tree, point);
+    close_keeping_errno(point);
+    close_keeping_errno(tree);
+    return rc;
+}
+
 /// Binds host path `source` (a real path: no symlink on the way) at `target` below `root`.
 /// On failure `*at_target` tells whether the mount point (not the source) was the problem.
 static int bind_at(int root, const char *source, const char *target, int flags, int *at_target) {
@@ -135,19 +154,7 @@ static int bind_at(int root, const char *source, const char *target, int flags, 
     int tree = (int)syscall(SYS_open_tree, src_fd, "", XSB_OPEN_TREE_CLONE | O_CLOEXEC | AT_EMPTY_PATH | XSB_AT_RECURSIVE);
     close_keeping_errno(src_fd);
     if (tree < 0) return -1;
-    uint64_t attrs = XSB_MOUNT_ATTR_NOSUID;
-    if (flags & (XSB_MOUNT_F_DEVICE | XSB_MOUNT_F_NOEXEC)) attrs |= XSB_MOUNT_ATTR_NOEXEC;
-    if (!(flags & XSB_MOUNT_F_DEVICE)) attrs |= XSB_MOUNT_ATTR_NODEV;
-    if (!(flags & (XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DEVICE))) attrs |= XSB_MOUNT_ATTR_RDONLY;
-    struct xsb_mount_attr attr = {.attr_set = attrs};
-    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | XSB_AT_RECURSIVE, &attr, sizeof attr) != 0) return close_keeping_errno(tree);
-    int point = open_mount_point(root, target, (flags & XSB_MOUNT_F_DIRECTORY) != 0);
-    *at_target = 1;
-    if (point < 0) return close_keeping_errno(tree);
-    int rc = attach(tree, point);
-    close_keeping_errno(point);
-    close_keeping_errno(tree);
-    return rc;
+    return attach_bind(root, tree, target, flags, at_target);
 }
 
 static int fs_string(int fs, const char *key, const char *value) {
@@ -359,11 +366,16 @@ static int setup_proc(int root, int control_fd) {
     return 0;
 }
 
-static int apply_op(int root, const struct xsb_mount_op *op, int control_fd) {
+static int apply_op(int root, const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, int control_fd) {
     switch (op->kind) {
     case XSB_MOUNT_BIND: {
         int at_target;
-        if (bind_at(root, op->source, op->target, op->flags, &at_target) == 0) return 0;
+        // A source the supervisor opened as a detached mount (its host path may not be
+        // reachable with the sandbox's ids), or a host path below the old root.
+        int rc = (op->flags & XSB_MOUNT_F_TREE)
+                     ? attach_bind(root, cfg->mount_trees[op->tree], op->target, op->flags & ~XSB_MOUNT_F_TREE, &at_target)
+                     : bind_at(root, op->source, op->target, op->flags, &at_target);
+        if (rc == 0) return 0;
         // A symlink on the way to the mount point reads as ENOTDIR or ELOOP: say where.
         char detail[240];
         if (xsb_join_path(detail, sizeof detail, at_target ? "mount point " : "source ", at_target ? op->target : op->source) != 0)
@@ -431,7 +443,7 @@ int xsb_setup_mounts(const struct xsb_spawn_config *cfg, int control_fd) {
         xsb_child_report(control_fd, XSB_STEP_TMPFS_MOUNT, errno, "/tmp");
         ok = 0;
     }
-    for (size_t i = 0; ok && i < cfg->mount_count; i++) ok = apply_op(root, &cfg->mounts[i], control_fd) == 0;
+    for (size_t i = 0; ok && i < cfg->mount_count; i++) ok = apply_op(root, cfg, &cfg->mounts[i], control_fd) == 0;
     if (ok && size_root_for_tmp(root, cfg->tmp_size) != 0) {
         xsb_child_report(control_fd, XSB_STEP_TMPFS_MOUNT, errno, "/tmp (sizing the root)");
         ok = 0;

@@ -45,9 +45,9 @@ int xsb_spawner_table_make_private(int inbox) {
 
 void xsb_spawner_table_clear(int inbox) { (void)close_all_but(inbox); }
 
-/// The addresses of `cfg`'s fd fields, in the order of a hand-over; the extra fds are read
-/// from `extra` (a copy the caller owns). Returns how many.
-static size_t fd_fields(struct xsb_spawn_config *cfg, int *extra, int *fields[]) {
+/// The addresses of `cfg`'s fd fields, in the order of a hand-over; the extra fds and the
+/// detached mounts are read from `extra` and `trees` (copies the caller owns). Returns how many.
+static size_t fd_fields(struct xsb_spawn_config *cfg, int *extra, int *trees, int *fields[]) {
     size_t n = 0;
     fields[n++] = &cfg->init_fd;
     fields[n++] = &cfg->cgroup_directory_fd;
@@ -55,16 +55,18 @@ static size_t fd_fields(struct xsb_spawn_config *cfg, int *extra, int *fields[])
     for (int i = 0; i < 4; i++) fields[n++] = &cfg->cgroup_tasks_fds[i];
     for (size_t i = 0; i < cfg->extra_fd_count; i++) fields[n++] = &extra[i];
     fields[n++] = &cfg->exec_fd;
+    for (size_t i = 0; i < cfg->mount_tree_count; i++) fields[n++] = &trees[i];
     return n;
 }
 
 int xsb_spawner_list_fds(const struct xsb_spawn_config *cfg, int out[XSB_SPAWNER_MAX_FDS]) {
-    if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS) return -EMFILE;
+    if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS || cfg->mount_tree_count > XSB_MAX_MOUNT_TREES) return -EMFILE;
     struct xsb_spawn_config copy = *cfg;
-    int extra[XSB_MAX_EXTRA_FDS];
+    int extra[XSB_MAX_EXTRA_FDS], trees[XSB_MAX_MOUNT_TREES];
     for (size_t i = 0; i < cfg->extra_fd_count; i++) extra[i] = cfg->extra_fds[i];
+    for (size_t i = 0; i < cfg->mount_tree_count; i++) trees[i] = cfg->mount_trees[i];
     int *fields[XSB_SPAWNER_MAX_FDS];
-    size_t count = fd_fields(&copy, extra, fields);
+    size_t count = fd_fields(&copy, extra, trees, fields);
     int listed = 0;
     for (size_t i = 0; i < count; i++)
         if (*fields[i] >= 0) out[listed++] = *fields[i];
@@ -155,10 +157,11 @@ int xsb_spawner_take_over(int inbox, int expected, struct xsb_spawner_fds *stora
 }
 
 int xsb_spawner_apply(struct xsb_spawn_config *cfg, struct xsb_spawner_fds *storage) {
-    if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS) return -EMFILE;
+    if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS || cfg->mount_tree_count > XSB_MAX_MOUNT_TREES) return -EMFILE;
     for (size_t i = 0; i < cfg->extra_fd_count; i++) storage->extra[i] = cfg->extra_fds[i];
+    for (size_t i = 0; i < cfg->mount_tree_count; i++) storage->trees[i] = cfg->mount_trees[i];
     int *fields[XSB_SPAWNER_MAX_FDS];
-    size_t count = fd_fields(cfg, storage->extra, fields);
+    size_t count = fd_fields(cfg, storage->extra, storage->trees, fields);
     int next = 0;
     for (size_t i = 0; i < count; i++) {
         if (*fields[i] < 0) continue;
@@ -167,6 +170,7 @@ int xsb_spawner_apply(struct xsb_spawn_config *cfg, struct xsb_spawner_fds *stor
     }
     if (next != storage->count) return -EPROTO;
     cfg->extra_fds = storage->extra;
+    cfg->mount_trees = storage->trees;
     return 0;
 }
 

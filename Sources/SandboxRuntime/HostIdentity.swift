@@ -7,8 +7,9 @@ import Glibc
 /// mapping an unprivileged user namespace allows). A root caller's sandbox is never host root:
 /// a caller whose uid or gid is 0 maps to `nobody`/`nogroup` (65534) instead, so that what the
 /// sandbox creates in a writable bind is owned by 65534 (no setuid-root file can appear on the
-/// host), host files are checked against 65534 (a bind source, the program and its libraries must
-/// be reachable and readable by it, and a writable bind's directory writable by it), and
+/// host), host files are checked against 65534 (the files inside binds must be readable by it, a
+/// writable bind's directory writable by it; a source it cannot reach is bound from a mount the
+/// supervisor cloned, see ``DetachedBindSources``), and
 /// root-only kernel files (`/proc/slabinfo`) are closed. The init switches to these ids before
 /// it builds the file system, and a root supervisor's spawner thread drops its supplementary
 /// groups, which a sandbox could not drop itself (setgroups is denied inside).

@@ -178,8 +178,9 @@ struct MountPlan {
         operations.append(operation)
     }
 
-    /// Lays the plan out as C structs in `arena`.
-    func cOperations(in arena: CArena) -> (UnsafeMutablePointer<xsb_mount_op>, Int) {
+    /// Lays the plan out as C structs in `arena`; the binds in `detached` take their source from
+    /// the detached mount of that index.
+    func cOperations(in arena: CArena, detached: DetachedBindSources? = nil) -> (UnsafeMutablePointer<xsb_mount_op>, Int) {
         let ops = arena.array(of: xsb_mount_op.self, count: operations.count)
         for (index, operation) in operations.enumerated() {
             var op = xsb_mount_op()
@@ -190,6 +191,10 @@ struct MountPlan {
                 op.target = UnsafePointer(arena.string(target))
                 op.flags = (writable ? Int32(XSB_MOUNT_F_WRITABLE) : 0) | (directory ? Int32(XSB_MOUNT_F_DIRECTORY) : 0)
                     | (executable ? 0 : Int32(XSB_MOUNT_F_NOEXEC))
+                if let tree = detached?.treeIndex[index] {
+                    op.flags |= Int32(XSB_MOUNT_F_TREE)
+                    op.tree = tree
+                }
             case .tmpfs(let target, let size):
                 op.kind = Int32(XSB_MOUNT_TMPFS.rawValue)
                 op.target = UnsafePointer(arena.string(target))

@@ -101,6 +101,7 @@ public final class Supervisor: Sendable {
             throw SandboxError(step: .cgroup, errorNumber: ENOTSUP, detail: "the policy limits processes, but RLIMIT_NPROC does not apply to uid 0 and no pids cgroup is writable here")
         }
 
+        let detached = try DetachedBindSources(plan: plan, identity: identity)
         let arena = CArena()
         var config = xsb_spawn_config()
         config.path = UnsafePointer(arena.string(executable))
@@ -112,9 +113,13 @@ public final class Supervisor: Sendable {
         config.gid_outside = identity.gid
         config.uid_inside = configuration.sandboxUID
         config.gid_inside = configuration.sandboxGID
-        let (ops, opCount) = plan.cOperations(in: arena)
+        let (ops, opCount) = plan.cOperations(in: arena, detached: detached)
         config.mounts = UnsafePointer(ops)
         config.mount_count = opCount
+        let trees = arena.array(of: Int32.self, count: detached.trees.count)
+        for (index, tree) in detached.trees.enumerated() { trees[index] = tree.rawValue }
+        config.mount_trees = UnsafePointer(trees)
+        config.mount_tree_count = detached.trees.count
         config.tmp_size = plan.tmpSize
         let rlimits = ResourceLimitPlan(limits).rlimits
         let cLimits = arena.array(of: xsb_rlimit.self, count: rlimits.count)
@@ -177,8 +182,10 @@ public final class Supervisor: Sendable {
             return (out, SetupWait.done)
         }
         cgroup?.closeDescriptors()
-        // The program's copy was open until the spawner thread took its own copy of the fd.
+        // The program's copy and the detached mounts were open until the spawner thread took
+        // its own copies of the fds.
         withExtendedLifetime(configuration.executableCopy) {}
+        withExtendedLifetime(detached.trees) {}
         let result: xsb_spawn_result
         if setupWait == .onThreadOfItsOwn {
             if started.failed_step == Int32(XSB_STEP_NONE.rawValue) {

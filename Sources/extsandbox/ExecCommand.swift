@@ -268,10 +268,11 @@ struct ExecCommand: AsyncParsableCommand {
         guard let here = SystemFiles.currentDirectory() else { return "/" }
         if let inside = StartingDirectory.visiblePath(
             of: here, mounts: policy.filesystem.mounts + mounts, masked: policy.filesystem.masked) {
-            if StartingDirectory.sandboxUserCanEnter(here) { return inside }
+            let top = StartingDirectory.deepestBindSource(covering: here, mounts: policy.filesystem.mounts + mounts)
+            if StartingDirectory.sandboxUserCanEnter(here, below: top) { return inside }
             printError("hint: the current directory \(here) is visible inside at \(inside), but the sandbox's user (nobody, " +
-                       "65534, as you run as root) cannot enter it, so the program starts in /; make it and its parents " +
-                       "searchable by others (chmod o+x), or choose a directory with --chdir")
+                       "65534, as you run as root) cannot enter it, so the program starts in /; make it and the directories " +
+                       "from \(top) down to it searchable by others (chmod o+x), or choose a directory with --chdir")
             return "/"
         }
         if let hint = StartingDirectory.hint(hostDirectory: here, arguments: words.dropFirst()) {

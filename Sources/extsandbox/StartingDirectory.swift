@@ -55,17 +55,31 @@ enum StartingDirectory {
             "there); or choose a directory inside with --chdir."
     }
 
-    /// Whether the sandbox's user may enter `directory` (a real path): the caller itself, or for
-    /// root, nobody (65534), which must find it and every directory above it searchable by others.
-    static func sandboxUserCanEnter(_ directory: String, asRoot: Bool = geteuid() == 0) -> Bool {
+    /// Whether the sandbox's user may enter `directory` (a real path) inside, where a bind of
+    /// `top` (the directory or one above it) shows it: the caller itself, or for root, nobody
+    /// (65534), which must find `top` and every directory from it down searchable by others.
+    /// What lies above `top` does not count: the supervisor reaches a bind source with the
+    /// caller's rights.
+    static func sandboxUserCanEnter(_ directory: String, below top: String = "/", asRoot: Bool = geteuid() == 0) -> Bool {
         guard asRoot else { return access(directory, X_OK) == 0 }
         var path = ""
         for component in [""] + directory.split(separator: "/").map(String.init) {
             path = component.isEmpty ? "/" : FilePaths.join(path, component)
+            guard covers(top, path) else { continue }
             var info = stat()
             guard stat(path, &info) == 0, info.st_uid == 65534 || info.st_mode & S_IXOTH != 0 else { return false }
         }
         return true
+    }
+
+    /// The deepest bind source among `mounts` that covers `hostDirectory` (real paths), or `/`.
+    static func deepestBindSource(covering hostDirectory: String, mounts: [MountEntry],
+                                  realPath: (String) -> String? = SystemFiles.realPath) -> String {
+        mounts.compactMap { entry -> String? in
+            guard case .bind(let source, _, _, _) = entry, let real = realPath(source).map(normalized),
+                  covers(real, hostDirectory) else { return nil }
+            return real
+        }.max { depth($0) < depth($1) } ?? "/"
     }
 
     /// Whether the path `outer` is `path` or one of its ancestors.

@@ -50,6 +50,23 @@ struct StartingDirectoryTests {
         #expect(result.stderr.contains("cannot enter it, so the program starts in /"), "\(result.stderr)")
     }
 
+    /// Before: the directories above the bind source counted too, so a project under /root
+    /// (0700) started in / although the sandbox can enter the bind.
+    @Test("as root, a bound current directory below a 0700 directory: the program starts in it")
+    func rootsDirectoryBelowPrivateParent() async throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let project = directory.appendingPathComponent("home/project")
+        try FileManager.default.createDirectory(at: project, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        try "inside\n".write(to: project.appendingPathComponent("here.txt"), atomically: false, encoding: .utf8)
+        chmod(directory.appendingPathComponent("home").path, 0o700)
+        #expect(StartingDirectory.sandboxUserCanEnter(project.path, below: project.path, asRoot: true))
+        #expect(!StartingDirectory.sandboxUserCanEnter(project.path, asRoot: true))
+        let result = try await Self.exec(in: project, ["--ro-bind", project.path, "--", "/bin/cat", "here.txt"])
+        #expect(result.status == 0 && result.stdout == "inside\n", "\(result.stdout)\(result.stderr)")
+        #expect(!result.stderr.contains("hint"), "\(result.stderr)")
+    }
+
     @Test("the hint: only for an argument naming a file of the caller's directory, and never from /")
     func hintOnlyWhenItHelps() {
         #expect(StartingDirectory.hint(hostDirectory: "/usr", arguments: ["-v", "bin", "/etc"])?.contains("'bin' is looked up there") == true)

@@ -81,7 +81,14 @@ enum {
     XSB_MOUNT_F_DIRECTORY = 1 << 1, ///< the bind source is a directory (else a file)
     XSB_MOUNT_F_DEVICE = 1 << 2,    ///< a device node: keep it usable (no nodev)
     XSB_MOUNT_F_NOEXEC = 1 << 3,    ///< data only: nothing under it can be exec'd or mapped executable
+    /// A bind whose source is the detached mount `mount_trees[tree]` that the supervisor made
+    /// (`source` names its host path for messages only): for host paths the sandbox's own host
+    /// id may not traverse (a root caller's sandbox is nobody; a bundle under a 0700 home).
+    XSB_MOUNT_F_TREE = 1 << 4,
 };
+
+/// At most this many binds come from the supervisor's detached mounts (XSB_MOUNT_F_TREE).
+#define XSB_MAX_MOUNT_TREES 16
 
 struct xsb_mount_op {
     int kind;
@@ -92,6 +99,8 @@ struct xsb_mount_op {
     const char *target;
     uint64_t size;
     uint32_t mode;
+    /// With XSB_MOUNT_F_TREE: the index of the source in the config's `mount_trees`.
+    int tree;
 };
 
 struct xsb_rlimit {
@@ -112,6 +121,10 @@ struct xsb_spawn_config {
 
     const struct xsb_mount_op *mounts;
     size_t mount_count;
+    /// Detached mounts (open_tree(OPEN_TREE_CLONE) in the supervisor's mount namespace, with
+    /// their attributes set) that XSB_MOUNT_F_TREE binds attach; at most XSB_MAX_MOUNT_TREES.
+    const int *mount_trees;
+    size_t mount_tree_count;
     uint64_t tmp_size;       ///< what /tmp and /dev/shm may hold together
 
     const struct xsb_rlimit *rlimits;
@@ -216,7 +229,7 @@ struct xsb_msg {
 /// The supervisor's fds a launch hands to the sandbox init, in the init's order.
 struct xsb_passed_fds {
     int count;
-    int host[3 + XSB_MAX_EXTRA_FDS + 4 + 1];
+    int host[3 + XSB_MAX_EXTRA_FDS + 4 + 1 + XSB_MAX_MOUNT_TREES];
 };
 
 /// Writes `cfg` as a launch description (offsets, not pointers: see launch_description.c) into
@@ -244,8 +257,8 @@ int xsb_spawner_table_make_private(int inbox);
 /// Closes every fd above 2 of the calling thread's table except `inbox` (after each launch).
 void xsb_spawner_table_clear(int inbox);
 /// The most fds a launch hands over besides its reply socket: the init, the cgroup directory,
-/// stdio, the cgroup v1 tasks files, the extra fds and the program.
-enum { XSB_SPAWNER_MAX_FDS = 2 + 3 + 4 + XSB_MAX_EXTRA_FDS + 1 };
+/// stdio, the cgroup v1 tasks files, the extra fds, the program and the detached mounts.
+enum { XSB_SPAWNER_MAX_FDS = 2 + 3 + 4 + XSB_MAX_EXTRA_FDS + 1 + XSB_MAX_MOUNT_TREES };
 /// Host side: the fds `cfg` names (none of -1), in the order of a hand-over. Count or -errno.
 int xsb_spawner_list_fds(const struct xsb_spawn_config *cfg, int out[XSB_SPAWNER_MAX_FDS]);
 /// Host side: sends `reply` and `fds` (SCM_RIGHTS) over `outbox`. 0 or -errno.
@@ -255,6 +268,7 @@ struct xsb_spawner_fds {
     int received[XSB_SPAWNER_MAX_FDS];
     int count;
     int extra[XSB_MAX_EXTRA_FDS];  ///< xsb_spawner_apply's storage for cfg->extra_fds
+    int trees[XSB_MAX_MOUNT_TREES];  ///< and for cfg->mount_trees
     int reply;  ///< the launch's own socket for xsb_spawner_send_result
 };
 /// Spawner side: receives the next hand-over (`expected` fds and the reply socket) from

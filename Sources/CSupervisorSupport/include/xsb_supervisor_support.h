@@ -1,6 +1,7 @@
 // The supervisor's own helpers that Swift cannot express well: epoll with a 64-bit token per
 // registration (struct epoll_event is packed on x86_64, which Swift imports awkwardly), a
-// bounded wait for readability, naming its threads, and sealed copies of programs. They run in the supervisor's threads,
+// bounded wait for readability, naming its threads, sealed copies of programs and detached copies
+// of mounts. They run in the supervisor's threads,
 // never between clone and exec: the code that does is CSandboxShim's.
 #ifndef XSB_SUPERVISOR_SUPPORT_H
 #define XSB_SUPERVISOR_SUPPORT_H
@@ -47,6 +48,12 @@ int xsb_set_thread_name(const char *name);
 /// returned as a new read-only, close-on-exec descriptor. -errno on failure (-ESTALE: the file
 /// changed size while it was copied; -EINVAL: not a regular file).
 int xsb_sealed_copy(int source_fd, const char *name);
+
+/// A detached copy of the mount tree at host path `path` (absolute, no symlink on the way:
+/// RESOLVE_NO_SYMLINKS), private (nothing propagates between it and the host's mounts), for a
+/// sandbox's init to attach: open_tree(OPEN_TREE_CLONE | AT_RECURSIVE) in the caller's mount
+/// namespace, which needs CAP_SYS_ADMIN there. A close-on-exec descriptor, or -errno.
+int xsb_detached_tree(const char *path);
 
 #ifdef __cplusplus
 }
