@@ -137,7 +137,10 @@ struct HardeningTests {
     @Test("a file descriptor that is not open is refused")
     func unopenedFD() async throws {
         var config = try Fixtures.probeConfiguration(["exit", "0"])
-        config.extraFileDescriptors = [987]
+        // Above the fd limit: no other test running beside this one can have it open.
+        var limit = rlimit()
+        getrlimit(__rlimit_resource_t(XSB_RLIMIT_NOFILE), &limit)
+        config.extraFileDescriptors = [Int32(min(limit.rlim_cur, 1 << 30)) + 1]
         let error = await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
         #expect(error?.errorNumber == EBADF)
     }
