@@ -251,8 +251,6 @@ extension ExtensionProcessCore {
         } catch {
             hostFD.close()
             extensionFD.close()
-            // The runtime throws SandboxError only; anything else goes on as it is.
-            guard let error = error as? SandboxError else { throw error }
             throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
         }
         extensionFD.close()

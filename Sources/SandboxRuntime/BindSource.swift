@@ -22,7 +22,7 @@ enum BindSource {
 
     /// The symlink-free path of `path` (absolute), or an error naming the untrusted symlink.
     /// `errorNumber` is ENOENT when something on the way does not exist.
-    static func resolve(_ path: String) throws -> String {
+    static func resolve(_ path: String) throws(SandboxError) -> String {
         var resolved: [Substring] = []
         var pending: [Substring] = path.split(separator: "/").reversed()
         var links = 0

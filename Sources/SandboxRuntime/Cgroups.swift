@@ -83,9 +83,9 @@ struct CgroupSupport: Sendable {
 
     /// Creates the cgroups of one sandbox with its limits. Any failure after creation fails
     /// the launch (and removes what was made).
-    func makeSandboxCgroup(name: String, memoryBytes: UInt64?, processes: UInt64?) throws -> SandboxCgroup {
+    func makeSandboxCgroup(name: String, memoryBytes: UInt64?, processes: UInt64?) throws(SandboxError) -> SandboxCgroup {
         var group = SandboxCgroup.Builder()
-        do {
+        do throws(SandboxError) {
             switch layout {
             case .v2(let parent):
                 let dir = try group.create("\(parent)/\(name)")
@@ -93,7 +93,7 @@ struct CgroupSupport: Sendable {
                     try group.write("\(dir)/memory.max", "\(memoryBytes)")
                     group.limitsMemory = true
                     // No such file means no swap accounting (no swap to limit); any other failure counts.
-                    do { try group.write("\(dir)/memory.swap.max", "0") } catch let error as SandboxError where error.errorNumber == ENOENT {}
+                    do { try group.write("\(dir)/memory.swap.max", "0") } catch where error.errorNumber == ENOENT {}
                 }
                 if let processes {
                     try group.write("\(dir)/pids.max", "\(processes)")
@@ -138,13 +138,13 @@ final class SandboxCgroup: Sendable {
         var limitsProcesses = false
         var limitsMemory = false
 
-        mutating func create(_ path: String) throws -> String {
+        mutating func create(_ path: String) throws(SandboxError) -> String {
             guard mkdir(path, 0o755) == 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: "mkdir \(path)") }
             directories.append(path)
             return path
         }
 
-        func write(_ path: String, _ value: String) throws {
+        func write(_ path: String, _ value: String) throws(SandboxError) {
             let fd = open(path, O_WRONLY | O_CLOEXEC)
             guard fd >= 0 else { throw SandboxError(step: .cgroup, errorNumber: errno, detail: path) }
             defer { close(fd) }
@@ -154,14 +154,14 @@ final class SandboxCgroup: Sendable {
             }
         }
 
-        mutating func openTasks(_ dir: String) throws {
+        mutating func openTasks(_ dir: String) throws(SandboxError) {
             guard let fd = FileDescriptor(adopting: open("\(dir)/tasks", O_WRONLY | O_CLOEXEC)) else {
                 throw SandboxError(step: .cgroup, errorNumber: errno, detail: "\(dir)/tasks")
             }
             tasksFileDescriptors.append(fd)
         }
 
-        mutating func openDirectory(_ dir: String) throws {
+        mutating func openDirectory(_ dir: String) throws(SandboxError) {
             guard let fd = FileDescriptor(adopting: open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) else {
                 throw SandboxError(step: .cgroup, errorNumber: errno, detail: dir)
             }

@@ -22,7 +22,7 @@ struct DetachedBindSources {
     /// Open until the launch has handed them to the spawner thread.
     let trees: [FileDescriptor]
 
-    init(plan: MountPlan, identity: HostIdentity) throws {
+    init(plan: MountPlan, identity: HostIdentity) throws(SandboxError) {
         var treeIndex: [Int: Int32] = [:]
         var trees: [FileDescriptor] = []
         if identity.remapsRoot {

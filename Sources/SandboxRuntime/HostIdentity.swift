@@ -34,7 +34,7 @@ public struct HostIdentity: Sendable, Equatable {
     /// refused rather than left as group root.
     public static func forCaller(
         uid: uid_t = getuid(), gid: gid_t = getgid(), effectiveUID: uid_t = geteuid()
-    ) throws -> HostIdentity {
+    ) throws(SandboxError) -> HostIdentity {
         guard uid == 0 || gid == 0 else { return HostIdentity(uid: uid, gid: gid, remapsRoot: false) }
         guard effectiveUID == 0 else {
             throw SandboxError(

@@ -25,7 +25,7 @@ struct MountPlan {
     private(set) var operations: [Operation] = []
     private(set) var tmpSize: UInt64 = defaultTmpSize
 
-    init(policy: Policy, extraMounts: [MountEntry], dataMounts: [MountEntry] = [], hostname: String, uid: UInt32, gid: UInt32) throws {
+    init(policy: Policy, extraMounts: [MountEntry], dataMounts: [MountEntry] = [], hostname: String, uid: UInt32, gid: UInt32) throws(SandboxError) {
         for entry in policy.filesystem.mounts + extraMounts {
             try add(entry)
         }
@@ -57,7 +57,7 @@ struct MountPlan {
         }
     }
 
-    private mutating func add(_ entry: MountEntry, executable: Bool = true) throws {
+    private mutating func add(_ entry: MountEntry, executable: Bool = true) throws(SandboxError) {
         switch entry {
         case .tmpfs(let destination, let size):
             let target = try Self.checkedDestination(destination)
@@ -94,7 +94,7 @@ struct MountPlan {
             let real: String
             do {
                 real = try BindSource.resolve(source)
-            } catch let error as SandboxError where optional && error.errorNumber == ENOENT {
+            } catch where optional && error.errorNumber == ENOENT {
                 return
             }
             var info = stat()
@@ -127,7 +127,7 @@ struct MountPlan {
 
     /// A masked path is hidden where a bind would show it; a path no bind shows is not visible
     /// anyway (and one that does not exist on the host has nothing to hide).
-    private mutating func addMask(_ path: String) throws {
+    private mutating func addMask(_ path: String) throws(SandboxError) {
         let target = try Self.checkedDestination(path)
         var best: (source: String, target: String)?
         for case .bind(let source, let bindTarget, _, _, _) in operations
@@ -151,7 +151,7 @@ struct MountPlan {
     }
 
     /// Destinations are absolute, normalized, and never replace what the shim itself provides.
-    static func checkedDestination(_ path: String) throws -> String {
+    static func checkedDestination(_ path: String) throws(SandboxError) -> String {
         let parts = path.split(separator: "/", omittingEmptySubsequences: true)
         guard path.hasPrefix("/"), !parts.contains(".."), !parts.contains(".") else {
             throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "mount destination \(path) must be an absolute path without . or ..")

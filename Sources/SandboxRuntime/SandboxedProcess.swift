@@ -85,10 +85,10 @@ public final class SandboxedProcess: Sendable {
     }
 
     /// Starts watching; until then nothing is delivered. Called once by the supervisor.
-    func startMonitoring() throws {
+    func startMonitoring() throws(SandboxError) {
         // Added under the lock: the handler (which takes it) cannot run before the token is
         // recorded, or it could not remove its registration.
-        try state.withLock { state in
+        try state.withLock { state throws(SandboxError) in
             guard let control = state.controlFD else {
                 throw SandboxError(step: .control, errorNumber: EBADF, detail: "the launch returned no control socket")
             }

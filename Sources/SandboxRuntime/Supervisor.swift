@@ -59,8 +59,8 @@ public final class Supervisor: Sendable {
     /// Runs a program in a new sandbox. Returns once the program has been exec'd inside.
     ///
     /// Fails, and leaves nothing behind, if any isolation step cannot be set up.
-    public func launch(_ configuration: SandboxConfiguration) async throws -> SandboxedProcess {
-        let filter = try configuration.compiledFilter ?? compiledFilter(for: configuration.policy)
+    public func launch(_ configuration: SandboxConfiguration) async throws(SandboxError) -> SandboxedProcess {
+        let filter = if let given = configuration.compiledFilter { given } else { try compiledFilter(for: configuration.policy) }
         let initExecutable = try self.initExecutable()
         var plan = try MountPlan(
             policy: configuration.policy, extraMounts: configuration.extraMounts, dataMounts: configuration.dataMounts,
@@ -294,7 +294,7 @@ public final class Supervisor: Sendable {
     /// The path to exec inside: the given one if a bind exposes it, else its real path, bound
     /// read-only on its own when nothing covers it. The program is what the caller asked to
     /// run, so it is always made visible; nothing else is.
-    static func visibleExecutable(_ path: String, plan: inout MountPlan) throws -> String {
+    static func visibleExecutable(_ path: String, plan: inout MountPlan) throws(SandboxError) -> String {
         guard path.hasPrefix("/") else {
             throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(path) is not an absolute path")
         }
@@ -309,7 +309,7 @@ public final class Supervisor: Sendable {
     }
 
     /// Compiles each distinct seccomp policy once; later launches reuse the BPF.
-    private func compiledFilter(for policy: Policy) throws -> CompiledSeccompFilter {
+    private func compiledFilter(for policy: Policy) throws(SandboxError) -> CompiledSeccompFilter {
         if let hit = filters.withLock({ $0.first { $0.policy == policy.seccomp }?.filter }) { return hit }
         let filter: CompiledSeccompFilter
         do {

@@ -79,11 +79,8 @@ struct FileDescriptorLimitTests {
         while failures.count < 3 && running.count < 100 {
             do {
                 running.append(try await Supervisor.shared.launch(configuration))
-            } catch let error as SandboxError {
-                failures.append(error)
             } catch {
-                print("not a SandboxError: \(error)")
-                return 12
+                failures.append(error)
             }
         }
         for fd in reserve { close(fd) }
