@@ -63,11 +63,11 @@ struct xsb_clone_args {
 
 // MARK: - Control channel (control.c)
 
-/// Supervisor side, after GO: waits (at most `timeout_ms`, 10 s if 0) until the init reports
-/// READY or a failing step. Returns 1 when the launch succeeded (READY, or a violation came
-/// first: `out` says which; audited calls are collected in `out`), 0 after a failure with
-/// `*step`, `*err` and `detail` set.
-int xsb_control_await_launch(int control_fd, int timeout_ms, struct xsb_spawn_result *out, int *step, int *err, char *detail, size_t detail_size);
+/// Supervisor side, after GO, when the control socket is readable: takes what the init has
+/// reported so far, without blocking. 1: the launch succeeded (READY, or a violation came
+/// first: `out` says which; audited calls are collected in `out`); 0: nothing decisive yet;
+/// -1: it failed, with `*step`, `*err` and `detail` set.
+int xsb_control_poll_launch(int control_fd, struct xsb_spawn_result *out, int *step, int *err, char *detail, size_t detail_size);
 /// Supervisor side: if the init has reported a failing step, it replaces `*step`, `*err` and
 /// `detail` (the init's failure may have made ours).
 void xsb_control_take_init_report(int control_fd, int *step, int *err, char *detail, size_t detail_size);

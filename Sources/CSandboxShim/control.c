@@ -40,69 +40,39 @@ int xsb_recv_msg(int control_fd, struct xsb_msg *msg) {
     return 1;
 }
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int xsb_control_await_launch(int control_fd, int timeout_ms, struct xsb_spawn_result *out, int *step, int *err, char *detail, size_t detail_size) {
-    int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 10000);
+int xsb_control_poll_launch(int control_fd, struct xsb_spawn_result *out, int *step, int *err, char *detail, size_t detail_size) {
     struct xsb_msg msg;
-    memset(&msg, 0, sizeof msg);
-    int rc = 0;
     for (;;) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0) {
-            rc = -ETIMEDOUT;
-            break;
-        }
-        struct pollfd p = {.fd = control_fd, .events = POLLIN};
-        int r = poll(&p, 1, (int)left);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            rc = -errno;
-            break;
-        }
-        if (!(p.revents & (POLLIN | POLLHUP))) continue;
         int got = xsb_recv_msg(control_fd, &msg);
+        if (got == 0) return 0;  // nothing more for now
         if (got < 0) {
-            rc = got;
-            break;
+            *step = XSB_STEP_HANDSHAKE;
+            *err = got == -EPIPE ? EPIPE : -got;
+            xsb_copy_string(detail, detail_size, got == -EPIPE ? "sandbox init exited" : "control message");
+            return -1;
         }
-        if (got == 0) continue;
         // During the launch the init's receiver may already report: audit mode's calls
         // (they continued), or a violation by the freshly exec'd program (the sandbox is
         // ending: the launch returns it, and the caller reports how it ended).
-        if (msg.type == XSB_MSG_AUDITED) {
+        switch (msg.type) {
+        case XSB_MSG_AUDITED:
             if (out->audited_count < (int)(sizeof out->audited / sizeof out->audited[0])) out->audited[out->audited_count++] = msg.value;
             continue;
-        }
-        if (msg.type == XSB_MSG_VIOLATION) {
+        case XSB_MSG_VIOLATION:
             out->early_violation = msg.value >= 0 ? msg.value : XSB_UNNAMED_VIOLATION;
             return 1;
-        }
-        if (msg.type == XSB_MSG_READY) {
+        case XSB_MSG_READY:
             out->payload_pid = msg.value;
             return 1;
+        case XSB_MSG_ERROR:
+            *step = msg.step;
+            *err = msg.value;
+            xsb_copy_string(detail, detail_size, msg.detail);
+            return -1;
+        default:
+            continue;  // nothing else is the launch's
         }
-        if (msg.type == XSB_MSG_ERROR) break;
     }
-    if (rc == 0 && msg.type == XSB_MSG_ERROR) {
-        *step = msg.step;
-        *err = msg.value;
-        msg.detail[sizeof msg.detail - 1] = '\0';
-        xsb_copy_string(detail, detail_size, msg.detail);
-    } else if (rc == -ETIMEDOUT) {
-        *step = XSB_STEP_TIMEOUT;
-        *err = ETIMEDOUT;
-        xsb_copy_string(detail, detail_size, "sandbox did not start in time");
-    } else {
-        *step = XSB_STEP_HANDSHAKE;
-        *err = rc == 0 ? EPROTO : -rc;
-        xsb_copy_string(detail, detail_size, rc == -EPIPE ? "sandbox init exited" : "control message");
-    }
-    return 0;
 }
 
 void xsb_control_take_init_report(int control_fd, int *step, int *err, char *detail, size_t detail_size) {

@@ -196,9 +196,10 @@ int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result 
     return 0;
 }
 
-int xsb_spawn_finish(int setup_timeout_ms, struct xsb_spawn_result *out) {
-    int step = XSB_STEP_NONE, err = 0;
-    char detail[256] = "";
-    if (xsb_control_await_launch(out->control_fd, setup_timeout_ms, out, &step, &err, detail, sizeof detail)) return 0;  // control.c
-    return abandon_launch(out, step, err, detail);
+int xsb_spawn_poll(struct xsb_spawn_result *out, int *step, int *err, char *detail, size_t detail_size) {
+    return xsb_control_poll_launch(out->control_fd, out, step, err, detail, detail_size);  // control.c
+}
+
+void xsb_spawn_abandon(struct xsb_spawn_result *out, int step, int err, const char *why) {
+    (void)abandon_launch(out, step, err, why);
 }

@@ -29,12 +29,6 @@ public final class Supervisor: Sendable {
     /// The sandbox init (`xsb-init`), found and opened at the first launch; a failure to find it
     /// is reported by that launch and retried by the next.
     private let sandboxInit = Mutex<InitExecutable?>(nil)
-    /// Threads waiting for a sandbox's init to report (``awaitSetup(of:timeoutMilliseconds:)``).
-    private let setupWaiters = Atomic<Int>(0)
-    /// More builds at once than this wait on the spawner thread instead: a host that starts
-    /// thousands of launches at once gets no thousands of threads.
-    static let maximumSetupWaiters = 64
-
     /// How long a launch may take from clone to exec before it is abandoned.
     public let setupTimeoutMilliseconds: Int32 = 10_000
 
@@ -152,15 +146,15 @@ public final class Supervisor: Sendable {
             cgroup?.remove()
             throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most \(XSB_MAX_EXTRA_FDS) extra file descriptors")
         }
-        let request = config, timeout = setupTimeoutMilliseconds
-        let (started, setupWait) = await spawner.launch(handing: handed) { [self] received in
+        let request = config
+        let (started, _) = await spawner.launch(handing: handed) { [self] received in
             var out = xsb_spawn_result()
             var config = request
             let applied = xsb_spawner_apply(&config, &received)
             guard applied == 0 else {
                 out.failed_step = Int32(XSB_STEP_FILE_DESCRIPTORS.rawValue)
                 out.error_number = -applied
-                return (out, SetupWait.none)
+                return (out, ())
             }
             // Root's supplementary groups would follow the sandbox (it cannot drop them). EPERM:
             // setgroups is denied to this supervisor itself (it runs in a user namespace that
@@ -170,33 +164,20 @@ public final class Supervisor: Sendable {
             guard groupsError == 0 || groupsError == EPERM else {
                 out.failed_step = Int32(XSB_STEP_USERNS_MAP.rawValue)
                 out.error_number = groupsError
-                return (out, SetupWait.none)
+                return (out, ())
             }
             withExtendedLifetime(arena) { _ = xsb_spawn_start(&config, &out) }
-            guard out.failed_step == Int32(XSB_STEP_NONE.rawValue) else { return (out, SetupWait.none) }
-            // With no waiter thread to spare (too many builds at once), this thread waits for
-            // the build too, with its own copies of the sandbox's fds, and clones nothing else
-            // meanwhile.
-            guard !reserveSetupWaiter() else { return (out, SetupWait.onThreadOfItsOwn) }
-            _ = xsb_spawn_finish(timeout, &out)
-            return (out, SetupWait.done)
+            return (out, ())
         }
         cgroup?.closeDescriptors()
         // The program's copy and the detached mounts were open until the spawner thread took
         // its own copies of the fds.
         withExtendedLifetime(configuration.executableCopy) {}
         withExtendedLifetime(detached.trees) {}
-        let result: xsb_spawn_result
-        if setupWait == .onThreadOfItsOwn {
-            if started.failed_step == Int32(XSB_STEP_NONE.rawValue) {
-                result = await awaitSetup(of: started, timeoutMilliseconds: setupTimeoutMilliseconds)
-            } else {
-                setupWaiters.subtract(1, ordering: .relaxed)  // its fds did not come back
-                result = started
-            }
-        } else {
-            result = started
-        }
+        // The spawner thread only clones: the build is waited for on the monitor thread.
+        let result = started.failed_step == Int32(XSB_STEP_NONE.rawValue)
+            ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
+            : started
 
         guard result.failed_step == Int32(XSB_STEP_NONE.rawValue) else {
             cgroup?.remove()
@@ -217,51 +198,6 @@ public final class Supervisor: Sendable {
             }
         }
         return process
-    }
-
-    /// Who waits for a started sandbox to be built.
-    private enum SetupWait: Sendable {
-        /// Nobody: the launch failed before.
-        case none
-        /// A thread of its own (``awaitSetup(of:timeoutMilliseconds:)``), whose slot the
-        /// spawner thread took.
-        case onThreadOfItsOwn
-        /// The spawner thread waited already.
-        case done
-    }
-
-    /// Takes one of the ``maximumSetupWaiters`` slots for a thread that waits for a build;
-    /// false when all are taken.
-    private func reserveSetupWaiter() -> Bool {
-        if setupWaiters.add(1, ordering: .relaxed).newValue <= Self.maximumSetupWaiters { return true }
-        setupWaiters.subtract(1, ordering: .relaxed)
-        return false
-    }
-
-    /// Waits for a started sandbox's init to report that its payload has exec'd (or which step
-    /// failed: then nothing of it is left), holding the slot the spawner thread took for it.
-    /// The wait blocks, so it runs on a thread of its own: the spawner thread only clones, and
-    /// goes on to the next launch while this sandbox is built. (Waiting there made every launch
-    /// wait for the one before it to be built, with the CPUs mostly idle.)
-    private func awaitSetup(of started: xsb_spawn_result, timeoutMilliseconds: Int32) async -> xsb_spawn_result {
-        let finish: @Sendable () -> xsb_spawn_result = {
-            var result = started
-            _ = xsb_spawn_finish(timeoutMilliseconds, &result)
-            return result
-        }
-        let finished = OnceContinuation<xsb_spawn_result>()
-        do {
-            try DetachedThread.start(name: "xsb-launch", stackSize: 256 << 10) { [self] in
-                finished.resume(finish())
-                setupWaiters.subtract(1, ordering: .relaxed)
-            }
-        } catch {
-            // No thread to spare: wait here (a thread of the pool, blocked for at most the
-            // setup timeout). The spawner thread cannot: the sandbox's fds are the host's now.
-            setupWaiters.subtract(1, ordering: .relaxed)
-            return finish()
-        }
-        return await finished.value
     }
 
     /// The sandbox init, opened once (``InitExecutable``).

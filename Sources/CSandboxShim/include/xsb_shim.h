@@ -240,13 +240,18 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
 /// Starts one sandbox: clones its init, writes its id maps and releases it (GO); the init then
 /// builds the sandbox on its own. Must be called from a thread that lives as long as the
 /// sandbox (PR_SET_PDEATHSIG is bound to the parent *thread*). Returns 0 with `out->pid`,
-/// `pidfd` and `control_fd` set (then call xsb_spawn_finish, from any thread), or -1 with
-/// `out->failed_step` set and nothing left running.
+/// `pidfd` and `control_fd` set (then wait for the control socket to be readable and call
+/// xsb_spawn_poll, from any thread), or -1 with `out->failed_step` set and nothing left running.
 int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out);
-/// Waits (up to `setup_timeout_ms`) for the init started by xsb_spawn_start to report that the
-/// payload has exec'd, or a failed step. Blocks; any thread. Returns 0, or -1 with
-/// `out->failed_step` set, the sandbox killed and reaped, and its fds closed.
-int xsb_spawn_finish(int setup_timeout_ms, struct xsb_spawn_result *out);
+/// Takes, without blocking, what the init started by xsb_spawn_start has reported so far. 1:
+/// the payload has exec'd (or a violation came first: `out` says which); 0: nothing decisive
+/// yet (audited calls are collected in `out`); -1: a step failed, with `*step`, `*err` and
+/// `detail` set (then call xsb_spawn_abandon).
+int xsb_spawn_poll(struct xsb_spawn_result *out, int *step, int *err, char *detail, size_t detail_size);
+/// Ends a launch that failed or did not finish in time: takes the init's own report of a
+/// failing step if it sent one (it may explain ours), kills and reaps the init (and so the
+/// sandbox), closes the launch's fds and sets `out->failed_step`, `error_number` and `detail`.
+void xsb_spawn_abandon(struct xsb_spawn_result *out, int step, int err, const char *why);
 
 /// The spawner thread's own fd table (spawner_table.c): a clone copies the cloning thread's
 /// table, and the host's grows with every sandbox it runs, so the spawner thread keeps only its

@@ -1,0 +1,96 @@
+import CSandboxShim
+import Glibc
+import Synchronization
+
+/// Waits for a started sandbox's init to report that its payload has exec'd (or which step
+/// failed), as events on the supervisor's monitor thread: no thread of its own per launch,
+/// none blocked while the sandbox is built, and the spawner thread goes straight on to the
+/// next clone. A timer task ends a build that takes longer than the setup timeout.
+///
+/// The registration is made under the watch's lock, so its handler (which takes the lock) never
+/// runs before the token is recorded. Whoever decides first (a decisive message, a failure, the
+/// timer) marks the watch done and removes the registration: from the handler on the monitor
+/// thread (no wait there), or from the timer outside the lock (``EventMonitor/remove(fd:token:)``
+/// waits for a running handler, which takes the lock).
+final class LaunchSetupWait: Sendable {
+    private enum Outcome: Sendable {
+        case ready
+        case failed(step: Int32, errorNumber: Int32, detail: String)
+        case timedOut
+    }
+
+    private struct State {
+        var result: xsb_spawn_result
+        var token: UInt64?
+        var done = false
+    }
+
+    private let state: Mutex<State>
+    private let outcome = OnceContinuation<Outcome>()
+    private let monitor: EventMonitor
+    private let control: Int32
+
+    private init(started: xsb_spawn_result, monitor: EventMonitor) {
+        state = Mutex(State(result: started))
+        self.monitor = monitor
+        control = started.control_fd
+    }
+
+    /// The launch's result: `started` with the payload's pid (or an early violation, audited
+    /// calls), or with `failed_step` set and nothing of the sandbox left (killed, reaped, its
+    /// fds closed).
+    static func wait(for started: xsb_spawn_result, on monitor: EventMonitor, timeoutMilliseconds: Int32) async -> xsb_spawn_result {
+        let watch = LaunchSetupWait(started: started, monitor: monitor)
+        do {
+            try watch.state.withLock { (state: inout State) throws(SandboxError) in
+                state.token = try monitor.add(fd: watch.control) { _ in watch.controlReadable() }
+            }
+        } catch {
+            var result = started
+            xsb_spawn_abandon(&result, Int32(XSB_STEP_HANDSHAKE.rawValue), error.errorNumber, "watching the control socket: \(error.detail)")
+            return result
+        }
+        let timer = Task {
+            try? await Task.sleep(for: .milliseconds(Int(timeoutMilliseconds)))
+            if !Task.isCancelled { watch.timeUp() }
+        }
+        let decided = await watch.outcome.value
+        timer.cancel()
+        var result = watch.state.withLock { $0.result }
+        switch decided {
+        case .ready:
+            break
+        case .failed(let step, let errorNumber, let detail):
+            xsb_spawn_abandon(&result, step, errorNumber, detail)
+        case .timedOut:
+            xsb_spawn_abandon(&result, Int32(XSB_STEP_TIMEOUT.rawValue), ETIMEDOUT, "sandbox did not start in time")
+        }
+        return result
+    }
+
+    /// On the monitor thread: takes the init's reports so far.
+    private func controlReadable() {
+        let decided: Outcome? = state.withLock { state in
+            guard !state.done else { return nil }
+            var step: Int32 = 0, errorNumber: Int32 = 0
+            var detail = [CChar](repeating: 0, count: 256)
+            let taken = xsb_spawn_poll(&state.result, &step, &errorNumber, &detail, detail.count)
+            guard taken != 0 else { return nil }
+            state.done = true
+            if let token = state.token { monitor.remove(fd: control, token: token) }
+            return taken > 0 ? .ready : .failed(step: step, errorNumber: errorNumber, detail: String(decoding: detail.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+        }
+        if let decided { outcome.resume(decided) }
+    }
+
+    private func timeUp() {
+        let token: UInt64? = state.withLock { state in
+            guard !state.done else { return nil }
+            state.done = true
+            return state.token
+        }
+        guard let token else { return }
+        monitor.remove(fd: control, token: token)
+        outcome.resume(.timedOut)
+    }
+}
