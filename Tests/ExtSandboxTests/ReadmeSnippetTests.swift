@@ -5,17 +5,27 @@ import Testing
 import TestSupport
 
 /// README.md's Swift code compiles as written and works for a new host developer: every ```swift
-/// block of the README is held verbatim by a source file the package builds (so editing one
-/// without the other fails here), and the host and extension they make run against each other.
+/// block of the README (and of the DocC getting-started articles) is held verbatim by a source
+/// file the package builds (so editing one without the other fails here), and the host and
+/// extension they make run against each other.
 @Suite("README.md's Swift snippets")
 struct ReadmeSnippetTests {
     /// The files that hold the README's blocks: the host's code and the runtime's (in this target),
-    /// the contract (a library target) and the extension (an executable target, for its `@main`).
+    /// the contract (a library target) and the extension (an executable target, for its `@main`);
+    /// and the byte-level extension of the SDK's article.
     static let snippetFiles = [
         "Tests/ExtSandboxTests/ReadmeHostSnippet.swift",
         "Tests/ExtSandboxTests/ReadmeRuntimeSnippet.swift",
         "Tests/Fixtures/readme-contract/TextTransform.swift",
         "Tests/Fixtures/readme-extension/ReadmeExtension.swift",
+        "Tests/ExtSandboxExtensionTests/DocCSnippets.swift",
+    ]
+
+    /// The documents whose Swift code must compile: the README and the DocC articles.
+    static let documents = [
+        "README.md",
+        "Sources/ExtSandbox/ExtSandbox.docc/GettingStarted.md",
+        "Sources/ExtSandboxExtension/ExtSandboxExtension.docc/GettingStarted.md",
     ]
 
     static func read(_ relativePath: String) throws -> String {
@@ -53,15 +63,15 @@ struct ReadmeSnippetTests {
         return true
     }
 
-    @Test("every ```swift block of README.md is in a file the package compiles")
-    func everyBlockIsCompiled() throws {
-        let blocks = Self.swiftBlocks(of: try Self.read("README.md"))
-        // The runtime, the contract, the extension, the host, the declaration.
-        #expect(blocks.count >= 5)
+    @Test("every ```swift block of README.md and the DocC articles is in a file the package compiles", arguments: documents)
+    func everyBlockIsCompiled(_ document: String) throws {
+        let blocks = Self.swiftBlocks(of: try Self.read(document))
+        // The README: the runtime, the contract, the extension, the host, the declaration.
+        #expect(blocks.count >= (document == "README.md" ? 5 : 2))
         let sources = try Self.snippetFiles.map(Self.read)
         for block in blocks {
             #expect(sources.contains { Self.holds($0, block.code) },
-                    "README.md:\(block.line): this ```swift block is in none of \(Self.snippetFiles.joined(separator: ", ")); copy it there verbatim, so that it is compiled")
+                    "\(document):\(block.line): this ```swift block is in none of \(Self.snippetFiles.joined(separator: ", ")); copy it there verbatim, so that it is compiled")
         }
     }
 

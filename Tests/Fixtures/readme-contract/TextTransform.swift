@@ -1,6 +1,6 @@
 // README.md's typed contract, verbatim (ReadmeSnippetTests checks that it stays so).
 
-// The contract: a library target both depend on (a module of its own: see below)
+// The contract: a library target of its own, which both depend on
 import Distributed
 import ExtSandboxActors
 
