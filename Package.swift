@@ -125,6 +125,13 @@ let package = Package(
             name: "xsb-actors-extension", dependencies: ["ExtSandboxExtension", "TextFilterContract"], path: "Tests/Fixtures/xsb-actors-extension",
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
+        // Test fixture: README.md's typed contract and extension, verbatim (ReadmeSnippetTests
+        // checks that they stay so, and runs them; static, like the echo fixture).
+        .target(name: "TextTransformContract", dependencies: ["ExtSandboxActors"], path: "Tests/Fixtures/readme-contract"),
+        .executableTarget(
+            name: "readme-extension", dependencies: ["ExtSandboxExtension", "TextTransformContract"], path: "Tests/Fixtures/readme-extension",
+            linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
+
         // Test fixture: tries forbidden things from inside a sandbox, one per invocation.
         // It runs inside sandboxes that do not expose the Swift runtime: link nothing of it.
         .executableTarget(
@@ -145,7 +152,7 @@ let package = Package(
         // fixtures every test target shares (running executables as root or nobody, extension worlds).
         .target(name: "TestSupport", dependencies: ["ExtensionCatalog", "SandboxPolicy"], path: "Tests/TestSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: [
-            "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport", "xsb-init", "TextFilterContract",
+            "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport", "xsb-init", "TextFilterContract", "TextTransformContract",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
         .testTarget(

@@ -5,8 +5,8 @@ import TestSupport
 import Testing
 
 /// Every file system a sandbox mounts registers a memory-cgroup-aware shrinker, and the kernel
-/// sizes each new memory cgroup by the most of those ever registered at once (README,
-/// performance): a sandbox mounts as few as its isolation needs. Its root, `/dev`, `/tmp` and
+/// sizes each new memory cgroup by the most of those ever registered at once (docs/performance.md,
+/// "Memory per extension"): a sandbox mounts as few as its isolation needs. Its root, `/dev`, `/tmp` and
 /// `/dev/shm` are one tmpfs; `/proc` is the other (the IPC namespace's mqueue is the kernel's).
 @Suite("File systems per sandbox")
 struct FileSystemCountTests {

@@ -18,7 +18,7 @@ struct ScaleFaultTests {
     static let hardened = TestPaths.policiesDirectory + "/hardened.yaml"
 
     /// Cycles in the suite: about 30 ms each (two at a time) on a loaded 2-core machine, so about
-    /// a minute and a half; `scripts/bench --faults` runs the full 10,000 (README, performance).
+    /// a minute and a half; `scripts/bench --faults` runs the full 10,000 (docs/performance.md).
     /// A launch costs more the more tasks the machine runs (up to 200 ms a cycle while another
     /// host held 3,000 sandboxes), so the run also stops after ``cycleSeconds``, and must have
     /// done at least ``minimumCycles`` by then.
