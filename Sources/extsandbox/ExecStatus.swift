@@ -33,7 +33,8 @@ struct ExecStatus: Encodable, Equatable {
         }
     }
 
-    /// Nothing ran: the sandbox could not be set up (125) or the program was not found (127).
+    /// Nothing ran: the sandbox could not be set up (125), the program could not be run (126) or was
+    /// not found (127).
     init(notStartedWith status: Int32) {
         (end, self.status) = ("not-started", status)
     }

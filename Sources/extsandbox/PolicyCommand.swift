@@ -176,7 +176,8 @@ struct PolicyCommand: ParsableCommand {
                 concerns the file as a whole), with a suggestion where one is obvious. \
                 A valid policy prints "FILE: ok".
 
-                Exit status: 0 when every policy is valid, 1 when any has a problem.
+                Exit status: 0 when every policy is valid, 1 when any has a problem, 64 for a usage \
+                error.
 
                 --json prints an array, one object per policy named, with stable field names: \
                 policy (as given), file (the file it named; absent when none was found), ok, \

@@ -19,9 +19,7 @@ struct RunCommand: AsyncParsableCommand {
             path, for its author: it must be valid, but needs no approval.
 
             With --send, each message is sent as a request, in order, and each reply printed on \
-            its own line on standard output. Exit status: 0 when every request got a reply, 1 \
-            when one got an error or none in time (or the extension ended), 125 when the \
-            extension could not be launched, 130 or 143 when interrupted.
+            its own line on standard output.
 
             Without --send, an interactive session: each line of standard input is a request \
             (one at a time: the next line is sent once the reply came), and the extension's own \
@@ -36,6 +34,10 @@ struct RunCommand: AsyncParsableCommand {
 
             The extension's own requests are answered with error 2 (unknown request), as a host \
             without a request handler answers them.
+
+            Exit status: 0 when every request got a reply, 1 when one got an error or none in \
+            time (or the extension ended), 125 when the extension could not be launched, 64 for \
+            a usage error, 130 or 143 when interrupted.
 
             Examples:
               extsandbox run ./Upcase.appex --policy hardened --send hello --send world

@@ -18,9 +18,10 @@ struct TestCommand: AsyncParsableCommand {
             GOODBYE; and no seccomp violation during the run. Then a table of what its sandbox \
             blocks. Each failure says what to change (docs/wire-protocol.md has the rules).
 
-            Exit status: 0 when every check passed, 1 when one failed, 130 or 143 when \
-            interrupted. A progress line is shown on a terminal while a check takes over a \
-            second.
+            A progress line is shown on a terminal while a check takes over a second.
+
+            Exit status: 0 when every check passed, 1 when one failed, 64 for a usage error, 130 \
+            or 143 when interrupted.
 
             Examples:
               extsandbox test ./build/Upcase.appex --policy hardened
