@@ -68,15 +68,17 @@ struct ExecCommand: AsyncParsableCommand {
 
     @Option(name: .long, help: ArgumentHelp(
         "Policy name (looked up in the policy directories; the admin's /etc/extsandbox/policies wins) or path to a .yaml file.",
-        valueName: "name|path"))
+        valueName: "name|path"), completion: CompletionCandidates.policy)
     var policy: String = "standard"
 
     @Option(name: .customLong("ro-bind"), help: ArgumentHelp(
-        "Make host path SRC visible read-only at DST (default: the same path). Repeatable. SRC may pass through root-owned symlinks only (others, which a sandbox may have planted, are refused). Unix sockets under SRC still accept connect(): do not bind a daemon's socket directory.", valueName: "src[:dst]"))
+        "Make host path SRC visible read-only at DST (default: the same path). Repeatable. SRC may pass through root-owned symlinks only (others, which a sandbox may have planted, are refused). Unix sockets under SRC still accept connect(): do not bind a daemon's socket directory.", valueName: "src[:dst]"),
+        completion: .file())
     var readOnlyBinds: [String] = []
 
     @Option(name: .customLong("bind"), help: ArgumentHelp(
-        "Make host path SRC visible read-write at DST (default: the same path). Repeatable. What the program creates there is owned by the caller, or by nobody (65534) when the caller is root, which must then be able to write there. SRC is resolved as for --ro-bind.", valueName: "src[:dst]"))
+        "Make host path SRC visible read-write at DST (default: the same path). Repeatable. What the program creates there is owned by the caller, or by nobody (65534) when the caller is root, which must then be able to write there. SRC is resolved as for --ro-bind.", valueName: "src[:dst]"),
+        completion: .file())
     var writableBinds: [String] = []
 
     @Option(name: .customLong("env"), help: ArgumentHelp(

@@ -44,10 +44,12 @@ struct RunCommand: AsyncParsableCommand {
               extsandbox run org.example.upcase
             """)
 
-    @Argument(help: ArgumentHelp("A bundle directory (NAME.appex) or an installed extension's identifier.", valueName: "BUNDLE|ID"))
+    @Argument(help: ArgumentHelp("A bundle directory (NAME.appex) or an installed extension's identifier.", valueName: "BUNDLE|ID"),
+              completion: CompletionCandidates.bundleOrIdentifier)
     var target: String
 
-    @Option(help: ArgumentHelp("Run in this policy (a name or a path) instead of the point's security level.", valueName: "NAME"))
+    @Option(help: ArgumentHelp("Run in this policy (a name or a path) instead of the point's security level.", valueName: "NAME"),
+            completion: CompletionCandidates.policy)
     var policy: String?
 
     @Option(name: .customLong("send"), help: ArgumentHelp("Send MESSAGE as a request and print the reply (repeatable).", valueName: "MESSAGE"))

@@ -28,10 +28,12 @@ struct TestCommand: AsyncParsableCommand {
               extsandbox test org.example.upcase --json
             """)
 
-    @Argument(help: ArgumentHelp("A bundle directory (NAME.appex) or an installed extension's identifier.", valueName: "BUNDLE|ID"))
+    @Argument(help: ArgumentHelp("A bundle directory (NAME.appex) or an installed extension's identifier.", valueName: "BUNDLE|ID"),
+              completion: CompletionCandidates.bundleOrIdentifier)
     var target: String
 
-    @Option(help: ArgumentHelp("Test in this policy (a name or a path) instead of the point's security level.", valueName: "NAME"))
+    @Option(help: ArgumentHelp("Test in this policy (a name or a path) instead of the point's security level.", valueName: "NAME"),
+            completion: CompletionCandidates.policy)
     var policy: String?
 
     @Option(help: ArgumentHelp("The payload of the test requests.", valueName: "TEXT"))
