@@ -20,6 +20,15 @@ struct TestCommand: AsyncParsableCommand {
 
             A progress line is shown on a terminal while a check takes over a second.
 
+            --json prints one object with these stable fields: extension, bundle, policy, \
+            policy-origin, passed, checks (name; status: pass, fail or skip; milliseconds; \
+            detail; fix) and blocks: what and sandbox (the table's row), and as fields: for a \
+            syscall group, syscalls (how many) and actions (how many each action gets: kill, \
+            allow, log, errno NAME, or conditional); for exec after start, allowed; network; \
+            for the file system, readOnly, writable and tmpfs (destination, sizeBytes); for the \
+            limits, memoryBytes, processes, openFiles, cpuSeconds, wallClockSeconds. A field \
+            that does not apply is left out.
+
             Exit status: 0 when every check passed, 1 when one failed, 64 for a usage error, 130 \
             or 143 when interrupted.
 

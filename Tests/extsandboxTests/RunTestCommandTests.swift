@@ -306,7 +306,10 @@ struct RunTestCommandTests {
             #expect(checks.allSatisfy { $0["status"] as? String == "pass" }, "\(checks)")
             let blocks = report["blocks"] as? [[String: Any]] ?? []
             #expect(blocks.contains { $0["what"] as? String == "@mount" && ($0["sandbox"] as? String)?.hasPrefix("killed") == true }, "\(blocks)")
-            #expect(blocks.contains { $0["what"] as? String == "network" })
+            #expect(blocks.contains { $0["what"] as? String == "network" && $0["network"] as? String == "none" })
+            // Counts as fields, not only the sentence.
+            let mount = blocks.first { $0["what"] as? String == "@mount" }
+            #expect((mount?["actions"] as? [String: Int])?["kill"] == mount?["syscalls"] as? Int && mount?["syscalls"] != nil, "\(mount ?? [:])")
         }
         // Without --json, a table, and no progress line when stdout is not a terminal.
         let text = try await bundles.run(["test", try bundles.echo("org.example.text"), "--policy", "hardened"])
