@@ -62,7 +62,7 @@ struct TestCommand: AsyncParsableCommand {
         let progress = ConformanceProgress(enabled: !json && isatty(1) == 1)
         let run = ConformanceRun(argument: target, policy: policy, payload: request, timeout: timeout, progress: progress,
                                  printLive: !json)
-        StopSignals.install { await run.abandon() }
+        StopSignals.install { _ in await run.abandon() }
         let report = await run.perform()
         progress.stop()
         if StopSignals.isStopping { while true { try? await Task.sleep(for: .seconds(3600)) } }
