@@ -340,8 +340,8 @@ struct ExecCommand: AsyncParsableCommand {
     /// What a failed launch exits with: as a shell, 127 when the program's `execve` found no
     /// file (a missing interpreter) and 126 when it found one it cannot run (a directory, no
     /// permission, not a program); 125 when the sandbox itself could not be set up.
-    static func launchFailureStatus(_ error: any Error) -> Int32 {
-        guard let error = error as? SandboxError, error.step == .exec else { return 125 }
+    static func launchFailureStatus(_ error: SandboxError) -> Int32 {
+        guard error.step == .exec else { return 125 }
         return error.errorNumber == ENOENT ? 127 : 126
     }
 
