@@ -50,9 +50,9 @@ struct ExecCommand: AsyncParsableCommand {
 
             Exit status: the program's own (0 when it succeeded); 128+N when signal N killed \
             it (159 = SIGSYS for a seccomp violation, 137 = SIGKILL for a limit); 125 when the \
-            sandbox could not be set up (nothing ran); 126 when PROGRAM is a path to a file that \
-            is not executable (or to a directory); 127 when PROGRAM was not found; 64 for a \
-            usage error.
+            sandbox could not be set up (nothing ran); 126 when PROGRAM was found but cannot be \
+            run (not executable, a directory, not a program); 127 when PROGRAM (or the \
+            interpreter its #! line names) was not found; 64 for a usage error.
 
             Loaded policies and their compiled seccomp filters are cached per user in \
             $XDG_CACHE_HOME/extsandbox (or ~/.cache/extsandbox) and reused only while every \
