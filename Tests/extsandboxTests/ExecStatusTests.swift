@@ -68,6 +68,12 @@ struct ExecStatusTests {
             let status = try Self.object(line)
             #expect(status["end"] as? String == "not-started" && status["status"] as? Int == 126, "\(line)")
         }
+        // A script whose interpreter is missing: not found, 127 (the sandbox was fine: not 125).
+        let orphan = directory.path + "/orphan"
+        try Fixtures.writeFile(orphan, Array("#!/nonexistent/interpreter\n".utf8), mode: 0o755)
+        let (missing, line) = try await Self.exec([orphan])
+        #expect(missing.status == 127, "\(missing.stderr)")
+        #expect(try Self.object(line)["status"] as? Int == 127, "\(line)")
     }
 
     @Test("both parsers read the option; a descriptor that is not open is a usage error")
