@@ -13,9 +13,41 @@ struct ConformanceReport: Codable, Sendable {
         var milliseconds: Int
     }
 
-    struct Block: Codable, Sendable {
+    /// A row of what the sandbox blocks: `what` and `sandbox` for people, and the same as
+    /// fields for programs (`--json`); a field that does not apply to the row is left out.
+    struct Block: Codable, Sendable, Equatable {
+        /// A syscall group (`@mount`), `exec after start`, `network`, `filesystem` or `limits`.
         var what: String
+        /// The row as the table shows it.
         var sandbox: String
+        /// A syscall group: how many of its calls this kernel has, and how many of them each
+        /// action gets, named as in a policy file (`kill`, `allow`, `log`, `errno EPERM`), or
+        /// `conditional` when it depends on the call's arguments.
+        var syscalls: Int?
+        var actions: [String: Int]?
+        /// Exec after the start: whether `execve`/`execveat` are allowed once the program runs.
+        var allowed: Bool?
+        /// The network: `none` (loopback only, in its own network namespace).
+        var network: String?
+        /// The file system: the paths visible read-only and writable, and the tmpfs mounts.
+        var readOnly: [String]?
+        var writable: [String]?
+        var tmpfs: [Tmpfs]?
+        /// The limits that are set.
+        var memoryBytes: UInt64?
+        var processes: UInt64?
+        var openFiles: UInt64?
+        var cpuSeconds: UInt64?
+        var wallClockSeconds: UInt64?
+
+        struct Tmpfs: Codable, Sendable, Equatable {
+            var destination: String
+            var sizeBytes: UInt64
+        }
+
+        init(what: String, sandbox: String) {
+            (self.what, self.sandbox) = (what, sandbox)
+        }
     }
 
     var extensionIdentifier: String?

@@ -48,9 +48,11 @@ struct ExecCommand: AsyncParsableCommand {
             call the filter stopped, when it could be named); a field that does not apply is \
             left out. Example: extsandbox exec --json-status-fd 3 -- ./tool 3>status.json
 
-            Exit status: the program's own; 128+N when signal N killed it (159 = SIGSYS for a \
-            seccomp violation, 137 = SIGKILL for a limit); 125 when the sandbox could not be \
-            set up (nothing ran); 127 when PROGRAM was not found; 64 for a usage error.
+            Exit status: the program's own (0 when it succeeded); 128+N when signal N killed \
+            it (159 = SIGSYS for a seccomp violation, 137 = SIGKILL for a limit); 125 when the \
+            sandbox could not be set up (nothing ran); 126 when PROGRAM was found but cannot be \
+            run (not executable, a directory, not a program); 127 when PROGRAM (or the \
+            interpreter its #! line names) was not found; 64 for a usage error.
 
             Loaded policies and their compiled seccomp filters are cached per user in \
             $XDG_CACHE_HOME/extsandbox (or ~/.cache/extsandbox) and reused only while every \
@@ -66,15 +68,17 @@ struct ExecCommand: AsyncParsableCommand {
 
     @Option(name: .long, help: ArgumentHelp(
         "Policy name (looked up in the policy directories; the admin's /etc/extsandbox/policies wins) or path to a .yaml file.",
-        valueName: "name|path"))
+        valueName: "name|path"), completion: CompletionCandidates.policy)
     var policy: String = "standard"
 
     @Option(name: .customLong("ro-bind"), help: ArgumentHelp(
-        "Make host path SRC visible read-only at DST (default: the same path). Repeatable. SRC may pass through root-owned symlinks only (others, which a sandbox may have planted, are refused). Unix sockets under SRC still accept connect(): do not bind a daemon's socket directory.", valueName: "src[:dst]"))
+        "Make host path SRC visible read-only at DST (default: the same path). Repeatable. SRC may pass through root-owned symlinks only (others, which a sandbox may have planted, are refused). Unix sockets under SRC still accept connect(): do not bind a daemon's socket directory.", valueName: "src[:dst]"),
+        completion: .file())
     var readOnlyBinds: [String] = []
 
     @Option(name: .customLong("bind"), help: ArgumentHelp(
-        "Make host path SRC visible read-write at DST (default: the same path). Repeatable. What the program creates there is owned by the caller, or by nobody (65534) when the caller is root, which must then be able to write there. SRC is resolved as for --ro-bind.", valueName: "src[:dst]"))
+        "Make host path SRC visible read-write at DST (default: the same path). Repeatable. What the program creates there is owned by the caller, or by nobody (65534) when the caller is root, which must then be able to write there. SRC is resolved as for --ro-bind.", valueName: "src[:dst]"),
+        completion: .file())
     var writableBinds: [String] = []
 
     @Option(name: .customLong("env"), help: ArgumentHelp(
@@ -172,6 +176,11 @@ struct ExecCommand: AsyncParsableCommand {
         // Read once: the program lookup, the policy search path and the cache use it too.
         let callerEnvironment = SystemFiles.environment()
         guard let executable = Self.resolve(program, searchPath: callerEnvironment["PATH"]) else {
+            // A shell's 126: the named file is there but the caller may not run it.
+            if program.contains("/"), SystemFiles.kind(of: Self.absolute(program)) != nil {
+                printError("\(program): permission denied (not executable)", hint: "make it executable (chmod +x) or run its interpreter on it")
+                throw ExitCode(126)
+            }
             printError("\(program): command not found",
                        hint: program.contains("/") ? "check the path and that it is executable" : "give its path (./\(program)) or add its directory to PATH")
             throw ExitCode(127)
@@ -225,7 +234,7 @@ struct ExecCommand: AsyncParsableCommand {
         } catch {
             streams.abandon()
             printError("cannot start \(program): \(error)", hint: ErrorAdvice.launch(error))
-            throw ExitCode(125)
+            throw ExitCode(Self.launchFailureStatus(error))
         }
 
         if request.verbose {
@@ -326,6 +335,14 @@ struct ExecCommand: AsyncParsableCommand {
     static func absolute(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         return FilePaths.join(SystemFiles.currentDirectory() ?? "/", path)
+    }
+
+    /// What a failed launch exits with: as a shell, 127 when the program's `execve` found no
+    /// file (a missing interpreter) and 126 when it found one it cannot run (a directory, no
+    /// permission, not a program); 125 when the sandbox itself could not be set up.
+    static func launchFailureStatus(_ error: SandboxError) -> Int32 {
+        guard error.step == .exec else { return 125 }
+        return error.errorNumber == ENOENT ? 127 : 126
     }
 
     /// Like a shell: a name with a slash is a path, anything else is looked up in `searchPath`

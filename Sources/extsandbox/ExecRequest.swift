@@ -81,9 +81,7 @@ struct ExecRequest: Equatable {
         for item in environment where !item.contains("=") || item.hasPrefix("=") {
             return "--env expects key=value, got '\(item)'."
         }
-        if let descriptor = statusDescriptor, descriptor < 3 || fcntl(descriptor, F_GETFD) < 0 {
-            return "--json-status-fd expects an open file descriptor above 2 (as in 3>status.json), got \(descriptor)."
-        }
+        if let descriptor = statusDescriptor, let problem = ExecStatus.descriptorProblem(descriptor) { return problem }
         return nil
     }
 }

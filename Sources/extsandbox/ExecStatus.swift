@@ -1,14 +1,17 @@
 import FoundationEssentials
 import Glibc
 import SandboxRuntime
+import Synchronization
 
-/// What `exec --json-status-fd N` writes to descriptor N: one JSON object on one line, once the
-/// program has ended (or once it is clear it will not run), so that a script learns how it ended
-/// without parsing the CLI's messages. The field names are stable (see `exec --help`).
+/// What `exec --json-status-fd N` (and `run`'s) writes to descriptor N: one JSON object on one
+/// line, once the program has ended (or once it is clear it will not run), so that a script
+/// learns how it ended without parsing the CLI's messages. The field names are stable (see
+/// `exec --help`).
 struct ExecStatus: Encodable, Equatable {
     /// exited, signaled, seccomp-violation, memory-limit, wall-clock-limit, killed, or not-started.
     var end: String
-    /// The status `exec` exits with (the shell's view: the code, or 128 + the signal).
+    /// The status the command exits with: for `exec` the shell's view of the program's end (the
+    /// code, or 128 + the signal); for `run` its own (0, 1, 130, 143).
     var status: Int32
     /// The sandbox's init on the host (what to signal), and the program's pid inside.
     var pid: Int32?
@@ -20,9 +23,10 @@ struct ExecStatus: Encodable, Equatable {
     /// The system call the seccomp filter stopped, when it could be named.
     var violation: String?
 
-    /// How `termination` ended the program of the sandbox whose init is `pid`.
-    init(_ termination: Termination, pid: Int32, pidInside: Int32) {
-        (self.pid, self.pidInside, status) = (pid, pidInside, termination.shellExitCode)
+    /// How `termination` ended the program of the sandbox whose init is `pid`; the command exits
+    /// with `status` (by default the shell's view of the termination).
+    init(_ termination: Termination, pid: Int32, pidInside: Int32, status: Int32? = nil) {
+        (self.pid, self.pidInside, self.status) = (pid, pidInside, status ?? termination.shellExitCode)
         switch termination {
         case .exited(let code): (end, exitCode) = ("exited", code)
         case .signaled(let number): (end, signal) = ("signaled", number)
@@ -33,7 +37,8 @@ struct ExecStatus: Encodable, Equatable {
         }
     }
 
-    /// Nothing ran: the sandbox could not be set up (125) or the program was not found (127).
+    /// Nothing ran: the sandbox could not be set up (125), the program could not be run (126) or was
+    /// not found (127).
     init(notStartedWith status: Int32) {
         (end, self.status) = ("not-started", status)
     }
@@ -49,5 +54,29 @@ struct ExecStatus: Encodable, Equatable {
     func write(to descriptor: Int32) {
         Output.writeAll(descriptor, Array(line.utf8))
         close(descriptor)
+    }
+
+    /// Why `descriptor` cannot take the status line, in the words of a usage error.
+    static func descriptorProblem(_ descriptor: Int32) -> String? {
+        guard descriptor < 3 || fcntl(descriptor, F_GETFD) < 0 else { return nil }
+        return "--json-status-fd expects an open file descriptor above 2 (as in 3>status.json), got \(descriptor)."
+    }
+}
+
+/// The descriptor of `--json-status-fd`, written once: `run` may end on its own and on a
+/// signal at the same time.
+final class StatusDescriptor: Sendable {
+    private let descriptor: Mutex<Int32?>
+
+    /// Takes `descriptor` (nil: no status wanted), close-on-exec: a sandbox never gets it.
+    init(_ descriptor: Int32?) {
+        if let descriptor { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+        self.descriptor = Mutex(descriptor)
+    }
+
+    /// Writes `status` and closes the descriptor, the first time only.
+    func write(_ status: ExecStatus) {
+        guard let descriptor = descriptor.withLock({ taken in defer { taken = nil }; return taken }) else { return }
+        status.write(to: descriptor)
     }
 }

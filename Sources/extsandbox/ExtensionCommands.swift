@@ -204,7 +204,7 @@ struct ApproveCommand: ParsableCommand {
             \(ExtensionCommands.locationHelp)
             """)
 
-    @Argument(help: "The extension's identifier.")
+    @Argument(help: "The extension's identifier.", completion: CompletionCandidates.extensionIdentifier)
     var identifier: String
 
     @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
@@ -257,7 +257,7 @@ struct RevokeCommand: ParsableCommand {
         commandName: "revoke", abstract: "Withdraw the approval of an external extension.",
         discussion: "Running processes keep running; the next launch is refused.\n\n\(ExtensionCommands.choiceJSONHelp)\n\n\(ExtensionCommands.locationHelp)")
 
-    @Argument(help: "The extension's identifier.")
+    @Argument(help: "The extension's identifier.", completion: CompletionCandidates.extensionIdentifier)
     var identifier: String
 
     @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
@@ -278,7 +278,7 @@ struct EnableCommand: ParsableCommand {
         commandName: "enable", abstract: "Turn a disabled extension back on.",
         discussion: "\(ExtensionCommands.choiceJSONHelp)\n\n\(ExtensionCommands.locationHelp)")
 
-    @Argument(help: "The extension's identifier.")
+    @Argument(help: "The extension's identifier.", completion: CompletionCandidates.extensionIdentifier)
     var identifier: String
 
     @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
@@ -299,7 +299,7 @@ struct DisableCommand: ParsableCommand {
         commandName: "disable", abstract: "Turn an extension off (bundled or external).",
         discussion: "Running processes keep running; hosts stop seeing it and the next launch is refused.\n\n\(ExtensionCommands.choiceJSONHelp)\n\n\(ExtensionCommands.locationHelp)")
 
-    @Argument(help: "The extension's identifier.")
+    @Argument(help: "The extension's identifier.", completion: CompletionCandidates.extensionIdentifier)
     var identifier: String
 
     @Flag(name: .long, help: "Print a JSON object instead of a sentence.")

@@ -176,7 +176,8 @@ struct PolicyCommand: ParsableCommand {
                 concerns the file as a whole), with a suggestion where one is obvious. \
                 A valid policy prints "FILE: ok".
 
-                Exit status: 0 when every policy is valid, 1 when any has a problem.
+                Exit status: 0 when every policy is valid, 1 when any has a problem, 64 for a usage \
+                error.
 
                 --json prints an array, one object per policy named, with stable field names: \
                 policy (as given), file (the file it named; absent when none was found), ok, \
@@ -191,7 +192,7 @@ struct PolicyCommand: ParsableCommand {
                   extsandbox policy check ./my-policy.yaml && extsandbox exec --policy ./my-policy.yaml -- ./tool
                 """)
 
-        @Argument(help: ArgumentHelp("Policy files or names.", valueName: "file|name"))
+        @Argument(help: ArgumentHelp("Policy files or names.", valueName: "file|name"), completion: CompletionCandidates.policy)
         var policies: [String]
 
         func validate() throws {
@@ -309,7 +310,7 @@ struct PolicyCommand: ParsableCommand {
                   extsandbox policy show --all hardened | grep -w kill
                 """)
 
-        @Argument(help: ArgumentHelp("A policy name or file.", valueName: "name|path"))
+        @Argument(help: ArgumentHelp("A policy name or file.", valueName: "name|path"), completion: CompletionCandidates.policy)
         var policy: String
 
         @Flag(name: .long, help: "Also list every x86_64 system call the policy does not name (with the default action).")
@@ -357,7 +358,7 @@ struct PolicyCommand: ParsableCommand {
                   extsandbox policy check docker-default.yaml
                 """)
 
-        @Argument(help: ArgumentHelp("The profile (JSON).", valueName: "file.json"))
+        @Argument(help: ArgumentHelp("The profile (JSON).", valueName: "file.json"), completion: .file(extensions: ["json"]))
         var profile: String
 
         func run() throws {

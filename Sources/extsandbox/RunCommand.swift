@@ -19,9 +19,7 @@ struct RunCommand: AsyncParsableCommand {
             path, for its author: it must be valid, but needs no approval.
 
             With --send, each message is sent as a request, in order, and each reply printed on \
-            its own line on standard output. Exit status: 0 when every request got a reply, 1 \
-            when one got an error or none in time (or the extension ended), 125 when the \
-            extension could not be launched, 130 or 143 when interrupted.
+            its own line on standard output.
 
             Without --send, an interactive session: each line of standard input is a request \
             (one at a time: the next line is sent once the reply came), and the extension's own \
@@ -37,15 +35,29 @@ struct RunCommand: AsyncParsableCommand {
             The extension's own requests are answered with error 2 (unknown request), as a host \
             without a request handler answers them.
 
+            --json-status-fd FD: when the run ends, one line of JSON is written to descriptor \
+            FD (then closed), with the fields of `extsandbox exec --json-status-fd`: end (how the \
+            extension's last process ended: exited, signaled, seccomp-violation, memory-limit, \
+            wall-clock-limit, killed; not-started when it could not be launched), status (what \
+            run exits with), pid and pidInside (its sandbox's init on the host, its pid inside), \
+            exitCode, signal, violation. Example: extsandbox run ./Echo.appex --send hi \
+            --json-status-fd 3 3>status.json
+
+            Exit status: 0 when every request got a reply, 1 when one got an error or none in \
+            time (or the extension ended), 125 when the extension could not be launched, 64 for \
+            a usage error, 130 or 143 when interrupted.
+
             Examples:
               extsandbox run ./Upcase.appex --policy hardened --send hello --send world
               extsandbox run org.example.upcase
             """)
 
-    @Argument(help: ArgumentHelp("A bundle directory (NAME.appex) or an installed extension's identifier.", valueName: "BUNDLE|ID"))
+    @Argument(help: ArgumentHelp("A bundle directory (NAME.appex) or an installed extension's identifier.", valueName: "BUNDLE|ID"),
+              completion: CompletionCandidates.bundleOrIdentifier)
     var target: String
 
-    @Option(help: ArgumentHelp("Run in this policy (a name or a path) instead of the point's security level.", valueName: "NAME"))
+    @Option(help: ArgumentHelp("Run in this policy (a name or a path) instead of the point's security level.", valueName: "NAME"),
+            completion: CompletionCandidates.policy)
     var policy: String?
 
     @Option(name: .customLong("send"), help: ArgumentHelp("Send MESSAGE as a request and print the reply (repeatable).", valueName: "MESSAGE"))
@@ -57,17 +69,25 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(help: "With --send: also print lifecycle events on standard error.")
     var verbose = false
 
+    @Option(name: .customLong("json-status-fd"), help: ArgumentHelp(
+        "When the run ends (or the extension cannot be launched), write one line of JSON to descriptor FD and close it: end, status, pid, pidInside, exitCode, signal, violation (see above).",
+        valueName: "fd"))
+    var statusDescriptor: Int32?
+
     func validate() throws {
         guard timeout >= 0, timeout.isFinite else { throw ValidationError("--timeout expects a number of seconds, 0 or more.") }
+        if let descriptor = statusDescriptor, let problem = ExecStatus.descriptorProblem(descriptor) { throw ValidationError(problem) }
     }
 
     func run() async throws {
         let interactive = messages.isEmpty
+        let statusDescriptor = StatusDescriptor(self.statusDescriptor)
         let target: RunTarget
         do {
             target = try await RunTarget.resolve(self.target, policy: policy)
         } catch {
             printError(TerminalText.escaped("\(error)"))
+            statusDescriptor.write(ExecStatus(notStartedWith: 125))
             throw ExitCode(125)
         }
         let identifier = target.identity.bundleIdentifier
@@ -87,6 +107,7 @@ struct RunCommand: AsyncParsableCommand {
         } catch {
             target.close()
             printError("cannot launch \(identifier): \(error)", hint: ErrorAdvice.extensionLaunch(error))
+            statusDescriptor.write(ExecStatus(notStartedWith: 125))
             throw ExitCode(125)
         }
         if interactive || verbose {
@@ -96,14 +117,21 @@ struct RunCommand: AsyncParsableCommand {
             printError(interactive ? line + "; one request per line, :help for commands, Ctrl-D or Ctrl-C to end" : line)
         }
         let conversation = Conversation(session: session, timeout: timeout)
-        StopSignals.install {
+        // The sandbox of the extension's last process (a request after an interruption relaunches it).
+        let ended: @Sendable (Termination, Int32) -> Void = { termination, status in
+            let sandbox = session.process.sandbox
+            statusDescriptor.write(ExecStatus(termination, pid: sandbox.pid, pidInside: sandbox.payloadPIDInside, status: status))
+        }
+        StopSignals.install { signal in
             let (termination, _) = await conversation.finish()
             printError("stopped: \(identifier) \(termination)")
+            ended(termination, 128 + signal)
         }
         let status = interactive ? await conversation.interactive() : await conversation.send(messages)
         if StopSignals.isStopping { await Self.parkForever() }
         let (termination, _) = await conversation.finish()
         if interactive || verbose { printError("\(identifier) ended: \(termination)") }
+        ended(termination, status)
         if status != 0 { throw ExitCode(status) }
     }
 

@@ -18,19 +18,31 @@ struct TestCommand: AsyncParsableCommand {
             GOODBYE; and no seccomp violation during the run. Then a table of what its sandbox \
             blocks. Each failure says what to change (docs/wire-protocol.md has the rules).
 
-            Exit status: 0 when every check passed, 1 when one failed, 130 or 143 when \
-            interrupted. A progress line is shown on a terminal while a check takes over a \
-            second.
+            A progress line is shown on a terminal while a check takes over a second.
+
+            --json prints one object with these stable fields: extension, bundle, policy, \
+            policy-origin, passed, checks (name; status: pass, fail or skip; milliseconds; \
+            detail; fix) and blocks: what and sandbox (the table's row), and as fields: for a \
+            syscall group, syscalls (how many) and actions (how many each action gets: kill, \
+            allow, log, errno NAME, or conditional); for exec after start, allowed; network; \
+            for the file system, readOnly, writable and tmpfs (destination, sizeBytes); for the \
+            limits, memoryBytes, processes, openFiles, cpuSeconds, wallClockSeconds. A field \
+            that does not apply is left out.
+
+            Exit status: 0 when every check passed, 1 when one failed, 64 for a usage error, 130 \
+            or 143 when interrupted.
 
             Examples:
               extsandbox test ./build/Upcase.appex --policy hardened
               extsandbox test org.example.upcase --json
             """)
 
-    @Argument(help: ArgumentHelp("A bundle directory (NAME.appex) or an installed extension's identifier.", valueName: "BUNDLE|ID"))
+    @Argument(help: ArgumentHelp("A bundle directory (NAME.appex) or an installed extension's identifier.", valueName: "BUNDLE|ID"),
+              completion: CompletionCandidates.bundleOrIdentifier)
     var target: String
 
-    @Option(help: ArgumentHelp("Test in this policy (a name or a path) instead of the point's security level.", valueName: "NAME"))
+    @Option(help: ArgumentHelp("Test in this policy (a name or a path) instead of the point's security level.", valueName: "NAME"),
+            completion: CompletionCandidates.policy)
     var policy: String?
 
     @Option(help: ArgumentHelp("The payload of the test requests.", valueName: "TEXT"))
@@ -50,7 +62,7 @@ struct TestCommand: AsyncParsableCommand {
         let progress = ConformanceProgress(enabled: !json && isatty(1) == 1)
         let run = ConformanceRun(argument: target, policy: policy, payload: request, timeout: timeout, progress: progress,
                                  printLive: !json)
-        StopSignals.install { await run.abandon() }
+        StopSignals.install { _ in await run.abandon() }
         let report = await run.perform()
         progress.stop()
         if StopSignals.isStopping { while true { try? await Task.sleep(for: .seconds(3600)) } }

@@ -52,6 +52,30 @@ struct ExecStatusTests {
         #expect(status["end"] as? String == "not-started" && status["status"] as? Int == 127 && status["pid"] == nil, "\(line)")
     }
 
+    @Test("a file that cannot be run: 126, as a shell says (not 125, the sandbox, nor 127, not found)")
+    func notExecutable() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-126-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(atPath: directory.path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let text = directory.path + "/notes.txt", garbage = directory.path + "/garbage"
+        try Fixtures.writeFile(text, Array("notes\n".utf8), mode: 0o644)
+        try Fixtures.writeFile(garbage, [0, 1, 2, 3], mode: 0o755)
+        for (path, message) in [(text, "\(text): permission denied (not executable)"),
+                                (garbage, "Exec format error"), ("/usr/bin", "/usr/bin: Permission denied")] {
+            let (result, line) = try await Self.exec([path])
+            #expect(result.status == 126, "\(path): \(result.stderr)")
+            #expect(result.stderr.contains(message), "\(result.stderr)")
+            let status = try Self.object(line)
+            #expect(status["end"] as? String == "not-started" && status["status"] as? Int == 126, "\(line)")
+        }
+        // A script whose interpreter is missing: not found, 127 (the sandbox was fine: not 125).
+        let orphan = directory.path + "/orphan"
+        try Fixtures.writeFile(orphan, Array("#!/nonexistent/interpreter\n".utf8), mode: 0o755)
+        let (missing, line) = try await Self.exec([orphan])
+        #expect(missing.status == 127, "\(missing.stderr)")
+        #expect(try Self.object(line)["status"] as? Int == 127, "\(line)")
+    }
+
     @Test("both parsers read the option; a descriptor that is not open is a usage error")
     func parsing() throws {
         let descriptor = dup(1)

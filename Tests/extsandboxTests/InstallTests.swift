@@ -49,7 +49,7 @@ struct InstallTests {
             "bin/extsandbox", "libexec/extsandbox/xsb-init",
             "share/extsandbox/policies/standard.yaml", "share/extsandbox/policies/restricted.yaml",
             "share/extsandbox/policies/hardened.yaml",
-            "share/man/man1/extsandbox.1", "share/man/man1/extsandbox.exec.1", "share/man/man1/extsandbox.policy.1",
+            "share/man/man1/extsandbox.1", "share/man/man1/extsandbox-exec.1", "share/man/man1/extsandbox-policy.1",
             "share/bash-completion/completions/extsandbox", "share/zsh/site-functions/_extsandbox",
             "share/fish/vendor_completions.d/extsandbox.fish", "share/extsandbox/install-manifest",
         ] {

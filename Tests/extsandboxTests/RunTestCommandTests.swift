@@ -101,6 +101,42 @@ struct RunTestCommandTests {
         #expect(try await bundles.run(["run", "--send", "x"]).status == 64)  // usage
     }
 
+    /// `run --json-status-fd 3`: one line of JSON on descriptor 3 when the run ends, with the
+    /// fields of exec's; the run's result and the line.
+    @Test func runWritesHowTheExtensionEndedToTheStatusDescriptor() async throws {
+        let bundles = try Bundles()
+        let bundle = try bundles.echo()
+        let file = bundles.world.root + "/status.json"
+        func run(_ arguments: [String]) async throws -> (Fixtures.Output, [String: Any]) {
+            let words = ([TestPaths.cli, "run"] + arguments + ["--json-status-fd", "3"]).map { "'\($0)'" }.joined(separator: " ")
+            let output = try await Fixtures.run(["/bin/sh", "-c", "exec \(words) 3>'\(file)'"],
+                                                environment: TestPaths.environmentWithPolicies(bundles.world.environment))
+            let line = try String(contentsOfFile: file, encoding: .utf8)
+            #expect(line.hasSuffix("}\n") && line.filter { $0 == "\n" }.count == 1, "one line: \(line)")
+            return (output, try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)"))
+        }
+
+        let (replied, ended) = try await run([bundle, "--policy", "hardened", "--send", "hello"])
+        #expect(replied.status == 0 && replied.stdout == "hello\n", "\(replied.stderr)")
+        #expect(ended["end"] as? String == "exited" && ended["exitCode"] as? Int == 0 && ended["status"] as? Int == 0, "\(ended)")
+        #expect((ended["pid"] as? Int ?? 0) > 0 && (ended["pidInside"] as? Int ?? 0) > 0, "\(ended)")
+
+        let (killed, violation) = try await run([bundle, "--policy", "hardened", "--send", "socket"])
+        #expect(killed.status == 1)
+        #expect(violation["end"] as? String == "seccomp-violation" && violation["violation"] as? String == "socket"
+                && violation["signal"] as? Int == Int(SIGSYS) && violation["status"] as? Int == 1, "\(violation)")
+
+        // No --policy and no host declaring its point: nothing launched.
+        let elsewhere = try bundles.world.install("org.example.elsewhere", point: "org.example.nohost.point", in: bundles.development,
+                                                  executableSource: Self.echo)
+        let (refused, notStarted) = try await run([elsewhere, "--send", "x"])
+        #expect(refused.status == 125)
+        #expect(notStarted["end"] as? String == "not-started" && notStarted["status"] as? Int == 125 && notStarted["pid"] == nil, "\(notStarted)")
+
+        let usage = try await bundles.run(["run", bundle, "--send", "x", "--json-status-fd", "1"])
+        #expect(usage.status == 64 && usage.stderr.contains("--json-status-fd expects an open file descriptor above 2"), "\(usage.stderr)")
+    }
+
     /// A bundle given by path runs from that bundle only: another bundle in its directory (which
     /// others may write, like /tmp) with the same identifier, manifest and executable but its own
     /// resources is never run in its place, by `run` or by `test`.
@@ -306,7 +342,10 @@ struct RunTestCommandTests {
             #expect(checks.allSatisfy { $0["status"] as? String == "pass" }, "\(checks)")
             let blocks = report["blocks"] as? [[String: Any]] ?? []
             #expect(blocks.contains { $0["what"] as? String == "@mount" && ($0["sandbox"] as? String)?.hasPrefix("killed") == true }, "\(blocks)")
-            #expect(blocks.contains { $0["what"] as? String == "network" })
+            #expect(blocks.contains { $0["what"] as? String == "network" && $0["network"] as? String == "none" })
+            // Counts as fields, not only the sentence.
+            let mount = blocks.first { $0["what"] as? String == "@mount" }
+            #expect((mount?["actions"] as? [String: Int])?["kill"] == mount?["syscalls"] as? Int && mount?["syscalls"] != nil, "\(mount ?? [:])")
         }
         // Without --json, a table, and no progress line when stdout is not a terminal.
         let text = try await bundles.run(["test", try bundles.echo("org.example.text"), "--policy", "hardened"])
