@@ -59,6 +59,16 @@ struct RunTestCommandTests {
             return bundle
         }
 
+        /// `test --json` of the Python fixture in `mode` under `standard` (2 s for each answer),
+        /// which must fail: its report.
+        func failingReport(_ mode: String) async throws -> [String: Any] {
+            let output = try await run(["test", try nonconforming(mode), "--policy", "standard", "--timeout", "2", "--json"])
+            #expect(output.status == 1, "\(output.stdout)\(output.stderr)")
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
+            #expect(report["passed"] as? Bool == false)
+            return report
+        }
+
         /// Runs the built CLI with the world's locations and the checkout's policies.
         func run(_ arguments: [String], stdin: String? = nil) async throws -> Fixtures.Output {
             try await Fixtures.run([TestPaths.cli] + arguments, environment: TestPaths.environmentWithPolicies(world.environment),
@@ -360,11 +370,7 @@ struct RunTestCommandTests {
         ("typed-sloppy", "unknown method", "replied", "a method that cannot exist was answered with a reply"),
     ])
     func testFailsAnExtensionThatMisanswersTypedCalls(mode: String, probe: String, reason: String, detail: String) async throws {
-        let bundles = try Bundles()
-        let output = try await bundles.run(["test", try bundles.nonconforming(mode), "--policy", "standard", "--timeout", "2", "--json"])
-        #expect(output.status == 1, "\(output.stdout)\(output.stderr)")
-        let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
-        #expect(report["passed"] as? Bool == false)
+        let report = try await Bundles().failingReport(mode)
         let checks = report["checks"] as? [[String: Any]] ?? []
         #expect(checks.count == 11 && !checks.contains { $0["status"] as? String == "fail" }, "\(checks)")
         let typed = try #require(report["typed-calls"] as? [String: Any], "\(report)")
@@ -387,11 +393,7 @@ struct RunTestCommandTests {
         ("lingers", "exit after GOODBYE", "after the host's GOODBYE: killed", "send GOODBYE back and exit 0"),
     ])
     func testFailsABrokenExtensionWithWhatToChange(mode: String, check: String, detail: String, fix: String) async throws {
-        let bundles = try Bundles()
-        let output = try await bundles.run(["test", try bundles.nonconforming(mode), "--policy", "standard", "--timeout", "2", "--json"])
-        #expect(output.status == 1, "\(output.stdout)\(output.stderr)")
-        let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
-        #expect(report["passed"] as? Bool == false)
+        let report = try await Bundles().failingReport(mode)
         let checks = report["checks"] as? [[String: Any]] ?? []
         let failed = try #require(checks.first { $0["name"] as? String == check }, "\(checks)")
         #expect(failed["status"] as? String == "fail", "\(failed)")
