@@ -107,9 +107,11 @@ let package = Package(
         .executableTarget(name: "xsb-pingpong", path: "Sources/xsb-pingpong"),
 
         // The README's demo: a host and a sandboxed extension (Examples/).
-        .executableTarget(name: "extsandbox-demo", dependencies: ["ExtSandbox", "SandboxRuntime"], path: "Examples/DemoHost"),
+        // Their typed contract (a @Resolvable protocol), which both depend on.
+        .target(name: "UpcaseContract", dependencies: ["ExtSandboxActors"], path: "Examples/UpcaseContract"),
+        .executableTarget(name: "extsandbox-demo", dependencies: ["ExtSandbox", "SandboxRuntime", "UpcaseContract"], path: "Examples/DemoHost"),
         .executableTarget(
-            name: "upcase-extension", dependencies: ["ExtSandboxExtension"], path: "Examples/UpcaseExtension",
+            name: "upcase-extension", dependencies: ["ExtSandboxExtension", "UpcaseContract"], path: "Examples/UpcaseExtension",
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
         // Test fixture: an extension built with the SDK, statically linked so that it runs in

@@ -1,6 +1,7 @@
 import ExtSandbox
 import Foundation
 import SandboxRuntime
+import UpcaseContract
 
 /// The demo host's two extension points: one for its own (bundled) extensions under `hardened`,
 /// one open to extensions installed anywhere (once the owner approves them) under `standard`.
@@ -20,7 +21,8 @@ extension AppExtensionPoint {
 }
 
 /// `extsandbox-demo`: a host discovers its extensions (a bundled one, an external one the owner
-/// approves with the CLI meanwhile), launches them in their sandboxes, talks to them, shows a
+/// approves with the CLI meanwhile), launches them in their sandboxes, calls the bundled one
+/// through a typed proxy (the `Upcasing` contract) and the external one in bytes, shows a
 /// process's lifecycle (suspended, resumed, interrupted with the reason), and sees the external
 /// extension unapproved again once its executable is replaced.
 ///
@@ -99,10 +101,12 @@ struct DemoHost {
         say("2. It launches its bundled extension \(upcase.bundleIdentifier) (\(upcase.displayName)) in a 'hardened' sandbox.")
         let process = try await AppExtensionProcess(configuration: configuration)
         say("   The extension runs as pid \(process.sandbox.pid) (its sandbox init; the program is pid \(process.sandbox.payloadPIDInside) inside).")
+        say("   It calls the extension's exported object through a proxy typed by the shared @Resolvable protocol:")
+        say("     let upcaser = try connection.remoteObject($Upcasing.self)")
         let connection = try await process.makeConnection()
+        let upcaser = try connection.remoteObject($Upcasing.self)
         for request in ["hello from the host", "sandboxed extensions"] {
-            let reply = try await connection.send(ExtensionMessage(Array(request.utf8)))
-            say("   request \"\(request)\" -> reply \"\(text(reply))\"")
+            say("   try await upcaser.upcase(\"\(request)\") -> \"\(try await upcaser.upcase(request))\"")
         }
 
         say("3. It closes the connection. With none open, the extension is suspended (every process stopped).")
@@ -117,15 +121,17 @@ struct DemoHost {
 
         say("4. A new connection resumes it. Then the host asks for something 'hardened' forbids: a socket.")
         let second = try await process.makeConnection()
-        say("   reply \"\(text(try await second.send(ExtensionMessage(Array("awake again".utf8)))))\"")
+        let awake = try second.remoteObject($Upcasing.self)
+        say("   upcase(\"awake again\") -> \"\(try await awake.upcase("awake again"))\"")
         do {
-            _ = try await second.send(ExtensionMessage(Array("open a socket".utf8)))
+            try await awake.openSocket()
         } catch {
-            say("   the pending request failed once: \(error)")
+            say("   the pending call openSocket() failed once: \(error)")
         }
         try await Task.sleep(for: .milliseconds(200))
         let third = try await process.makeConnection()
-        say("   a later connection launches a fresh process: reply \"\(text(try await third.send(ExtensionMessage(Array("fresh start".utf8)))))\"")
+        let fresh = try third.remoteObject($Upcasing.self)
+        say("   a later connection launches a fresh process: upcase(\"fresh start\") -> \"\(try await fresh.upcase("fresh start"))\"")
         third.invalidate()
         process.invalidate()
 
@@ -140,7 +146,9 @@ struct DemoHost {
         say("6. It launches \(echo.bundleIdentifier) (\(echo.displayName), in Python) in a 'standard' sandbox and talks to it.")
         let echoProcess = try await AppExtensionProcess(configuration: .init(identity: echo))
         let echoConnection = try await echoProcess.makeConnection()
-        say("   request \"ping\" -> reply \"\(text(try await echoConnection.send(ExtensionMessage(Array("ping".utf8)))))\"")
+        // The layer below typed calls: a byte message (what a proxy's calls ride on, as call envelopes).
+        say("   It speaks no contract, so the host sends it bytes: the layer below typed calls.")
+        say("   send(\"ping\") -> reply \"\(text(try await echoConnection.send(ExtensionMessage(Array("ping".utf8)))))\"")
         echoConnection.invalidate()
         echoProcess.invalidate()
         try await Task.sleep(for: .milliseconds(300))

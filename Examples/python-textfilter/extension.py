@@ -11,8 +11,10 @@ It implements, from docs/wire-protocol.md alone (§1-§7 for frames, §12 for ca
     public struct FilterOptions: Codable { public var shout: Bool; public var limit: Int? }
     public enum FilterError: Error, Codable { case tooLong(limit: Int) }   // registered as "FilterError"
 
-A Swift host calls it through `connection.remoteObject($TextFilter.self)`. Every other method is
-answered ERROR 22 (unknown method), another target ERROR 21, a malformed envelope ERROR 20.
+A Swift host calls it through `connection.remoteObject($TextFilter.self)`. It also serves the
+system target every implementation serves (§12.4: `ping` echoes its argument), which
+`extsandbox test` calls. Every other method is answered ERROR 22 (unknown method), another target
+ERROR 21, a malformed envelope ERROR 20.
 Standard library only (Python 3.9+); one thread per connection.
 """
 
@@ -114,6 +116,12 @@ def call(payload):
         target, method, arguments = read_envelope(payload)
     except (Malformed, UnicodeDecodeError) as error:
         return ("error", 20, str(error))
+    if target == "system":                  # §12.4: every implementation serves it
+        if method != "ping":
+            return ("error", 22, f"the system target has no method {method}")
+        if len(arguments) != 1:
+            return ("error", 23, f"{len(arguments)} arguments for ping, which takes 1")
+        return ("reply", arguments[0])
     if target != "extension":
         return ("error", 21, f"no object named {target}")
     if method != APPLY:

@@ -25,6 +25,16 @@ public enum AppExtensionLifecycleEvent: Sendable, Equatable {
 /// An extension's process, sandboxed, as the host sees it (ExtensionFoundation's
 /// `AppExtensionProcess`).
 ///
+/// ```swift
+/// let process = try await AppExtensionProcess(configuration: .init(appExtensionIdentity: identity))
+/// let connection = try await process.makeConnection()            // makeXPCConnection()
+/// let filter = try connection.remoteObject($TextFilter.self)       // the typed proxy
+/// let result = try await filter.apply("hello", options: .init())
+/// ```
+///
+/// (Below the proxy, ``ExtensionConnection/send(_:)`` sends messages in bytes, for extensions
+/// that speak no contract.)
+///
 /// Creating one reuses the running process of that extension for this host (same identity,
 /// executable file and resolved policy), or launches one into its sandbox and returns once the
 /// extension is ready to accept connections.
@@ -132,6 +142,31 @@ public final class AppExtensionProcess: Sendable {
         key = try ProcessReuseKey(identity: configuration.identity)
         let handleID = handleID
         core = Mutex(try await ExtensionRegistry.shared.core(for: configuration, key: key, handle: handleID))
+    }
+
+    /// ExtensionFoundation's synchronous initializer: as the asynchronous one (from which a task
+    /// calls it), but blocks the calling thread until the extension is ready or its launch failed.
+    ///
+    /// For synchronous code (a command-line host's `main`, the main thread, a thread of the host's
+    /// own). The launch runs in tasks of the cooperative pool meanwhile, which has a thread per
+    /// core: called from a task off the main thread (a pool thread, most likely), it throws
+    /// ``BlockingLaunchRefused`` rather than block one of them; use
+    /// `try await AppExtensionProcess(configuration:)` there.
+    public init(configuration: Configuration) throws {
+        try BlockingLaunchRefused.check()
+        self.configuration = configuration
+        try LaunchAuthorization.checkProvenance(configuration.identity)
+        key = try ProcessReuseKey(identity: configuration.identity)
+        let handleID = handleID, key = key
+        let outcome = BlockingOutcome<ExtensionProcessCore>()
+        Task.detached {
+            do {
+                outcome.finish(.success(try await ExtensionRegistry.shared.core(for: configuration, key: key, handle: handleID)))
+            } catch {
+                outcome.finish(.failure(error))
+            }
+        }
+        core = Mutex(try outcome.wait())
     }
 
     /// Releasing the last reference invalidates the handle (and so its connections).

@@ -4,14 +4,28 @@ import Glibc
 import SandboxRuntime
 import Synchronization
 
-/// One channel to an extension, made by ``AppExtensionProcess/makeConnection()``.
+/// One channel to an extension, made by ``AppExtensionProcess/makeConnection(handlers:)``.
 ///
-/// Like ExtensionFoundation's `NSXPCConnection`: ``remoteObject(_:)`` is the counterpart of
-/// `remoteObjectProxyWithErrorHandler`, a proxy typed by a `@Resolvable` protocol whose calls
-/// travel on this connection (``AppExtensionProcess/makeConnection(exporting:_:)`` exports the
-/// host's object). Underneath, and for those who want them, messages in bytes: requests get
-/// exactly one reply or one error; a cancelled task cancels its request. The connection keeps its
-/// extension process alive until ``invalidate()`` (or until it is released).
+/// Call the extension through a proxy typed by the contract both sides share (a `@Resolvable`
+/// protocol), as ExtensionFoundation's `NSXPCConnection` gives one from
+/// `remoteObjectProxyWithErrorHandler`:
+///
+/// ```swift
+/// let connection = try await process.makeConnection()
+/// let filter = try connection.remoteObject($TextFilter.self)
+/// let result = try await filter.apply("hello", options: .init())
+/// ```
+///
+/// Each call is a request on this connection: it throws what the remote method threw (a type
+/// both sides registered comes back as itself), the connection's failure (the process ended
+/// mid-call: ``ExtensionError/interrupted(_:)`` with its reason), or ``DistributedCallError``;
+/// cancelling the calling task cancels the call. To serve the host's own object to the extension,
+/// make the connection with ``AppExtensionProcess/makeConnection(exporting:_:)``.
+///
+/// The layer below, for extensions that speak no contract: messages in bytes (``send(_:)``,
+/// ``sendOneWay(_:)``). A request gets exactly one reply or one error; a cancelled task cancels
+/// it. Typed calls ride on these requests (docs/wire-protocol.md §12). The connection keeps its
+/// extension process alive until ``invalidate()`` (or until it and its proxies are released).
 public final class ExtensionConnection: Sendable {
     typealias Reply = UnsafeContinuation<ExtensionMessage, any Error>
     typealias Handshake = CheckedContinuation<UInt32, any Error>

@@ -171,6 +171,7 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
         } catch {
             return .error(code: CallErrorCode.malformedEnvelope, message: error.reason)
         }
+        if envelope.target == SystemTarget.name { return SystemTarget.answer(envelope) }
         let id = ActorID(envelope.target)
         // Only the exported object is reachable: other local actors are this side's business.
         guard id == side.exportedID, let exported = state.withLock({ $0.exported }), let actor = exported.object else {

@@ -12,6 +12,12 @@ public enum ValueCoding {
         try decode(type, from: bytes[...], descriptors: nil)
     }
 
+    /// Checks that `bytes` are exactly one value of the format, of any shape (a peer's answer
+    /// read without knowing its type), refusing what a decoder would refuse before any type.
+    public static func validate(_ bytes: [UInt8]) throws(CallEnvelope.FormatError) {
+        _ = try WireValue(parsing: bytes[...])
+    }
+
     static func encode<Value: Encodable>(_ value: Value, descriptors: DescriptorTable?) throws -> [UInt8] {
         try WireValueEncoder(descriptors: descriptors).encode(value).serialized()
     }

@@ -36,6 +36,10 @@ public struct ExtensionFailure: Error, Sendable {
 /// shares) on every connection:
 ///
 /// ```swift
+/// distributed actor Upcaser: TextFilter {
+///     distributed func apply(_ text: String, options: FilterOptions) -> String { text.uppercased() }
+/// }
+///
 /// @main struct Upcase: AppExtension {
 ///     func exportedObject(_ system: ExtensionActorSystem) -> ExportedObject? {
 ///         ExportedObject(Upcaser(actorSystem: system), as: $TextFilter.self)
@@ -43,7 +47,11 @@ public struct ExtensionFailure: Error, Sendable {
 /// }
 /// ```
 ///
-/// or answers byte messages itself:
+/// and the host calls it through a proxy: `try connection.remoteObject($TextFilter.self)`. It
+/// may call the host's exported object too (``HostConnection/remoteObject(_:)``).
+///
+/// The layer below, for an extension that speaks no contract: it answers byte messages itself
+/// (typed calls are such requests, whose bytes are call envelopes):
 ///
 /// ```swift
 /// @main struct Upcase: AppExtension {
@@ -63,7 +71,8 @@ public protocol AppExtension: Sendable {
     /// Accepts or rejects a connection. Accepts every connection by default.
     func accept(_ connection: ConnectionRequest) -> Bool
     /// Answers one request. Throw ``ExtensionFailure`` for an error answer. By default, serves
-    /// it as a distributed call on ``exportedObject(_:)`` (``HostConnection/serveCall(_:)``).
+    /// it as a distributed call on ``exportedObject(_:)`` (``HostConnection/serveCall(_:)``),
+    /// or on the system target every implementation serves (docs/wire-protocol.md §12.4).
     func handle(request: Message) async throws -> Message
     /// The object the extension serves on each new connection (ExtensionFoundation's
     /// `exportedObject`), made with that connection's actor system, and the contract the host

@@ -23,8 +23,19 @@ public enum HostRequestError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// One connection to the host, from the extension's side: the extension's own requests and
-/// one-way messages to the host (which answers them with its `ExtensionConnection.Handlers`).
+/// One connection to the host, from the extension's side.
+///
+/// The extension calls the object the host exports on the connection through a proxy typed by
+/// their shared `@Resolvable` contract:
+///
+/// ```swift
+/// guard let host = HostConnection.current else { return }
+/// let notes = try host.remoteObject($HostNotes.self)
+/// let answer = try await notes.note("started")
+/// ```
+///
+/// The layer below: the extension's own requests and one-way messages in bytes (``send(_:)``,
+/// ``sendOneWay(_:)``), which the host answers with its `ExtensionConnection.Handlers`.
 ///
 /// Inside ``AppExtension/handle(request:)`` and ``AppExtension/handle(oneWay:)`` the connection
 /// the message came in on is ``current``; ``AppExtension/connected(_:)`` hands each new one over

@@ -54,12 +54,14 @@ struct ConformanceReport: Codable, Sendable {
     var bundle: String?
     var policy: String?
     var policyOrigin: String?
-    var passed: Bool { !checks.contains { $0.status == .fail } }
+    var passed: Bool { !checks.contains { $0.status == .fail } && typedCalls.result != .failed }
     var checks: [Check] = []
+    /// The call envelope's probe (docs/wire-protocol.md §12.4), a block of its own.
+    var typedCalls = TypedCallsReport()
     var blocks: [Block] = []
 
     enum CodingKeys: String, CodingKey {
-        case extensionIdentifier = "extension", bundle, policy, policyOrigin = "policy-origin", checks, blocks, passed
+        case extensionIdentifier = "extension", bundle, policy, policyOrigin = "policy-origin", checks, typedCalls = "typed-calls", blocks, passed
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -70,6 +72,7 @@ struct ConformanceReport: Codable, Sendable {
         try container.encodeIfPresent(policyOrigin, forKey: .policyOrigin)
         try container.encode(passed, forKey: .passed)
         try container.encode(checks, forKey: .checks)
+        try container.encode(typedCalls, forKey: .typedCalls)
         try container.encode(blocks, forKey: .blocks)
     }
 
@@ -82,6 +85,7 @@ struct ConformanceReport: Codable, Sendable {
         policy = try container.decodeIfPresent(String.self, forKey: .policy)
         policyOrigin = try container.decodeIfPresent(String.self, forKey: .policyOrigin)
         checks = try container.decode([Check].self, forKey: .checks)
+        typedCalls = try container.decodeIfPresent(TypedCallsReport.self, forKey: .typedCalls) ?? TypedCallsReport()
         blocks = try container.decode([Block].self, forKey: .blocks)
     }
 
@@ -108,7 +112,7 @@ struct ConformanceReport: Codable, Sendable {
         let skipped = checks.filter { $0.status == .skip }.count
         let counts = "\(passedCount) of \(checks.count) checks passed" + (failedCount > 0 ? ", \(failedCount) failed" : "")
             + (skipped > 0 ? ", \(skipped) not run" : "")
-        return "conformance of \(TerminalText.escaped(extensionIdentifier ?? "the extension")): \(passed ? "PASSED" : "FAILED") (\(counts))"
+        return "conformance of \(TerminalText.escaped(extensionIdentifier ?? "the extension")): \(passed ? "PASSED" : "FAILED") (\(counts)); \(typedCalls.summary)"
     }
 }
 

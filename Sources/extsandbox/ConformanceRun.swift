@@ -196,6 +196,9 @@ final class ConformanceRun: Sendable {
                 skip(["suspend and resume"], because: "the extension ended")
             }
             done("suspend and resume")
+            // Typed calls, a block of their own: last, so that an extension that ends on a call
+            // envelope loses no other check.
+            if ended.withLock({ $0 }) == nil { await typedCallsCheck(conversation) }
         } else {
             skipRest("the round trip failed", keeping: ["exit after GOODBYE", "no seccomp violation"])
         }
@@ -238,6 +241,17 @@ final class ConformanceRun: Sendable {
         case .failure(let error):
             return (.fail, "\(what): \(error)", Self.fix(forRequest: error, fileDescriptor: fileDescriptor, timeout: timeout))
         }
+    }
+
+    /// Whether the extension speaks the call envelope (docs/wire-protocol.md §12.4).
+    private func typedCallsCheck(_ conversation: Conversation) async {
+        guard let connection = try? await conversation.connected() else { return }
+        progress.begin("typed calls")
+        let (typed, termination) = await TypedCallsReport.probe(connection, text: payload, timeout: timeout)
+        progress.end()
+        report.withLock { $0.typedCalls = typed }
+        // Known here before the session's event may have come: GOODBYE is then not checked.
+        if let termination { ended.withLock { $0 = $0 ?? termination } }
     }
 
     /// A request cancelled right after it was sent: the connection stays usable.

@@ -15,8 +15,10 @@ struct TestCommand: AsyncParsableCommand {
             error); a request with a file descriptor attached; a cancelled request; surviving \
             suspension (SIGSTOP of its whole sandbox while no connection is open) and resumption; \
             exiting promptly (exit 0 within the host's half-second grace) after the host's \
-            GOODBYE; and no seccomp violation during the run. Then a table of what its sandbox \
-            blocks. Each failure says what to change (docs/wire-protocol.md has the rules).
+            GOODBYE; and no seccomp violation during the run. Then, as a block of its own, \
+            whether it speaks typed calls (the call envelope's system target: a ping round trip \
+            and an unknown method's error); a byte-level extension is reported as not typed, \
+            which is no failure. Then a table of what its sandbox blocks. Each failure says what to change (docs/wire-protocol.md has the rules).
 
             A progress line is shown on a terminal while a check takes over a second.
 
@@ -71,6 +73,7 @@ struct TestCommand: AsyncParsableCommand {
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             Output.unescapedLine(String(decoding: try encoder.encode(report), as: UTF8.self))
         } else {
+            Output.line(report.typedCalls.block())
             Output.line(report.blocksTable())
             Output.line(report.summary)
         }

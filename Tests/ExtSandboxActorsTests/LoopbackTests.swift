@@ -170,3 +170,37 @@ extension LoopbackTests {
         withExtendedLifetime(served) {}
     }
 }
+
+extension LoopbackTests {
+    /// The system target (docs/wire-protocol.md §12.4) is served by either side, whether or not
+    /// it exports an object: `extsandbox test` pings it to tell a typed extension from a byte-level one.
+    @Test("the system target echoes a ping's argument; another method is ERROR 22, another argument count ERROR 23")
+    func systemTarget() async throws {
+        let argument = try ValueCoding.encode("hi")
+        let ping = try SystemTarget.pingEnvelope(argument)
+        // The document's example, byte for byte.
+        #expect(ping == [0x01, 0x00, 0x00, 0x06] + Array("system".utf8) + [0x00, 0x04] + Array("ping".utf8)
+            + [0x00, 0x01, 0x00, 0x00, 0x00, 0x07, 0x06, 0x00, 0x00, 0x00, 0x02, 0x68, 0x69])
+        let (_, served, transport) = Self.connected()
+        for system in [transport.peer, ExtensionActorSystem(side: .host)] {
+            #expect(await system.serve(ping, fileDescriptors: []) == .reply(argument, fileDescriptors: []))
+            let other = try CallEnvelope(target: "system", method: "$s4Demo11$TextFilterC5applyyS2SYaKFTE", arguments: []).encoded()
+            guard case .error(CallErrorCode.unknownMethod, _) = await system.serve(other, fileDescriptors: []) else {
+                Issue.record("another method of the system target")
+                continue
+            }
+            let two = try CallEnvelope(target: "system", method: "ping", arguments: [argument[...], argument[...]]).encoded()
+            guard case .error(CallErrorCode.undecodableArguments, _) = await system.serve(two, fileDescriptors: []) else {
+                Issue.record("a ping of two arguments")
+                continue
+            }
+        }
+        // The unknown-method probe on the exported object: ERROR 22.
+        let missing = try CallEnvelope(target: "extension", method: "extsandbox-test.no-such-method", arguments: []).encoded()
+        guard case .error(CallErrorCode.unknownMethod, _) = await transport.peer.serve(missing, fileDescriptors: []) else {
+            Issue.record("a method that cannot exist")
+            return
+        }
+        withExtendedLifetime(served) {}
+    }
+}

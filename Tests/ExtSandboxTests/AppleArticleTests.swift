@@ -103,6 +103,13 @@ enum AppleArticles {
         proxyObj = try xpcConnection.remoteObject($TextFilter.self)
         return (appExtProcess, proxyObj)
     }
+
+    /// `AppExtensionProcess.init(configuration:) throws`, ExtensionFoundation's synchronous
+    /// initializer, from synchronous code.
+    static func launchSynchronously(_ config: AppExtensionProcess.Configuration) throws -> AppExtensionProcess {
+        let appExtProcess = try AppExtensionProcess(configuration: config)
+        return appExtProcess
+    }
 }
 
 /// Apple's articles' code, run: discovery, observation and a typed call into a sandboxed
@@ -155,6 +162,40 @@ struct AppleArticleTests {
             // The no-argument interruption handler runs once when the process dies.
             await #expect(throws: (any Error).self) { try await filter.crash() }
             #expect(await HostFixtures.eventually { interruptions.load(ordering: .relaxed) == 1 })
+        }
+    }
+
+    @Test("the synchronous init(configuration:) launches and reuses a process as the asynchronous one does; a failed launch throws")
+    func synchronousInitializer() async throws {
+        let world = try ExtensionWorld()
+        let bundle = try Self.installActors("org.example.filter", in: world)
+        try Self.approve(bundle, "org.example.filter", in: world)
+        let identity = try #require(try await AppExtensionHost.$current.withValue(Self.host(world)) {
+            try await AppleArticles.retrieveTheCurrentList().first
+        })
+        let config = AppExtensionProcess.Configuration(appExtensionIdentity: identity)
+        // Synchronous code blocks its thread: a thread of its own, as a command-line host's main.
+        let process = try await offThePool { try AppleArticles.launchSynchronously(config) }
+        defer { process.invalidate() }
+        let filter = try await process.makeConnection().remoteObject($TextFilter.self)
+        #expect(try await filter.apply("sync", options: FilterOptions()) == "SYNC")
+        let again = try await offThePool { try AppleArticles.launchSynchronously(config) }
+        defer { again.invalidate() }
+        #expect(again.sandbox.pid == process.sandbox.pid)
+        // From a task on the cooperative pool: refused, never a blocked pool thread.
+        let fromTask = await Task.detached { try AppleArticles.launchSynchronously(config) }.result
+        #expect(throws: AppExtensionProcess.BlockingLaunchRefused.self) { try fromTask.get() }
+
+        // An extension that exits before READY: the same error as the asynchronous initializer's.
+        let quitter = AppExtensionIdentity.developmentOnly(
+            bundleIdentifier: "org.example.quitter", executablePath: "/bin/true",
+            point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: TestPaths.policiesDirectory + "/standard.yaml"))
+        let quitting = AppExtensionProcess.Configuration(appExtensionIdentity: quitter)
+        await #expect {
+            _ = try await offThePool { try AppleArticles.launchSynchronously(quitting) }
+        } throws: { error in
+            guard case ExtensionError.endedBeforeReady(.exited(code: 0)) = error else { return false }
+            return true
         }
     }
 

@@ -8,6 +8,12 @@
 #   *.forbidden    calls ptrace on its first request (the standard policy kills it)
 #   *.bad-version  answers the host's HELLO with protocol version 2
 #   *.lingers      ignores the host's GOODBYE on the control socket (killed after the grace)
+# or the call envelope's system target (docs/wire-protocol.md §12.4), other requests echoed:
+#   *.ping-silent    never answers a ping
+#   *.ping-crash     crashes (SIGSEGV) on a ping
+#   *.ping-garbage   answers a ping with another value than its argument
+#   *.ping-refused   answers a ping with ERROR 21, as if it had no system target
+#   *.typed-sloppy   answers a ping right, and any other call with a REPLY
 import array, os, signal, socket, struct, sys, threading
 
 MODE = os.environ.get("EXTSANDBOX_EXTENSION_IDENTIFIER", "").rsplit(".", 1)[-1]
@@ -41,6 +47,22 @@ def read_frame(sock):
     return kind, id, payload, fds
 
 
+def call_target(payload):
+    """The target of a call envelope (§12.1), or None for other bytes."""
+    if payload[:2] != b"\x01\x00" or len(payload) < 4:
+        return None
+    (length,) = struct.unpack(">H", payload[2:4])
+    return payload[4:4 + length].decode("utf-8", "replace")
+
+
+def ping_argument(payload):
+    """The one argument of a call envelope of the system target."""
+    at = 4 + struct.unpack(">H", payload[2:4])[0]
+    at += 2 + struct.unpack(">H", payload[at:at + 2])[0] + 2
+    (length,) = struct.unpack(">I", payload[at:at + 4])
+    return payload[at + 4:at + 4 + length]
+
+
 def serve(sock):
     try:
         kind, _, _, _ = read_frame(sock)  # the host's HELLO
@@ -55,6 +77,20 @@ def serve(sock):
             if kind != REQUEST:
                 continue
             if MODE == "silent":
+                continue
+            target = call_target(payload)
+            if target == "system" and MODE == "ping-silent":
+                continue
+            if target == "system" and MODE == "ping-crash":
+                signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)
+            if target == "system" and MODE == "ping-garbage":
+                sock.sendall(frame(REPLY, id, b"\x06\x00\x00\x00\x07garbage"))
+                continue
+            if target == "system" and MODE == "ping-refused":
+                sock.sendall(frame(ERROR, id, struct.pack(">I", 21) + b"no object named system"))
+                continue
+            if target == "system" and MODE == "typed-sloppy":
+                sock.sendall(frame(REPLY, id, ping_argument(payload)))
                 continue
             if MODE == "crash":
                 # To this thread, as a real fault would be: a SIGSEGV sent to the process (os.kill)

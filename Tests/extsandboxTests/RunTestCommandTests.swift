@@ -59,6 +59,16 @@ struct RunTestCommandTests {
             return bundle
         }
 
+        /// `test --json` of the Python fixture in `mode` under `standard` (2 s for each answer),
+        /// which must fail: its report.
+        func failingReport(_ mode: String) async throws -> [String: Any] {
+            let output = try await run(["test", try nonconforming(mode), "--policy", "standard", "--timeout", "2", "--json"])
+            #expect(output.status == 1, "\(output.stdout)\(output.stderr)")
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
+            #expect(report["passed"] as? Bool == false)
+            return report
+        }
+
         /// Runs the built CLI with the world's locations and the checkout's policies.
         func run(_ arguments: [String], stdin: String? = nil) async throws -> Fixtures.Output {
             try await Fixtures.run([TestPaths.cli] + arguments, environment: TestPaths.environmentWithPolicies(world.environment),
@@ -340,6 +350,10 @@ struct RunTestCommandTests {
                 "file descriptor passing", "cancellation", "suspend and resume", "exit after GOODBYE", "no seccomp violation",
             ])
             #expect(checks.allSatisfy { $0["status"] as? String == "pass" }, "\(checks)")
+            // Byte-level extensions: not typed, which fails nothing.
+            let typed = try #require(report["typed-calls"] as? [String: Any], "\(report)")
+            #expect(typed["result"] as? String == "not-typed", "\(typed)")
+            #expect(typed["failed"] as? Int == 0, "\(typed)")
             let blocks = report["blocks"] as? [[String: Any]] ?? []
             #expect(blocks.contains { $0["what"] as? String == "@mount" && ($0["sandbox"] as? String)?.hasPrefix("killed") == true }, "\(blocks)")
             #expect(blocks.contains { $0["what"] as? String == "network" && $0["network"] as? String == "none" })
@@ -351,8 +365,62 @@ struct RunTestCommandTests {
         let text = try await bundles.run(["test", try bundles.echo("org.example.text"), "--policy", "hardened"])
         #expect(text.status == 0)
         #expect(text.stdout.contains("  PASS  suspend and resume"))
-        #expect(text.stdout.contains("conformance of org.example.text: PASSED (11 of 11 checks passed)"))
+        #expect(text.stdout.contains("conformance of org.example.text: PASSED (11 of 11 checks passed); not a typed extension"), "\(text.stdout)")
+        #expect(text.stdout.contains("Typed calls (docs/wire-protocol.md §12.4): not a typed extension: it answered the ping with bytes that are not a call result"), "\(text.stdout)")
         #expect(!text.stdout.contains("\r"))
+    }
+
+    /// Extensions that speak the call envelope, the Swift SDK's and the Python example's, pass the
+    /// typed-calls block: the system target's ping echoes, a method that cannot exist is ERROR 22.
+    @Test func testChecksTypedCallsOfTheSDKAndThePythonExtension() async throws {
+        let bundles = try Bundles()
+        let sdk = try bundles.world.install("org.example.actors", in: bundles.development,
+                                            executableSource: TestPaths.product("xsb-actors-extension"))
+        let python = try bundles.world.install("org.example.textfilter", in: bundles.development,
+                                               executableSource: TestPaths.packageRoot.appendingPathComponent("Examples/python-textfilter/extension.py").path)
+        for (bundle, policy) in [(sdk, "hardened"), (python, "standard")] {
+            let output = try await bundles.run(["test", bundle, "--policy", policy, "--json"])
+            #expect(output.status == 0, "\(output.stdout)\(output.stderr)")
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
+            #expect(report["passed"] as? Bool == true)
+            let typed = try #require(report["typed-calls"] as? [String: Any], "\(report)")
+            #expect(typed["result"] as? String == "typed", "\(typed)")
+            #expect(typed["passed"] as? Int == 2 && typed["failed"] as? Int == 0, "\(typed)")
+            let probes = typed["probes"] as? [[String: Any]] ?? []
+            #expect(probes.map { $0["name"] as? String } == ["ping", "unknown method"], "\(probes)")
+            #expect(probes.map { $0["status"] as? String } == ["pass", "pass"], "\(probes)")
+            #expect(probes.map { $0["answer"] as? String } == ["reply", "error"], "\(probes)")
+            #expect(probes.last?["code"] as? Int == 22, "\(probes)")
+        }
+        let text = try await bundles.run(["test", sdk, "--policy", "hardened"])
+        #expect(text.status == 0, "\(text.stdout)\(text.stderr)")
+        #expect(text.stdout.contains("Typed calls (docs/wire-protocol.md §12.4): a typed extension\n  PASS  ping "), "\(text.stdout)")
+        #expect(text.stdout.contains("  PASS  unknown method "), "\(text.stdout)")
+        #expect(text.stdout.contains("PASSED (11 of 11 checks passed); typed calls: 2 of 2 passed"), "\(text.stdout)")
+    }
+
+    /// An extension that hangs on, ends on, or misanswers the call envelope fails the typed-calls
+    /// block (and the run) with what to change; the other checks are all still run.
+    @Test(arguments: [
+        ("ping-silent", "ping", "no-answer", "the ping: no reply within 2 s"),
+        ("ping-crash", "ping", "ended", "it ended during the ping: killed by signal 11"),
+        ("ping-garbage", "ping", "wrong-value", "the ping's reply is a value, but not its argument"),
+        ("ping-refused", "ping", "envelope-error", "it speaks the call envelope but refused the ping: error 21"),
+        ("typed-sloppy", "unknown method", "replied", "a method that cannot exist was answered with a reply"),
+    ])
+    func testFailsAnExtensionThatMisanswersTypedCalls(mode: String, probe: String, reason: String, detail: String) async throws {
+        let report = try await Bundles().failingReport(mode)
+        let checks = report["checks"] as? [[String: Any]] ?? []
+        #expect(checks.count == 11 && !checks.contains { $0["status"] as? String == "fail" }, "\(checks)")
+        let typed = try #require(report["typed-calls"] as? [String: Any], "\(report)")
+        #expect(typed["result"] as? String == "failed", "\(typed)")
+        #expect(typed["failed"] as? Int == 1, "\(typed)")
+        let probes = typed["probes"] as? [[String: Any]] ?? []
+        let failed = try #require(probes.first { $0["name"] as? String == probe }, "\(probes)")
+        #expect(failed["status"] as? String == "fail", "\(failed)")
+        #expect(failed["reason"] as? String == reason, "\(failed)")
+        #expect((failed["detail"] as? String)?.contains(detail) == true, "\(failed)")
+        #expect((failed["fix"] as? String)?.contains("§12.4") == true, "\(failed)")
     }
 
     /// Each broken extension fails the check it breaks, with what to change.
@@ -364,11 +432,7 @@ struct RunTestCommandTests {
         ("lingers", "exit after GOODBYE", "after the host's GOODBYE: killed", "send GOODBYE back and exit 0"),
     ])
     func testFailsABrokenExtensionWithWhatToChange(mode: String, check: String, detail: String, fix: String) async throws {
-        let bundles = try Bundles()
-        let output = try await bundles.run(["test", try bundles.nonconforming(mode), "--policy", "standard", "--timeout", "2", "--json"])
-        #expect(output.status == 1, "\(output.stdout)\(output.stderr)")
-        let report = try #require(try JSONSerialization.jsonObject(with: Data(output.stdout.utf8)) as? [String: Any])
-        #expect(report["passed"] as? Bool == false)
+        let report = try await Bundles().failingReport(mode)
         let checks = report["checks"] as? [[String: Any]] ?? []
         let failed = try #require(checks.first { $0["name"] as? String == check }, "\(checks)")
         #expect(failed["status"] as? String == "fail", "\(failed)")
