@@ -147,7 +147,7 @@ public final class Supervisor: Sendable {
             throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most \(XSB_MAX_EXTRA_FDS) extra file descriptors")
         }
         let request = config
-        let (started, _) = await spawner.launch(handing: handed) { [self] received in
+        let (started, _) = await spawner.launch(handing: handed) { received in
             var out = xsb_spawn_result()
             var config = request
             let applied = xsb_spawner_apply(&config, &received)
