@@ -168,6 +168,12 @@ let package = Package(
         .testTarget(
             name: "SandboxRuntimeTests",
             dependencies: ["SandboxRuntime", "SandboxPolicy", "SandboxSystem", "xsb-probe", "extsandbox", "TestSupport", "xsb-init"]),
+        // The sandbox as a user gets it: `extsandbox exec` against the real kernel, as root and as
+        // nobody (isolation probes, policy levels, limits, real programs). The runtime's own
+        // mechanisms are tested beside it, in SandboxRuntimeTests.
+        .testTarget(
+            name: "SandboxEndToEndTests",
+            dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport", "xsb-init"]),
         // The SDK's runtime, driven over the wire through the echo fixture built with it (a static
         // executable: `swift build --build-tests` builds it; depending on it would link it in here).
         .testTarget(

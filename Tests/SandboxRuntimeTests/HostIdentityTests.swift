@@ -52,11 +52,5 @@ struct HostIdentityTests {
     }
 
     /// A directory a sandbox as nobody may write into (mkdtemp makes 0700 root-owned ones).
-    static func temporaryDirectory() throws -> String {
-        var template = Array("/tmp/xsb-identity-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-        let path = String(cString: made)
-        chmod(path, 0o777)
-        return path
-    }
+    static func temporaryDirectory() throws -> String { try TestPaths.directoryForEitherCaller("identity") }
 }

@@ -59,6 +59,15 @@ public enum TestPaths {
     /// A built executable of the package (a product name, e.g. "xsb-echo-extension").
     public static func product(_ name: String) -> String { productsDirectory + "/" + name }
 
+    /// A fresh directory under /tmp that root and nobody (65534) may both write (mode 0777).
+    public static func directoryForEitherCaller(_ label: String = "scratch") throws -> String {
+        var template = Array("/tmp/xsb-\(label)-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        let path = String(cString: made)
+        chmod(path, 0o777)
+        return path
+    }
+
     /// The built `extsandbox` CLI (a debug build, dynamically linked against the Swift runtime).
     public static var cli: String { product("extsandbox") }
 

@@ -12,7 +12,7 @@ struct DeviceNodeTests {
     @Test("renameat2(RENAME_WHITEOUT) and mknod(S_IFCHR 0:0) fail, at every level, and the host sees no device",
           arguments: ["standard", "restricted", "hardened"], Fixtures.Caller.allCases)
     func noWhiteouts(level: String, caller: Fixtures.Caller) async throws {
-        let dir = try HostIdentityTests.temporaryDirectory()  // writable by either caller
+        let dir = try TestPaths.directoryForEitherCaller("devices")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         for check in ["whiteout-rename", "whiteout-mknod"] {
             let result = try await Fixtures.run(
