@@ -109,4 +109,6 @@ struct DiscoveredExtension: Sendable, Hashable {
     var origin: ExtensionOrigin
     /// The approvals file it was weighed against.
     var stateFile: String
+    /// The administrator's file it was weighed against.
+    var systemStateFile: String
 }

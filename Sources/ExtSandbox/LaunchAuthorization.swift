@@ -68,17 +68,21 @@ struct LaunchAuthorization: Sendable {
         guard current == discovered.bundle else {
             throw DiscoveryError.refused(identifier: id, reason: "its bundle changed since discovery (\(current.path))")
         }
-        let state: ApprovalState
+        let decisions: ExtensionDecisions
         do throws(CatalogProblem) {
-            state = try ApprovalStore(path: discovered.stateFile).load()
+            var locations = ExtensionLocations(hostBundle: nil, external: [], pointDirectories: [], stateFile: discovered.stateFile)
+            locations.systemStateFile = discovered.systemStateFile
+            decisions = try ExtensionDecisions.load(locations)
         } catch {
             throw DiscoveryError.catalog(error)
         }
         let entry = CatalogEntry(path: current.path, origin: discovered.origin, bundle: .success(current))
-        switch ExtensionCatalog.status(of: entry, state: state) {
+        let evaluation = decisions.evaluate(entry)
+        switch evaluation.status {
         case .enabled: break
         case .disabled: throw DiscoveryError.refused(identifier: id, reason: "the owner disabled it")
         case .unapproved(let reason): throw DiscoveryError.refused(identifier: id, reason: "it is not approved: \(reason)")
+        case .forbidden(let reason): throw DiscoveryError.refused(identifier: id, reason: "it is \(reason)")
         case .invalid(let problem): throw DiscoveryError.catalog(problem)
         }
         // The file is copied once, and the copy is what is weighed and what runs: whatever is
@@ -96,7 +100,7 @@ struct LaunchAuthorization: Sendable {
             } catch {
                 throw DiscoveryError.catalog(error)
             }
-            guard state.approvals[id]?.executable == digest else {
+            guard evaluation.executableDigest == digest else {
                 throw DiscoveryError.refused(identifier: id, reason: "it is not approved: the executable changed since it was approved")
             }
         }

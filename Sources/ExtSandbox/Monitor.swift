@@ -33,9 +33,16 @@ extension AppExtensionPoint {
             public var disabledCount = 0
             /// Installed outside the host's bundle and not approved for their current contents.
             public var unapprovedCount = 0
+            /// Forbidden by the administrator (or in the user's own file): never offered.
+            public var forbiddenCount = 0
+            /// Why each installed extension of the points that is not offered is not (unapproved,
+            /// forbidden or disabled): identifier → reason, e.g. "version 1.0 is lower than the
+            /// approved 1.2 (a rollback)".
+            public var reasons: [String: String] = [:]
             /// Bundles that are broken, inconsistent or unsafe, with the file, line and reason.
             public var invalid: [CatalogProblem] = []
-            /// The approvals file could not be read: nothing is launched until it is fixed.
+            /// An approvals file (the user's or the administrator's) could not be read: nothing is
+            /// launched until it is fixed.
             public var approvalsProblem: CatalogProblem?
         }
 
@@ -59,6 +66,8 @@ extension AppExtensionPoint {
         private let rescanQueue = DispatchQueue(label: "extsandbox.monitor.rescan")
         private let stateDirectory: String
         private let stateFileName: String
+        private let systemStateDirectory: String
+        private let systemStateFileName: String
 
         /// Scans the points' extensions (throws when the approvals file is broken or unreadable)
         /// and starts following changes.
@@ -67,6 +76,8 @@ extension AppExtensionPoint {
             core = Mutex(Core(points: points))
             stateDirectory = FilePaths.directory(of: host.locations.stateFile)
             stateFileName = FilePaths.lastComponent(host.locations.stateFile)
+            systemStateDirectory = FilePaths.directory(of: host.locations.systemStateFile)
+            systemStateFileName = FilePaths.lastComponent(host.locations.systemStateFile)
             let relay = WeakMonitor()
             watcher = try DirectoryWatcher { events in relay.monitor?.changed(events) }
             relay.monitor = self
@@ -201,8 +212,9 @@ extension AppExtensionPoint {
 
         private func isRelevant(_ event: DirectoryWatcher.Event) -> Bool {
             if event.overflowed { return true }  // events were lost: rescan everything
-            if event.directory == stateDirectory && !isLocation(event.directory) {
-                return event.name == stateFileName || event.name.isEmpty
+            if (event.directory == stateDirectory || event.directory == systemStateDirectory) && !isLocation(event.directory) {
+                return event.name.isEmpty || (event.directory == stateDirectory && event.name == stateFileName)
+                    || (event.directory == systemStateDirectory && event.name == systemStateFileName)
             }
             if isLocation(event.directory) {
                 return event.name.hasSuffix("." + ExtensionLocations.bundleExtension) || event.name.isEmpty
@@ -222,8 +234,9 @@ extension AppExtensionPoint {
                     core.rescanScheduled = false
                     return core.points
                 }
-                var watched: Set<String> = [stateDirectory]
+                var watched: Set<String> = [stateDirectory, systemStateDirectory]
                 watcher.add(stateDirectory)
+                watcher.add(systemStateDirectory)
                 let entries = ExtensionCatalog.scan(host.locations, bundledPoints: hostPoints(following: points)) { directory in
                     watcher.add(directory)
                     watched.insert(directory)
@@ -260,9 +273,9 @@ extension AppExtensionPoint {
         /// The state for `entries` under the owner's current choices.
         static func evaluate(_ entries: [CatalogEntry], points: [AppExtensionPoint], host: AppExtensionHost) -> State {
             var state = State()
-            let approvals: ApprovalState
+            let decisions: ExtensionDecisions
             do throws(CatalogProblem) {
-                approvals = try ApprovalStore(path: host.locations.stateFile).load()
+                decisions = try ExtensionDecisions.load(host.locations)
             } catch {
                 // Never "everything approved", nor "nothing chosen": nothing runs.
                 state.approvalsProblem = error
@@ -279,17 +292,26 @@ extension AppExtensionPoint {
                 guard let point = points.first(where: { $0.name == bundle.manifest.point }) else { continue }
                 // An external extension never appears for a point limited to the host's own.
                 if !entry.origin.isBundled && point.scope.restriction == .application { continue }
-                switch ExtensionCatalog.status(of: entry, state: approvals) {
+                let identifier = bundle.manifest.identifier
+                switch decisions.evaluate(entry).status {
                 case .enabled:
-                    let discovered = DiscoveredExtension(bundle: bundle, origin: entry.origin, stateFile: host.locations.stateFile)
+                    let discovered = DiscoveredExtension(bundle: bundle, origin: entry.origin, stateFile: host.locations.stateFile,
+                                                         systemStateFile: host.locations.systemStateFile)
                     let identity = AppExtensionIdentity(
                         bundleIdentifier: bundle.manifest.identifier, displayName: bundle.manifest.displayName,
                         version: bundle.manifest.version, point: point, hostIdentifier: host.identifier,
                         executablePath: bundle.executablePath, arguments: [], origin: .discovered(discovered))
                     IssuedIdentities.shared.insert(identity)
                     state.identities.append(identity)
-                case .disabled: state.disabledCount += 1
-                case .unapproved: state.unapprovedCount += 1
+                case .disabled:
+                    state.disabledCount += 1
+                    state.reasons[identifier] = "the owner disabled it"
+                case .unapproved(let reason):
+                    state.unapprovedCount += 1
+                    state.reasons[identifier] = reason
+                case .forbidden(let reason):
+                    state.forbiddenCount += 1
+                    state.reasons[identifier] = reason
                 case .invalid(let problem): state.invalid.append(problem)
                 }
             }

@@ -2,8 +2,10 @@ import Glibc
 import SandboxPolicy
 import SandboxSystem
 
-/// The owner's choices: which external extensions are approved (pinned to the SHA-256 of their
-/// executable and manifest) and which extensions are disabled.
+/// The owner's (or, in the system file, the administrator's) choices: which external extensions
+/// are approved (pinned to the SHA-256 of their executable and manifest, or, when signed, to their
+/// signer and the lowest version still approved), which developer keys are trusted for every
+/// extension they sign, which extensions are disabled, and which are forbidden.
 public struct ApprovalState: Sendable, Equatable {
     /// An approval holds for exactly these contents.
     public struct Approval: Sendable, Hashable {
@@ -16,8 +18,28 @@ public struct ApprovalState: Sendable, Equatable {
         }
     }
 
+    /// An approval of a signed extension: it holds for every bundle with this identifier that
+    /// `signer` signed, of `version` or a later one (docs/signatures.md).
+    public struct SignedApproval: Sendable, Hashable {
+        public var signer: SignerKey
+        public var version: String
+
+        public init(signer: SignerKey, version: String) {
+            self.signer = signer
+            self.version = version
+        }
+    }
+
+    /// Approvals pinned to contents (unsigned extensions).
     public var approvals: [String: Approval] = [:]
+    /// Approvals pinned to a signer (signed extensions). An identifier is in at most one of
+    /// ``approvals`` and ``signedApprovals``.
+    public var signedApprovals: [String: SignedApproval] = [:]
+    /// Keys whose every validly signed extension is approved (`approve --signer`).
+    public var trustedSigners: Set<SignerKey> = []
     public var disabled: Set<String> = []
+    /// Forbidden extensions: never approved, whatever else says so (the system file's bans).
+    public var forbidden: Set<String> = []
 
     public init() {}
 
@@ -27,13 +49,18 @@ public struct ApprovalState: Sendable, Equatable {
     public func rendered() -> String {
         var lines = [
             "# The owner's extension choices: written by `extsandbox approve|revoke|enable|disable`.",
-            "# Format: docs/extensions.md. An approval holds only for these SHA-256 digests.",
+            "# Format: docs/extensions.md. An approval holds only for these SHA-256 digests, or for this signer and version.",
             Self.header,
         ]
         for (identifier, approval) in approvals.sorted(by: { $0.key < $1.key }) {
             lines.append("approved \(identifier) executable=\(approval.executable) manifest=\(approval.manifest)")
         }
+        for (identifier, approval) in signedApprovals.sorted(by: { $0.key < $1.key }) {
+            lines.append("approved \(identifier) signer=\(approval.signer) version=\(approval.version)")
+        }
+        for signer in trustedSigners.sorted() { lines.append("trusted-signer \(signer)") }
         for identifier in disabled.sorted() { lines.append("disabled \(identifier)") }
+        for identifier in forbidden.sorted() { lines.append("forbidden \(identifier)") }
         return lines.joined(separator: "\n") + "\n"
     }
 
@@ -54,17 +81,33 @@ public struct ApprovalState: Sendable, Equatable {
             }
             let words = trimmed.split(separator: " ", omittingEmptySubsequences: true)
             switch (words.first, words.count) {
+            case ("approved", 4) where words[2].hasPrefix("signer="):
+                let identifier = String(words[1])
+                guard let signer = SignerKey(words[2].dropFirst(7)), words[3].hasPrefix("version="),
+                      ExtensionVersion.isSignable(String(words[3].dropFirst(8))) else {
+                    throw CatalogProblem(.broken, file: path, line: line, "expected 'approved ID signer=ed25519:HEX version=VERSION'")
+                }
+                guard state.approvals[identifier] == nil else { throw CatalogProblem(.broken, file: path, line: line, "\(identifier) is approved twice") }
+                state.signedApprovals[identifier] = SignedApproval(signer: signer, version: String(words[3].dropFirst(8)))
             case ("approved", 4):
                 let identifier = String(words[1])
                 guard words[2].hasPrefix("executable="), let executable = ContentDigest(words[2].dropFirst(11)),
                       words[3].hasPrefix("manifest="), let manifest = ContentDigest(words[3].dropFirst(9)) else {
                     throw CatalogProblem(.broken, file: path, line: line, "expected 'approved ID executable=sha256:HEX manifest=sha256:HEX'")
                 }
+                guard state.signedApprovals[identifier] == nil else { throw CatalogProblem(.broken, file: path, line: line, "\(identifier) is approved twice") }
                 state.approvals[identifier] = Approval(executable: executable, manifest: manifest)
+            case ("trusted-signer", 2):
+                guard let signer = SignerKey(words[1]) else {
+                    throw CatalogProblem(.broken, file: path, line: line, "expected 'trusted-signer ed25519:HEX' (64 lowercase hex digits)")
+                }
+                state.trustedSigners.insert(signer)
             case ("disabled", 2):
                 state.disabled.insert(String(words[1]))
+            case ("forbidden", 2):
+                state.forbidden.insert(String(words[1]))
             default:
-                throw CatalogProblem(.broken, file: path, line: line, "cannot read '\(trimmed)' (expected 'approved …' or 'disabled ID')")
+                throw CatalogProblem(.broken, file: path, line: line, "cannot read '\(trimmed)' (expected 'approved …', 'trusted-signer KEY', 'disabled ID' or 'forbidden ID')")
             }
         }
         guard sawHeader else { throw CatalogProblem(.broken, file: path, line: 1, "empty: expected '\(header)'") }
@@ -91,10 +134,19 @@ extension Substring {
 /// directory and every directory above it must be owned by root or the caller and not writable by
 /// group or others, on every read and before every write. Otherwise a root caller whose
 /// `XDG_STATE_HOME` points into another user's directory would launch what that user approved.
+///
+/// The system-wide file (``ExtensionLocations/systemStateFile``, `system: true`) holds the
+/// administrator's decisions for every user: it must also be owned by root itself, and its
+/// directories are created readable by everyone (0755).
 public struct ApprovalStore: Sendable {
     public let path: String
+    /// Whether this is the administrator's file, which only root may own.
+    public let isSystem: Bool
 
-    public init(path: String) { self.path = path }
+    public init(path: String, system: Bool = false) {
+        self.path = path
+        self.isSystem = system
+    }
 
     /// Files larger than this are not approvals files.
     static let maximumSize = 16 << 20
@@ -105,13 +157,24 @@ public struct ApprovalStore: Sendable {
     /// The current state: empty when no file exists yet.
     public func load() throws(CatalogProblem) -> ApprovalState {
         let result: Result<[UInt8], TrustedPath.FileProblem>
+        var owner: uid_t = 0
         do {
+            if isSystem {
+                // Checked before the read through the same walk: whoever could swap the file in
+                // between owns its directory, and the walk allows only root or the caller there.
+                let (fd, info, _) = try TrustedPath.openFile(path)
+                fd.close()
+                owner = info.st_uid
+            }
             result = try TrustedPath.readFile(path, limit: Self.maximumSize)
         } catch .missing {
             // Every directory the walk reached passed its checks; what is missing holds nothing.
             return ApprovalState()
         } catch {
             throw problem(error, doing: "read the approvals file")
+        }
+        guard owner == 0 else {
+            throw CatalogProblem(.unsafe, file: path, "refused: the system approvals file is owned by uid \(owner), not by root; it decides for every user, so only root may own it")
         }
         switch result {
         case .success(let bytes):
@@ -132,7 +195,7 @@ public struct ApprovalStore: Sendable {
     public func update(_ change: (inout ApprovalState) throws(CatalogProblem) -> Void) throws(CatalogProblem) -> ApprovalState {
         let directory: TrustedPath.Directory
         do {
-            directory = try Self.openCreatingDirectory(FilePaths.directory(of: TrustedPath.absolute(path)))
+            directory = try Self.openCreatingDirectory(FilePaths.directory(of: TrustedPath.absolute(path)), mode: isSystem ? 0o755 : 0o700)
         } catch {
             throw problem(error, doing: "write the approvals file")
         }
@@ -181,16 +244,17 @@ public struct ApprovalStore: Sendable {
         guard fsync(dir) == 0 else { throw CatalogProblem(.broken, file: directory.path, "fsync: \(errnoText())") }
     }
 
-    /// `mkdir -p` through ``TrustedPath``: each missing directory is made (mode 0700: the
-    /// owner's private state) in a parent that passed the checks, and the result is checked too.
-    static func openCreatingDirectory(_ directory: String) throws(TrustedPath.Failure) -> TrustedPath.Directory {
+    /// `mkdir -p` through ``TrustedPath``: each missing directory is made (mode 0700 for the
+    /// owner's private state, 0755 for the system file) in a parent that passed the checks, and
+    /// the result is checked too.
+    static func openCreatingDirectory(_ directory: String, mode: mode_t = 0o700) throws(TrustedPath.Failure) -> TrustedPath.Directory {
         do {
-            return try TrustedPath.openDirectory(directory, createMode: 0o700)
+            return try TrustedPath.openDirectory(directory, createMode: mode)
         } catch .missing {
             let parent = FilePaths.directory(of: directory)
             guard !parent.isEmpty, parent != directory else { throw .missing(path: directory) }
-            try openCreatingDirectory(parent).close()
-            return try TrustedPath.openDirectory(directory, createMode: 0o700)
+            try openCreatingDirectory(parent, mode: mode).close()
+            return try TrustedPath.openDirectory(directory, createMode: mode)
         }
     }
 

@@ -47,27 +47,12 @@ public struct ContentDigest: Sendable, Hashable, CustomStringConvertible {
     public init(bytes: [UInt8]) { self.bytes = bytes }
 
     public init?(_ text: some StringProtocol) {
-        guard text.hasPrefix("sha256:") else { return nil }
-        let hex = Array(text.utf8.dropFirst(7))
-        guard hex.count == 64 else { return nil }
-        var bytes: [UInt8] = []
-        for i in stride(from: 0, to: 64, by: 2) {
-            guard let high = Self.nibble(hex[i]), let low = Self.nibble(hex[i + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-        }
+        guard text.hasPrefix("sha256:"), let bytes = Hex.decode(text.dropFirst(7)), bytes.count == 32 else { return nil }
         self.bytes = bytes
     }
 
-    private static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case 0x30...0x39: return c - 0x30
-        case 0x61...0x66: return c - 0x61 + 10
-        default: return nil
-        }
-    }
-
     public var description: String {
-        "sha256:" + bytes.map { String($0, radix: 16).leftPadded(to: 2) }.joined()
+        "sha256:" + Hex.encode(bytes)
     }
 }
 
@@ -79,6 +64,15 @@ public final class ContentHasher: Sendable {
     private let cache = Mutex<[FileFingerprint: ContentDigest]>([:])
 
     public init() {}
+
+    /// The SHA-256 of `bytes` (small texts: a symbolic link's target).
+    public static func digest(of bytes: [UInt8]) -> ContentDigest {
+        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        let done = bytes.withUnsafeBufferPointer { EVP_Digest($0.baseAddress, $0.count, &digest, &length, EVP_sha256(), nil) }
+        precondition(done == 1 && length == 32, "libcrypto: SHA-256 failed")
+        return ContentDigest(bytes: Array(digest.prefix(32)))
+    }
 
     /// The digest of the file at `path` and the fingerprint it was taken at. The file is read
     /// through one descriptor, fingerprinted before and after: a file that changed while it was

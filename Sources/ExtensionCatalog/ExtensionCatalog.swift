@@ -35,8 +35,12 @@ public enum ExtensionStatus: Sendable, Hashable, CustomStringConvertible {
     case enabled
     /// Approved (or bundled), but the owner disabled it.
     case disabled
-    /// External and not approved for its current contents (`reason` says which).
+    /// External and not approved for its current contents (`reason` says which: not yet, the
+    /// executable changed, another signer, a lower version…).
     case unapproved(reason: String)
+    /// Banned (by the administrator for every user, or in the user's own file): never offered
+    /// nor launched, whatever approves it.
+    case forbidden(reason: String)
     /// Broken, inconsistent or unsafe: never launched.
     case invalid(CatalogProblem)
 
@@ -45,6 +49,7 @@ public enum ExtensionStatus: Sendable, Hashable, CustomStringConvertible {
         case .enabled: return "enabled"
         case .disabled: return "disabled"
         case .unapproved: return "unapproved"
+        case .forbidden: return "forbidden"
         case .invalid: return "invalid"
         }
     }
@@ -53,6 +58,7 @@ public enum ExtensionStatus: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .enabled, .disabled: return name
         case .unapproved(let reason): return "unapproved (\(reason))"
+        case .forbidden(let reason): return "forbidden (\(reason))"
         case .invalid(let problem): return "invalid (\(problem))"
         }
     }
@@ -146,30 +152,11 @@ public enum ExtensionCatalog {
         }
     }
 
-    /// The entry's status under `state`. External bundles with an approval are hashed (cached by
+    /// The entry's status under the user's choices `state` alone (``ExtensionDecisions`` weighs
+    /// the administrator's too). External bundles with an approval are hashed (cached by
     /// fingerprint) to check that the approval still holds for their contents.
     public static func status(of entry: CatalogEntry, state: ApprovalState, hasher: ContentHasher = .shared) -> ExtensionStatus {
-        let bundle: ValidatedBundle
-        switch entry.bundle {
-        case .failure(let problem): return .invalid(problem)
-        case .success(let valid): bundle = valid
-        }
-        let identifier = bundle.manifest.identifier
-        if !entry.origin.isBundled {
-            guard let approval = state.approvals[identifier] else { return .unapproved(reason: "not approved yet") }
-            do throws(CatalogProblem) {
-                let current = try currentApproval(of: bundle, hasher: hasher)
-                if current.executable != approval.executable {
-                    return .unapproved(reason: "the executable changed since it was approved")
-                }
-                if current.manifest != approval.manifest {
-                    return .unapproved(reason: "the manifest changed since it was approved")
-                }
-            } catch {
-                return .invalid(error)
-            }
-        }
-        return state.disabled.contains(identifier) ? .disabled : .enabled
+        ExtensionDecisions(user: state).evaluate(entry, hasher: hasher).status
     }
 
     /// The approval that would hold for the bundle's current contents.

@@ -10,17 +10,23 @@ public struct ExtensionInventory: Sendable {
         /// The host that declares the extension's point, and that point's declaration.
         public var host: String?
         public var point: ExtensionPointDeclaration?
+        /// Whose decision the status follows (`nil`: nothing decided yet, or invalid).
+        public var source: DecisionSource?
+        /// The bundle's signature, with its signer when it verifies.
+        public var signature: SignatureCheck = .unsigned
     }
 
     public var items: [Item]
     /// Declaration files that could not be read.
     public var declarationProblems: [CatalogProblem]
     public var locations: ExtensionLocations
+    /// The user's and the administrator's decisions the statuses were weighed against.
+    public var decisions: ExtensionDecisions
 
-    /// Reads the declarations, the approvals and every location. A broken approvals file is an
-    /// error (never read as "nothing approved").
+    /// Reads the declarations, both approvals files and every location. A broken approvals file
+    /// is an error (never read as "nothing approved").
     public static func load(_ locations: ExtensionLocations) throws(CatalogProblem) -> ExtensionInventory {
-        let state = try ApprovalStore(path: locations.stateFile).load()
+        let decisions = try ExtensionDecisions.load(locations)
         let (declarations, problems) = ExtensionCatalog.declarations(in: locations.pointDirectories)
         var pointOwners: [String: (String, ExtensionPointDeclaration)] = [:]
         for file in declarations {
@@ -30,7 +36,8 @@ public struct ExtensionInventory: Sendable {
         var seenBundles: Set<String> = []
         func add(_ entry: CatalogEntry, host bundledHost: String?) {
             guard seenBundles.insert(entry.path).inserted else { return }
-            var status = ExtensionCatalog.status(of: entry, state: state)
+            let evaluation = decisions.evaluate(entry)
+            var status = evaluation.status
             let owner = entry.point.flatMap { pointOwners[$0] }
             if case .success(let bundle) = entry.bundle, owner == nil {
                 status = .invalid(CatalogProblem(
@@ -42,7 +49,8 @@ public struct ExtensionInventory: Sendable {
                     .inconsistent, file: bundle.manifestPath, line: bundle.manifest.lines["point"] ?? 0,
                     "point \(point.name) of \(host) accepts only the host's own extensions (scope: application)"))
             }
-            items.append(Item(entry: entry, status: status, host: bundledHost ?? owner?.0, point: owner?.1))
+            items.append(Item(entry: entry, status: status, host: bundledHost ?? owner?.0, point: owner?.1,
+                              source: status == evaluation.status ? evaluation.source : nil, signature: evaluation.signature))
         }
         for file in declarations {
             guard let bundlePath = file.bundlePath else { continue }
@@ -55,7 +63,7 @@ public struct ExtensionInventory: Sendable {
         var external = locations
         external.hostBundle = nil
         for entry in ExtensionCatalog.scan(external, bundledPoints: nil) { add(entry, host: nil) }
-        return ExtensionInventory(items: items, declarationProblems: problems, locations: locations)
+        return ExtensionInventory(items: items, declarationProblems: problems, locations: locations, decisions: decisions)
     }
 
     /// The items with this identifier (a valid one first).

@@ -12,6 +12,8 @@ import SandboxSystem
 ///   `$XDG_DATA_HOME/extsandbox/points`, or `$EXTSANDBOX_POINT_DIRS`.
 /// - Approvals: `$XDG_STATE_HOME/extsandbox/approvals` (`~/.local/state/…`), or
 ///   `$EXTSANDBOX_STATE_FILE`.
+/// - The administrator's decisions for every user: `/etc/extsandbox/approvals`, or
+///   `$EXTSANDBOX_SYSTEM_APPROVALS`.
 public struct ExtensionLocations: Sendable, Hashable {
     /// The host's bundle directory (its `Extensions/` holds the bundled extensions), if any.
     public var hostBundle: String?
@@ -21,20 +23,25 @@ public struct ExtensionLocations: Sendable, Hashable {
     public var pointDirectories: [String]
     /// The owner's approvals and enable/disable choices.
     public var stateFile: String
+    /// The administrator's approvals and bans, for every user (root-owned).
+    public var systemStateFile: String
 
     public static let systemExtensionDirectory = "/usr/local/lib/extsandbox/extensions"
     public static let systemPointDirectory = "/usr/local/lib/extsandbox/points"
+    public static let systemApprovalsFile = "/etc/extsandbox/approvals"
     /// The directory inside a host bundle that holds its own extensions.
     public static let bundledDirectoryName = "Extensions"
     /// The name suffix of bundle directories (others are ignored: installers build a bundle
     /// under another name and rename it into place).
     public static let bundleExtension = "appex"
 
-    public init(hostBundle: String?, external: [String], pointDirectories: [String], stateFile: String) {
+    public init(hostBundle: String?, external: [String], pointDirectories: [String], stateFile: String,
+                systemStateFile: String = ExtensionLocations.systemApprovalsFile) {
         self.hostBundle = hostBundle
         self.external = external
         self.pointDirectories = pointDirectories
         self.stateFile = stateFile
+        self.systemStateFile = systemStateFile
     }
 
     /// The documented locations, with the environment's overrides.
@@ -51,8 +58,14 @@ public struct ExtensionLocations: Sendable, Hashable {
             ?? [systemPointDirectory] + (data.map { [$0 + "/extsandbox/points"] } ?? [])
         let state = environment["EXTSANDBOX_STATE_FILE"].flatMap { $0.isEmpty ? nil : $0 }
             ?? (stateHome(environment) ?? "/nonexistent") + "/extsandbox/approvals"
-        return ExtensionLocations(hostBundle: hostBundle, external: external, pointDirectories: points, stateFile: state)
+        let system = environment["EXTSANDBOX_SYSTEM_APPROVALS"].flatMap { $0.isEmpty ? nil : $0 } ?? systemApprovalsFile
+        return ExtensionLocations(hostBundle: hostBundle, external: external, pointDirectories: points, stateFile: state,
+                                  systemStateFile: system)
     }
+
+    /// Where `install` puts a bundle: the first external directory for `--system`, the last one
+    /// (the per-user directory, in the standard locations) otherwise.
+    public func installDirectory(system: Bool) -> String? { system ? external.first : external.last }
 
     /// `<host bundle>/Extensions`.
     public var bundledDirectory: String? { hostBundle.map { FilePaths.join($0, Self.bundledDirectoryName) } }

@@ -83,6 +83,8 @@ final class RunTarget: Sendable {
             throw Refusal("\(identifier) is invalid and cannot run: \(problem)")
         case .unapproved(let reason):
             throw Refusal("\(identifier) is not approved (\(reason)): its host would refuse to launch it. Approve it with `extsandbox approve \(identifier)`, or run its bundle by path for development: extsandbox run \(item.entry.path)")
+        case .forbidden(let reason):
+            throw Refusal("\(identifier) is \(reason): its host would refuse to launch it")
         case .disabled:
             throw Refusal("\(identifier) is disabled: its host would refuse to launch it. Turn it on with `extsandbox enable \(identifier)`")
         case .enabled:
