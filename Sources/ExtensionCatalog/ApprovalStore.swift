@@ -46,9 +46,10 @@ public struct ApprovalState: Sendable, Equatable {
     static let header = "extsandbox-approvals 1"
 
     /// The file's text: sorted, so that unchanged choices give the same bytes.
-    public func rendered() -> String {
+    public func rendered(system: Bool = false) -> String {
         var lines = [
-            "# The owner's extension choices: written by `extsandbox approve|revoke|enable|disable`.",
+            system ? "# The administrator's extension decisions for every user: written by `extsandbox approve|revoke --system` and `extsandbox forbid`."
+                : "# The owner's extension choices: written by `extsandbox approve|revoke|enable|disable`.",
             "# Format: docs/extensions.md. An approval holds only for these SHA-256 digests, or for this signer and version.",
             Self.header,
         ]
@@ -210,7 +211,7 @@ public struct ApprovalStore: Sendable {
         }
         var state = try load()
         try change(&state)
-        try write(state.rendered(), name: name, in: directory)
+        try write(state.rendered(system: isSystem), name: name, in: directory)
         return state
     }
 

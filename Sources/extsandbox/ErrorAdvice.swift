@@ -80,7 +80,13 @@ enum ErrorAdvice {
 
     /// For a broken, inconsistent or unsafe bundle, declaration or approvals file.
     static func catalog(_ problem: CatalogProblem) -> String {
-        let approvals = ExtensionLocations.standard(hostBundle: nil).stateFile
+        let locations = ExtensionLocations.standard(hostBundle: nil)
+        let approvals = locations.stateFile
+        if problem.file == locations.systemStateFile || problem.file.hasPrefix(locations.systemStateFile + ".") {
+            return "the administrator's file decides for every user: root must own it and the directories above it, "
+                + "and `extsandbox approve --system`, `revoke --system` and `forbid` (as root) rewrite it; "
+                + "EXTSANDBOX_SYSTEM_APPROVALS names another"
+        }
         if problem.file == approvals && problem.kind == .unsafe {
             return "use an approvals file of your own: fix the owner or mode of what the message names, or point "
                 + "XDG_STATE_HOME or EXTSANDBOX_STATE_FILE at a directory of yours"

@@ -13,25 +13,31 @@ enum ExtensionCommands {
         $XDG_DATA_HOME/extsandbox/points, or $EXTSANDBOX_POINT_DIRS), in \
         /usr/local/lib/extsandbox/extensions and $XDG_DATA_HOME/extsandbox/extensions (or \
         $EXTSANDBOX_EXTENSION_DIRS). The owner's choices are kept in \
-        $XDG_STATE_HOME/extsandbox/approvals (or $EXTSANDBOX_STATE_FILE).
+        $XDG_STATE_HOME/extsandbox/approvals (or $EXTSANDBOX_STATE_FILE), the administrator's \
+        for every user in /etc/extsandbox/approvals (or $EXTSANDBOX_SYSTEM_APPROVALS).
         """
 
     static let choiceJSONHelp = """
-        --json prints one object with these stable fields: identifier, action (approve, revoke, \
-        enable or disable), changed (false when it was so already), and for approve: approval \
-        (pinned, or implicit for an extension bundled with its host), executable and manifest \
-        (the pinned SHA-256 digests, sha256:<64 hex>; absent when implicit), disabled (whether \
-        the extension is still disabled).
+        --json prints one object with these stable fields: identifier (absent for --signer), \
+        action (approve, revoke, enable, disable, forbid or lift), changed (false when it was \
+        so already), scope (user, or system for the administrator's file), and for approve: \
+        approval (pinned, signed, signer for a trusted key, or implicit for an extension bundled \
+        with its host), executable and manifest (the pinned SHA-256 digests, sha256:<64 hex>; \
+        only when pinned), signer (ed25519:<64 hex>) and version (the lowest version still \
+        approved; only when signed), disabled (whether the extension is still disabled).
         """
 
     /// What `approve`, `revoke`, `enable` and `disable` did, as their `--json` prints it.
     struct ChoiceResult: Encodable {
-        var identifier: String
+        var identifier: String?
         var action: String
         var changed: Bool
+        var scope: String = "user"
         var approval: String?
         var executable: String?
         var manifest: String?
+        var signer: String?
+        var version: String?
         var disabled: Bool?
     }
 
@@ -80,12 +86,25 @@ enum ExtensionCommands {
         try update(change)
     }
 
-    static func update(_ change: (inout ApprovalState) -> Void) throws {
-        let store = ApprovalStore(path: ExtensionLocations.standard(hostBundle: nil).stateFile)
+    static func update(system: Bool = false, _ change: (inout ApprovalState) -> Void) throws {
+        let locations = ExtensionLocations.standard(hostBundle: nil)
+        if system { try requireRoot(for: locations.systemStateFile) }
+        let store = system ? ApprovalStore(path: locations.systemStateFile, system: true) : ApprovalStore(path: locations.stateFile)
         do throws(CatalogProblem) {
             try store.update { (state: inout ApprovalState) throws(CatalogProblem) in change(&state) }
         } catch {
             printError("\(error)", hint: ErrorAdvice.catalog(error))
+            throw ExitCode.failure
+        }
+    }
+}
+
+extension ExtensionCommands {
+    /// The administrator's file is root's: say so before trying, rather than failing on EACCES.
+    static func requireRoot(for file: String) throws {
+        guard geteuid() == 0 else {
+            printError("\(file) holds the administrator's decisions for every user: only root may change it",
+                       hint: "run this as root (sudo), or leave out --system to decide for yourself")
             throw ExitCode.failure
         }
     }
@@ -99,7 +118,8 @@ struct ListCommand: ParsableCommand {
         discussion: """
             State is one of: enabled (hosts see it and may launch it), disabled (the owner \
             turned it off), unapproved (installed outside its host's bundle and not approved \
-            for its current executable and manifest), invalid (broken, inconsistent or unsafe, \
+            for its current executable and manifest, or for its signer and version), forbidden \
+            (banned by the administrator for every user: no approval overrides it), invalid (broken, inconsistent or unsafe, \
             with the file, line and reason; never launched). Invalid bundles are shown with --all.
 
             \(ExtensionCommands.locationHelp)
@@ -108,8 +128,11 @@ struct ListCommand: ParsableCommand {
             (a field whose value is unknown, e.g. for a bundle whose manifest cannot be read, is \
             left out): identifier, name (display name), version, point, host (the host that \
             declares the point), state (enabled, disabled, unapproved or invalid), reason (why it \
-            is unapproved or invalid), level (the point's security level), origin (bundled or \
-            external), path (the bundle's directory).
+            is unapproved, forbidden or invalid), level (the point's security level), origin \
+            (bundled or external), path (the bundle's directory), signer (ed25519:<64 hex> when \
+            the bundle's signature verifies), signature (valid, broken or unsigned), decidedBy \
+            (whose decision the state follows: bundled, user, system, user-signer or \
+            system-signer, for a trusted key; left out when nothing was decided).
 
             Output: an aligned table, the STATE column coloured when standard output is a \
             terminal and NO_COLOR is not set, control characters from manifests and declarations \
@@ -138,6 +161,9 @@ struct ListCommand: ParsableCommand {
         var level: String?
         var origin: String
         var path: String
+        var signer: String?
+        var signature: String
+        var decidedBy: String?
     }
 
     func run() throws {
@@ -149,14 +175,15 @@ struct ListCommand: ParsableCommand {
             let manifest = try? item.entry.bundle.get().manifest
             var reason: String?
             switch item.status {
-            case .unapproved(let why): reason = why
+            case .unapproved(let why), .forbidden(let why): reason = why
             case .invalid(let problem): reason = problem.description
             default: reason = nil
             }
             return Row(identifier: manifest?.identifier, name: manifest?.displayName, version: manifest?.version,
                        point: manifest?.point, host: item.host, state: item.status.name, reason: reason,
                        level: item.point?.securityLevel, origin: item.entry.origin.isBundled ? "bundled" : "external",
-                       path: item.entry.path)
+                       path: item.entry.path, signer: item.signature.signer.map(\.description),
+                       signature: Self.signatureName(item.signature), decidedBy: item.source?.rawValue)
         }
         if json {
             try JSONOutput.print(rows)
@@ -165,11 +192,12 @@ struct ListCommand: ParsableCommand {
         if rows.isEmpty {
             print("No extensions installed.")
         } else {
-            var table = Table(["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION"])
+            var table = Table(["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION", "DECIDED BY"])
             for row in rows {
-                let note = row.reason.map { "\(row.state == "invalid" ? "why" : "note"): \($0)" }
-                table.add([row.identifier ?? "?", row.point ?? "?", row.state, row.level ?? "-", row.origin, row.version ?? "-"],
-                          colors: [2: Self.color(ofState: row.state)], notes: note.map { [$0] } ?? [])
+                var notes = row.reason.map { ["\(row.state == "invalid" ? "why" : "note"): \($0)"] } ?? []
+                if let signer = row.signer { notes.append("signer: \(signer)") }
+                table.add([row.identifier ?? "?", row.point ?? "?", row.state, row.level ?? "-", row.origin, row.version ?? "-", row.decidedBy ?? "-"],
+                          colors: [2: Self.color(ofState: row.state)], notes: notes)
             }
             print(table.render(), terminator: "")
         }
@@ -183,21 +211,41 @@ extension ListCommand {
         switch state {
         case "enabled": return .green
         case "unapproved": return .yellow
-        case "invalid": return .red
+        case "invalid", "forbidden": return .red
         default: return .dim
+        }
+    }
+
+    static func signatureName(_ check: SignatureCheck) -> String {
+        switch check {
+        case .valid: return "valid"
+        case .broken: return "broken"
+        case .unsigned: return "unsigned"
         }
     }
 }
 
-/// `extsandbox approve ID`
+/// `extsandbox approve ID`, `approve --signer KEY`
 struct ApproveCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "approve",
-        abstract: "Approve an external extension for its current executable and manifest.",
+        abstract: "Approve an external extension (or trust a developer's key), for you or, as root, for every user.",
         discussion: """
-            The approval is pinned to the SHA-256 of the extension's executable and manifest as \
-            they are now: if either changes, the extension is unapproved again. Extensions inside \
-            their host's bundle are approved implicitly.
+            An unsigned extension's approval is pinned to the SHA-256 of its executable and \
+            manifest as they are now: if either changes, it is unapproved again. A signed \
+            extension's approval is pinned to its signer (the key in its valid signature), its \
+            identifier and its version: updates signed by the same key with a version not lower \
+            stay approved; another key, a broken or missing signature, or a lower version \
+            (a rollback) make it unapproved again. A bundle whose signature is broken cannot be \
+            approved. Extensions inside their host's bundle are approved implicitly. \
+            --signer KEY trusts a developer key instead: every extension that KEY validly signs is \
+            approved, now and later (off unless you do this). --system writes the \
+            administrator's file, for every user (root only); it never overrides a ban (forbid).
+
+            Examples:
+              extsandbox approve org.example.upcase
+              extsandbox approve --signer ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29
+              sudo extsandbox approve --system org.example.upcase
 
             \(ExtensionCommands.choiceJSONHelp)
 
@@ -205,17 +253,42 @@ struct ApproveCommand: ParsableCommand {
             """)
 
     @Argument(help: "The extension's identifier.", completion: CompletionCandidates.extensionIdentifier)
-    var identifier: String
+    var identifier: String?
+
+    @Option(name: .long, help: "Trust this developer key (ed25519:<64 hex>) for every extension it signs.")
+    var signer: String?
+
+    @Flag(name: .long, help: "Decide for every user, in the administrator's file (root only).")
+    var system = false
 
     @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
     var json = false
 
+    func validate() throws {
+        guard (identifier == nil) != (signer == nil) else { throw ValidationError("give either an extension's identifier or --signer KEY") }
+        if let signer, SignerKey(signer) == nil { throw ValidationError("--signer takes a public key: ed25519: and 64 lowercase hex digits") }
+    }
+
     func run() throws {
+        let scope = system ? "system" : "user"
+        if let signer, let key = SignerKey(signer) {
+            var changed = false
+            try ExtensionCommands.update(system: system) { changed = $0.trustedSigners.insert(key).inserted }
+            try ExtensionCommands.report(
+                .init(action: "approve", changed: changed, scope: scope, approval: "signer", signer: "\(key)"), json: json,
+                text: ["trusted \(key)\(system ? " for every user" : ""): every extension it validly signs is approved"])
+            return
+        }
+        guard let identifier else { return }
+        if system { try ExtensionCommands.requireRoot(for: ExtensionLocations.standard(hostBundle: nil).systemStateFile) }
         let item = try ExtensionCommands.find(identifier, in: try ExtensionCommands.inventory())
         let bundle: ValidatedBundle
         switch item.status {
         case .invalid(let problem):
             printError("\(identifier) is invalid and cannot be approved: \(problem)", hint: ErrorAdvice.catalog(problem))
+            throw ExitCode.failure
+        case .forbidden(let reason) where item.source == .system:
+            printError("\(identifier) is \(reason): no approval overrides a ban", hint: "only root can lift it: extsandbox forbid --lift \(identifier)")
             throw ExitCode.failure
         default:
             bundle = try item.entry.bundle.get()
@@ -224,51 +297,144 @@ struct ApproveCommand: ParsableCommand {
         if case .disabled = item.status { disabled = true } else { disabled = false }
         if item.entry.origin.isBundled {
             try ExtensionCommands.report(
-                .init(identifier: identifier, action: "approve", changed: false, approval: "implicit", disabled: disabled), json: json,
+                .init(identifier: identifier, action: "approve", changed: false, scope: scope, approval: "implicit", disabled: disabled), json: json,
                 text: ["\(identifier) is bundled with \(item.host ?? "its host"): approved implicitly"])
             return
         }
-        let approval: ApprovalState.Approval
-        do throws(CatalogProblem) {
-            let progress = ProgressLine("hashing the executable and manifest of \(identifier)")
-            defer { progress.finish() }
-            approval = try ExtensionCatalog.currentApproval(of: bundle)
-        } catch {
-            printError("\(error)", hint: ErrorAdvice.catalog(error))
+        var text: [String]
+        var result: ExtensionCommands.ChoiceResult
+        switch item.signature {
+        case .broken(let reason):
+            printError("\(identifier) cannot be approved: its signature is broken: \(reason)",
+                       hint: "reinstall the bundle as its developer shipped it, or ask them to sign it again")
             throw ExitCode.failure
+        case .valid(let signature):
+            let approval = ApprovalState.SignedApproval(signer: signature.signer, version: signature.version)
+            var previous: ApprovalState.SignedApproval?
+            try ExtensionCommands.update(system: system) { state in
+                previous = state.signedApprovals[identifier]
+                state.approvals[identifier] = nil
+                state.signedApprovals[identifier] = approval
+            }
+            text = ["approved \(identifier) signed by \(approval.signer), version \(approval.version) and later updates it signs"]
+            result = .init(identifier: identifier, action: "approve", changed: previous != approval, scope: scope, approval: "signed",
+                           signer: "\(approval.signer)", version: approval.version, disabled: disabled)
+        case .unsigned:
+            let approval: ApprovalState.Approval
+            do throws(CatalogProblem) {
+                let progress = ProgressLine("hashing the executable and manifest of \(identifier)")
+                defer { progress.finish() }
+                approval = try ExtensionCatalog.currentApproval(of: bundle)
+            } catch {
+                printError("\(error)", hint: ErrorAdvice.catalog(error))
+                throw ExitCode.failure
+            }
+            var previous: ApprovalState.Approval?
+            try ExtensionCommands.update(system: system) { state in
+                previous = state.approvals[identifier]
+                state.signedApprovals[identifier] = nil
+                state.approvals[identifier] = approval
+            }
+            text = ["approved \(identifier) (executable \(approval.executable), manifest \(approval.manifest))"]
+            result = .init(identifier: identifier, action: "approve", changed: previous != approval, scope: scope, approval: "pinned",
+                           executable: "\(approval.executable)", manifest: "\(approval.manifest)", disabled: disabled)
         }
-        var previous: ApprovalState.Approval?
-        try ExtensionCommands.update { state in
-            previous = state.approvals[identifier]
-            state.approvals[identifier] = approval
-        }
-        var text = ["approved \(identifier) (executable \(approval.executable), manifest \(approval.manifest))"]
+        if system { text[0] += " for every user" }
         if disabled { text.append("note: \(identifier) is disabled; extsandbox enable \(identifier) turns it on") }
-        try ExtensionCommands.report(
-            .init(identifier: identifier, action: "approve", changed: previous != approval, approval: "pinned",
-                  executable: "\(approval.executable)", manifest: "\(approval.manifest)", disabled: disabled),
-            json: json, text: text)
+        if case .forbidden(let reason) = item.status { text.append("note: \(identifier) is \(reason); the ban still wins") }
+        try ExtensionCommands.report(result, json: json, text: text)
     }
 }
 
-/// `extsandbox revoke ID`
+/// `extsandbox revoke ID`, `revoke --signer KEY`
 struct RevokeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "revoke", abstract: "Withdraw the approval of an external extension.",
-        discussion: "Running processes keep running; the next launch is refused.\n\n\(ExtensionCommands.choiceJSONHelp)\n\n\(ExtensionCommands.locationHelp)")
+        commandName: "revoke", abstract: "Withdraw the approval of an external extension, or the trust in a developer key.",
+        discussion: "Running processes keep running; the next launch is refused. --system withdraws the administrator's (root only).\n\n\(ExtensionCommands.choiceJSONHelp)\n\n\(ExtensionCommands.locationHelp)")
 
     @Argument(help: "The extension's identifier.", completion: CompletionCandidates.extensionIdentifier)
-    var identifier: String
+    var identifier: String?
+
+    @Option(name: .long, help: "Stop trusting this developer key (ed25519:<64 hex>).")
+    var signer: String?
+
+    @Flag(name: .long, help: "Change the administrator's file (root only).")
+    var system = false
 
     @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
     var json = false
 
+    func validate() throws {
+        guard (identifier == nil) != (signer == nil) else { throw ValidationError("give either an extension's identifier or --signer KEY") }
+        if let signer, SignerKey(signer) == nil { throw ValidationError("--signer takes a public key: ed25519: and 64 lowercase hex digits") }
+    }
+
     func run() throws {
-        let known = ExtensionCommands.savedState()?.approvals[identifier] != nil
+        let scope = system ? "system" : "user"
         var changed = false
-        try ExtensionCommands.update(identifier, known: known) { changed = $0.approvals.removeValue(forKey: identifier) != nil }
-        try ExtensionCommands.report(.init(identifier: identifier, action: "revoke", changed: changed), json: json,
+        if let signer, let key = SignerKey(signer) {
+            try ExtensionCommands.update(system: system) { changed = $0.trustedSigners.remove(key) != nil }
+            try ExtensionCommands.report(.init(action: "revoke", changed: changed, scope: scope, signer: "\(key)"), json: json,
+                                         text: [changed ? "no longer trusting \(key)" : "\(key) was not trusted"])
+            return
+        }
+        guard let identifier else { return }
+        if system {
+            try ExtensionCommands.update(system: true) { state in
+                changed = state.approvals.removeValue(forKey: identifier) != nil
+                changed = state.signedApprovals.removeValue(forKey: identifier) != nil || changed
+            }
+        } else {
+            let saved = ExtensionCommands.savedState()
+            let known = saved?.approvals[identifier] != nil || saved?.signedApprovals[identifier] != nil
+            try ExtensionCommands.update(identifier, known: known) { state in
+                changed = state.approvals.removeValue(forKey: identifier) != nil
+                changed = state.signedApprovals.removeValue(forKey: identifier) != nil || changed
+            }
+        }
+        try ExtensionCommands.report(.init(identifier: identifier, action: "revoke", changed: changed, scope: scope), json: json,
                                      text: [changed ? "revoked the approval of \(identifier)" : "\(identifier) was not approved"])
+    }
+}
+
+/// `extsandbox forbid ID`, `forbid --lift ID`
+struct ForbidCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "forbid", abstract: "Forbid an extension for every user (root only); --lift ends the ban.",
+        discussion: """
+            Writes the administrator's file. A forbidden extension is never offered to a host nor \
+            launched, bundled or external, whatever any approval (the user's or the system's) \
+            says; `extsandbox list` shows it as forbidden. Running processes keep running; the \
+            next launch is refused and monitors drop it at once.
+
+            \(ExtensionCommands.choiceJSONHelp)
+
+            \(ExtensionCommands.locationHelp)
+            """)
+
+    @Argument(help: "The extension's identifier (it need not be installed).")
+    var identifier: String
+
+    @Flag(name: .long, help: "Lift the ban instead.")
+    var lift = false
+
+    @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
+    var json = false
+
+    func validate() throws {
+        guard identifier.split(separator: ".").count >= 2, !identifier.contains(where: { $0 == " " || $0.isNewline }) else {
+            throw ValidationError("\(identifier) is not an extension identifier (reverse-DNS, e.g. org.example.upcase)")
+        }
+    }
+
+    func run() throws {
+        var changed = false
+        try ExtensionCommands.update(system: true) { state in
+            changed = lift ? state.forbidden.remove(identifier) != nil : state.forbidden.insert(identifier).inserted
+        }
+        try ExtensionCommands.report(.init(identifier: identifier, action: lift ? "lift" : "forbid", changed: changed, scope: "system"), json: json,
+                                     text: [lift ? (changed ? "lifted the ban on \(identifier)" : "\(identifier) was not forbidden")
+                                                 : "forbade \(identifier) for every user"])
     }
 }
 

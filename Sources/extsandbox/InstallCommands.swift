@@ -1,0 +1,230 @@
+import ArgumentParser
+import ExtensionCatalog
+import FoundationEssentials
+import Glibc
+import SandboxPolicy
+import SandboxSystem
+
+/// `extsandbox install BUNDLE [--system] [--approve]`
+struct InstallCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "install",
+        abstract: "Install an extension bundle for you (or, with --system, for every user), after showing what it may do.",
+        discussion: """
+            Validates the bundle and its signature (a broken signature is refused; an unsigned \\
+            bundle is installed and approved by its hashes), shows what it will be able to do \\
+            (its point and host, the point's security level and what that level allows, its \\
+            resources, its network) and copies it into the per-user extensions directory \\
+            ($XDG_DATA_HOME/extsandbox/extensions; the last of $EXTSANDBOX_EXTENSION_DIRS) or, \\
+            with --system, the system one (/usr/local/lib/extsandbox/extensions; the first of \\
+            $EXTSANDBOX_EXTENSION_DIRS). The copy is built under a hidden name and renamed into \\
+            place, so running hosts see the whole bundle at once, never part of it; a bundle \\
+            with the same identifier there is replaced. --approve approves it as \\
+            `extsandbox approve` would (with --system, for every user).
+
+            --json prints one object with these stable fields: identifier, name, version, point, \\
+            host, level, levelDescription, network, resources, signer (absent when unsigned), \\
+            path (where it was installed), replaced (whether a bundle was there), approved.
+
+            Example:
+              extsandbox install ./upcase.appex --approve
+            """)
+
+    @Argument(help: "The bundle directory to install (its name ends in .appex).")
+    var bundle: String
+
+    @Flag(name: .long, help: "Install for every user, in the system directory (root only).")
+    var system = false
+
+    @Flag(name: .long, help: "Also approve it.")
+    var approve = false
+
+    @Flag(name: .long, help: "Print a JSON object instead of text.")
+    var json = false
+
+    struct Result: Encodable {
+        var identifier: String
+        var name: String
+        var version: String
+        var point: String
+        var host: String?
+        var level: String?
+        var levelDescription: String?
+        var network: String
+        var resources: [String]
+        var signer: String?
+        var path: String
+        var replaced: Bool
+        var approved: Bool
+    }
+
+    func run() throws {
+        let locations = ExtensionLocations.standard(hostBundle: nil)
+        if system { try ExtensionCommands.requireRoot(for: locations.installDirectory(system: true) ?? "the system extensions directory") }
+        let source = try Self.validated(bundle)
+        let signature = BundleSigning.check(source)
+        if case .broken(let reason) = signature {
+            printError("\(bundle): its signature is broken: \(reason)", hint: "install the bundle as its developer shipped it, or ask them to sign it again")
+            throw ExitCode.failure
+        }
+        let inventory = try ExtensionCommands.inventory()
+        let identifier = source.manifest.identifier
+        guard let directory = locations.installDirectory(system: system) else {
+            printError("no extensions directory to install into (EXTSANDBOX_EXTENSION_DIRS is empty)")
+            throw ExitCode.failure
+        }
+        let existing = inventory.items(withIdentifier: identifier).filter { !$0.entry.origin.isBundled }
+        if let other = existing.first(where: { FilePaths.directory(of: $0.entry.path) != directory }),
+           let otherIndex = locations.external.firstIndex(of: FilePaths.directory(of: other.entry.path)),
+           let index = locations.external.firstIndex(of: directory), otherIndex < index {
+            printError("\(identifier) is already installed at \(other.entry.path), which comes first: a copy here would be invalid",
+                       hint: "uninstall it there first (extsandbox uninstall \(identifier)\(system ? "" : " as its owner")), or install with --system")
+            throw ExitCode.failure
+        }
+        let target = existing.first { FilePaths.directory(of: $0.entry.path) == directory }
+        let name = target.map { FilePaths.lastComponent($0.entry.path) }
+            ?? (FilePaths.lastComponent(source.path).hasSuffix("." + ExtensionLocations.bundleExtension)
+                ? FilePaths.lastComponent(source.path) : identifier + "." + ExtensionLocations.bundleExtension)
+        let owner = inventory.items.compactMap { item -> (String?, ExtensionPointDeclaration)? in
+            guard let point = item.point, point.name == source.manifest.point else { return nil }
+            return (item.host, point)
+        }.first
+        let declarations = ExtensionCatalog.declarations(in: locations.pointDirectories).files
+        let declared = declarations.lazy.compactMap { file in file.points.first { $0.name == source.manifest.point }.map { (file.hostIdentifier, $0) } }.first
+        let point = owner?.1 ?? declared?.1
+        let host = owner?.0 ?? declared?.0
+        let level = point?.securityLevel
+        let policy = level.flatMap { try? PolicyLoader.load(nameOrPath: $0, searchPath: PolicyCommand.searchPath) }
+
+        let installed: String
+        do throws(CatalogProblem) {
+            installed = try BundleInstaller.install(source.path, into: directory, as: name)
+        } catch {
+            printError("\(error)", hint: ErrorAdvice.catalog(error))
+            throw ExitCode.failure
+        }
+        var approved = false
+        if approve {
+            // The copy is what is approved: weighed as any installed bundle.
+            let copy = try Self.validated(installed)
+            switch BundleSigning.check(copy) {
+            case .valid(let signed):
+                try ExtensionCommands.update(system: system) { state in
+                    state.approvals[identifier] = nil
+                    state.signedApprovals[identifier] = .init(signer: signed.signer, version: signed.version)
+                }
+            case .unsigned:
+                let approval: ApprovalState.Approval
+                do throws(CatalogProblem) {
+                    approval = try ExtensionCatalog.currentApproval(of: copy)
+                } catch {
+                    printError("\(error)", hint: ErrorAdvice.catalog(error))
+                    throw ExitCode.failure
+                }
+                try ExtensionCommands.update(system: system) { state in
+                    state.signedApprovals[identifier] = nil
+                    state.approvals[identifier] = approval
+                }
+            case .broken(let reason):
+                printError("\(installed): the installed copy's signature does not hold (\(reason)): not approved")
+                throw ExitCode.failure
+            }
+            approved = true
+        }
+        let result = Result(
+            identifier: identifier, name: source.manifest.displayName, version: source.manifest.version, point: source.manifest.point,
+            host: host, level: level, levelDescription: policy.map { $0.description.split(whereSeparator: \.isNewline).joined(separator: " ") },
+            network: "none (its own network namespace, loopback only)", resources: source.manifest.resources,
+            signer: signature.signer.map(\.description), path: installed, replaced: target != nil, approved: approved)
+        if json {
+            try JSONOutput.print(result)
+            return
+        }
+        print("\(target == nil ? "installed" : "updated") \(identifier) \(result.version) (\(result.name)) at \(installed)")
+        print("  point:     \(result.point)\(host.map { " of \($0)" } ?? " (no installed host declares it yet)")")
+        print("  level:     \(level ?? "unknown until its host is installed")")
+        if let description = result.levelDescription { print("             \(description)") }
+        if let limits = policy?.limits {
+            var parts: [String] = []
+            if let memory = limits.memoryBytes { parts.append("memory \(memory >> 20) MiB") }
+            if let processes = limits.processes { parts.append("\(processes) processes") }
+            if let cpu = limits.cpuSeconds { parts.append("\(cpu) s of CPU") }
+            if !parts.isEmpty { print("  limits:    \(parts.joined(separator: ", "))") }
+        }
+        print("  network:   \(result.network)")
+        print("  resources: \(result.resources.isEmpty ? "none" : result.resources.joined(separator: ", ") + " (read-only, at /extension/…)")")
+        print("  signer:    \(result.signer ?? "unsigned (an approval pins its executable and manifest)")")
+        if approved {
+            print("approved \(identifier)\(system ? " for every user" : "")")
+        } else {
+            print("not approved yet: extsandbox approve \(identifier)\(system ? " --system" : "")")
+        }
+    }
+
+    static func validated(_ path: String) throws -> ValidatedBundle {
+        switch BundleValidator.validate(bundleAt: path) {
+        case .failure(let problem):
+            printError("\(problem)", hint: ErrorAdvice.catalog(problem))
+            throw ExitCode.failure
+        case .success(let bundle):
+            return bundle
+        }
+    }
+}
+
+/// `extsandbox uninstall ID`
+struct UninstallCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "uninstall",
+        abstract: "Remove an installed external extension.",
+        discussion: """
+            Renames the bundle out of its directory (running hosts see it gone at once; the next \\
+            launch is refused, running processes keep running until their host ends them) and \\
+            deletes it. Extensions keep no data of their own outside their bundle (a sandbox \\
+            writes nowhere that outlives it), so nothing else is left behind. The approval stays \\
+            in the approvals file, so reinstalling the same (or, when signed, a later) version \\
+            needs no new approval: `extsandbox revoke ID` removes it. Extensions bundled with \\
+            their host are removed with the host.
+            """)
+
+    @Argument(help: "The extension's identifier.")
+    var identifier: String
+
+    @Flag(name: .long, help: "Print a JSON object instead of text (fields: identifier, path, approvalKept).")
+    var json = false
+
+    struct Result: Encodable {
+        var identifier: String
+        var path: String
+        var approvalKept: Bool
+    }
+
+    func run() throws {
+        let inventory = try ExtensionCommands.inventory()
+        let matches = inventory.items(withIdentifier: identifier)
+        guard let item = matches.first(where: { !$0.entry.origin.isBundled }) else {
+            if let bundled = matches.first {
+                printError("\(identifier) is part of its host's bundle (\(bundled.entry.path)): it goes with the host",
+                           hint: "extsandbox disable \(identifier) turns it off")
+            } else {
+                printError("no installed extension has the identifier \(identifier)", hint: "`extsandbox list --all` shows every installed extension")
+            }
+            throw ExitCode.failure
+        }
+        do throws(CatalogProblem) {
+            try BundleInstaller.uninstall(item.entry.path)
+        } catch {
+            printError("\(error)", hint: geteuid() != 0 ? "an extension installed for every user is removed by root" : nil)
+            throw ExitCode.failure
+        }
+        let saved = ExtensionCommands.savedState()
+        let kept = saved?.approvals[identifier] != nil || saved?.signedApprovals[identifier] != nil
+        if json {
+            try JSONOutput.print(Result(identifier: identifier, path: item.entry.path, approvalKept: kept))
+            return
+        }
+        print("uninstalled \(identifier) (removed \(item.entry.path))")
+        print("It kept no data of its own outside its bundle.")
+        if kept { print("Its approval stays in \(inventory.locations.stateFile): extsandbox revoke \(identifier) removes it.") }
+    }
+}
