@@ -1,0 +1,232 @@
+import ExtensionCatalog
+import ExtSandboxWire
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+@testable import ExtSandbox
+
+/// Trust over an extension's life: updates by the same signer through a running monitor, the
+/// administrator's approvals and bans against a user file that disagrees, install and uninstall.
+@Suite("trust over an extension's life")
+struct TrustLifecycleTests {
+    static let echo = TestPaths.productsDirectory + "/xsb-echo-extension"
+    static let standard = TestPaths.policiesDirectory + "/standard.yaml"
+    static let open = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none), securityLevel: standard)
+
+    func host(_ world: ExtensionWorld) -> AppExtensionHost {
+        AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations)
+    }
+
+    func eventually(_ monitor: AppExtensionPoint.Monitor, within seconds: Double = 15,
+                    _ condition: (AppExtensionPoint.Monitor.State) -> Bool) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition(monitor.state) { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return condition(monitor.state)
+    }
+
+    func manifest(_ identifier: String, version: String) -> String {
+        """
+        schema: 1
+        identifier: \(identifier)
+        name: Echo
+        version: "\(version)"
+        point: \(ExtensionWorld.openPoint)
+        executable: bin/run
+        """
+    }
+
+    /// Writes a new version of the echo extension into `path` (the executable's bytes differ:
+    /// one byte appended, which the ELF loader ignores) and signs it with `key`.
+    func update(_ world: ExtensionWorld, _ path: String, identifier: String, version: String, key: SigningKey, extra: UInt8) throws {
+        try world.write(path + "/extension.yaml", manifest(identifier, version: version))
+        var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: Self.echo)))
+        bytes.append(extra)
+        try Fixtures.writeFile(path + "/bin/.run.new", bytes, mode: 0o755)
+        rename(path + "/bin/.run.new", path + "/bin/run")
+        try BundleSigning.sign(bundleAt: path, with: key)
+    }
+
+    func echoes(_ identity: AppExtensionIdentity) async throws -> Bool {
+        let process = try await AppExtensionProcess(configuration: .init(identity: identity))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let reply = try await connection.send(ExtensionMessage(Array("hello".utf8)))
+        return String(decoding: reply.payload, as: UTF8.self) == "hello"
+    }
+
+    @Test func anUpdateBySameSignerKeepsTheApprovalThroughARunningMonitor() async throws {
+        let world = try ExtensionWorld()
+        let id = "org.example.echo"
+        let key = SigningKey.generate()
+        let path = try world.install(id, manifest: manifest(id, version: "1.0"), executableSource: Self.echo)
+        try BundleSigning.sign(bundleAt: path, with: key)
+        #expect(try await world.cli(["approve", id]).status == 0)
+        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        #expect(monitor.identities.map(\.version) == ["1.0"])
+        #expect(try await echoes(try #require(monitor.identities.first)))
+
+        // A package upgrade: new executable, new version, same key. No new approval needed.
+        try update(world, path, identifier: id, version: "1.1", key: key, extra: 1)
+        #expect(await eventually(monitor) { $0.identities.map(\.version) == ["1.1"] }, "\(monitor.state)")
+        #expect(try await echoes(try #require(monitor.identities.first)))
+
+        // A rollback to a lower version, validly signed by the same key: unapproved, and the
+        // monitor says why.
+        try update(world, path, identifier: id, version: "0.9", key: key, extra: 2)
+        #expect(await eventually(monitor) { $0.reasons[id] == "version 0.9 is lower than the approved 1.0 (a rollback)" }, "\(monitor.state)")
+        #expect(monitor.identities.isEmpty && monitor.state.unapprovedCount == 1)
+
+        // Another developer's key over version 2.0: unapproved too.
+        let other = SigningKey.generate()
+        try update(world, path, identifier: id, version: "2.0", key: other, extra: 3)
+        #expect(await eventually(monitor) { $0.reasons[id]?.hasPrefix("it is signed by another key") == true }, "\(monitor.state)")
+        let list = try await world.cli(["list", "--json"])
+        #expect(list.stdout.contains("\"signer\" : \"\(other.publicKey)\""), "\(list.stdout)")
+    }
+
+    @Test func aLaunchRunsOnlyTheExecutableTheSignatureLists() async throws {
+        let world = try ExtensionWorld()
+        let id = "org.example.echo"
+        let key = SigningKey.generate()
+        let path = try world.install(id, manifest: manifest(id, version: "1.0"), executableSource: Self.echo)
+        try BundleSigning.sign(bundleAt: path, with: key)
+        #expect(try await world.cli(["approve", id]).status == 0)
+        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        let identity = try #require(monitor.identities.first)
+        // Changed after discovery, not re-signed: the launch is refused.
+        try world.replaceExecutable(of: path, script: "exit 0")
+        await #expect {
+            _ = try await AppExtensionProcess(configuration: .init(identity: identity))
+        } throws: { error in
+            "\(error)".contains("bin/run changed since the bundle was signed")
+        }
+    }
+
+    @Test func theAdministratorsBanWinsOverTheUsersApproval() async throws {
+        let world = try ExtensionWorld()
+        let id = "org.example.banned"
+        try world.install(id, executableSource: Self.echo)
+        #expect(try await world.cli(["approve", id]).status == 0)
+        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        #expect(monitor.identities.map(\.bundleIdentifier) == [id])
+
+        let forbid = try await world.cli(["forbid", id])
+        #expect(forbid.status == 0, "\(forbid.stderr)")
+        #expect(await eventually(monitor) { $0.identities.isEmpty && $0.forbiddenCount == 1 }, "\(monitor.state)")
+        #expect(monitor.state.reasons[id] == "forbidden by the administrator (\(world.systemStateFile))")
+        let states = try await world.states()
+        #expect(states[id] == "forbidden")
+        // The user's approval is still in their file, and approving again does not help.
+        #expect(try String(contentsOfFile: world.stateFile, encoding: .utf8).contains("approved \(id) "))
+        let approve = try await world.cli(["approve", id])
+        #expect(approve.status == 1)
+        #expect(approve.stderr.contains("no approval overrides a ban"), "\(approve.stderr)")
+
+        #expect(try await world.cli(["forbid", "--lift", id]).status == 0)
+        #expect(await eventually(monitor) { $0.identities.map(\.bundleIdentifier) == [id] }, "\(monitor.state)")
+    }
+
+    @Test func theAdministratorsApprovalHoldsForEveryUserAndSaysSo() async throws {
+        let world = try ExtensionWorld()
+        let id = "org.example.admin"
+        let path = try world.install(id)
+        // The user's own approval is stale (made for other contents); the system's holds.
+        #expect(try await world.cli(["approve", id]).status == 0)
+        try world.replaceExecutable(of: path, script: "exit 2")
+        #expect(try await world.states()[id] == "unapproved")
+        let approve = try await world.cli(["approve", "--system", id])
+        #expect(approve.status == 0, "\(approve.stderr)")
+        let list = try await world.cli(["list", "--json"])
+        let rows = try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]] ?? []
+        let row = try #require(rows.first { $0["identifier"] as? String == id })
+        #expect(row["state"] as? String == "enabled")
+        #expect(row["decidedBy"] as? String == "system")
+        // The user may still turn it off for themselves.
+        #expect(try await world.cli(["disable", id]).status == 0)
+        #expect(try await world.states()[id] == "disabled")
+    }
+
+    @Test func aSystemFileNotOwnedByRootIsRefused() async throws {
+        let world = try ExtensionWorld()
+        try world.install("org.example.any")
+        try world.write(world.systemStateFile, "extsandbox-approvals 1\napproved org.example.any executable=sha256:\(String(repeating: "0", count: 64)) manifest=sha256:\(String(repeating: "0", count: 64))\n")
+        // nobody owns the file and its directory: the walk would pass for nobody, the owner check does not.
+        chown(world.systemStateFile, 65534, 65534)
+        chown((world.systemStateFile as NSString).deletingLastPathComponent, 65534, 65534)
+        let output = try await Fixtures.run([TestPaths.cli, "list"], as: .nobody, environment: world.environment)
+        #expect(output.status == 1)
+        #expect(output.stderr.contains("\(world.systemStateFile): refused: the system approvals file is owned by uid 65534, not by root"), "\(output.stderr)")
+    }
+
+    @Test func installShowsWhatItMayDoCopiesAtomicallyAndUninstallRemoves() async throws {
+        let world = try ExtensionWorld()
+        let source = world.root + "/build"
+        let key = SigningKey.generate()
+        let bundle = try world.install("org.example.fresh", in: source, manifest: manifest("org.example.fresh", version: "3.1"), executableSource: Self.echo)
+        try BundleSigning.sign(bundleAt: bundle, with: key)
+        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+
+        let install = try await world.cli(["install", bundle, "--approve"])
+        #expect(install.status == 0, "\(install.stderr)")
+        for line in ["installed org.example.fresh 3.1 (Echo) at \(world.external)/fresh.appex", "point:     \(ExtensionWorld.openPoint) of \(ExtensionWorld.hostIdentifier)",
+                     "level:     standard", "network:   none", "signer:    \(key.publicKey)", "approved org.example.fresh"] {
+            #expect(install.stdout.contains(line), "\(line) in \(install.stdout)")
+        }
+        #expect(await eventually(monitor) { $0.identities.map(\.bundleIdentifier) == ["org.example.fresh"] }, "\(monitor.state)")
+        #expect(try await echoes(try #require(monitor.identities.first)))
+        // Nothing but the bundle is left in the location.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.external) == ["fresh.appex"])
+
+        let uninstall = try await world.cli(["uninstall", "org.example.fresh"])
+        #expect(uninstall.status == 0, "\(uninstall.stderr)")
+        #expect(uninstall.stdout.contains("It kept no data of its own"))
+        #expect(await eventually(monitor) { $0 == AppExtensionPoint.Monitor.State() }, "\(monitor.state)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.external) == [])
+    }
+
+    @Test func installRefusesABrokenSignature() async throws {
+        let world = try ExtensionWorld()
+        let bundle = try world.install("org.example.tampered", in: world.root + "/build")
+        try BundleSigning.sign(bundleAt: bundle, with: SigningKey.generate())
+        try world.write(bundle + "/extra", "added later")
+        let install = try await world.cli(["install", bundle])
+        #expect(install.status == 1)
+        #expect(install.stderr.contains("its signature is broken: extra was added after the bundle was signed"), "\(install.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.external) == [])
+    }
+
+    @Test func twoConcurrentInstallsLeaveOneWholeBundle() async throws {
+        let world = try ExtensionWorld()
+        let key = SigningKey.generate()
+        var sources: [String] = []
+        // Two builds of one version (so that either approval holds for either bundle), told apart
+        // by a file of their own.
+        for build in ["a", "b"] {
+            let bundle = try world.install("org.example.twice", in: world.root + "/build-\(build)",
+                                           manifest: manifest("org.example.twice", version: "1.0"), executableSource: Self.echo)
+            try world.write(bundle + "/build-id", build)
+            try BundleSigning.sign(bundleAt: bundle, with: key)
+            sources.append(bundle)
+        }
+        for _ in 0..<3 {
+            let started = try sources.map { try world.start(["install", $0, "--approve"]) }
+            for process in started {
+                let output = await process.output()
+                #expect(output.status == 0, "\(output.stderr)")
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: world.external) == ["twice.appex"])
+            let installed = try BundleValidator.validate(bundleAt: world.external + "/twice.appex").get()
+            guard case .valid(let signature) = BundleSigning.check(installed) else {
+                Issue.record("the installed bundle's signature does not hold: \(BundleSigning.check(installed))")
+                return
+            }
+            #expect(signature.entry("build-id") != nil)
+            #expect(try await world.states()["org.example.twice"] == "enabled")
+        }
+    }
+}
