@@ -13,6 +13,7 @@ let targets = [
     "docker-import",
     "policy-cache",
     "bundle-manifest",
+    "bundle-signature",
     "call-envelope",
 ]
 

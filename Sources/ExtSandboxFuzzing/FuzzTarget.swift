@@ -21,6 +21,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     /// ``ExtensionManifest``, ``BundleValidator`` and ``PointDeclarationFile``: a bundle's
     /// `extension.yaml` (validated in a bundle directory) and a point declaration file.
     case bundleManifest = "bundle-manifest"
+    /// ``BundleSignature/parse(_:path:)``: a bundle's `extension.signature`.
+    case bundleSignature = "bundle-signature"
     /// ``CallEnvelope`` and the value decoder of distributed calls: a REQUEST's or REPLY's payload.
     case callEnvelope = "call-envelope"
 
@@ -33,6 +35,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .dockerImport: PolicyFuzzing.dockerImport(input)
         case .policyCache: PolicyFuzzing.policyCache(input)
         case .bundleManifest: BundleManifestFuzzing.bundleManifest(input)
+        case .bundleSignature: SignatureFuzzing.bundleSignature(input)
         case .callEnvelope: ActorsFuzzing.callEnvelope(input)
         }
     }

@@ -177,9 +177,11 @@ public struct BundleSignature: Sendable, Hashable {
     }
 
     private static func parseEntry(_ text: String, path: String, line: Int) throws(CatalogProblem) -> Entry {
-        let words = text.split(separator: " ", maxSplits: 3, omittingEmptySubsequences: false)
+        // The path is the rest of the line after the fields (it may hold spaces).
+        let kind = text.prefix { $0 != " " }
+        let words = text.split(separator: " ", maxSplits: kind == "file" ? 3 : 2, omittingEmptySubsequences: false)
         let entry: Entry
-        switch (words.first, words.count) {
+        switch (kind, words.count) {
         case ("file", 4):
             guard let mode = mode(words[1]), let digest = ContentDigest(words[2]) else {
                 throw CatalogProblem(.broken, file: path, line: line, "expected 'file MODE sha256:HEX PATH' (MODE: 4 octal digits)")
@@ -188,12 +190,9 @@ public struct BundleSignature: Sendable, Hashable {
         case ("dir", 3):
             guard let mode = mode(words[1]) else { throw CatalogProblem(.broken, file: path, line: line, "expected 'dir MODE PATH' (MODE: 4 octal digits)") }
             entry = Entry(path: String(words[2]), kind: .directory(mode: mode))
-        case ("dir", 4):
-            guard let mode = mode(words[1]) else { throw CatalogProblem(.broken, file: path, line: line, "expected 'dir MODE PATH' (MODE: 4 octal digits)") }
-            entry = Entry(path: String(words[2] + " " + words[3]), kind: .directory(mode: mode))
-        case ("link", 3), ("link", 4):
+        case ("link", 3):
             guard let target = ContentDigest(words[1]) else { throw CatalogProblem(.broken, file: path, line: line, "expected 'link sha256:HEX PATH'") }
-            entry = Entry(path: words[2...].joined(separator: " "), kind: .link(target: target))
+            entry = Entry(path: String(words[2]), kind: .link(target: target))
         default:
             throw CatalogProblem(.broken, file: path, line: line, "expected a 'file', 'dir' or 'link' entry, or the 'signature' line")
         }

@@ -87,7 +87,8 @@ struct CLITests {
                                      (["enable", "org.example.outside"], true), (["enable", "org.example.outside"], false),
                                      (["revoke", "org.example.outside"], true), (["revoke", "org.example.outside"], false)] {
             let result = try await object(arguments)
-            #expect(Set(result.keys) == ["identifier", "action", "changed"], "\(arguments): \(result)")
+            #expect(Set(result.keys) == ["identifier", "action", "changed", "scope"], "\(arguments): \(result)")
+            #expect(result["scope"] as? String == "user")
             #expect(result["action"] as? String == arguments[0] && result["changed"] as? Bool == changed, "\(arguments): \(result)")
         }
         #expect(try await world.states()["org.example.outside"] == "unapproved")
