@@ -61,4 +61,35 @@ struct BundleResourceTests {
         let answer = HostFixtures.text(try await connection.send(HostFixtures.message("probe")))
         #expect(answer == "exec:EACCES map:refused read:hello")
     }
+
+    /// Debian's /root is 0700: the sandbox's host uid (nobody) cannot search it, so binding a
+    /// resource from a bundle below it by path failed at launch ("bind mount failed: Permission
+    /// denied") after `list` had shown the extension enabled.
+    @Test("a root host launches an extension from below a 0700 directory and reads its resources")
+    func bundleBelowAPrivateDirectory() async throws {
+        try #require(geteuid() == 0, "the host must be root")
+        let world = try ExtensionWorld()
+        let bundle = world.external + "/Private.appex"
+        try world.write(bundle + "/extension.yaml", """
+            schema: 1
+            identifier: org.example.private
+            name: Private
+            version: "1.0"
+            point: \(ExtensionWorld.openPoint)
+            executable: bin/run
+            resources:
+              - share/data.txt
+            """)
+        try world.write(bundle + "/bin/run", HostFixtures.pythonExtension(
+            reply: "open('/extension/share/data.txt').read().strip().encode()"), mode: 0o755)
+        try world.write(bundle + "/share/data.txt", "private hello\n")
+        #expect(chmod(world.root, 0o700) == 0)
+        let (monitor, identity) = try await HostFixtures.approveAndDiscover(bundle, identifier: "org.example.private", in: world)
+        defer { monitor.cancel() }
+        let process = try await AppExtensionProcess(configuration: .init(identity: identity))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("read"))) == "private hello")
+    }
 }
