@@ -231,14 +231,7 @@ public struct ApprovalStore: Sendable {
             close(fd)
             if !done { unlinkat(dir, temporary, 0) }
         }
-        let bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw CatalogProblem(.broken, file: temporaryPath, "write: \(errnoText())") }
-            offset += n
-        }
+        guard writeAll(fd, Array(text.utf8)[...]) else { throw CatalogProblem(.broken, file: temporaryPath, "write: \(errnoText())") }
         guard fchmod(fd, 0o644) == 0, fsync(fd) == 0 else { throw CatalogProblem(.broken, file: temporaryPath, "fsync: \(errnoText())") }
         guard renameat(dir, temporary, dir, name) == 0 else { throw CatalogProblem(.broken, file: path, "rename: \(errnoText())") }
         done = true

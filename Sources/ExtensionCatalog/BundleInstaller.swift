@@ -99,13 +99,7 @@ public enum BundleInstaller {
             if count < 0 && errno == EINTR { continue }
             guard count >= 0 else { throw CatalogProblem(.broken, file: source, "cannot read: \(errnoText())") }
             if count == 0 { break }
-            var offset = 0
-            while offset < count {
-                let written = buffer.withUnsafeBytes { write(output, $0.baseAddress! + offset, count - offset) }
-                if written < 0 && errno == EINTR { continue }
-                guard written > 0 else { throw CatalogProblem(.broken, file: destination, "cannot write: \(errnoText())") }
-                offset += written
-            }
+            guard writeAll(output, buffer[..<count]) else { throw CatalogProblem(.broken, file: destination, "cannot write: \(errnoText())") }
         }
         guard fchmod(output, mode) == 0, fsync(output) == 0 else { throw CatalogProblem(.broken, file: destination, "cannot finish: \(errnoText())") }
     }

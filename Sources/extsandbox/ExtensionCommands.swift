@@ -100,6 +100,12 @@ enum ExtensionCommands {
 }
 
 extension ExtensionCommands {
+    /// `approve` and `revoke` take an identifier or `--signer KEY`, not both.
+    static func validate(identifier: String?, signer: String?) throws {
+        guard (identifier == nil) != (signer == nil) else { throw ValidationError("give either an extension's identifier or --signer KEY") }
+        if let signer, SignerKey(signer) == nil { throw ValidationError("--signer takes a public key: ed25519: and 64 lowercase hex digits") }
+    }
+
     /// The administrator's file is root's: say so before trying, rather than failing on EACCES.
     static func requireRoot(for file: String) throws {
         guard geteuid() == 0 else {
@@ -264,10 +270,7 @@ struct ApproveCommand: ParsableCommand {
     @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
     var json = false
 
-    func validate() throws {
-        guard (identifier == nil) != (signer == nil) else { throw ValidationError("give either an extension's identifier or --signer KEY") }
-        if let signer, SignerKey(signer) == nil { throw ValidationError("--signer takes a public key: ed25519: and 64 lowercase hex digits") }
-    }
+    func validate() throws { try ExtensionCommands.validate(identifier: identifier, signer: signer) }
 
     func run() throws {
         let scope = system ? "system" : "user"
@@ -364,10 +367,7 @@ struct RevokeCommand: ParsableCommand {
     @Flag(name: .long, help: "Print a JSON object instead of a sentence.")
     var json = false
 
-    func validate() throws {
-        guard (identifier == nil) != (signer == nil) else { throw ValidationError("give either an extension's identifier or --signer KEY") }
-        if let signer, SignerKey(signer) == nil { throw ValidationError("--signer takes a public key: ed25519: and 64 lowercase hex digits") }
-    }
+    func validate() throws { try ExtensionCommands.validate(identifier: identifier, signer: signer) }
 
     func run() throws {
         let scope = system ? "system" : "user"

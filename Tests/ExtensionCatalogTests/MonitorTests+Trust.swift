@@ -7,26 +7,9 @@ import TestSupport
 @testable import ExtSandbox
 
 /// Trust over an extension's life: updates by the same signer through a running monitor, the
-/// administrator's approvals and bans against a user file that disagrees, install and uninstall.
-@Suite("trust over an extension's life")
-struct TrustLifecycleTests {
-    static let echo = TestPaths.productsDirectory + "/xsb-echo-extension"
-    static let standard = TestPaths.policiesDirectory + "/standard.yaml"
-    static let open = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none), securityLevel: standard)
-
-    func host(_ world: ExtensionWorld) -> AppExtensionHost {
-        AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations)
-    }
-
-    func eventually(_ monitor: AppExtensionPoint.Monitor, within seconds: Double = 15,
-                    _ condition: (AppExtensionPoint.Monitor.State) -> Bool) async -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition(monitor.state) { return true }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return condition(monitor.state)
-    }
+/// administrator's approvals and bans against a user file that disagrees, install and uninstall
+/// (with the discovery monitor's tests: the same worlds, hosts and waits).
+extension MonitorTests {
 
     func manifest(_ identifier: String, version: String) -> String {
         """
@@ -59,14 +42,19 @@ struct TrustLifecycleTests {
         return String(decoding: reply.payload, as: UTF8.self) == "hello"
     }
 
-    @Test func anUpdateBySameSignerKeepsTheApprovalThroughARunningMonitor() async throws {
-        let world = try ExtensionWorld()
-        let id = "org.example.echo"
+    /// The echo extension, version 1.0, signed by a new key and approved; a monitor of its point.
+    func signedAndApproved(_ world: ExtensionWorld, _ id: String) async throws -> (path: String, key: SigningKey, monitor: AppExtensionPoint.Monitor) {
         let key = SigningKey.generate()
         let path = try world.install(id, manifest: manifest(id, version: "1.0"), executableSource: Self.echo)
         try BundleSigning.sign(bundleAt: path, with: key)
         #expect(try await world.cli(["approve", id]).status == 0)
-        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        return (path, key, try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world)))
+    }
+
+    @Test func anUpdateBySameSignerKeepsTheApprovalThroughARunningMonitor() async throws {
+        let world = try ExtensionWorld()
+        let id = "org.example.echo"
+        let (path, key, monitor) = try await signedAndApproved(world, id)
         #expect(monitor.identities.map(\.version) == ["1.0"])
         #expect(try await echoes(try #require(monitor.identities.first)))
 
@@ -91,12 +79,7 @@ struct TrustLifecycleTests {
 
     @Test func aLaunchRunsOnlyTheExecutableTheSignatureLists() async throws {
         let world = try ExtensionWorld()
-        let id = "org.example.echo"
-        let key = SigningKey.generate()
-        let path = try world.install(id, manifest: manifest(id, version: "1.0"), executableSource: Self.echo)
-        try BundleSigning.sign(bundleAt: path, with: key)
-        #expect(try await world.cli(["approve", id]).status == 0)
-        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        let (path, _, monitor) = try await signedAndApproved(world, "org.example.echo")
         let identity = try #require(monitor.identities.first)
         // Changed after discovery, not re-signed: the launch is refused.
         try world.replaceExecutable(of: path, script: "exit 0")
