@@ -198,7 +198,7 @@ struct ListCommand: ParsableCommand {
         if rows.isEmpty {
             print("No extensions installed.")
         } else {
-            var table = Table(["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION", "DECIDED BY"])
+            var table = Table(["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION", "SOURCE"])
             for row in rows {
                 var notes = row.reason.map { ["\(row.state == "invalid" ? "why" : "note"): \($0)"] } ?? []
                 if let signer = row.signer { notes.append("signer: \(signer)") }

@@ -52,7 +52,7 @@ struct OutputConventionsTests {
         let lines = output.stdout.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("No ") }
         #expect(lines.first?.hasPrefix("IDENTIFIER") == true, "\(output.stdout)")
         #expect(lines.filter { !$0.hasPrefix("    ") }.count == 4, "\(output.stdout)")   // header and three rows
-        #expect(Self.isAligned(lines, columns: 6), "\(output.stdout)")
+        #expect(Self.isAligned(lines, columns: 7), "\(output.stdout)")
         #expect(!output.stdout.contains("\u{1B}"), "escape codes on a pipe: \(output.stdout)")
         #expect(!lines.contains { $0.hasSuffix(" ") }, "trailing spaces: \(output.stdout)")
     }
@@ -135,7 +135,8 @@ struct OutputConventionsTests {
         #expect(list.status == 0, "\(list.stderr)")
         let rows = try #require(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]])
         #expect(rows.count == 3)
-        let fields: Set<String> = ["identifier", "name", "version", "point", "host", "state", "reason", "level", "origin", "path"]
+        let fields: Set<String> = ["identifier", "name", "version", "point", "host", "state", "reason", "level", "origin", "path",
+                                    "signer", "signature", "decidedBy"]
         for row in rows { #expect(Set(row.keys).isSubset(of: fields), "\(row.keys)") }
         let bundled = try #require(rows.first { $0["identifier"] as? String == "org.example.a" })
         #expect(bundled["state"] as? String == "enabled" && bundled["origin"] as? String == "bundled", "\(bundled)")
