@@ -210,7 +210,8 @@ extension AppExtensionPoint {
             registrar.didSet(self, keyPath: keyPath)
         }
 
-        private func isRelevant(_ event: DirectoryWatcher.Event) -> Bool {
+        /// Whether `event` may change what a scan finds.
+        func isRelevant(_ event: DirectoryWatcher.Event) -> Bool {
             if event.overflowed { return true }  // events were lost: rescan everything
             if (event.directory == stateDirectory || event.directory == systemStateDirectory) && !isLocation(event.directory) {
                 return event.name.isEmpty || (event.directory == stateDirectory && event.name == stateFileName)
@@ -219,7 +220,26 @@ extension AppExtensionPoint {
             if isLocation(event.directory) {
                 return event.name.hasSuffix("." + ExtensionLocations.bundleExtension) || event.name.isEmpty
             }
+            // An ancestor watched only while an approvals directory is missing (`/etc` for a
+            // missing `/etc/extsandbox`): only the name on the way to it can bring it, and the
+            // ancestor's other changes (every package upgrade, in /etc) need no scan.
+            if let names = namesTowardApprovals(from: event.directory) {
+                return event.name.isEmpty || names.contains(event.name)
+            }
             return true
+        }
+
+        /// The names in `directory` that lead to an approvals directory below it, when that is all
+        /// `directory` is watched for: it is neither a location nor inside or above one.
+        private func namesTowardApprovals(from directory: String) -> Set<String>? {
+            let prefix = directory.hasSuffix("/") ? directory : directory + "/"
+            let names = Set([stateDirectory, systemStateDirectory].filter { $0.hasPrefix(prefix) }.compactMap {
+                $0.dropFirst(prefix.count).split(separator: "/").first.map(String.init)
+            })
+            guard !names.isEmpty else { return nil }
+            let locations = host.locations.external + [host.locations.bundledDirectory].compactMap { $0 }
+            if locations.contains(where: { $0 == directory || $0.hasPrefix(prefix) || directory.hasPrefix($0 + "/") }) { return nil }
+            return names
         }
 
         private func isLocation(_ directory: String) -> Bool {

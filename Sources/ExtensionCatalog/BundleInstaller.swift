@@ -9,8 +9,12 @@ public enum BundleInstaller {
     /// Copies the bundle at `source` into `directory` (created 0755 where missing) as `name`
     /// (which ends in `.appex`), replacing a bundle of that name. Files keep their permission bits
     /// (not their owner: the copy is the caller's); symbolic links are copied as links; anything
-    /// else (a FIFO, a device) is refused. Returns the installed path.
-    public static func install(_ source: String, into directory: String, as name: String) throws(CatalogProblem) -> String {
+    /// else (a FIFO, a device) is refused. `staged` is called with the complete copy before it is
+    /// renamed into place: what it checks (and approves) is exactly what is installed, which no
+    /// one else can change meanwhile, whereas the installed path may already hold another
+    /// installer's copy by the time this returns. Returns the installed path.
+    public static func install(_ source: String, into directory: String, as name: String,
+                               staged: (String) throws(CatalogProblem) -> Void = { _ in }) throws(CatalogProblem) -> String {
         try makeDirectories(directory)
         let final = FilePaths.join(directory, name)
         let partial = FilePaths.join(directory, ".\(name).partial-\(getpid())-\(UInt32.random(in: 0 ... .max))")
@@ -18,6 +22,7 @@ public enum BundleInstaller {
             var info = stat()
             guard lstat(source, &info) == 0 else { throw CatalogProblem(.broken, file: source, "cannot stat: \(errnoText())") }
             try copyTree(from: source, to: partial, info: info, depth: 0)
+            try staged(partial)
             try place(partial, at: final, in: directory)
         } catch {
             removeTree(partial)

@@ -96,41 +96,40 @@ struct InstallCommand: ParsableCommand {
         let level = point?.securityLevel
         let policy = level.flatMap { try? PolicyLoader.load(nameOrPath: $0, searchPath: PolicyCommand.searchPath) }
 
+        // The staged copy is weighed (and its approval made) before it is renamed into place:
+        // a concurrent install may replace the installed path at any time after.
+        enum Approval { case pinned(ApprovalState.Approval), signed(ApprovalState.SignedApproval) }
+        var approval: Approval?
         let installed: String
         do throws(CatalogProblem) {
-            installed = try BundleInstaller.install(source.path, into: directory, as: name)
+            installed = try BundleInstaller.install(source.path, into: directory, as: name) { (staged: String) throws(CatalogProblem) in
+                guard approve else { return }
+                let copy = try BundleValidator.validate(bundleAt: staged).get()
+                switch BundleSigning.check(copy) {
+                case .valid(let signed): approval = .signed(.init(signer: signed.signer, version: signed.version))
+                case .unsigned: approval = .pinned(try ExtensionCatalog.currentApproval(of: copy))
+                case .broken(let reason): throw CatalogProblem(.broken, file: staged, "the copy's signature does not hold (\(reason)): not installed")
+                }
+            }
         } catch {
             printError("\(error)", hint: ErrorAdvice.catalog(error))
             throw ExitCode.failure
         }
-        var approved = false
-        if approve {
-            // The copy is what is approved: weighed as any installed bundle.
-            let copy = try Self.validated(installed)
-            switch BundleSigning.check(copy) {
-            case .valid(let signed):
-                try ExtensionCommands.update(system: system) { state in
-                    state.approvals[identifier] = nil
-                    state.signedApprovals[identifier] = .init(signer: signed.signer, version: signed.version)
-                }
-            case .unsigned:
-                let approval: ApprovalState.Approval
-                do throws(CatalogProblem) {
-                    approval = try ExtensionCatalog.currentApproval(of: copy)
-                } catch {
-                    printError("\(error)", hint: ErrorAdvice.catalog(error))
-                    throw ExitCode.failure
-                }
-                try ExtensionCommands.update(system: system) { state in
-                    state.signedApprovals[identifier] = nil
-                    state.approvals[identifier] = approval
-                }
-            case .broken(let reason):
-                printError("\(installed): the installed copy's signature does not hold (\(reason)): not approved")
-                throw ExitCode.failure
+        switch approval {
+        case .signed(let signed)?:
+            try ExtensionCommands.update(system: system) { state in
+                state.approvals[identifier] = nil
+                state.signedApprovals[identifier] = signed
             }
-            approved = true
+        case .pinned(let pinned)?:
+            try ExtensionCommands.update(system: system) { state in
+                state.signedApprovals[identifier] = nil
+                state.approvals[identifier] = pinned
+            }
+        case nil:
+            break
         }
+        let approved = approval != nil
         let result = Result(
             identifier: identifier, name: source.manifest.displayName, version: source.manifest.version, point: source.manifest.point,
             host: host, level: level, levelDescription: policy.map { $0.description.split(whereSeparator: \.isNewline).joined(separator: " ") },

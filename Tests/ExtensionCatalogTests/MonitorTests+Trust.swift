@@ -212,4 +212,31 @@ extension MonitorTests {
             #expect(try await world.states()["org.example.twice"] == "enabled")
         }
     }
+
+    /// Before: while /etc/extsandbox did not exist, the monitor watched /etc in its place, and
+    /// every change there (a package upgrade touches dozens of files) started a full scan.
+    @Test func anAncestorWatchedForAMissingApprovalsDirectoryWakesOnlyForTheWayToIt() async throws {
+        let world = try ExtensionWorld()
+        let admin = world.root + "/admin"
+        #expect(mkdir(admin, 0o755) == 0)
+        var locations = world.locations
+        locations.systemStateFile = admin + "/etc/approvals"
+        try world.install("org.example.watched", executableSource: Self.echo)
+        #expect(try await world.cli(["approve", "org.example.watched"]).status == 0)
+        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: locations))
+        #expect(monitor.identities.map(\.bundleIdentifier) == ["org.example.watched"])
+        let create = UInt32(IN_CREATE)
+        #expect(!monitor.isRelevant(.init(directory: admin, name: "resolv.conf", mask: create)))
+        #expect(monitor.isRelevant(.init(directory: admin, name: "etc", mask: create)))
+        #expect(monitor.isRelevant(.init(directory: admin, name: "", mask: UInt32(IN_DELETE_SELF))))
+        // The world's root holds the locations too: everything there still counts.
+        #expect(monitor.isRelevant(.init(directory: world.root, name: "anything", mask: create)))
+
+        // The administrator's file appearing later, with a ban, still reaches the monitor.
+        var environment = world.environment
+        environment["EXTSANDBOX_SYSTEM_APPROVALS"] = locations.systemStateFile
+        let forbid = try await Fixtures.run([TestPaths.cli, "forbid", "org.example.watched"], environment: environment)
+        #expect(forbid.status == 0, "\(forbid.stderr)")
+        #expect(await eventually(monitor) { $0.identities.isEmpty && $0.forbiddenCount == 1 }, "\(monitor.state)")
+    }
 }
