@@ -239,4 +239,27 @@ extension MonitorTests {
         #expect(forbid.status == 0, "\(forbid.stderr)")
         #expect(await eventually(monitor) { $0.identities.isEmpty && $0.forbiddenCount == 1 }, "\(monitor.state)")
     }
+
+    @Test func theDeveloperCommandsGenerateSignAndVerify() async throws {
+        let world = try ExtensionWorld()
+        let keyFile = world.root + "/signing.key"
+        let generate = try await world.cli(["key", "generate", keyFile])
+        #expect(generate.status == 0, "\(generate.stderr)")
+        let key = try SigningKey.load(keyFile)
+        #expect(generate.stdout.contains("public key: \(key.publicKey)"))
+        var info = stat()
+        #expect(stat(keyFile, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        #expect(try await world.cli(["key", "generate", keyFile]).status == 1)  // never overwritten
+
+        let bundle = try world.install("org.example.cli", in: world.root + "/build")
+        let sign = try await world.cli(["sign", bundle, "--key", keyFile])
+        #expect(sign.status == 0, "\(sign.stderr)")
+        #expect(sign.stdout == "signed org.example.cli 1.0 (3 entries) as \(key.publicKey)\n")
+        let verify = try await world.cli(["verify", bundle])
+        #expect(verify.status == 0 && verify.stdout.contains("signed by \(key.publicKey)"), "\(verify.stdout)\(verify.stderr)")
+        try world.replaceExecutable(of: bundle, script: "exit 9")
+        let tampered = try await world.cli(["verify", bundle])
+        #expect(tampered.status == 1)
+        #expect(tampered.stderr.contains("the signature does not hold: bin/run changed since the bundle was signed"), "\(tampered.stderr)")
+    }
 }
