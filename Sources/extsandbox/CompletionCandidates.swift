@@ -14,7 +14,7 @@ enum CompletionCandidates {
         policyNames(matching: prefix, searchPath: PolicyCommand.searchPath)
     }
 
-    /// `approve`, `revoke`, `enable`, `disable`: the identifiers of the installed extensions.
+    /// `approve`, `revoke`, `enable`, `disable`, `forbid`, `uninstall`: the identifiers of the installed extensions.
     static let extensionIdentifier = CompletionKind.custom { _, _, prefix in
         extensionIdentifiers(matching: prefix, locations: .standard(hostBundle: nil))
     }
@@ -48,6 +48,7 @@ enum CompletionCandidates {
         }
         if let state = try? ApprovalStore(path: locations.stateFile).load() {
             identifiers.formUnion(state.approvals.keys)
+            identifiers.formUnion(state.signedApprovals.keys)
             identifiers.formUnion(state.disabled)
         }
         return identifiers.filter { $0.hasPrefix(prefix) }.sorted()

@@ -412,7 +412,7 @@ struct ForbidCommand: ParsableCommand {
             \(ExtensionCommands.locationHelp)
             """)
 
-    @Argument(help: "The extension's identifier (it need not be installed).")
+    @Argument(help: "The extension's identifier (it need not be installed).", completion: CompletionCandidates.extensionIdentifier)
     var identifier: String
 
     @Flag(name: .long, help: "Lift the ban instead.")

@@ -30,7 +30,7 @@ struct InstallCommand: ParsableCommand {
               extsandbox install ./upcase.appex --approve
             """)
 
-    @Argument(help: "The bundle directory to install (its name ends in .appex).")
+    @Argument(help: "The bundle directory to install (its name ends in .appex).", completion: .directory)
     var bundle: String
 
     @Flag(name: .long, help: "Install for every user, in the system directory (root only).")
@@ -186,7 +186,7 @@ struct UninstallCommand: ParsableCommand {
             their host are removed with the host.
             """)
 
-    @Argument(help: "The extension's identifier.")
+    @Argument(help: "The extension's identifier.", completion: CompletionCandidates.extensionIdentifier)
     var identifier: String
 
     @Flag(name: .long, help: "Print a JSON object instead of text (fields: identifier, path, approvalKept).")

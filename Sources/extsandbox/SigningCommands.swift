@@ -23,7 +23,7 @@ struct KeyGenerateCommand: ParsableCommand {
               extsandbox key generate ~/.config/extsandbox/signing.key
             """)
 
-    @Argument(help: "The key file to create (it must not exist).")
+    @Argument(help: "The key file to create (it must not exist).", completion: .file())
     var file: String
 
     func run() throws {
@@ -63,10 +63,10 @@ struct SignCommand: ParsableCommand {
               extsandbox sign build/upcase.appex --key ~/.config/extsandbox/signing.key
             """)
 
-    @Argument(help: "The bundle directory.")
+    @Argument(help: "The bundle directory.", completion: .directory)
     var bundle: String
 
-    @Option(name: .long, help: "The signing key file (from `extsandbox key generate`).")
+    @Option(name: .long, help: "The signing key file (from `extsandbox key generate`).", completion: .file())
     var key: String
 
     func run() throws {
@@ -88,7 +88,7 @@ struct VerifyCommand: ParsableCommand {
         abstract: "Check a bundle's signature against what the bundle holds.",
         discussion: "Exits 0 and names the signer when the signature verifies and lists exactly the bundle's contents; exits 1 with the first difference otherwise, or when the bundle is unsigned.")
 
-    @Argument(help: "The bundle directory.")
+    @Argument(help: "The bundle directory.", completion: .directory)
     var bundle: String
 
     func run() throws {
