@@ -29,12 +29,6 @@ extension ExtensionConnection {
     /// resuming the continuations it answers (ours among them) directly. The monitor thread may
     /// be woken by the same data and read concurrently: `state` serializes reading, so each frame
     /// is handled once, by whichever thread got it.
-    ///
-    /// Meanwhile the monitor thread does not watch the socket for readability: the reply would
-    /// wake both threads, and the monitor's read would contend with the caller's for `state` (or
-    /// take the reply, to resume the caller through the executor). It watches again once the
-    /// caller has read what came, and a level-triggered watch then reports anything that came
-    /// since.
     func waitForReadableBriefly(_ alone: (State) -> Bool) {
         let descriptor: FileDescriptor? = state.withLock { state in
             guard state.open, alone(state) else { return nil }
@@ -45,33 +39,21 @@ extension ExtensionConnection {
             return self.descriptor
         }
         guard let descriptor else { return }
-        let outcome = waitBriefly(for: descriptor) {
-            output.withLock { output in
-                state.withLock { $0.callerReading = true }
-                updateWatch(output)
-            }
-        }
-        switch outcome {
+        switch waitBriefly(for: descriptor) {
         case true?: eventsArrived(EventMonitor.readable)
         case false?: state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
-        case nil: return  // another caller is waiting
-        }
-        output.withLock { output in
-            state.withLock { $0.callerReading = false }
-            updateWatch(output)
+        case nil: break  // another caller is waiting
         }
     }
 
     /// Waits up to ``callerWait`` for `descriptor` to become readable: true when it is, false
-    /// after the wait timed out, nil (at once, without calling `before`) when another caller in
-    /// the process is waiting. `before` runs just before the wait.
-    func waitBriefly(for descriptor: FileDescriptor, before: () -> Void = {}) -> Bool? {
+    /// after the wait timed out, nil (at once) when another caller in the process is waiting.
+    func waitBriefly(for descriptor: FileDescriptor) -> Bool? {
         guard Self.waiters.add(1, ordering: .relaxed).newValue <= Self.maximumWaiters else {
             Self.waiters.subtract(1, ordering: .relaxed)
             return nil
         }
         defer { Self.waiters.subtract(1, ordering: .relaxed) }
-        before()
         let (seconds, attoseconds) = Self.callerWait.components
         return xsb_wait_readable(descriptor.rawValue, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)) == 1
     }
@@ -344,12 +326,12 @@ extension ExtensionConnection {
     }
 
     /// Under `output`: tells the monitor what to watch the socket for: readability unless reading
-    /// is paused or a caller reads it (``waitForReadableBriefly(_:)``), writability while frames wait to be written. Every change of either is followed
+    /// is paused, writability while frames wait to be written. Every change of either is followed
     /// by a call, each under `output`: the last one sees both.
     func updateWatch(_ output: Output) {
         guard output.open else { return }
-        let unread = state.withLock { $0.readingPaused || $0.callerReading }
+        let paused = state.withLock { $0.readingPaused }
         monitor.modify(fd: descriptor.rawValue, token: token.load(ordering: .relaxed),
-                       events: (unread ? 0 : EventMonitor.readable) | (output.watchingWritability ? EventMonitor.writable : 0))
+                       events: (paused ? 0 : EventMonitor.readable) | (output.watchingWritability ? EventMonitor.writable : 0))
     }
 }
