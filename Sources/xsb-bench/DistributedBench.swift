@@ -57,6 +57,52 @@ struct DistributedBench: Sendable {
         return results
     }
 
+    /// What one kind of call costs, for profiling (`--profile-distributed`): wall-clock samples
+    /// and CPU time and context switches per call on each side.
+    struct Profile {
+        var wall: [Double] = []
+        var host = Breakdown.Usage()
+        var ext = Breakdown.Usage()
+        var calls = 0
+    }
+
+    /// Only `count` small calls and `bulkCount` 1 MiB calls (four in flight), after a warm-up:
+    /// for `perf record` sessions and A/B runs.
+    nonisolated func profile(count: Int, bulkCount: Int) async throws -> (small: Profile, bulk: Profile) {
+        let point = AppExtensionPoint(name: "xsb-bench.distributed", securityLevel: raw.securityLevel)
+        let identity = AppExtensionIdentity.developmentOnly(bundleIdentifier: "xsb-bench.actors", executablePath: actorsExtensionPath, point: point)
+        let process = try await AppExtensionProcess(configuration: .init(identity: identity, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        defer { connection.invalidate() }
+        let filter = try connection.remoteObject($TextFilter.self)
+        let text = String(repeating: "x", count: IPCBench.messageSize)
+        let options = FilterOptions(shout: false)
+        let bulk = [UInt8](repeating: UInt8(ascii: "y"), count: IPCBench.bulkSize)
+        for _ in 0..<200 { _ = try await filter.apply(text, options: options) }
+        if bulkCount > 0 { _ = try await throughput(filter, bulk) }
+        let pids = process.sandbox.processIdentifiers()
+        var small = Profile(), large = Profile()
+        var h0 = Breakdown.usage(of: RUSAGE_SELF.rawValue), e0 = Breakdown.usage(pids: pids)
+        for _ in 0..<count {
+            let start = now()
+            _ = try await filter.apply(text, options: options)
+            small.wall.append(now() - start)
+        }
+        small.host = Breakdown.usage(of: RUSAGE_SELF.rawValue) - h0
+        small.ext = Breakdown.usage(pids: pids) - e0
+        small.calls = count
+        h0 = Breakdown.usage(of: RUSAGE_SELF.rawValue)
+        e0 = Breakdown.usage(pids: pids)
+        for _ in 0..<(bulkCount + bulkCallsPerSample - 1) / bulkCallsPerSample {
+            large.wall.append(try await throughput(filter, bulk))
+            large.calls += bulkCallsPerSample
+        }
+        large.host = Breakdown.usage(of: RUSAGE_SELF.rawValue) - h0
+        large.ext = Breakdown.usage(pids: pids) - e0
+        return (small, large)
+    }
+
     /// Bytes per second of `bulkCallsPerSample` calls of `count(_:)` with 1 MiB, four in flight.
     private nonisolated func throughput(_ filter: $TextFilter, _ bulk: [UInt8]) async throws -> Double {
         let start = now()
@@ -77,6 +123,11 @@ struct DistributedBench: Sendable {
 
     /// Seconds per encode + decode of the small call's envelope, arguments and result.
     private nonisolated func coding(_ text: String, _ options: FilterOptions) throws -> Double {
+        try Self.coding(text, options)
+    }
+
+    /// Seconds per encode + decode of the small call's envelope, arguments and result.
+    static func coding(_ text: String, _ options: FilterOptions) throws -> Double {
         let count = 1000
         let start = now()
         for _ in 0..<count {
