@@ -29,7 +29,10 @@ struct DistributedBench: Sendable {
         var coding: [Double] = []
     }
 
-    nonisolated func run() async throws -> Results {
+    /// The actors fixture, a proxy for its filter after 200 small calls, and the calls' arguments, for `body`.
+    private nonisolated func withFilter<T>(
+        _ body: (AppExtensionProcess, $TextFilter, _ text: String, FilterOptions, _ bulk: [UInt8]) async throws -> T
+    ) async throws -> T {
         let point = AppExtensionPoint(name: "xsb-bench.distributed", securityLevel: raw.securityLevel)
         let identity = AppExtensionIdentity.developmentOnly(bundleIdentifier: "xsb-bench.actors", executablePath: actorsExtensionPath, point: point)
         let process = try await AppExtensionProcess(configuration: .init(identity: identity, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
@@ -39,9 +42,15 @@ struct DistributedBench: Sendable {
         let filter = try connection.remoteObject($TextFilter.self)
         let text = String(repeating: "x", count: IPCBench.messageSize)
         let options = FilterOptions(shout: false)
-        let bulk = [UInt8](repeating: UInt8(ascii: "y"), count: IPCBench.bulkSize)
-
         for _ in 0..<200 { _ = try await filter.apply(text, options: options) }
+        return try await body(process, filter, text, options, [UInt8](repeating: UInt8(ascii: "y"), count: IPCBench.bulkSize))
+    }
+
+    nonisolated func run() async throws -> Results {
+        try await withFilter { _, filter, text, options, bulk in try await run(filter, text, options, bulk) }
+    }
+
+    private nonisolated func run(_ filter: $TextFilter, _ text: String, _ options: FilterOptions, _ bulk: [UInt8]) async throws -> Results {
         _ = try await throughput(filter, bulk)
         var results = Results()
         for _ in 0..<rounds {
@@ -69,17 +78,13 @@ struct DistributedBench: Sendable {
     /// Only `count` small calls and `bulkCount` 1 MiB calls (four in flight), after a warm-up:
     /// for `perf record` sessions and A/B runs.
     nonisolated func profile(count: Int, bulkCount: Int) async throws -> (small: Profile, bulk: Profile) {
-        let point = AppExtensionPoint(name: "xsb-bench.distributed", securityLevel: raw.securityLevel)
-        let identity = AppExtensionIdentity.developmentOnly(bundleIdentifier: "xsb-bench.actors", executablePath: actorsExtensionPath, point: point)
-        let process = try await AppExtensionProcess(configuration: .init(identity: identity, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
-        defer { process.invalidate() }
-        let connection = try await process.makeConnection()
-        defer { connection.invalidate() }
-        let filter = try connection.remoteObject($TextFilter.self)
-        let text = String(repeating: "x", count: IPCBench.messageSize)
-        let options = FilterOptions(shout: false)
-        let bulk = [UInt8](repeating: UInt8(ascii: "y"), count: IPCBench.bulkSize)
-        for _ in 0..<200 { _ = try await filter.apply(text, options: options) }
+        try await withFilter { process, filter, text, options, bulk in
+            try await profile(process, filter, text, options, bulk, count: count, bulkCount: bulkCount)
+        }
+    }
+
+    private nonisolated func profile(_ process: AppExtensionProcess, _ filter: $TextFilter, _ text: String, _ options: FilterOptions,
+                                     _ bulk: [UInt8], count: Int, bulkCount: Int) async throws -> (small: Profile, bulk: Profile) {
         if bulkCount > 0 { _ = try await throughput(filter, bulk) }
         let pids = process.sandbox.processIdentifiers()
         var small = Profile(), large = Profile()
