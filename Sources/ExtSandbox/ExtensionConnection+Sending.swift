@@ -15,9 +15,16 @@ extension ExtensionConnection {
     /// extension's maximum frame size fails with ``ExtensionError/messageTooLarge(size:maximum:)``
     /// and the connection stays open.
     public func send(_ message: ExtensionMessage) async throws -> ExtensionMessage {
+        try await send(message, payloadTail: [])
+    }
+
+    /// ``send(_:)`` of a request whose payload is `message`'s followed by `payloadTail`, each
+    /// written from its own storage (see ``Frame/payloadTail``).
+    func send(_ message: ExtensionMessage, payloadTail: [UInt8]) async throws -> ExtensionMessage {
         let id = nextRequestID.add(1, ordering: .relaxed).oldValue
         // Copies of the fds are made once there is room: a waiting sender holds none of ours.
-        try await waitForRoom(bytes: ExtSandboxWire.headerSize + 4 + message.payload.count, fds: message.fileDescriptors.count)
+        try await waitForRoom(bytes: ExtSandboxWire.headerSize + 4 + message.payload.count + payloadTail.count,
+                              fds: message.fileDescriptors.count)
         let fds = try Self.duplicate(message.fileDescriptors)
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { (continuation: Reply) in
@@ -39,7 +46,7 @@ extension ExtensionConnection {
                         failure = .cancelled
                     } else {
                         // `write` owns the copies from here on (it closes them once sent, or on failure).
-                        failure = write(.request(id: id, payload: message.payload, fds: fds), &output)
+                        failure = write(.request(id: id, payload: message.payload, payloadTail: payloadTail, fds: fds), &output)
                     }
                     // Unless something else (a close) failed it already.
                     guard let failure, let waiting = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return nil }

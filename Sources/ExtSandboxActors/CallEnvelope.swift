@@ -61,7 +61,33 @@ public struct CallEnvelope: Sendable, Hashable {
         }
     }
 
-    private static func encode(target: String, method: String, argumentSizes: [Int], maximumSize: Int,
+    /// The bytes of the last argument's value that a large byte array leaves out of the envelope's
+    /// array: at least this many, or none.
+    static let minimumTailSize = 16 << 10
+
+    /// ``encode(target:method:values:)`` in two parts whose concatenation is that envelope: when
+    /// the last argument is a byte array of at least ``minimumTailSize`` bytes, the head ends
+    /// with that value's tag and length and the tail is the array itself, which a transport sends
+    /// from where it is (a large argument is then never copied on the sending side); otherwise
+    /// the tail is empty.
+    static func encodeParts(target: String, method: String, values: [WireValue]) throws(FormatError) -> (head: [UInt8], tail: [UInt8]) {
+        guard case .bytes(let large)? = values.last, large.count >= minimumTailSize else {
+            return (try encode(target: target, method: method, values: values), [])
+        }
+        let last = values.count - 1
+        let head = try encode(target: target, method: method, argumentSizes: values.map(\.serializedSize), maximumSize: .max,
+                              leftOut: large.count) { index, bytes in
+            if index == last {
+                WireValue.writeBytesHeader(count: large.count, to: &bytes)
+            } else {
+                values[index].write(to: &bytes)
+            }
+        }
+        return (head, large)
+    }
+
+    /// `leftOut`: bytes at the end that `writeArgument` does not write (the caller sends them).
+    private static func encode(target: String, method: String, argumentSizes: [Int], maximumSize: Int, leftOut: Int = 0,
                                writeArgument: (Int, inout [UInt8]) -> Void) throws(FormatError) -> [UInt8] {
         let targetBytes = Array(target.utf8), methodBytes = Array(method.utf8)
         guard (1...Self.maximumTargetLength).contains(targetBytes.count) else {
@@ -79,7 +105,7 @@ public struct CallEnvelope: Sendable, Hashable {
             throw FormatError("an argument of \(argumentSize) bytes")
         }
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(size)
+        bytes.reserveCapacity(size - leftOut)
         bytes.append(Self.version)
         bytes.append(0)
         appendBigEndian(UInt16(targetBytes.count), to: &bytes)

@@ -142,16 +142,16 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
 
     /// The result's bytes and its received descriptors (those no value takes close with the table).
     private func call(_ id: ActorID, _ target: RemoteCallTarget, _ invocation: InvocationEncoder) async throws -> ([UInt8], DescriptorTable) {
-        let envelope: [UInt8]
+        let envelope: (head: [UInt8], tail: [UInt8])
         do {
-            envelope = try CallEnvelope.encode(target: id.name, method: target.identifier, values: invocation.arguments)
+            envelope = try CallEnvelope.encodeParts(target: id.name, method: target.identifier, values: invocation.arguments)
         } catch {
             throw DistributedCallError.notSent("\(error)")
         }
         guard let transport = state.withLock({ $0.transport }) else {
             throw DistributedCallError.notSent("the connection is gone")
         }
-        switch try await transport.call(envelope, fileDescriptors: invocation.descriptors.handOver()) {
+        switch try await transport.call(envelope.head, followedBy: envelope.tail, fileDescriptors: invocation.descriptors.handOver()) {
         case .reply(let result, let fds): return (result, DescriptorTable(received: fds))
         case .error(let code, let message): throw DistributedCallError.answered(code: code, message: message)
         }

@@ -1,4 +1,5 @@
 import Distributed
+import Synchronization
 
 /// A method identifier from the wire, checked before the runtime looks it up and calls it.
 ///
@@ -29,10 +30,19 @@ struct MethodIdentifier {
     /// The method's number of parameters if it is a distributed method of `contract`; nil if
     /// not (another type's, or no method at all).
     func parameterCount(in contract: Contract) -> Int? {
-        guard text.hasPrefix(contract.prefix), text.hasSuffix("TE"), isCompiledAccessor else { return nil }
+        guard text.hasPrefix(contract.prefix), text.hasSuffix("TE") else { return nil }
+        if let known = Self.compiled.withLock({ $0[text] }) { return known }
+        guard isCompiledAccessor else { return nil }
         let count = _getParameterCount(mangledMethodName: text)
-        return count >= 0 ? Int(count) : nil
+        guard count >= 0 else { return nil }
+        // Only names of compiled accessors are kept: as many as the process has, whatever a peer sends.
+        Self.compiled.withLock { $0[text] = Int(count) }
+        return Int(count)
     }
+
+    /// The parameter counts of the compiled accessors found so far, by name: the runtime
+    /// demangles the whole name to count them, on every call otherwise.
+    private static let compiled = Mutex<[String: Int]>([:])
 
     /// Whether the process has a distributed accessor of exactly this name (a lookup by name
     /// that demangles nothing). A contract stub's methods are generic over the protocol's

@@ -77,8 +77,7 @@
             appendBigEndian(UInt32(value.utf8.count), to: &bytes)
             bytes += value.utf8
         case .bytes(let value):
-            bytes.append(7)
-            appendBigEndian(UInt32(value.count), to: &bytes)
+            Self.writeBytesHeader(count: value.count, to: &bytes)
             bytes += value
         case .array(let values):
             bytes.append(8)
@@ -96,6 +95,12 @@
             bytes.append(10)
             appendBigEndian(index, to: &bytes)
         }
+    }
+
+    /// What precedes a byte array's `count` bytes: its tag and length.
+    static func writeBytesHeader(count: Int, to bytes: inout [UInt8]) {
+        bytes.append(7)
+        appendBigEndian(UInt32(count), to: &bytes)
     }
 
     /// Reads one value that takes all of `bytes`. The peer is untrusted: every length and count

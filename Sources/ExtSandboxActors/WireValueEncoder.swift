@@ -40,9 +40,10 @@ final class EncodingNode {
     }
 
     func store<Value: Encodable>(_ value: Value, codingPath: [any CodingKey]) throws {
-        if let bytes = value as? [UInt8] {
+        // Compared by type first: a dynamic cast that fails costs more than encoding a small value.
+        if Value.self == [UInt8].self, let bytes = value as? [UInt8] {
             content = .value(.bytes(bytes))
-        } else if let descriptor = value as? TransferredFileDescriptor, let descriptors {
+        } else if Value.self == TransferredFileDescriptor.self, let descriptor = value as? TransferredFileDescriptor, let descriptors {
             content = .value(.descriptor(try descriptors.attach(descriptor)))
         } else {
             try value.encode(to: NodeEncoder(node: self, codingPath: codingPath))

@@ -76,6 +76,12 @@ public final class HostConnection: Sendable {
     /// Sends a request to the host and waits for its one answer. Cancelling the task sends a
     /// CANCEL and throws ``HostRequestError/cancelled`` at once.
     public func send(_ message: Message) async throws -> Message {
+        try await send(message, payloadTail: [])
+    }
+
+    /// ``send(_:)`` of a request whose payload is `message`'s followed by `payloadTail`, each
+    /// written from its own storage.
+    func send(_ message: Message, payloadTail: [UInt8]) async throws -> Message {
         let id = state.withLock { state -> UInt64 in
             defer { state.nextID += 1 }
             return state.nextID
@@ -93,7 +99,7 @@ public final class HostConnection: Sendable {
                     return
                 }
                 // The frame's fds are closed once sent (the caller's are sent, like a reply's).
-                let failure: HostRequestError? = switch writer.write(.request(id: id, payload: message.payload, fds: message.fileDescriptors)) {
+                let failure: HostRequestError? = switch writer.write(.request(id: id, payload: message.payload, payloadTail: payloadTail, fds: message.fileDescriptors)) {
                 case .sent: nil
                 case .overTheHostsLimits: .messageTooLarge
                 case .closed: .connectionClosed

@@ -110,21 +110,30 @@ public struct Frame: Sendable, Hashable {
     /// Request id (REQUEST, REPLY, ERROR, CANCEL), connection id (CONNECT), or 0.
     public var id: UInt64
     public var payload: [UInt8]
+    /// More payload, sent right after ``payload`` from its own storage: a sender that has a large
+    /// block of bytes to put at the end of a small one (a call's byte-array argument after its
+    /// envelope) sends both without first copying them into one array. On the wire the two are
+    /// one payload; a received frame's tail is always empty.
+    public var payloadTail: [UInt8]
     /// File descriptors attached to the frame (at most 16); see the ownership rules above.
     public var fds: [Int32]
 
-    public init(kind: FrameKind, id: UInt64 = 0, payload: [UInt8] = [], fds: [Int32] = [], flags: UInt8 = 0) {
+    public init(kind: FrameKind, id: UInt64 = 0, payload: [UInt8] = [], payloadTail: [UInt8] = [], fds: [Int32] = [], flags: UInt8 = 0) {
         self.kind = kind
         self.flags = flags
         self.id = id
         self.payload = payload
+        self.payloadTail = payloadTail
         self.fds = fds
     }
+
+    /// Bytes of payload on the wire: ``payload`` and ``payloadTail``.
+    public var payloadCount: Int { payload.count + payloadTail.count }
 
     /// The header this frame encodes to.
     public var header: FrameHeader {
         FrameHeader(kind: kind, flags: flags, fdCount: UInt16(truncatingIfNeeded: fds.count), id: id,
-                    payloadCount: payload.count)
+                    payloadCount: payloadCount)
     }
 
     /// Closes every fd of the frame (ignoring errors). Call it once, on one copy.
@@ -135,8 +144,8 @@ public struct Frame: Sendable, Hashable {
     /// A HELLO frame carrying `hello`.
     public static func hello(_ hello: Hello) -> Frame { Frame(kind: .hello, payload: hello.payload) }
     /// A REQUEST with a nonzero `id`.
-    public static func request(id: UInt64, payload: [UInt8], fds: [Int32] = []) -> Frame {
-        Frame(kind: .request, id: id, payload: payload, fds: fds)
+    public static func request(id: UInt64, payload: [UInt8], payloadTail: [UInt8] = [], fds: [Int32] = []) -> Frame {
+        Frame(kind: .request, id: id, payload: payload, payloadTail: payloadTail, fds: fds)
     }
     /// The REPLY to request `id`.
     public static func reply(id: UInt64, payload: [UInt8], fds: [Int32] = []) -> Frame {
@@ -189,7 +198,7 @@ public struct FrameEncoder: Sendable, Hashable {
     /// the kind's rules (``FrameHeader/validate()``). Returns its header.
     @discardableResult
     public func validate(_ frame: Frame) throws(WireError) -> FrameHeader {
-        let length = UInt64(frame.payload.count) + UInt64(ExtSandboxWire.headerSize)
+        let length = UInt64(frame.payloadCount) + UInt64(ExtSandboxWire.headerSize)
         guard length <= UInt64(maximumFrameSize) else {
             throw .frameTooLarge(length: length, maximum: maximumFrameSize)
         }
@@ -205,14 +214,18 @@ public struct FrameEncoder: Sendable, Hashable {
     /// data of the first byte.)
     public func encode(_ frame: Frame) throws(WireError) -> [UInt8] {
         let header = try validate(frame)
-        let total = FrameHeader.encodedSize + frame.payload.count
+        let total = FrameHeader.encodedSize + frame.payloadCount
         return [UInt8](unsafeUninitializedCapacity: total) { buffer, count in
             let raw = UnsafeMutableRawBufferPointer(buffer)
             header.encode(into: raw)
-            frame.payload.withUnsafeBytes { payload in
-                if let base = payload.baseAddress, payload.count > 0 {
-                    (raw.baseAddress! + FrameHeader.encodedSize).copyMemory(from: base, byteCount: payload.count)
+            var offset = FrameHeader.encodedSize
+            for part in [frame.payload, frame.payloadTail] {
+                part.withUnsafeBytes { bytes in
+                    if let base = bytes.baseAddress, bytes.count > 0 {
+                        (raw.baseAddress! + offset).copyMemory(from: base, byteCount: bytes.count)
+                    }
                 }
+                offset += part.count
             }
             count = total
         }
@@ -228,7 +241,7 @@ func closeDescriptors(_ fds: [Int32]) {
 extension Frame: CustomStringConvertible {
     /// A short summary: kind, id, payload size, fds (not the payload itself).
     public var description: String {
-        var text = "\(kind) id \(id), \(payload.count) byte\(payload.count == 1 ? "" : "s")"
+        var text = "\(kind) id \(id), \(payloadCount) byte\(payloadCount == 1 ? "" : "s")"
         if !fds.isEmpty { text += ", fds \(fds)" }
         if flags != 0 { text += ", flags 0x\(String(flags, radix: 16))" }
         return text

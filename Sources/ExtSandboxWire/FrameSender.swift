@@ -23,7 +23,7 @@ public final class FrameSender {
         var header: [UInt8]
         var frame: Frame
         var sent: Int
-        var total: Int { header.count + frame.payload.count }
+        var total: Int { header.count + frame.payloadCount }
     }
     private var queue: [Outgoing] = []
     private var queueHead = 0
@@ -83,12 +83,12 @@ public final class FrameSender {
         try withUnsafeMutableBytes(of: &headerStorage) { raw in
             header.encode(into: raw)
             let headerBytes = UnsafeRawBufferPointer(rebasing: raw[..<FrameHeader.encodedSize])
-            return frame.payload.withUnsafeBytes { payload in
+            return frame.withPayloadBytes { payload, tail in
                 Result { () throws(WireError) in
                     var sent = 0
-                    let total = FrameHeader.encodedSize + payload.count
+                    let total = FrameHeader.encodedSize + payload.count + tail.count
                     while sent < total {
-                        let n = try write(header: headerBytes, payload: payload, fds: sent == 0 ? frame.fds : [], from: sent, flags: 0)
+                        let n = try write(header: headerBytes, payload: payload, tail: tail, fds: sent == 0 ? frame.fds : [], from: sent, flags: 0)
                         if n < 0 { try waitUntilReady(descriptor, for: Int16(POLLOUT)) } else { sent += n }
                     }
                 }
@@ -118,9 +118,9 @@ public final class FrameSender {
             let attempt = withUnsafeMutableBytes(of: &headerStorage) { raw in
                 header.encode(into: raw)
                 let headerBytes = UnsafeRawBufferPointer(rebasing: raw[..<FrameHeader.encodedSize])
-                return frame.payload.withUnsafeBytes { payload in
+                return frame.withPayloadBytes { payload, tail in
                     Result { () throws(WireError) in
-                        try write(header: headerBytes, payload: payload, fds: frame.fds, from: 0, flags: Int32(MSG_DONTWAIT))
+                        try write(header: headerBytes, payload: payload, tail: tail, fds: frame.fds, from: 0, flags: Int32(MSG_DONTWAIT))
                     }
                 }
             }
@@ -129,7 +129,7 @@ public final class FrameSender {
                 UntrustedDescriptors.close(frame.fds, untrusted: untrustedPeer)
                 throw error
             }
-            if written == FrameHeader.encodedSize + frame.payload.count {
+            if written == FrameHeader.encodedSize + frame.payloadCount {
                 frame.closeFDs()
                 return
             }
@@ -138,7 +138,7 @@ public final class FrameSender {
         var bytes = [UInt8](repeating: 0, count: FrameHeader.encodedSize)
         bytes.withUnsafeMutableBytes { header.encode(into: $0) }
         queue.append(Outgoing(header: bytes, frame: frame, sent: sent))
-        pendingOutputBytes += FrameHeader.encodedSize + frame.payload.count - sent
+        pendingOutputBytes += FrameHeader.encodedSize + frame.payloadCount - sent
         if sent == 0 { pendingOutputFDs += frame.fds.count }
         // (When it was just tried, the socket is full: wait for writability.)
         if !writeNow { _ = try flush() }
@@ -169,9 +169,9 @@ public final class FrameSender {
             guard descriptor != nil else { throw .connectionClosed }
             let item = queue[queueHead]
             let n = try item.header.withUnsafeBytes { header in
-                item.frame.payload.withUnsafeBytes { payload in
+                item.frame.withPayloadBytes { payload, tail in
                     Result { () throws(WireError) in
-                        try write(header: header, payload: payload, fds: item.sent == 0 ? item.frame.fds : [], from: item.sent,
+                        try write(header: header, payload: payload, tail: tail, fds: item.sent == 0 ? item.frame.fds : [], from: item.sent,
                                   flags: Int32(MSG_DONTWAIT))
                     }
                 }
@@ -192,28 +192,29 @@ public final class FrameSender {
         return true
     }
 
-    /// One `sendmsg` of the frame's bytes from offset `sent` (fds attached when given). Returns the
-    /// bytes written, or -1 for `EAGAIN`.
-    private func write(header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, fds: [Int32],
+    /// One `sendmsg` of the frame's bytes (header, payload, payload tail) from offset `sent` (fds
+    /// attached when given). Returns the bytes written, or -1 for `EAGAIN`.
+    private func write(header: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer, tail: UnsafeRawBufferPointer, fds: [Int32],
                        from sent: Int, flags: Int32) throws(WireError) -> Int {
         guard let socket = descriptor?.rawValue else { throw .connectionClosed }
-        var iov = (iovec(), iovec())
+        var iov = (iovec(), iovec(), iovec())
         var iovCount = 0
-        if sent < header.count {
-            iov.0 = iovec(iov_base: UnsafeMutableRawPointer(mutating: header.baseAddress! + sent), iov_len: header.count - sent)
-            iovCount = 1
-            if payload.count > 0 {
-                iov.1 = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress!), iov_len: payload.count)
-                iovCount = 2
+        withUnsafeMutableBytes(of: &iov) { raw in
+            let iovs = raw.bindMemory(to: iovec.self)
+            var skip = sent
+            for part in [header, payload, tail] {
+                guard skip < part.count else {
+                    skip -= part.count
+                    continue
+                }
+                iovs[iovCount] = iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress! + skip), iov_len: part.count - skip)
+                iovCount += 1
+                skip = 0
             }
-        } else {
-            let offset = sent - header.count
-            iov.0 = iovec(iov_base: UnsafeMutableRawPointer(mutating: payload.baseAddress! + offset), iov_len: payload.count - offset)
-            iovCount = 1
         }
         let control = sendControlBuffer
         let result: Int = withUnsafeMutablePointer(to: &iov) { iovPointer in
-            iovPointer.withMemoryRebound(to: iovec.self, capacity: 2) { iovs in
+            iovPointer.withMemoryRebound(to: iovec.self, capacity: 3) { iovs in
                 var message = msghdr()
                 message.msg_iov = iovs
                 message.msg_iovlen = iovCount
@@ -242,5 +243,12 @@ public final class FrameSender {
         case EPIPE, ECONNRESET: throw .connectionClosed
         case let code: throw .systemCall("sendmsg", errno: code)
         }
+    }
+}
+
+extension Frame {
+    /// The payload and its tail as raw bytes (empty buffers have no base address).
+    func withPayloadBytes<Result>(_ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) -> Result) -> Result {
+        payload.withUnsafeBytes { payload in payloadTail.withUnsafeBytes { tail in body(payload, tail) } }
     }
 }

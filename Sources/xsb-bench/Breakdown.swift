@@ -4,6 +4,7 @@ import Foundation
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
+import TextFilterContract
 
 /// `xsb-bench --breakdown`: where the host API's round trip and connect time go. The same
 /// 64-byte round trip, interleaved, over five paths that differ in one part each:
@@ -15,13 +16,18 @@ import SandboxRuntime
 /// | API → C ext | host API (`ExtensionConnection.send`) | the same C extension |
 /// | wire → SDK ext | `FrameSocket`, blocking | the echo fixture (Swift SDK), sandboxed |
 /// | API → SDK ext | host API | the echo fixture: what `rtt_64b_vs_raw` measures |
+/// | distributed → SDK ext | a `@Resolvable` proxy | the actors fixture: what `rtt_distributed_vs_raw` measures |
 ///
 /// with CPU time and context switches per round trip on each side (host: getrusage of this
 /// process, or of the reaped `xsb-pingpong` for raw; extension: /proc of its sandbox); then
-/// connect + first reply, and 1 MiB one-way throughput, over the same paths.
+/// connect + first reply, and 1 MiB one-way throughput, over the same paths; and the encoder's share
+/// of the distributed call (its envelope, arguments and result encoded and decoded in this process).
 struct Breakdown {
     let bench: IPCBench
     let policy: Policy
+    /// The actors fixture: its distributed call is measured beside the others (and the encoder's
+    /// share of it), when given.
+    var actorsExtensionPath: String?
 
     /// A blocking host of one extension, speaking the wire protocol itself.
     final class DirectHost: @unchecked Sendable {
@@ -130,6 +136,17 @@ struct Breakdown {
             cProcess.invalidate()
             swiftProcess.invalidate()
         }
+        // A distributed call of the same size: `apply` with a 64-byte String, through the proxy.
+        var actorsProcess: AppExtensionProcess?, filter: $TextFilter?
+        if let actorsExtensionPath {
+            let process = try await handle("xsb-bench.breakdown.actors", actorsExtensionPath, [])
+            actorsProcess = process
+            // The proxy keeps its connection open.
+            filter = try await process.makeConnection().remoteObject($TextFilter.self)
+        }
+        defer { actorsProcess?.invalidate() }
+        let text = String(repeating: "x", count: IPCBench.messageSize), options = FilterOptions(shout: false)
+        var coding: [Double] = []
 
         var nextID: UInt64 = 1
         func wire(_ socket: FrameSocket) throws {
@@ -156,6 +173,7 @@ struct Breakdown {
             try wire(swiftSocket)
             _ = try await cConnection.send(message)
             _ = try await swiftConnection.send(message)
+            _ = try await filter?.apply(text, options: options)
         }
         _ = try bench.rawRoundTripsForBreakdown(count: 100)
 
@@ -191,6 +209,12 @@ struct Breakdown {
             try await measure("api_c", pids: cAPIPids, count: perRound) { _ = try await cConnection.send(message) }
             try await measure("wire_sdk", pids: swiftPids, count: perRound) { try wire(swiftSocket) }
             try await measure("api_sdk", pids: swiftAPIPids, count: perRound) { _ = try await swiftConnection.send(message) }
+            if let filter, let actorsProcess {
+                try await measure("api_distributed", pids: actorsProcess.sandbox.processIdentifiers(), count: perRound) {
+                    _ = try await filter.apply(text, options: options)
+                }
+                coding.append(try DistributedBench.coding(text, options))
+            }
             try await measure("connect_wire_c", pids: [], count: 5) { try wireConnect(cDirect) }
             try await measure("connect_api_c", pids: [], count: 5) { try await apiConnect(cProcess) }
             try await measure("connect_wire_sdk", pids: [], count: 5) { try wireConnect(swiftDirect) }
@@ -208,10 +232,12 @@ struct Breakdown {
         lines.append("path                         median us   host cpu us  host cs   ext cpu us  ext cs")
         let labels = [("raw", "raw C <-> C (reference)"), ("wire_c", "wire host -> C ext"), ("api_c", "host API -> C ext"),
                       ("wire_sdk", "wire host -> SDK ext"), ("api_sdk", "host API -> SDK ext (bench)"),
+                      ("api_distributed", "distributed call -> SDK ext"),
                       ("connect_wire_c", "connect+reply wire -> C"), ("connect_api_c", "connect+reply API -> C"),
                       ("connect_wire_sdk", "connect+reply wire -> SDK"), ("connect_api_sdk", "connect+reply API -> SDK")]
         for (key, label) in labels {
-            let variant = v[key]!, n = Double(variant.count)
+            guard let variant = v[key] else { continue }
+            let n = Double(variant.count)
             let wall = XsbBench.median(variant.wall)
             var line = label.padding(toLength: 28, withPad: " ", startingAt: 0) + String(format: "%10.1f", wall * 1e6)
             var entry: [String: Any] = ["median_us": XsbBench.rounded(wall * 1e6)]
@@ -235,6 +261,14 @@ struct Breakdown {
             String(format: "%@ %.0f", label, XsbBench.median(throughput[key]!) / 1048576)
         }.joined(separator: ", "))
         report["throughput_mib_per_s"] = throughput.mapValues { XsbBench.rounded(XsbBench.median($0) / 1048576) }
+        if let distributed = v["api_distributed"], !coding.isEmpty {
+            // In this process, alone: what both sides' encoders and decoders take of one such call.
+            let codingTime = XsbBench.median(coding), call = XsbBench.median(distributed.wall)
+            report["distributed_coding_us"] = XsbBench.rounded(codingTime * 1e6)
+            report["distributed_coding_share"] = XsbBench.rounded(codingTime / call)
+            lines.append(String(format: "encoder's share of the distributed call: encoding + decoding its envelope, arguments and result %.1f us of %.1f us (%.0f%%)",
+                                codingTime * 1e6, call * 1e6, codingTime / call * 100))
+        }
         lines.append("(raw: both C processes together under \"host\"; cs = context switches, voluntary and involuntary)")
         return (lines, report)
     }

@@ -29,7 +29,10 @@ struct DistributedBench: Sendable {
         var coding: [Double] = []
     }
 
-    nonisolated func run() async throws -> Results {
+    /// The actors fixture, a proxy for its filter after 200 small calls, and the calls' arguments, for `body`.
+    private nonisolated func withFilter<T>(
+        _ body: (AppExtensionProcess, $TextFilter, _ text: String, FilterOptions, _ bulk: [UInt8]) async throws -> T
+    ) async throws -> T {
         let point = AppExtensionPoint(name: "xsb-bench.distributed", securityLevel: raw.securityLevel)
         let identity = AppExtensionIdentity.developmentOnly(bundleIdentifier: "xsb-bench.actors", executablePath: actorsExtensionPath, point: point)
         let process = try await AppExtensionProcess(configuration: .init(identity: identity, suspendAfter: .seconds(60), terminateAfter: .seconds(120)))
@@ -39,9 +42,15 @@ struct DistributedBench: Sendable {
         let filter = try connection.remoteObject($TextFilter.self)
         let text = String(repeating: "x", count: IPCBench.messageSize)
         let options = FilterOptions(shout: false)
-        let bulk = [UInt8](repeating: UInt8(ascii: "y"), count: IPCBench.bulkSize)
-
         for _ in 0..<200 { _ = try await filter.apply(text, options: options) }
+        return try await body(process, filter, text, options, [UInt8](repeating: UInt8(ascii: "y"), count: IPCBench.bulkSize))
+    }
+
+    nonisolated func run() async throws -> Results {
+        try await withFilter { _, filter, text, options, bulk in try await run(filter, text, options, bulk) }
+    }
+
+    private nonisolated func run(_ filter: $TextFilter, _ text: String, _ options: FilterOptions, _ bulk: [UInt8]) async throws -> Results {
         _ = try await throughput(filter, bulk)
         var results = Results()
         for _ in 0..<rounds {
@@ -55,6 +64,48 @@ struct DistributedBench: Sendable {
             results.coding.append(try coding(text, options))
         }
         return results
+    }
+
+    /// What one kind of call costs, for profiling (`--profile-distributed`): wall-clock samples
+    /// and CPU time and context switches per call on each side.
+    struct Profile {
+        var wall: [Double] = []
+        var host = Breakdown.Usage()
+        var ext = Breakdown.Usage()
+        var calls = 0
+    }
+
+    /// Only `count` small calls and `bulkCount` 1 MiB calls (four in flight), after a warm-up:
+    /// for `perf record` sessions and A/B runs.
+    nonisolated func profile(count: Int, bulkCount: Int) async throws -> (small: Profile, bulk: Profile) {
+        try await withFilter { process, filter, text, options, bulk in
+            try await profile(process, filter, text, options, bulk, count: count, bulkCount: bulkCount)
+        }
+    }
+
+    private nonisolated func profile(_ process: AppExtensionProcess, _ filter: $TextFilter, _ text: String, _ options: FilterOptions,
+                                     _ bulk: [UInt8], count: Int, bulkCount: Int) async throws -> (small: Profile, bulk: Profile) {
+        if bulkCount > 0 { _ = try await throughput(filter, bulk) }
+        let pids = process.sandbox.processIdentifiers()
+        var small = Profile(), large = Profile()
+        var h0 = Breakdown.usage(of: RUSAGE_SELF.rawValue), e0 = Breakdown.usage(pids: pids)
+        for _ in 0..<count {
+            let start = now()
+            _ = try await filter.apply(text, options: options)
+            small.wall.append(now() - start)
+        }
+        small.host = Breakdown.usage(of: RUSAGE_SELF.rawValue) - h0
+        small.ext = Breakdown.usage(pids: pids) - e0
+        small.calls = count
+        h0 = Breakdown.usage(of: RUSAGE_SELF.rawValue)
+        e0 = Breakdown.usage(pids: pids)
+        for _ in 0..<(bulkCount + bulkCallsPerSample - 1) / bulkCallsPerSample {
+            large.wall.append(try await throughput(filter, bulk))
+            large.calls += bulkCallsPerSample
+        }
+        large.host = Breakdown.usage(of: RUSAGE_SELF.rawValue) - h0
+        large.ext = Breakdown.usage(pids: pids) - e0
+        return (small, large)
     }
 
     /// Bytes per second of `bulkCallsPerSample` calls of `count(_:)` with 1 MiB, four in flight.
@@ -77,6 +128,11 @@ struct DistributedBench: Sendable {
 
     /// Seconds per encode + decode of the small call's envelope, arguments and result.
     private nonisolated func coding(_ text: String, _ options: FilterOptions) throws -> Double {
+        try Self.coding(text, options)
+    }
+
+    /// Seconds per encode + decode of the small call's envelope, arguments and result.
+    static func coding(_ text: String, _ options: FilterOptions) throws -> Double {
         let count = 1000
         let start = now()
         for _ in 0..<count {

@@ -9,7 +9,7 @@ import SandboxRuntime
 ///
 ///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|ipc|discovery] [--breakdown]
 ///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
-///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N) [--policy PATH] [--extension PATH]
+///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N | --profile-distributed N) [--policy PATH] [--extension PATH]
 ///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N] [--memory-floor-mib N]] [--faults [--cycles N]] [--json]
 ///               [--scale-policy PATH] [--extension PATH] [--scale-c-extension]
 ///     xsb-bench --cycles-only N [--cycle-workers N] [--cycle-time-limit SECONDS] | --child-host N    (for ScaleFaultTests)
@@ -19,7 +19,8 @@ import SandboxRuntime
 /// ``Breakdown``). The extension (`xsb-echo-extension`) and the raw C reference
 /// (`xsb-pingpong`) default to the files next to this executable. `--profile-rtt N` only runs N
 /// host-API round trips, `--profile-connect N` only N connects (each followed by its first reply),
-/// `--profile-tp N` only N throughput samples, and prints their median: for `perf record`
+/// `--profile-tp N` only N throughput samples, `--profile-distributed N` only N small distributed
+/// calls and N/10 1 MiB ones (`--profile-distributed-bulk M`: M) (with CPU time and context switches per call), and prints their median: for `perf record`
 /// sessions and A/B runs. `--scale` and `--faults` measure scale and host-level faults over the
 /// host API at a `hardened` point (``ScaleBench``, ``ScaleFaults``); `--cycles-only N` prints one
 /// cycle run as JSON (exit 1 if something grew), `--child-host N` launches N extensions, prints
@@ -153,6 +154,18 @@ struct XsbBench {
                 print(String(format: "tp median %.0f MiB/s, below 3000: %d of %d", median(samples), samples.filter { $0 < 3000 }.count, count))
                 return
             }
+            if let count = Int(option("--profile-distributed") ?? "") {
+                let distributed = DistributedBench(actorsExtensionPath: actorsExtensionPath, raw: bench, rounds: 1)
+                let (small, bulk) = try await distributed.profile(count: count, bulkCount: Int(option("--profile-distributed-bulk") ?? "") ?? count / 10)
+                for (label, p) in [("small call", small), ("1 MiB call", bulk)] where p.calls > 0 {
+                    let n = Double(p.calls)
+                    print(String(format: "%@: %d calls, %@, host cpu %.1f us, %.2f cs; extension cpu %.1f us, %.2f cs per call", label, p.calls,
+                                 label == "small call" ? String(format: "median %.1f us", median(p.wall) * 1e6)
+                                                       : String(format: "median %.0f MiB/s", median(p.wall) / 1048576),
+                                 p.host.cpu / n * 1e6, p.host.switches / n, p.ext.cpu / n * 1e6, p.ext.switches / n))
+                }
+                return
+            }
             if let count = Int(option("--profile-rtt") ?? "") {
                 let samples = try await bench.roundTripsOnly(count: count)
                 print(String(format: "%d host-API round trips, median %.1f us", count, median(samples) * 1e6))
@@ -253,7 +266,8 @@ struct XsbBench {
         if only != "launch" && only != "discovery" && breakdown {
             let bench = IPCBench(extensionPath: extensionPath, pingpongPath: pingpongPath,
                                  securityLevel: policyPath ?? "standard", rounds: rounds)
-            let (lines, details) = try await Breakdown(bench: bench, policy: policy).run(rounds: max(rounds / 2, 1))
+            let actors = FileManager.default.isExecutableFile(atPath: actorsExtensionPath) ? actorsExtensionPath : nil
+            let (lines, details) = try await Breakdown(bench: bench, policy: policy, actorsExtensionPath: actors).run(rounds: max(rounds / 2, 1))
             report["breakdown"] = details
             table.append("")
             table += lines
