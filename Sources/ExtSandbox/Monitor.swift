@@ -281,7 +281,8 @@ extension AppExtensionPoint {
                 if !entry.origin.isBundled && point.scope.restriction == .application { continue }
                 switch ExtensionCatalog.status(of: entry, state: approvals) {
                 case .enabled:
-                    let discovered = DiscoveredExtension(bundle: bundle, origin: entry.origin, stateFile: host.locations.stateFile)
+                    let discovered = DiscoveredExtension(bundle: bundle, origin: entry.origin, stateFile: host.locations.stateFile,
+                                                         containerDirectory: host.locations.containerDirectory)
                     let identity = AppExtensionIdentity(
                         bundleIdentifier: bundle.manifest.identifier, displayName: bundle.manifest.displayName,
                         version: bundle.manifest.version, point: point, hostIdentifier: host.identifier,

@@ -12,6 +12,8 @@ import SandboxSystem
 ///   `$XDG_DATA_HOME/extsandbox/points`, or `$EXTSANDBOX_POINT_DIRS`.
 /// - Approvals: `$XDG_STATE_HOME/extsandbox/approvals` (`~/.local/state/…`), or
 ///   `$EXTSANDBOX_STATE_FILE`.
+/// - Extensions' containers: `$XDG_DATA_HOME/extsandbox/containers`, or
+///   `$EXTSANDBOX_CONTAINER_DIR` (``ExtensionContainers``).
 public struct ExtensionLocations: Sendable, Hashable {
     /// The host's bundle directory (its `Extensions/` holds the bundled extensions), if any.
     public var hostBundle: String?
@@ -21,6 +23,8 @@ public struct ExtensionLocations: Sendable, Hashable {
     public var pointDirectories: [String]
     /// The owner's approvals and enable/disable choices.
     public var stateFile: String
+    /// The directory of extensions' private and shared containers (``ExtensionContainers``).
+    public var containerDirectory: String
 
     public static let systemExtensionDirectory = "/usr/local/lib/extsandbox/extensions"
     public static let systemPointDirectory = "/usr/local/lib/extsandbox/points"
@@ -30,11 +34,14 @@ public struct ExtensionLocations: Sendable, Hashable {
     /// under another name and rename it into place).
     public static let bundleExtension = "appex"
 
-    public init(hostBundle: String?, external: [String], pointDirectories: [String], stateFile: String) {
+    /// `containerDirectory` `nil`: the documented one, with the environment's override.
+    public init(hostBundle: String?, external: [String], pointDirectories: [String], stateFile: String,
+                containerDirectory: String? = nil) {
         self.hostBundle = hostBundle
         self.external = external
         self.pointDirectories = pointDirectories
         self.stateFile = stateFile
+        self.containerDirectory = containerDirectory ?? Self.standardContainerDirectory(SystemFiles.environment())
     }
 
     /// The documented locations, with the environment's overrides.
@@ -51,8 +58,18 @@ public struct ExtensionLocations: Sendable, Hashable {
             ?? [systemPointDirectory] + (data.map { [$0 + "/extsandbox/points"] } ?? [])
         let state = environment["EXTSANDBOX_STATE_FILE"].flatMap { $0.isEmpty ? nil : $0 }
             ?? (stateHome(environment) ?? "/nonexistent") + "/extsandbox/approvals"
-        return ExtensionLocations(hostBundle: hostBundle, external: external, pointDirectories: points, stateFile: state)
+        return ExtensionLocations(hostBundle: hostBundle, external: external, pointDirectories: points, stateFile: state,
+                                  containerDirectory: standardContainerDirectory(environment))
     }
+
+    /// `$EXTSANDBOX_CONTAINER_DIR`, else `$XDG_DATA_HOME/extsandbox/containers`.
+    static func standardContainerDirectory(_ environment: [String: String]) -> String {
+        if let value = environment["EXTSANDBOX_CONTAINER_DIR"], !value.isEmpty { return value }
+        return (dataHome(environment) ?? "/nonexistent") + "/extsandbox/containers"
+    }
+
+    /// The containers in ``containerDirectory``.
+    public var containers: ExtensionContainers { ExtensionContainers(directory: containerDirectory) }
 
     /// `<host bundle>/Extensions`.
     public var bundledDirectory: String? { hostBundle.map { FilePaths.join($0, Self.bundledDirectoryName) } }

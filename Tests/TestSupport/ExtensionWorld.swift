@@ -10,6 +10,8 @@ public final class ExtensionWorld: @unchecked Sendable {
     public let external: String
     public let points: String
     public let stateFile: String
+    /// Where the world's extensions' containers are (made on first use).
+    public let containers: String
     public static let hostIdentifier = "org.example.host"
     public static let openPoint = "org.example.host.text"
     public static let appOnlyPoint = "org.example.host.private"
@@ -23,6 +25,7 @@ public final class ExtensionWorld: @unchecked Sendable {
         external = root + "/extensions"
         points = root + "/points"
         stateFile = root + "/state/approvals"
+        containers = root + "/containers"
         for dir in [hostBundle + "/Extensions", external, points] {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
         }
@@ -36,7 +39,8 @@ public final class ExtensionWorld: @unchecked Sendable {
     deinit { try? FileManager.default.removeItem(atPath: root) }
 
     public var locations: ExtensionLocations {
-        ExtensionLocations(hostBundle: hostBundle, external: [external], pointDirectories: [points], stateFile: stateFile)
+        ExtensionLocations(hostBundle: hostBundle, external: [external], pointDirectories: [points], stateFile: stateFile,
+                           containerDirectory: containers)
     }
 
     public var environment: [String: String] {
@@ -44,6 +48,7 @@ public final class ExtensionWorld: @unchecked Sendable {
         environment["EXTSANDBOX_EXTENSION_DIRS"] = external
         environment["EXTSANDBOX_POINT_DIRS"] = points
         environment["EXTSANDBOX_STATE_FILE"] = stateFile
+        environment["EXTSANDBOX_CONTAINER_DIR"] = containers
         return environment
     }
 
