@@ -38,7 +38,7 @@ struct ExtSandboxCommand: AsyncParsableCommand {
             """,
         version: ExtSandboxVersion.description,
         subcommands: [ExecCommand.self, PolicyCommand.self, ListCommand.self, ApproveCommand.self, RevokeCommand.self,
-                      EnableCommand.self, DisableCommand.self, RunCommand.self, TestCommand.self])
+                      EnableCommand.self, DisableCommand.self, ResetCommand.self, RunCommand.self, TestCommand.self])
 
     /// `exec` in its common shapes skips ArgumentParser (see ``ExecRequest/quickParse(_:)``);
     /// everything else, help and usage errors included, goes through it.

@@ -67,6 +67,20 @@ enum ExtensionCommands {
         return item
     }
 
+    /// The name of `item`'s private container (bundled extensions' carry their host's identifier).
+    static func containerName(of item: ExtensionInventory.Item, identifier: String) -> String? {
+        try? ExtensionContainers.name(identifier: identifier, bundledWith: item.entry.origin.isBundled ? item.host : nil)
+    }
+
+    /// `bytes` for people: `0 B`, `12 KiB`, `3.5 MiB`.
+    static func size(_ bytes: UInt64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes), unit = 0
+        while value >= 1024 && unit < units.count - 1 { value /= 1024; unit += 1 }
+        if unit == 0 || value >= 10 { return "\(Int(value.rounded())) \(units[unit])" }
+        return "\((value * 10).rounded() / 10) \(units[unit])"
+    }
+
     /// The owner's choices as saved; nil when there are none yet or they cannot be read (the
     /// update that follows says why).
     static func savedState() -> ApprovalState? {
@@ -109,7 +123,13 @@ struct ListCommand: ParsableCommand {
             left out): identifier, name (display name), version, point, host (the host that \
             declares the point), state (enabled, disabled, unapproved or invalid), reason (why it \
             is unapproved or invalid), level (the point's security level), origin (bundled or \
-            external), path (the bundle's directory).
+            external), path (the bundle's directory), containerBytes and containerInodes (what \
+            the extension's private container takes on disk; absent when it has none yet), \
+            sharedContainer (the shared container its point declares).
+
+            The CONTAINER column shows the size of each extension's private container \
+            ($XDG_DATA_HOME/extsandbox/containers, or $EXTSANDBOX_CONTAINER_DIR); removing a \
+            bundle leaves its container, until `extsandbox reset ID`.
 
             Output: an aligned table, the STATE column coloured when standard output is a \
             terminal and NO_COLOR is not set, control characters from manifests and declarations \
@@ -138,6 +158,9 @@ struct ListCommand: ParsableCommand {
         var level: String?
         var origin: String
         var path: String
+        var containerBytes: UInt64?
+        var containerInodes: UInt64?
+        var sharedContainer: String?
     }
 
     func run() throws {
@@ -153,10 +176,13 @@ struct ListCommand: ParsableCommand {
             case .invalid(let problem): reason = problem.description
             default: reason = nil
             }
+            let usage = manifest.flatMap { ExtensionCommands.containerName(of: item, identifier: $0.identifier) }
+                .flatMap { inventory.locations.containers.usage($0) }
             return Row(identifier: manifest?.identifier, name: manifest?.displayName, version: manifest?.version,
                        point: manifest?.point, host: item.host, state: item.status.name, reason: reason,
                        level: item.point?.securityLevel, origin: item.entry.origin.isBundled ? "bundled" : "external",
-                       path: item.entry.path)
+                       path: item.entry.path, containerBytes: usage?.bytes, containerInodes: usage?.inodes,
+                       sharedContainer: item.point?.sharedContainer)
         }
         if json {
             try JSONOutput.print(rows)
@@ -165,10 +191,11 @@ struct ListCommand: ParsableCommand {
         if rows.isEmpty {
             print("No extensions installed.")
         } else {
-            var table = Table(["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION"])
+            var table = Table(["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION", "CONTAINER"])
             for row in rows {
                 let note = row.reason.map { "\(row.state == "invalid" ? "why" : "note"): \($0)" }
-                table.add([row.identifier ?? "?", row.point ?? "?", row.state, row.level ?? "-", row.origin, row.version ?? "-"],
+                table.add([row.identifier ?? "?", row.point ?? "?", row.state, row.level ?? "-", row.origin, row.version ?? "-",
+                           row.containerBytes.map(ExtensionCommands.size) ?? "-"],
                           colors: [2: Self.color(ofState: row.state)], notes: note.map { [$0] } ?? [])
             }
             print(table.render(), terminator: "")
