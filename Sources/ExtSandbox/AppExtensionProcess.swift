@@ -291,7 +291,7 @@ extension ExtensionProcessCore {
         do {
             (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
         } catch {
-            containers.hold?.close()
+            containers.ended()
             throw error
         }
         var sandboxConfiguration = SandboxConfiguration(
@@ -309,11 +309,12 @@ extension ExtensionProcessCore {
         } catch {
             hostFD.close()
             extensionFD.close()
-            containers.hold?.close()
+            containers.ended()
             throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
         }
         extensionFD.close()
-        if let hold = containers.hold { sandbox.whenEnded { _ in hold.close() } }
+        containers.launched()
+        sandbox.whenEnded { _ in containers.ended() }
         func abandon(_ error: any Error) async -> any Error {
             sandbox.kill()
             _ = await sandbox.waitForExit()

@@ -83,7 +83,19 @@ struct ContainerGrant: Sendable {
     var environment: [String: String] = [:]
     /// Held (shared `flock`) until the sandbox has ended.
     var hold: FileDescriptor?
+    /// A root caller's container: its image's file system, placed at the bind's source until
+    /// the launch is over, and in use until the sandbox has ended.
+    var placement: ContainerVolumes.Placement?
     var bound: ContainerBound = .noContainer
+
+    /// The launch is over (whether it succeeded or not): the sandbox has its binds.
+    func launched() { placement?.remove() }
+
+    /// The sandbox has ended (or never started).
+    func ended() {
+        placement?.release()
+        hold?.close()
+    }
 
     /// The grant for a launch of `identity` by a caller that runs sandboxes as `host`.
     static func make(for identity: AppExtensionIdentity, host: HostIdentity) throws -> ContainerGrant {
@@ -104,9 +116,17 @@ struct ContainerGrant: Sendable {
         do throws(CatalogProblem) {
             if let budget = point.container {
                 let name = try ExtensionContainers.name(identifier: identity.bundleIdentifier, bundledWith: bundledWith)
-                grant.bound = try bound(budget, host: host)
                 grant.hold = try containers.holdWhileRunning(name)
                 let path = try containers.prepare(name, uid: host.uid, gid: host.gid)
+                grant.bound = bound(budget, host: host)
+                if host.remapsRoot {
+                    let image = try containers.prepareImage(name, bytes: budget.bytes, inodes: budget.inodes, uid: host.uid, gid: host.gid)
+                    do throws(SandboxError) {
+                        grant.placement = try ContainerVolumes.shared.place(image: image, at: path)
+                    } catch {
+                        throw CatalogProblem(.broken, file: image, "\(error)")
+                    }
+                }
                 grant.mounts.append(.bind(source: path, destination: ContainerEnvironment.containerDirectory, writable: true, optional: false))
                 grant.environment[ContainerEnvironment.container] = ContainerEnvironment.containerDirectory
             }
@@ -116,19 +136,19 @@ struct ContainerGrant: Sendable {
                 grant.environment[ContainerEnvironment.shared] = ContainerEnvironment.sharedDirectory
             }
         } catch {
-            grant.hold?.close()
+            grant.ended()
             throw DiscoveryError.catalog(error)
         }
         return grant
     }
 
-    /// Whether `budget` can be enforced for this caller; throws when it must be and cannot.
-    static func bound(_ budget: ContainerBudget, host: HostIdentity) throws(CatalogProblem) -> ContainerBound {
+    /// Whether `budget` is enforced for this caller: for root, by the container's own file
+    /// system (an image; a launch whose image cannot be mounted fails); for an unprivileged
+    /// caller, not at all (docs/containers.md: no size-limited file system it may mount here).
+    static func bound(_ budget: ContainerBudget, host: HostIdentity) -> ContainerBound {
         guard host.remapsRoot else {
-            // docs/containers.md: no file system with a size limit that an unprivileged user may
-            // mount (FUSE and loop devices are root's here, ext4 has no project quota on /).
-            return .notEnforced(reason: "an unprivileged caller cannot mount a size-limited file system on this machine (/dev/fuse and /dev/loop-control are root's, and the file system has no project quotas): the container is not bounded")
+            return .notEnforced(reason: "an unprivileged caller cannot mount a size-limited file system on this machine (/dev/fuse and /dev/loop-control are root's, ext4 is not mountable in a user namespace, and the file system has no project quotas): the container is not bounded")
         }
-        throw CatalogProblem(.unsafe, file: "container", "refusing to launch with a container of \(budget.bytes) bytes and \(budget.inodes) inodes: its bound cannot be enforced for a root caller yet")
+        return .enforced(budget)
     }
 }

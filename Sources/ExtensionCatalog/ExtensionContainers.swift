@@ -14,6 +14,9 @@ import SandboxSystem
 /// - `shared/<name>@<host identifier>`: a host's shared container.
 /// - `.locks/<container name>`: held shared by every host process while the extension runs,
 ///   exclusively by ``reset(_:)``.
+/// - `.images/<container name>.ext4`: a root caller's container, an ext4 image whose file
+///   system bounds it (``prepareImage(_:bytes:inodes:uid:gid:)``); its directory is then only
+///   where the image's file system is placed for a launch.
 ///
 /// Each container is owned by the sandbox's host uid (the caller's own, or 65534 for a root
 /// caller), mode 0700. Every name below the checked directory is opened with `O_NOFOLLOW`,
@@ -124,6 +127,7 @@ public struct ExtensionContainers: Sendable, Hashable {
     /// What the container takes on the host, or `nil` when it does not exist (yet). Links are
     /// counted, never followed.
     public func usage(_ name: String) -> Usage? {
+        if let image = imageUsage(name) { return image }
         guard let parent = try? openParent(of: name, creating: false) else { return nil }
         defer { parent.close() }
         var usage = Usage(bytes: 0, inodes: 0)
@@ -149,9 +153,10 @@ public struct ExtensionContainers: Sendable, Hashable {
                 : "cannot lock the container: \(errnoText())")
         }
         let last = FilePaths.lastComponent(name)
+        let removedImage = try removeImage(name)
         var info = stat()
         guard fstatat(parent.fd.rawValue, last, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
-            if errno == ENOENT { return false }
+            if errno == ENOENT { return removedImage }
             throw CatalogProblem(.broken, file: path(of: name), "cannot stat the container: \(errnoText())")
         }
         // Out of the way first: a launch after this point makes a fresh one.
@@ -161,6 +166,19 @@ public struct ExtensionContainers: Sendable, Hashable {
         }
         guard Self.remove(parent.fd.rawValue, Array(trash.utf8CString)) else {
             throw CatalogProblem(.broken, file: FilePaths.join(parent.path, trash), "cannot remove the old container's contents: \(errnoText())")
+        }
+        return true
+    }
+
+    /// Removes the image of `name` (a root caller's container), if any; whether there was one.
+    private func removeImage(_ name: String) throws(CatalogProblem) -> Bool {
+        let images = FilePaths.join(directory, Self.imageDirectoryName)
+        guard let directory = try? TrustedPath.openDirectory(images) else { return false }
+        defer { directory.close() }
+        let file = FilePaths.lastComponent(imagePath(of: name))
+        guard unlinkat(directory.fd.rawValue, file, 0) == 0 else {
+            if errno == ENOENT { return false }
+            throw CatalogProblem(.broken, file: FilePaths.join(directory.path, file), "cannot remove the container's image: \(errnoText())")
         }
         return true
     }
