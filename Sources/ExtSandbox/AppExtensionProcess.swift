@@ -277,9 +277,9 @@ extension ExtensionProcessCore {
         // in scope): LaunchAuthorization.swift.
         let authorization = try LaunchAuthorization.authorize(identity)
         let hostIdentity: HostIdentity
-        do {
+        do throws(SandboxError) {
             hostIdentity = try HostIdentity.forCaller()
-        } catch let error as SandboxError {
+        } catch {
             throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
         }
         // The containers' hold is released when the sandbox has ended (or the launch failed).
