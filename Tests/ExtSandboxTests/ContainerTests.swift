@@ -331,4 +331,57 @@ struct BoundedContainerTests {
         #expect(!Self.mounted(world.locations.containers.path(of: "org.example.rootkeeper")))
         #expect(await HostFixtures.eventually { Self.loops(backing: image).isEmpty })
     }
+
+    static let filler = """
+        import errno
+        out = []
+        try:
+            with open("/container/big", "wb") as f:
+                while True:
+                    f.write(b"z" * 65536)
+                    f.flush()
+        except OSError as e:
+            out.append("bytes:" + errno.errorcode.get(e.errno, str(e.errno)))
+        os.unlink("/container/big")
+        try:
+            for i in range(1000000):
+                open("/container/f%d" % i, "w").close()
+        except OSError as e:
+            out.append("inodes:" + errno.errorcode.get(e.errno, str(e.errno)))
+        return " ".join(out)
+        """.replacingOccurrences(of: "\n", with: "\n    ")
+
+    @Test("a root host: an extension filling its container stops at the limit; the host, its shared container and another extension keep working")
+    func rootFillAndNeighbours() async throws {
+        try #require(getuid() == 0)
+        let world = try ExtensionWorld()
+        let fillerBundle = try world.install("org.example.filler", script: "")
+        try world.write(fillerBundle + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude(extra: Self.filler)), mode: 0o755)
+        let target = world.locations.containers.path(of: "org.example.filler")
+        let keeperBundle = try world.install("org.example.keeper", script: "")
+        try world.write(keeperBundle + "/bin/run", HostFixtures.pythonExtension(
+            reply: "probe()", prelude: ContainerTests.prelude(extra: ContainerTests.isolationProbe(target: target))), mode: 0o755)
+        let host = AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations)
+        let shared = try host.sharedContainer(named: ContainerTests.group)
+        try "from the host\n".write(toFile: shared + "/hello", atomically: false, encoding: .utf8)
+        var info = stat()
+        #expect(stat(shared, &info) == 0 && info.st_uid == 65534 && info.st_mode & 0o777 == 0o700)
+
+        let free = Self.freeBytes(world.root)
+        let (m1, filler) = try await ContainerTests.discover("org.example.filler", bundle: fillerBundle, in: world, point: ContainerTests.point())
+        defer { m1.cancel() }
+        let filled = try await ContainerTests.ask(filler)
+        #expect(filled == "count:0 shared:from the host bytes:ENOSPC inodes:ENOSPC", "\(filled)")
+        #expect(free - min(free, Self.freeBytes(world.root)) <= ContainerTests.budget.bytes + (4 << 20))
+        let (m2, keeper) = try await ContainerTests.discover("org.example.keeper", bundle: keeperBundle, in: world, point: ContainerTests.point())
+        defer { m2.cancel() }
+        let kept = try await ContainerTests.ask(keeper)
+        #expect(kept == "count:0 shared:from the host reach:nothing", "\(kept)")
+        // The shared container is the host's too: what an extension writes there, it reads.
+        #expect(FileManager.default.fileExists(atPath: shared + "/hello"))
+        let image = world.locations.containers.imagePath(of: "org.example.filler")
+        #expect(await HostFixtures.eventually { !ContainerVolumes.shared.isMounted(image) && Self.loops(backing: image).isEmpty })
+        #expect(!Self.mounted(target))
+    }
 }
+
