@@ -20,7 +20,7 @@ import Synchronization
 package final class ContainerVolumes: Sendable {
     package static let shared = ContainerVolumes()
 
-    private struct Volume {
+    private struct Volume: Sendable {
         var image: FileDescriptor
         var mount: FileDescriptor
         /// Launches and sandboxes using it.
@@ -92,7 +92,7 @@ package final class ContainerVolumes: Sendable {
         while flock(fd.rawValue, LOCK_EX | LOCK_NB) != 0 {
             let error = errno
             attempts += 1
-            guard error == EWOULDBLOCK, attempts < 50 else {
+            guard error == EWOULDBLOCK, attempts < 200 else {
                 throw SandboxError(step: .bindMount, errorNumber: error, detail: error == EWOULDBLOCK
                     ? "the container's image \(image) is mounted by another host process; an extension's container serves one host process at a time"
                     : "cannot lock the container's image \(image)")
@@ -122,10 +122,23 @@ package final class ContainerVolumes: Sendable {
     package func isMounted(_ image: String) -> Bool { volumes.withLock { $0[image] != nil } }
 
     private func release(_ image: String) {
-        volumes.withLock { volumes in
-            guard var volume = volumes[image] else { return }
+        let unused = volumes.withLock { volumes -> Volume? in
+            guard var volume = volumes[image] else { return nil }
             volume.users -= 1
             volumes[image] = volume.users > 0 ? volume : nil
+            return volume.users > 0 ? nil : volume
+        }
+        guard let unused else { return }
+        // The last close unmounts the file system, which writes it back: not on the caller's
+        // thread (the event monitor's, when a sandbox ends).
+        let close: @Sendable () -> Void = {
+            unused.mount.close()
+            unused.image.close()
+        }
+        do {
+            try DetachedThread.start(name: "xsb-unmount", stackSize: 256 << 10, close)
+        } catch {
+            close()
         }
     }
 
