@@ -7,7 +7,7 @@ import SandboxRuntime
 /// against a reference measured in the same run (absolute times across runs mean little on
 /// shared machines).
 ///
-///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|ipc|discovery] [--breakdown]
+///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|container|ipc|discovery] [--breakdown]
 ///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
 ///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N) [--policy PATH] [--extension PATH]
 ///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N] [--memory-floor-mib N]] [--faults [--cycles N]] [--json]
