@@ -178,6 +178,13 @@ struct ContainerTests {
                 try await Task.sleep(for: .milliseconds(300))
                 connection = try await process.makeConnection()
                 ContainerTests.check(HostFixtures.text(try await connection.send(HostFixtures.message("x"))).hasPrefix("count:4"), "after a suspension")
+                // While it runs, reset refuses.
+                do {
+                    try world.locations.containers.reset(a)
+                    ContainerTests.check(false, "reset emptied a running extension's container")
+                } catch {
+                    ContainerTests.check("\(error)".contains("running"), "reset refused: \(error)")
+                }
                 connection.invalidate()
                 process.invalidate()
                 _ = await HostFixtures.exit(of: process.sandbox)
@@ -327,6 +334,23 @@ struct BoundedContainerTests {
         let image = world.locations.containers.imagePath(of: "org.example.rootkeeper")
         #expect(try await ContainerTests.ask(identity) == "count:0 shared:none")
         #expect(try await ContainerTests.ask(identity) == "count:1 shared:none")
+        // A crash (SIGKILL of the sandbox) and the relaunch; then a suspension.
+        let process = try await AppExtensionProcess(configuration: .init(identity: identity, suspendAfter: .milliseconds(50)))
+        #expect(process.containerBound == .enforced(ContainerTests.budget))
+        var connection = try await process.makeConnection()
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("x"))) == "count:2 shared:none")
+        connection.invalidate()
+        process.sandbox.kill()
+        _ = await process.sandbox.waitForExit()
+        connection = try await process.makeConnection()
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("x"))) == "count:3 shared:none")
+        connection.invalidate()
+        try await Task.sleep(for: .milliseconds(300))
+        connection = try await process.makeConnection()
+        #expect(HostFixtures.text(try await connection.send(HostFixtures.message("x"))) == "count:4 shared:none")
+        connection.invalidate()
+        process.invalidate()
+        _ = await HostFixtures.exit(of: process.sandbox)
         #expect(await HostFixtures.eventually { !ContainerVolumes.shared.isMounted(image) })
         #expect(!Self.mounted(world.locations.containers.path(of: "org.example.rootkeeper")))
         #expect(await HostFixtures.eventually { Self.loops(backing: image).isEmpty })
@@ -383,5 +407,61 @@ struct BoundedContainerTests {
         #expect(await HostFixtures.eventually { !ContainerVolumes.shared.isMounted(image) && Self.loops(backing: image).isEmpty })
         #expect(!Self.mounted(target))
     }
-}
 
+    @Test("a SIGKILLed root host leaves no mount and no loop device of its extension's container", .oneExitTestAtATime)
+    func hostKilled() async throws {
+        try #require(getuid() == 0)
+        let directory = "/tmp/xsb-container-hostkill"
+        _ = try? FileManager.default.removeItem(atPath: directory)
+        await #expect(processExitsWith: .signal(SIGKILL)) {
+            let world = try! ExtensionWorld()
+            let bundle = try! world.install("org.example.hostkill", script: "")
+            try! world.write(bundle + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude()), mode: 0o755)
+            var locations = world.locations
+            locations.containerDirectory = "/tmp/xsb-container-hostkill"
+            let approval = try! ExtensionCatalog.currentApproval(of: try! BundleValidator.validate(bundleAt: bundle).get())
+            _ = try! ApprovalStore(path: world.stateFile).update { $0.approvals["org.example.hostkill"] = approval }
+            let monitor = try! await AppExtensionPoint.Monitor(
+                points: [ContainerTests.point(shared: nil)], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: locations))
+            let identity = monitor.identities.first!
+            let process = try! await AppExtensionProcess(configuration: .init(identity: identity))
+            let connection = try! await process.makeConnection()
+            _ = try? await connection.send(HostFixtures.message("x"))
+            kill(getpid(), SIGKILL)
+        }
+        let image = directory + "/.images/org.example.hostkill.ext4"
+        #expect(FileManager.default.fileExists(atPath: image))
+        #expect(await HostFixtures.eventually { Self.loops(backing: image).isEmpty }, "\(Self.loops(backing: image))")
+        #expect(!Self.mounted(directory + "/org.example.hostkill"))
+        // The data reached the container: the next mount reads it.
+        let containers = ExtensionContainers(directory: directory)
+        let placement = try ContainerVolumes.shared.place(image: image, at: containers.path(of: "org.example.hostkill"))
+        #expect((try? String(contentsOfFile: directory + "/org.example.hostkill/count", encoding: .utf8)) == "1")
+        placement.release()
+        #expect(await HostFixtures.eventually { Self.loops(backing: image).isEmpty })
+        try FileManager.default.removeItem(atPath: directory)
+    }
+
+    @Test("a root host's container whose image cannot be mounted fails the launch: it never runs unbounded")
+    func unmountableImageFailsClosed() async throws {
+        try #require(getuid() == 0)
+        let world = try ExtensionWorld()
+        let bundle = try world.install("org.example.broken", script: "")
+        try world.write(bundle + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude()), mode: 0o755)
+        let containers = world.locations.containers
+        _ = try containers.prepareImage("org.example.other", bytes: 1 << 20, inodes: 16, uid: 65534, gid: 65534)  // makes .images
+        let image = containers.imagePath(of: "org.example.broken")
+        try Fixtures.writeFile(image, Array(repeating: 0, count: 1 << 20), mode: 0o600)
+        let (monitor, identity) = try await ContainerTests.discover("org.example.broken", bundle: bundle, in: world, point: ContainerTests.point(shared: nil))
+        defer { monitor.cancel() }
+        await #expect {
+            _ = try await ContainerTests.ask(identity)
+        } throws: { error in
+            "\(error)".contains("cannot mount the container's image")
+        }
+        #expect(!ContainerVolumes.shared.isMounted(image))
+        #expect(!Self.mounted(containers.path(of: "org.example.broken")))
+        #expect(await HostFixtures.eventually { Self.loops(backing: image).isEmpty })
+        #expect(!containers.isInUse("org.example.broken"))
+    }
+}
