@@ -21,12 +21,7 @@ extension ExtensionContainers {
     /// mode 0700. An existing image is kept as it is (its budget is the one it was made with).
     /// Returns its path.
     public func prepareImage(_ name: String, bytes: UInt64, inodes: UInt64, uid: UInt32, gid: UInt32) throws(CatalogProblem) -> String {
-        let images: TrustedPath.Directory
-        do throws(TrustedPath.Failure) {
-            images = try ApprovalStore.openCreatingDirectory(FilePaths.join(directory, Self.imageDirectoryName))
-        } catch {
-            throw CatalogProblem(.unsafe, file: FilePaths.join(directory, Self.imageDirectoryName), error.description)
-        }
+        let images = try openCreatingSubdirectory(Self.imageDirectoryName)
         defer { images.close() }
         let file = FilePaths.lastComponent(imagePath(of: name))
         let path = FilePaths.join(images.path, file)

@@ -211,13 +211,18 @@ public struct ExtensionContainers: Sendable, Hashable {
         }
     }
 
-    private func openLock(_ name: String, creating: Bool = true) throws(CatalogProblem) -> FileDescriptor {
-        let top: TrustedPath.Directory
+    /// The directory `relative` below ``directory``, checked, created (mode 0700) when missing.
+    func openCreatingSubdirectory(_ relative: String) throws(CatalogProblem) -> TrustedPath.Directory {
+        let path = FilePaths.join(directory, relative)
         do throws(TrustedPath.Failure) {
-            top = try ApprovalStore.openCreatingDirectory(FilePaths.join(directory, Self.lockDirectoryName))
+            return try ApprovalStore.openCreatingDirectory(path)
         } catch {
-            throw CatalogProblem(.unsafe, file: FilePaths.join(directory, Self.lockDirectoryName), error.description)
+            throw CatalogProblem(.unsafe, file: path, error.description)
         }
+    }
+
+    private func openLock(_ name: String, creating: Bool = true) throws(CatalogProblem) -> FileDescriptor {
+        let top = try openCreatingSubdirectory(Self.lockDirectoryName)
         defer { top.close() }
         let lockName = name.replacing("/", with: "+")
         let flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC | (creating ? O_CREAT : 0)

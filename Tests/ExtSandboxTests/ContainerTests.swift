@@ -72,6 +72,15 @@ struct ContainerTests {
         """.replacingOccurrences(of: "\n", with: "\n    ")
     }
 
+    /// Installs `identifier` in `world` as a Python extension answering ``probe()`` (with
+    /// `extra` in it) and returns its bundle.
+    static func installProbe(_ identifier: String, in world: ExtensionWorld, point: String = ExtensionWorld.openPoint,
+                             extra: String = "return ''") throws -> String {
+        let bundle = try world.install(identifier, point: point, script: "")
+        try world.write(bundle + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: prelude(extra: extra)), mode: 0o755)
+        return bundle
+    }
+
     static func point(_ name: String = ExtensionWorld.openPoint, shared: String? = group) -> AppExtensionPoint {
         AppExtensionPoint(name: name, scope: .init(restriction: .none),
                           securityLevel: Fixtures.policyPath("standard", for: getuid() == 0 ? .root : .nobody),
@@ -139,18 +148,13 @@ struct ContainerTests {
             await ContainerTests.asUnprivilegedHost {
                 let world = try ExtensionWorld()
                 let a = "org.example.keeper", b = "org.example.neighbour", c = "org.example.sibling", d = "org.example.stranger"
-                let keeper = try world.install(a, script: "")
-                try world.write(keeper + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude()), mode: 0o755)
+                let keeper = try ContainerTests.installProbe(a, in: world)
                 let target = world.containers + "/" + a
                 try world.write(world.points + "/other.appext", PointDeclarationFile(hostIdentifier: ExtensionWorld.hostIdentifier, points: [
                     ExtensionPointDeclaration(name: "org.example.host.other", restriction: .none)]).rendered())
-                let neighbour = try world.install(b, point: "org.example.host.other", script: "")
-                try world.write(neighbour + "/bin/run", HostFixtures.pythonExtension(
-                    reply: "probe()", prelude: ContainerTests.prelude(extra: ContainerTests.isolationProbe(target: target))), mode: 0o755)
-                let sibling = try world.install(c, script: "")
-                try world.write(sibling + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude()), mode: 0o755)
-                let stranger = try world.install(d, script: "")
-                try world.write(stranger + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude()), mode: 0o755)
+                let neighbour = try ContainerTests.installProbe(b, in: world, point: "org.example.host.other", extra: ContainerTests.isolationProbe(target: target))
+                let sibling = try ContainerTests.installProbe(c, in: world)
+                let stranger = try ContainerTests.installProbe(d, in: world)
 
                 // The host writes into its shared container; its extensions read it.
                 let host = AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations)
@@ -328,8 +332,7 @@ struct BoundedContainerTests {
     func rootLaunch() async throws {
         try #require(getuid() == 0)
         let world = try ExtensionWorld()
-        let bundle = try world.install("org.example.rootkeeper", script: "")
-        try world.write(bundle + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude()), mode: 0o755)
+        let bundle = try ContainerTests.installProbe("org.example.rootkeeper", in: world)
         let (monitor, identity) = try await ContainerTests.discover("org.example.rootkeeper", bundle: bundle, in: world, point: ContainerTests.point(shared: nil))
         defer { monitor.cancel() }
         let image = world.locations.containers.imagePath(of: "org.example.rootkeeper")
@@ -380,12 +383,9 @@ struct BoundedContainerTests {
     func rootFillAndNeighbours() async throws {
         try #require(getuid() == 0)
         let world = try ExtensionWorld()
-        let fillerBundle = try world.install("org.example.filler", script: "")
-        try world.write(fillerBundle + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude(extra: Self.filler)), mode: 0o755)
+        let fillerBundle = try ContainerTests.installProbe("org.example.filler", in: world, extra: Self.filler)
         let target = world.locations.containers.path(of: "org.example.filler")
-        let keeperBundle = try world.install("org.example.keeper", script: "")
-        try world.write(keeperBundle + "/bin/run", HostFixtures.pythonExtension(
-            reply: "probe()", prelude: ContainerTests.prelude(extra: ContainerTests.isolationProbe(target: target))), mode: 0o755)
+        let keeperBundle = try ContainerTests.installProbe("org.example.keeper", in: world, extra: ContainerTests.isolationProbe(target: target))
         let host = AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations)
         let shared = try host.sharedContainer(named: ContainerTests.group)
         try "from the host\n".write(toFile: shared + "/hello", atomically: false, encoding: .utf8)
@@ -416,8 +416,7 @@ struct BoundedContainerTests {
         _ = try? FileManager.default.removeItem(atPath: directory)
         await #expect(processExitsWith: .signal(SIGKILL)) {
             let world = try! ExtensionWorld()
-            let bundle = try! world.install("org.example.hostkill", script: "")
-            try! world.write(bundle + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude()), mode: 0o755)
+            let bundle = try! ContainerTests.installProbe("org.example.hostkill", in: world)
             var locations = world.locations
             locations.containerDirectory = "/tmp/xsb-container-hostkill"
             let approval = try! ExtensionCatalog.currentApproval(of: try! BundleValidator.validate(bundleAt: bundle).get())
@@ -447,8 +446,7 @@ struct BoundedContainerTests {
     func unmountableImageFailsClosed() async throws {
         try #require(getuid() == 0)
         let world = try ExtensionWorld()
-        let bundle = try world.install("org.example.broken", script: "")
-        try world.write(bundle + "/bin/run", HostFixtures.pythonExtension(reply: "probe()", prelude: ContainerTests.prelude()), mode: 0o755)
+        let bundle = try ContainerTests.installProbe("org.example.broken", in: world)
         let containers = world.locations.containers
         _ = try containers.prepareImage("org.example.other", bytes: 1 << 20, inodes: 16, uid: 65534, gid: 65534)  // makes .images
         let image = containers.imagePath(of: "org.example.broken")
