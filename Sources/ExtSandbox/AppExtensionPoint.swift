@@ -31,19 +31,27 @@ public struct AppExtensionPoint: Sendable, Hashable {
     /// The policy its extensions run under: `standard`, `restricted`, `hardened`, or another
     /// name on the policy search path (or a path to a policy file).
     public var securityLevel: String
+    /// Each extension's private container, with its budget; `nil`: none (docs/containers.md).
+    public var container: ContainerBudget?
+    /// The host's shared container (Apple's app group) that the point's extensions get.
+    public var sharedContainer: String?
 
-    public init(name: String, hasUserInterface: Bool = false, scope: Scope = Scope(restriction: .application), securityLevel: String = "standard") {
+    public init(name: String, hasUserInterface: Bool = false, scope: Scope = Scope(restriction: .application), securityLevel: String = "standard",
+                container: ContainerBudget? = nil, sharedContainer: String? = nil) {
         self.name = name
         self.hasUserInterface = hasUserInterface
         self.scope = scope
         self.securityLevel = securityLevel
+        self.container = container
+        self.sharedContainer = sharedContainer
     }
 
     /// The point as its declaration file states it.
     public var declaration: ExtensionPointDeclaration {
         ExtensionPointDeclaration(
             name: name, hasUserInterface: hasUserInterface,
-            restriction: scope.restriction == .application ? .application : .none, securityLevel: securityLevel)
+            restriction: scope.restriction == .application ? .application : .none, securityLevel: securityLevel,
+            sharedContainer: sharedContainer)
     }
 }
 
@@ -111,4 +119,6 @@ struct DiscoveredExtension: Sendable, Hashable {
     var stateFile: String
     /// The administrator's file it was weighed against.
     var systemStateFile: String
+    /// Where its host keeps containers (``ExtensionLocations/containerDirectory``).
+    var containerDirectory: String
 }

@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import SandboxPolicy
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 /// What happened to an extension process, for hosts that show or log its lifecycle.
@@ -177,6 +178,10 @@ public final class AppExtensionProcess: Sendable {
     /// The sandbox the extension runs in (for diagnostics: pids, suspend state).
     public var sandbox: SandboxedProcess { core.withLock { $0.sandbox } }
 
+    /// Whether the kernel bounds the extension's private container in its current process
+    /// (``ContainerBound/notEnforced(reason:)`` says why not: docs/containers.md).
+    public var containerBound: ContainerBound { core.withLock { $0.containerBound } }
+
     /// A new connection to the extension, which may accept or reject it. Resumes a suspended
     /// process; launches a fresh one if the last ended (a process that ends while this call
     /// attaches to it is never handed back: the call launches a fresh one, and an unexpected
@@ -271,24 +276,45 @@ extension ExtensionProcessCore {
         // Discovered identities are checked again now (installed, unchanged, approved, enabled,
         // in scope): LaunchAuthorization.swift.
         let authorization = try LaunchAuthorization.authorize(identity)
-        let (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
+        let hostIdentity: HostIdentity
+        do throws(SandboxError) {
+            hostIdentity = try HostIdentity.forCaller()
+        } catch {
+            throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
+        }
+        // The containers' hold is released when the sandbox has ended (or the launch failed).
+        let containers = try ContainerGrant.make(for: identity, host: hostIdentity)
+        if case .notEnforced(let reason) = containers.bound {
+            configuration.logger.warning("the extension's container is not bounded", metadata: ["identifier": "\(identity.bundleIdentifier)", "reason": "\(reason)"])
+        }
+        let (hostFD, extensionFD): (FileDescriptor, FileDescriptor)
+        do {
+            (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
+        } catch {
+            containers.ended()
+            throw error
+        }
         var sandboxConfiguration = SandboxConfiguration(
             executable: authorization.executable, arguments: [authorization.executable] + identity.arguments,
             environment: SandboxEnvironment.compose(
-                policy: policy, caller: ProcessInfo.processInfo.environment, overrides: authorization.environment),
+                policy: policy, caller: ProcessInfo.processInfo.environment,
+                overrides: authorization.environment.merging(containers.environment) { _, new in new }),
             policy: policy, standardInput: .null, standardOutput: configuration.output.stream, standardError: configuration.output.stream,
             extraFileDescriptors: [extensionFD.rawValue])
         sandboxConfiguration.executableCopy = authorization.executableCopy
-        sandboxConfiguration.dataMounts = authorization.resources
+        sandboxConfiguration.dataMounts = authorization.resources + containers.mounts
         let sandbox: SandboxedProcess
         do {
             sandbox = try await Supervisor.shared.launch(sandboxConfiguration)
         } catch {
             hostFD.close()
             extensionFD.close()
+            containers.ended()
             throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
         }
         extensionFD.close()
+        containers.launched()
+        sandbox.whenEnded { _ in containers.ended() }
         func abandon(_ error: any Error) async -> any Error {
             sandbox.kill()
             _ = await sandbox.waitForExit()
@@ -301,7 +327,8 @@ extension ExtensionProcessCore {
         } catch {
             throw await abandon(error)  // the control socket is closed already
         }
-        let core = ExtensionProcessCore(key: key, sandbox: sandbox, control: control, configuration: configuration, handle: handle)
+        let core = ExtensionProcessCore(key: key, sandbox: sandbox, control: control, configuration: configuration, handle: handle,
+                                        containerBound: containers.bound)
         configuration.onEvent?(.launched(pid: sandbox.pid))
         return core
     }

@@ -31,6 +31,8 @@ final class ExtensionProcessCore: Sendable {
     let key: ProcessReuseKey
     var identity: AppExtensionIdentity { key.identity }
     let sandbox: SandboxedProcess
+    /// Whether the kernel bounds its private container (ExtensionContainer.swift).
+    let containerBound: ContainerBound
 
     /// How long an extension sent GOODBYE (the host ending it) has to exit before it is killed.
     static let goodbyeGrace: Duration = .milliseconds(500)
@@ -101,9 +103,10 @@ final class ExtensionProcessCore: Sendable {
 
     /// A launched process, with the launching handle attached. Call ``start()`` next.
     init(key: ProcessReuseKey, sandbox: SandboxedProcess, control: sending FrameSocket,
-         configuration: AppExtensionProcess.Configuration, handle: UUID) {
+         configuration: AppExtensionProcess.Configuration, handle: UUID, containerBound: ContainerBound = .noContainer) {
         self.key = key
         self.sandbox = sandbox
+        self.containerBound = containerBound
         suspendAfter = configuration.suspendAfter
         terminateAfter = configuration.terminateAfter
         var logger = configuration.logger

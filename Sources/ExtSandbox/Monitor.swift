@@ -316,7 +316,8 @@ extension AppExtensionPoint {
                 switch decisions.evaluate(entry).status {
                 case .enabled:
                     let discovered = DiscoveredExtension(bundle: bundle, origin: entry.origin, stateFile: host.locations.stateFile,
-                                                         systemStateFile: host.locations.systemStateFile)
+                                                         systemStateFile: host.locations.systemStateFile,
+                                                         containerDirectory: host.locations.containerDirectory)
                     let identity = AppExtensionIdentity(
                         bundleIdentifier: bundle.manifest.identifier, displayName: bundle.manifest.displayName,
                         version: bundle.manifest.version, point: point, hostIdentifier: host.identifier,

@@ -14,6 +14,8 @@ import SandboxSystem
 ///   `$EXTSANDBOX_STATE_FILE`.
 /// - The administrator's decisions for every user: `/etc/extsandbox/approvals`, or
 ///   `$EXTSANDBOX_SYSTEM_APPROVALS`.
+/// - Extensions' containers: `$XDG_DATA_HOME/extsandbox/containers`, or
+///   `$EXTSANDBOX_CONTAINER_DIR` (``ExtensionContainers``).
 public struct ExtensionLocations: Sendable, Hashable {
     /// The host's bundle directory (its `Extensions/` holds the bundled extensions), if any.
     public var hostBundle: String?
@@ -25,6 +27,8 @@ public struct ExtensionLocations: Sendable, Hashable {
     public var stateFile: String
     /// The administrator's approvals and bans, for every user (root-owned).
     public var systemStateFile: String
+    /// The directory of extensions' private and shared containers (``ExtensionContainers``).
+    public var containerDirectory: String
 
     public static let systemExtensionDirectory = "/usr/local/lib/extsandbox/extensions"
     public static let systemPointDirectory = "/usr/local/lib/extsandbox/points"
@@ -35,13 +39,15 @@ public struct ExtensionLocations: Sendable, Hashable {
     /// under another name and rename it into place).
     public static let bundleExtension = "appex"
 
+    /// `containerDirectory` `nil`: the documented one, with the environment's override.
     public init(hostBundle: String?, external: [String], pointDirectories: [String], stateFile: String,
-                systemStateFile: String = ExtensionLocations.systemApprovalsFile) {
+                systemStateFile: String = ExtensionLocations.systemApprovalsFile, containerDirectory: String? = nil) {
         self.hostBundle = hostBundle
         self.external = external
         self.pointDirectories = pointDirectories
         self.stateFile = stateFile
         self.systemStateFile = systemStateFile
+        self.containerDirectory = containerDirectory ?? Self.standardContainerDirectory(SystemFiles.environment())
     }
 
     /// The documented locations, with the environment's overrides.
@@ -60,12 +66,21 @@ public struct ExtensionLocations: Sendable, Hashable {
             ?? (stateHome(environment) ?? "/nonexistent") + "/extsandbox/approvals"
         let system = environment["EXTSANDBOX_SYSTEM_APPROVALS"].flatMap { $0.isEmpty ? nil : $0 } ?? systemApprovalsFile
         return ExtensionLocations(hostBundle: hostBundle, external: external, pointDirectories: points, stateFile: state,
-                                  systemStateFile: system)
+                                  systemStateFile: system, containerDirectory: standardContainerDirectory(environment))
     }
 
     /// Where `install` puts a bundle: the first external directory for `--system`, the last one
     /// (the per-user directory, in the standard locations) otherwise.
     public func installDirectory(system: Bool) -> String? { system ? external.first : external.last }
+
+    /// `$EXTSANDBOX_CONTAINER_DIR`, else `$XDG_DATA_HOME/extsandbox/containers`.
+    static func standardContainerDirectory(_ environment: [String: String]) -> String {
+        if let value = environment["EXTSANDBOX_CONTAINER_DIR"], !value.isEmpty { return value }
+        return (dataHome(environment) ?? "/nonexistent") + "/extsandbox/containers"
+    }
+
+    /// The containers in ``containerDirectory``.
+    public var containers: ExtensionContainers { ExtensionContainers(directory: containerDirectory) }
 
     /// `<host bundle>/Extensions`.
     public var bundledDirectory: String? { hostBundle.map { FilePaths.join($0, Self.bundledDirectoryName) } }

@@ -17,12 +17,16 @@ public struct ExtensionPointDeclaration: Sendable, Hashable {
     public var hasUserInterface: Bool
     public var restriction: Restriction
     public var securityLevel: String
+    /// The host's shared container its extensions get (Apple's app group), if any.
+    public var sharedContainer: String?
 
-    public init(name: String, hasUserInterface: Bool = false, restriction: Restriction = .application, securityLevel: String = "standard") {
+    public init(name: String, hasUserInterface: Bool = false, restriction: Restriction = .application, securityLevel: String = "standard",
+                sharedContainer: String? = nil) {
         self.name = name
         self.hasUserInterface = hasUserInterface
         self.restriction = restriction
         self.securityLevel = securityLevel
+        self.sharedContainer = sharedContainer
     }
 }
 
@@ -39,6 +43,7 @@ public struct ExtensionPointDeclaration: Sendable, Hashable {
 ///     user-interface: false
 ///     scope: none            # application | none
 ///     security-level: hardened
+///     shared-container: org.example.editor.shared   # optional: the host's shared container
 /// ```
 public struct PointDeclarationFile: Sendable, Hashable {
     public static let schemaVersion = 1
@@ -71,6 +76,7 @@ public struct PointDeclarationFile: Sendable, Hashable {
             lines.append("    user-interface: \(point.hasUserInterface)")
             lines.append("    scope: \(point.restriction.rawValue)")
             lines.append("    security-level: \(YAMLText.quoted(point.securityLevel))")
+            if let shared = point.sharedContainer { lines.append("    shared-container: \(YAMLText.quoted(shared))") }
         }
         return lines.joined(separator: "\n") + "\n"
     }
@@ -100,7 +106,7 @@ public struct PointDeclarationFile: Sendable, Hashable {
         }
         var points: [ExtensionPointDeclaration] = []
         for item in list {
-            let point = try ManifestFields(item, path: path, allowed: ["name", "user-interface", "scope", "security-level"])
+            let point = try ManifestFields(item, path: path, allowed: ["name", "user-interface", "scope", "security-level", "shared-container"])
             let name = try point.requiredString("name")
             try ManifestFields.checkReverseDNS(name, what: "point name", path: path, line: point.line("name"))
             let ui = try point.optionalBool("user-interface") ?? false
@@ -109,10 +115,19 @@ public struct PointDeclarationFile: Sendable, Hashable {
                 throw CatalogProblem(.broken, file: path, line: point.line("scope"), "scope must be 'application' or 'none', not '\(scopeText)'")
             }
             let level = try point.optionalString("security-level") ?? "standard"
+            let shared = try point.optionalString("shared-container")
+            if let shared {
+                do throws(CatalogProblem) {
+                    _ = try ExtensionContainers.sharedName(shared, host: host)
+                } catch {
+                    throw CatalogProblem(.broken, file: path, line: point.line("shared-container"), "'shared-container' \(error.reason)")
+                }
+            }
             if points.contains(where: { $0.name == name }) {
                 throw CatalogProblem(.inconsistent, file: path, line: point.line("name"), "point \(name) is declared twice")
             }
-            points.append(ExtensionPointDeclaration(name: name, hasUserInterface: ui, restriction: restriction, securityLevel: level))
+            points.append(ExtensionPointDeclaration(name: name, hasUserInterface: ui, restriction: restriction, securityLevel: level,
+                                                    sharedContainer: shared))
         }
         return PointDeclarationFile(hostIdentifier: host, bundlePath: bundle, points: points)
     }

@@ -38,7 +38,7 @@ struct ExtSandboxCommand: AsyncParsableCommand {
             """,
         version: ExtSandboxVersion.description,
         subcommands: [ExecCommand.self, PolicyCommand.self, ListCommand.self, ApproveCommand.self, RevokeCommand.self,
-                      EnableCommand.self, DisableCommand.self, ForbidCommand.self, InstallCommand.self, UninstallCommand.self,
+                      EnableCommand.self, DisableCommand.self, ForbidCommand.self, ResetCommand.self, InstallCommand.self, UninstallCommand.self,
                       KeyCommand.self, SignCommand.self, VerifyCommand.self, RunCommand.self, TestCommand.self])
 
     /// `exec` in its common shapes skips ArgumentParser (see ``ExecRequest/quickParse(_:)``);

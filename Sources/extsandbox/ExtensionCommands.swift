@@ -73,6 +73,20 @@ enum ExtensionCommands {
         return item
     }
 
+    /// The name of `item`'s private container (bundled extensions' carry their host's identifier).
+    static func containerName(of item: ExtensionInventory.Item, identifier: String) -> String? {
+        try? ExtensionContainers.name(identifier: identifier, bundledWith: item.entry.origin.isBundled ? item.host : nil)
+    }
+
+    /// `bytes` for people: `0 B`, `12 KiB`, `3.5 MiB`.
+    static func size(_ bytes: UInt64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes), unit = 0
+        while value >= 1024 && unit < units.count - 1 { value /= 1024; unit += 1 }
+        if unit == 0 || value >= 10 { return "\(Int(value.rounded())) \(units[unit])" }
+        return "\((value * 10).rounded() / 10) \(units[unit])"
+    }
+
     /// The owner's choices as saved; nil when there are none yet or they cannot be read (the
     /// update that follows says why).
     static func savedState() -> ApprovalState? {
@@ -138,7 +152,13 @@ struct ListCommand: ParsableCommand {
             (bundled or external), path (the bundle's directory), signer (ed25519:<64 hex> when \
             the bundle's signature verifies), signature (valid, broken or unsigned), decidedBy \
             (whose decision the state follows: bundled, user, system, user-signer or \
-            system-signer, for a trusted key; left out when nothing was decided).
+            system-signer, for a trusted key; left out when nothing was decided), containerBytes \
+            and containerInodes (what the extension's private container takes on disk; absent \
+            when it has none yet), sharedContainer (the shared container its point declares).
+
+            The CONTAINER column shows the size of each extension's private container \
+            ($XDG_DATA_HOME/extsandbox/containers, or $EXTSANDBOX_CONTAINER_DIR); removing a \
+            bundle leaves its container, until `extsandbox reset ID`.
 
             Output: an aligned table, the STATE column coloured when standard output is a \
             terminal and NO_COLOR is not set, control characters from manifests and declarations \
@@ -170,6 +190,9 @@ struct ListCommand: ParsableCommand {
         var signer: String?
         var signature: String
         var decidedBy: String?
+        var containerBytes: UInt64?
+        var containerInodes: UInt64?
+        var sharedContainer: String?
     }
 
     func run() throws {
@@ -185,11 +208,15 @@ struct ListCommand: ParsableCommand {
             case .invalid(let problem): reason = problem.description
             default: reason = nil
             }
+            let usage = manifest.flatMap { ExtensionCommands.containerName(of: item, identifier: $0.identifier) }
+                .flatMap { inventory.locations.containers.usage($0) }
             return Row(identifier: manifest?.identifier, name: manifest?.displayName, version: manifest?.version,
                        point: manifest?.point, host: item.host, state: item.status.name, reason: reason,
                        level: item.point?.securityLevel, origin: item.entry.origin.isBundled ? "bundled" : "external",
                        path: item.entry.path, signer: item.signature.signer.map(\.description),
-                       signature: Self.signatureName(item.signature), decidedBy: item.source?.rawValue)
+                       signature: Self.signatureName(item.signature), decidedBy: item.source?.rawValue,
+                       containerBytes: usage?.bytes, containerInodes: usage?.inodes,
+                       sharedContainer: item.point?.sharedContainer)
         }
         if json {
             try JSONOutput.print(rows)
@@ -198,11 +225,12 @@ struct ListCommand: ParsableCommand {
         if rows.isEmpty {
             print("No extensions installed.")
         } else {
-            var table = Table(["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION", "SOURCE"])
+            var table = Table(["IDENTIFIER", "POINT", "STATE", "LEVEL", "ORIGIN", "VERSION", "SOURCE", "CONTAINER"])
             for row in rows {
                 var notes = row.reason.map { ["\(row.state == "invalid" ? "why" : "note"): \($0)"] } ?? []
                 if let signer = row.signer { notes.append("signer: \(signer)") }
-                table.add([row.identifier ?? "?", row.point ?? "?", row.state, row.level ?? "-", row.origin, row.version ?? "-", row.decidedBy ?? "-"],
+                table.add([row.identifier ?? "?", row.point ?? "?", row.state, row.level ?? "-", row.origin, row.version ?? "-", row.decidedBy ?? "-",
+                           row.containerBytes.map(ExtensionCommands.size) ?? "-"],
                           colors: [2: Self.color(ofState: row.state)], notes: notes)
             }
             print(table.render(), terminator: "")

@@ -7,7 +7,7 @@ import SandboxRuntime
 /// against a reference measured in the same run (absolute times across runs mean little on
 /// shared machines).
 ///
-///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|ipc|discovery] [--breakdown]
+///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|container|ipc|discovery] [--breakdown]
 ///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
 ///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N | --profile-distributed N) [--policy PATH] [--extension PATH]
 ///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N] [--memory-floor-mib N]] [--faults [--cycles N]] [--json]
@@ -41,8 +41,8 @@ struct XsbBench {
         let iterations = Int(option("--iterations") ?? "") ?? 200
         let rounds = Int(option("--rounds") ?? "") ?? 30
         let only = option("--only")
-        guard only == nil || only == "launch" || only == "ipc" || only == "discovery" else {
-            FileHandle.standardError.write(Data("xsb-bench: --only takes launch, ipc or discovery\n".utf8))
+        guard only == nil || only == "launch" || only == "container" || only == "ipc" || only == "discovery" else {
+            FileHandle.standardError.write(Data("xsb-bench: --only takes launch, container, ipc or discovery\n".utf8))
             exit(2)
         }
         let ownDirectory = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]).deletingLastPathComponent().path
@@ -134,6 +134,11 @@ struct XsbBench {
                 table.append(label.padding(toLength: 33, withPad: " ", startingAt: 0) + String(format: "%9.3f   %8.2f", ms, medians[key]! / bwrapMedian))
             }
             table.append("targets: launch_api_vs_bwrap <= 1.0, exec_cli_vs_bwrap <= 2.0")
+        }
+
+        if only == nil || only == "container" {
+            try await ContainerBench.report(into: &report, targets: &targets, table: &table, extensionPath: extensionPath,
+                                            securityLevel: policyPath ?? "standard", iterations: min(iterations, 50))
         }
 
         if only == nil || only == "ipc" {

@@ -234,7 +234,8 @@ struct MonitorTests {
         let forged = AppExtensionIdentity(
             bundleIdentifier: "org.example.forged", displayName: "Echo", version: "1.0", point: Self.open,
             hostIdentifier: ExtensionWorld.hostIdentifier, executablePath: bundle.executablePath, arguments: [],
-            origin: .discovered(DiscoveredExtension(bundle: bundle, origin: .bundled, stateFile: world.stateFile, systemStateFile: world.systemStateFile)))
+            origin: .discovered(DiscoveredExtension(bundle: bundle, origin: .bundled, stateFile: world.stateFile, systemStateFile: world.systemStateFile,
+                                                  containerDirectory: world.containers)))
         await #expect {
             _ = try await AppExtensionProcess(configuration: .init(identity: forged))
         } throws: { error in

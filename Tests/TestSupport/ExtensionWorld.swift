@@ -12,6 +12,8 @@ public final class ExtensionWorld: @unchecked Sendable {
     public let stateFile: String
     /// The administrator's file for this world (`$EXTSANDBOX_SYSTEM_APPROVALS`).
     public let systemStateFile: String
+    /// Where the world's extensions' containers are (made on first use).
+    public let containers: String
     public static let hostIdentifier = "org.example.host"
     public static let openPoint = "org.example.host.text"
     public static let appOnlyPoint = "org.example.host.private"
@@ -26,6 +28,7 @@ public final class ExtensionWorld: @unchecked Sendable {
         points = root + "/points"
         stateFile = root + "/state/approvals"
         systemStateFile = root + "/etc/approvals"
+        containers = root + "/containers"
         for dir in [hostBundle + "/Extensions", external, points] {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
         }
@@ -40,7 +43,7 @@ public final class ExtensionWorld: @unchecked Sendable {
 
     public var locations: ExtensionLocations {
         ExtensionLocations(hostBundle: hostBundle, external: [external], pointDirectories: [points], stateFile: stateFile,
-                           systemStateFile: systemStateFile)
+                           systemStateFile: systemStateFile, containerDirectory: containers)
     }
 
     public var environment: [String: String] {
@@ -49,6 +52,7 @@ public final class ExtensionWorld: @unchecked Sendable {
         environment["EXTSANDBOX_POINT_DIRS"] = points
         environment["EXTSANDBOX_STATE_FILE"] = stateFile
         environment["EXTSANDBOX_SYSTEM_APPROVALS"] = systemStateFile
+        environment["EXTSANDBOX_CONTAINER_DIR"] = containers
         return environment
     }
 

@@ -55,6 +55,14 @@ int xsb_sealed_copy(int source_fd, const char *name);
 /// namespace, which needs CAP_SYS_ADMIN there. A close-on-exec descriptor, or -errno.
 int xsb_detached_tree(const char *path);
 
+/// Mounts the ext4 image open at `image_fd` (read-write) through a loop device that frees
+/// itself once unused, `nosuid,nodev,noexec`, as a detached mount: returns its fd (close-on-exec)
+/// or -errno. Root only.
+int xsb_volume_mount(int image_fd);
+/// Places a clone of the detached mount `mount_fd` at `path` (in the caller's mount namespace):
+/// 0 or -errno. The caller detaches it again (umount2 MNT_DETACH) once it is no longer needed.
+int xsb_volume_place(int mount_fd, const char *path);
+
 #ifdef __cplusplus
 }
 #endif
