@@ -147,7 +147,7 @@ public struct ExtensionContainers: Sendable, Hashable {
         let parent = try openParent(of: name, creating: false)
         defer { parent.close() }
         let lock = try openLock(name)
-        guard flock(lock.rawValue, LOCK_EX | LOCK_NB) == 0 else {
+        guard Self.lockExclusively(lock) else {
             throw CatalogProblem(.broken, file: path(of: name), errno == EWOULDBLOCK
                 ? "refusing to reset: the extension is running (a host process holds its container); end it and try again"
                 : "cannot lock the container: \(errnoText())")
@@ -219,6 +219,18 @@ public struct ExtensionContainers: Sendable, Hashable {
         } catch {
             throw CatalogProblem(.unsafe, file: path, error.description)
         }
+    }
+
+    /// An exclusive lock without waiting for a holder, but through the moment in which a process
+    /// being started elsewhere in a host (a fork not yet at its exec) still holds a copy of a
+    /// hold that was just released: a few short tries. `errno` is EWOULDBLOCK when held.
+    static func lockExclusively(_ lock: FileDescriptor) -> Bool {
+        for attempt in 0..<20 {
+            if flock(lock.rawValue, LOCK_EX | LOCK_NB) == 0 { return true }
+            guard errno == EWOULDBLOCK, attempt < 19 else { return false }
+            usleep(10_000)
+        }
+        return false
     }
 
     private func openLock(_ name: String, creating: Bool = true) throws(CatalogProblem) -> FileDescriptor {

@@ -52,7 +52,7 @@ struct OutputConventionsTests {
         let lines = output.stdout.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("No ") }
         #expect(lines.first?.hasPrefix("IDENTIFIER") == true, "\(output.stdout)")
         #expect(lines.filter { !$0.hasPrefix("    ") }.count == 4, "\(output.stdout)")   // header and three rows
-        #expect(Self.isAligned(lines, columns: 7), "\(output.stdout)")
+        #expect(Self.isAligned(lines, columns: 8), "\(output.stdout)")
         #expect(!output.stdout.contains("\u{1B}"), "escape codes on a pipe: \(output.stdout)")
         #expect(!lines.contains { $0.hasSuffix(" ") }, "trailing spaces: \(output.stdout)")
     }
