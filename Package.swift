@@ -154,7 +154,8 @@ let package = Package(
         // fixtures every test target shares (running executables as root or nobody, extension worlds).
         .target(name: "TestSupport", dependencies: ["ExtensionCatalog", "SandboxPolicy"], path: "Tests/TestSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: [
-            "ExtSandbox", "ExtSandboxWire", "SandboxRuntime", "TestSupport", "xsb-init", "TextFilterContract", "TextTransformContract",
+            "ExtSandbox", "ExtSandboxWire", "ExtensionCatalog", "SandboxRuntime", "TestSupport", "xsb-init", "extsandbox",
+            "TextFilterContract", "TextTransformContract",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
         .testTarget(
