@@ -59,22 +59,7 @@ extension ExtensionContainers {
     }
 
     /// Runs `argv` with /dev/null on 0, 1 and 2 and an empty environment; its exit status, or -1.
-    private static func run(_ argv: [String]) -> Int32 {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        let arguments = argv.map { strdup($0) } + [nil]
-        defer { arguments.forEach { free($0) } }
-        var environment: [UnsafeMutablePointer<CChar>?] = [nil]
-        var pid: pid_t = 0
-        guard posix_spawn(&pid, argv[0], &actions, nil, arguments, &environment) == 0 else { return -1 }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
-    }
+    private static func run(_ argv: [String]) -> Int32 { QuietProcess.run(argv, environment: []) }
 
     /// What the image of `name` takes on the host (its allocated blocks) and the inodes its file
     /// system uses (as its superblock last recorded them), or `nil` without an image.

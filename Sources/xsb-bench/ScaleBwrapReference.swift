@@ -110,16 +110,6 @@ struct BwrapMemoryReference {
 
     /// Starts `argv` with /dev/null on 0, 1 and 2.
     private static func spawnQuietly(_ argv: [String]) -> Result<pid_t, BenchError> {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        let cArgs = argv.map { strdup($0) } + [nil]
-        defer { cArgs.forEach { free($0) } }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, argv[0], &actions, nil, cArgs, environ)
-        return rc == 0 ? .success(pid) : .failure(BenchError(String(cString: strerror(rc))))
+        QuietProcess.start(argv).mapError { BenchError($0.description) }
     }
 }
