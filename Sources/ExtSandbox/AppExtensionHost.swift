@@ -18,7 +18,7 @@ public struct AppExtensionHost: Sendable, Hashable {
     /// ``defaultIdentifier()`` (`$EXTSANDBOX_HOST_IDENTIFIER`, else `local.<executable name>`),
     /// its bundle `$EXTSANDBOX_HOST_BUNDLE`, else the directory of the host's executable (whose
     /// `Extensions/` holds the extensions it ships), and the other locations those of
-    /// ``ExtensionLocations/standard(hostBundle:environment:)`` (the environment's, else the defaults). This
+    /// `ExtensionLocations/standard(hostBundle:environment:)` (the environment's, else the defaults). This
     /// is what ``current`` is unless a task binds another.
     public init(identifier: String? = nil, bundleDirectory: String? = nil, locations: ExtensionLocations? = nil) {
         self.identifier = identifier ?? Self.defaultIdentifier()

@@ -119,6 +119,6 @@ struct DiscoveredExtension: Sendable, Hashable {
     var stateFile: String
     /// The administrator's file it was weighed against.
     var systemStateFile: String
-    /// Where its host keeps containers (``ExtensionLocations/containerDirectory``).
+    /// Where its host keeps containers (`ExtensionLocations/containerDirectory`).
     var containerDirectory: String
 }

@@ -48,7 +48,7 @@ public enum AppExtensionLifecycleEvent: Sendable, Equatable {
 /// ``invalidate()`` (or releasing the last reference to the handle) invalidates this handle's
 /// connections only; other handles' keep the process. If it ends unexpectedly, every pending
 /// request fails once and each attached handle's ``Configuration/onInterruption`` runs exactly
-/// once, with the reason; a later ``makeConnection()`` launches a fresh process.
+/// once, with the reason; a later ``makeConnection(handlers:)`` launches a fresh process.
 ///
 /// Differences from ExtensionFoundation: proxies are distributed actors typed by a `@Resolvable`
 /// protocol (``ExtensionConnection/remoteObject(_:)``) rather than XPC proxies, connections also

@@ -18,9 +18,9 @@ extension ExtensionConnection: CallTransport {
     ///
     /// Each call is a request on this connection: it fails as ``send(_:)`` does (the process
     /// ended mid-call: ``ExtensionError/interrupted(_:)`` with its reason; the task cancelled:
-    /// ``ExtensionError/cancelled``), or with ``DistributedCallError`` when the extension could
+    /// ``ExtensionError/cancelled``), or with `DistributedCallError` when the extension could
     /// not serve it, or with the error the remote method threw (a type both sides registered
-    /// with ``ExtensionActorSystem/register(error:as:)`` comes back as itself). The proxy keeps
+    /// with `ExtensionActorSystem/register(error:as:)` comes back as itself). The proxy keeps
     /// the connection open, as an XPC proxy does: a host may keep only the proxy (Apple's
     /// articles do); the connection closes when it is invalidated, its process ends, or the
     /// last of it and its proxies is released.
@@ -63,7 +63,7 @@ extension AppExtensionProcess {
     /// ```
     ///
     /// The connection keeps the object alive; its requests are all calls of `contract`. The
-    /// object's methods may take file descriptors (``TransferredFileDescriptor``) but not return
+    /// object's methods may take file descriptors (`TransferredFileDescriptor`) but not return
     /// them: such a result is answered with an error.
     public func makeConnection<Contract: DistributedActor>(
         exporting contract: Contract.Type, _ make: (ExtensionActorSystem) -> any DistributedActor

@@ -18,7 +18,7 @@ import Synchronization
 ///
 /// Each call is a request on this connection: it throws what the remote method threw (a type
 /// both sides registered comes back as itself), the connection's failure (the process ended
-/// mid-call: ``ExtensionError/interrupted(_:)`` with its reason), or ``DistributedCallError``;
+/// mid-call: ``ExtensionError/interrupted(_:)`` with its reason), or `DistributedCallError`;
 /// cancelling the calling task cancels the call. To serve the host's own object to the extension,
 /// make the connection with ``AppExtensionProcess/makeConnection(exporting:_:)``.
 ///

@@ -78,8 +78,8 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
         }
     }
 
-    /// The typed error this one wraps, if any: the ``PolicyError`` or ``SandboxError`` of a
-    /// launch, the ``SandboxError`` of a connection's registration, the ``WireError`` of a connection.
+    /// The typed error this one wraps, if any: the `PolicyError` or `SandboxError` of a
+    /// launch, the `SandboxError` of a connection's registration, the `WireError` of a connection.
     public var underlying: (any Error)? {
         switch self {
         case .policyFailed(_, let error): return error
@@ -90,7 +90,7 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     }
 
     /// A failure on a connection's socket as the host reports it: the extension's close as
-    /// ``connectionClosed(detail:)``, any other ``WireError`` typed (``protocolError(_:)``).
+    /// ``connectionClosed(detail:)``, any other `WireError` typed (``protocolError(_:)``).
     static func wire(_ error: WireError) -> ExtensionError {
         error == .connectionClosed ? .connectionClosed(detail: "the extension closed the connection") : .protocolError(error)
     }

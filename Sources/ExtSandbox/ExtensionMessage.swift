@@ -14,7 +14,7 @@ public struct ExtensionMessage: Sendable, Hashable {
     }
 
     /// Closes the message's descriptors the way descriptors from an extension must be closed:
-    /// without blocking the caller (``UntrustedDescriptors/close(_:)``: sockets made
+    /// without blocking the caller (`UntrustedDescriptors/close(_:)`: sockets made
     /// non-lingering, Unix sockets shut down and emptied, the closes on threads of their own). An
     /// extension can hand its host a descriptor whose plain `close(2)` blocks for minutes: a TCP
     /// socket with `SO_LINGER` and unsent data, a Unix socket with such sockets queued in it. Call

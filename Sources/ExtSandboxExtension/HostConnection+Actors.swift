@@ -6,8 +6,8 @@
 extension HostConnection: CallTransport {
     /// A proxy for the object the host exports on this connection, typed by the contract's
     /// `@Resolvable` protocol: `try host.remoteObject($HostServices.self)`. Its calls fail as
-    /// ``send(_:)`` does, with ``DistributedCallError`` when the host could not serve them
-    /// (``DistributedCallError/notServed`` when it exports nothing), or with the error the host's
+    /// ``send(_:)`` does, with `DistributedCallError` when the host could not serve them
+    /// (`DistributedCallError/notServed` when it exports nothing), or with the error the host's
     /// method threw.
     public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
         try actorSystem.remoteObject(type)
