@@ -1,6 +1,7 @@
 import Dispatch
 import ExtSandboxWire
 import Glibc
+import SandboxSystem
 import Synchronization
 
 /// The extension side of the wire protocol: the control socket on fd 3, READY, CONNECT, and
@@ -354,30 +355,15 @@ private func mallopt(_ parameter: Int32, _ value: Int32) {
     _ = unsafeBitCast(symbol, to: Mallopt.self)(parameter, value)
 }
 
-/// A detached POSIX thread running `body` (no Foundation: extensions stay small).
+/// A detached thread running `body`, 2 MiB of stack (not the 8 MiB default: address space is
+/// bounded inside a sandbox). An extension that cannot start one exits (71).
 func startThread(_ body: @escaping @Sendable () -> Void) {
-    final class Box: @unchecked Sendable {
-        let body: @Sendable () -> Void
-        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
-    }
-    let context = Unmanaged.passRetained(Box(body)).toOpaque()
-    var thread = pthread_t()
-    // 2 MiB of stack, not the 8 MiB default: address space is bounded inside a sandbox.
-    var attributes = pthread_attr_t()
-    pthread_attr_init(&attributes)
-    defer { pthread_attr_destroy(&attributes) }
-    pthread_attr_setstacksize(&attributes, 2 << 20)
-    let rc = pthread_create(&thread, &attributes, { raw in
-        let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
-        box.body()
-        return nil
-    }, context)
-    if rc != 0 {
-        Unmanaged<Box>.fromOpaque(context).release()
-        report("extension: cannot start a thread (\(rc))")
+    do {
+        try DetachedThread.start(name: "xsb-extension", stackSize: 2 << 20, body)
+    } catch {
+        report("extension: cannot start a thread (\(error.code))")
         exit(71)
     }
-    pthread_detach(thread)
 }
 
 extension FrameSender {

@@ -1,5 +1,6 @@
 #if canImport(Glibc)
 import Glibc
+import SandboxSystem
 #endif
 
 /// Closing file descriptors that another process sent (`SCM_RIGHTS`), which that process may have
@@ -195,32 +196,12 @@ final class DescriptorCloser: @unchecked Sendable {
 
     /// Names the calling thread `xsb-fd-closer` (what ps and top show), through /proc:
     /// `pthread_setname_np` is not visible to Swift without `_GNU_SOURCE`. Best effort.
-    private static func nameThisThread() {
-        let file = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-        guard file >= 0 else { return }
-        let name = Array("xsb-fd-closer".utf8)
-        _ = name.withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
-        _ = Glibc.close(file)
-    }
-
     /// A detached thread running ``work(untilEmpty:)``, with the asynchronous signals blocked (as
     /// in the threads of the concurrency pool): the process's signals go to the threads that
     /// expect them. Returns whether it started.
     private func startThread() -> Bool {
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        defer { pthread_attr_destroy(&attributes) }
-        pthread_attr_setstacksize(&attributes, Self.stackSize)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        var thread = pthread_t()
-        return pthread_create(&thread, &attributes, { _ in
-            var signals = sigset_t()
-            sigfillset(&signals)
-            for signal in [SIGILL, SIGTRAP, SIGFPE, SIGBUS, SIGSEGV, SIGSYS, SIGPIPE] { sigdelset(&signals, signal) }
-            pthread_sigmask(SIG_BLOCK, &signals, nil)
-            DescriptorCloser.nameThisThread()
+        (try? DetachedThread.start(name: "xsb-fd-closer", stackSize: Self.stackSize, blockingAsyncSignals: true) {
             DescriptorCloser.shared.work(untilEmpty: false)
-            return nil
-        }, nil) == 0
+        }) != nil
     }
 }

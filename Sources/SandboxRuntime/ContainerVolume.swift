@@ -136,7 +136,7 @@ package final class ContainerVolumes: Sendable {
             unused.image.close()
         }
         do {
-            try DetachedThread.start(name: "xsb-unmount", stackSize: 256 << 10, close)
+            try SupervisorThread.start(name: "xsb-unmount", stackSize: 256 << 10, close)
         } catch {
             close()
         }

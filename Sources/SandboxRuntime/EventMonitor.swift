@@ -46,7 +46,7 @@ public final class EventMonitor: Sendable {
         epollFD = xsb_epoll_create()
         guard epollFD >= 0 else { throw SandboxError(step: .control, errorNumber: -epollFD, detail: "epoll_create1") }
         do {
-            try DetachedThread.start(name: "xsb-monitor") { [self] in self.loop() }
+            try SupervisorThread.start(name: "xsb-monitor") { [self] in self.loop() }
         } catch {
             close(epollFD)
             throw error

@@ -269,7 +269,7 @@ public final class SandboxedProcess: Sendable {
     /// moments, but the kernel may still be tearing down its namespace: not on this thread).
     private func reapOffThisThread() {
         do {
-            try DetachedThread.start(name: "xsb-reap", stackSize: 256 << 10) { [self] in
+            try SupervisorThread.start(name: "xsb-reap", stackSize: 256 << 10) { [self] in
                 InitProcess.reapBlocking(pid)
                 initExited()
             }
@@ -307,7 +307,7 @@ public final class SandboxedProcess: Sendable {
         // nothing on the monitor thread may block.
         guard let cgroup, !cgroup.removeOnce() else { return finish(termination) }
         do {
-            try DetachedThread.start(name: "xsb-cgroup-rm", stackSize: 256 << 10) { [self] in
+            try SupervisorThread.start(name: "xsb-cgroup-rm", stackSize: 256 << 10) { [self] in
                 cgroup.remove()
                 finish(termination)
             }

@@ -47,8 +47,8 @@ final class SpawnerThread: @unchecked Sendable {
         let made = OnceValue()
         do {
             // The relay first: both start from this thread's table, the host's.
-            try DetachedThread.start(name: "xsb-spawn-done", stackSize: 256 << 10) { [self] in relay() }
-            try DetachedThread.start(name: "xsb-spawner", stackSize: 1 << 20) { [self] in
+            try SupervisorThread.start(name: "xsb-spawn-done", stackSize: 256 << 10) { [self] in relay() }
+            try SupervisorThread.start(name: "xsb-spawner", stackSize: 1 << 20) { [self] in
                 let rc = xsb_spawner_table_make_private(inbox)
                 made.set(rc)
                 if rc == 0 { loop() }

@@ -126,7 +126,7 @@ struct EventMonitorTests {
         let pipe = try Pipe()
         // A connection closed before it was ever watched removes token 0 (its initial value).
         let returned = Atomic<Bool>(false)
-        try DetachedThread.start(name: "xsb-test-remove") {
+        try SupervisorThread.start(name: "xsb-test-remove") {
             monitor.remove(fd: pipe.readEnd, token: 0)
             monitor.remove(fd: pipe.readEnd, token: 12345)
             returned.store(true, ordering: .releasing)
