@@ -7,18 +7,18 @@ import Glibc
 /// one-shot `extsandbox exec` start-up time, and an extension stays small without it.
 package enum DetachedThread {
     /// Runs `body` on a new detached thread called `name` (at most 15 bytes, or Linux ignores
-    /// it). The default stack is glibc's (8 MiB); the event monitor handles frames of up to
+    /// it; `nil`: the caller's `body` names it, or it keeps the inherited name). The default stack is glibc's (8 MiB); the event monitor handles frames of up to
     /// 1 MiB, and a smaller stack measurably slowed the host API's large messages. With
     /// `blockingAsyncSignals` the thread blocks the asynchronous signals (as the concurrency
     /// pool's threads do), so that the process's signals go to the threads that expect them.
     /// Throws the `pthread_create` error.
-    package static func start(name: String, stackSize: Int = 8 << 20, blockingAsyncSignals: Bool = false,
+    package static func start(name: String?, stackSize: Int = 8 << 20, blockingAsyncSignals: Bool = false,
                               _ body: @escaping @Sendable () -> Void) throws(Errno) {
         final class Start: @unchecked Sendable {
-            let name: String
+            let name: String?
             let blockingAsyncSignals: Bool
             let body: @Sendable () -> Void
-            init(name: String, blockingAsyncSignals: Bool, body: @escaping @Sendable () -> Void) {
+            init(name: String?, blockingAsyncSignals: Bool, body: @escaping @Sendable () -> Void) {
                 self.name = name
                 self.blockingAsyncSignals = blockingAsyncSignals
                 self.body = body
@@ -39,7 +39,7 @@ package enum DetachedThread {
                 for signal in [SIGILL, SIGTRAP, SIGFPE, SIGBUS, SIGSEGV, SIGSYS, SIGPIPE] { sigdelset(&signals, signal) }
                 pthread_sigmask(SIG_BLOCK, &signals, nil)
             }
-            DetachedThread.nameThisThread(start.name)
+            if let name = start.name { DetachedThread.nameThisThread(name) }
             start.body()
             return nil
         }, context)
