@@ -114,8 +114,7 @@ final class DirectoryWatcher: Sendable {
         var events: [Event] = []
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
+            let count = buffer.withUnsafeMutableBytes { bytes in retryingInterrupts { read(fd, bytes.baseAddress, bytes.count) } }
             guard count > 0 else { break }
             buffer.withUnsafeBytes { raw in
                 var offset = 0

@@ -148,13 +148,10 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             // (poll skips a negative number: a detached receiver, which this loop never has.)
             var fds = [pollfd(fd: socket.descriptor?.rawValue ?? -1, events: Int16(POLLIN), revents: 0),
                        pollfd(fd: control.descriptor.rawValue, events: Int16(POLLIN), revents: 0)]
-            while true {
-                let n = fds.withUnsafeMutableBufferPointer { both in
-                    waitingForConnection ? poll(both.baseAddress, 2, -1) : poll(both.baseAddress! + 1, 1, 0)
-                }
-                if n >= 0 { break }
-                if errno != EINTR { return true }  // let another thread deal with it; never spin here
+            let n = fds.withUnsafeMutableBufferPointer { both in
+                retryingInterrupts { waitingForConnection ? poll(both.baseAddress, 2, -1) : poll(both.baseAddress! + 1, 1, 0) }
             }
+            if n < 0 { return true }  // let another thread deal with it; never spin here
             return fds[1].revents != 0
         }
         while open {

@@ -231,10 +231,7 @@ public final class FrameSender {
                     message.msg_control = control.baseAddress
                     message.msg_controllen = space
                 }
-                while true {
-                    let n = sendmsg(socket, &message, Int32(MSG_NOSIGNAL) | flags)
-                    if n >= 0 || errno != EINTR { return n }
-                }
+                return retryingInterrupts { sendmsg(socket, &message, Int32(MSG_NOSIGNAL) | flags) }
             }
         }
         if result >= 0 { return result }

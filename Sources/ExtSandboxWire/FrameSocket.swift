@@ -208,9 +208,7 @@ public final class FrameSocket {
 func waitUntilReady(_ descriptor: FileDescriptor?, for events: Int16) throws(WireError) {
     guard let descriptor else { throw .connectionClosed }
     var entry = pollfd(fd: descriptor.rawValue, events: events, revents: 0)
-    while poll(&entry, 1, -1) < 0 {
-        if errno != EINTR { throw .systemCall("poll", errno: errno) }
-    }
+    guard retryingInterrupts({ poll(&entry, 1, -1) }) >= 0 else { throw .systemCall("poll", errno: errno) }
 }
 
 /// One `recvmsg(2)` with `MSG_CMSG_CLOEXEC` (and `flags`) into `buffer`, its ancillary data into
@@ -226,10 +224,7 @@ func receiveWithDescriptors(from socket: Int32, into buffer: UnsafeMutableRawBuf
         message.msg_iovlen = 1
         message.msg_control = control.baseAddress
         message.msg_controllen = control.count
-        while true {
-            let n = recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC) | flags)
-            if n >= 0 || errno != EINTR { return n }
-        }
+        return retryingInterrupts { recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC) | flags) }
     }
     guard n >= 0 else { return (n, [], false) }
     var fds: [Int32] = []

@@ -206,8 +206,8 @@ public struct ApprovalStore: Sendable {
         let lock = openat(directory.fd.rawValue, name + ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard lock >= 0 else { throw CatalogProblem(.broken, file: lockPath, "cannot open the lock file: \(errnoText())") }
         defer { close(lock) }
-        while flock(lock, LOCK_EX) != 0 {
-            guard errno == EINTR else { throw CatalogProblem(.broken, file: lockPath, "flock: \(errnoText())") }
+        guard retryingInterrupts({ flock(lock, LOCK_EX) }) == 0 else {
+            throw CatalogProblem(.broken, file: lockPath, "flock: \(errnoText())")
         }
         var state = try load()
         try change(&state)
@@ -231,7 +231,7 @@ public struct ApprovalStore: Sendable {
             close(fd)
             if !done { unlinkat(dir, temporary, 0) }
         }
-        guard writeAll(fd, Array(text.utf8)[...]) else { throw CatalogProblem(.broken, file: temporaryPath, "write: \(errnoText())") }
+        guard writeAll(fd, Array(text.utf8)) else { throw CatalogProblem(.broken, file: temporaryPath, "write: \(errnoText())") }
         guard fchmod(fd, 0o644) == 0, fsync(fd) == 0 else { throw CatalogProblem(.broken, file: temporaryPath, "fsync: \(errnoText())") }
         guard renameat(dir, temporary, dir, name) == 0 else { throw CatalogProblem(.broken, file: path, "rename: \(errnoText())") }
         done = true

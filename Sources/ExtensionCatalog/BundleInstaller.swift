@@ -100,8 +100,7 @@ public enum BundleInstaller {
         defer { close(output) }
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
+            let count = buffer.withUnsafeMutableBytes { bytes in retryingInterrupts { read(input, bytes.baseAddress, bytes.count) } }
             guard count >= 0 else { throw CatalogProblem(.broken, file: source, "cannot read: \(errnoText())") }
             if count == 0 { break }
             guard writeAll(output, buffer[..<count]) else { throw CatalogProblem(.broken, file: destination, "cannot write: \(errnoText())") }

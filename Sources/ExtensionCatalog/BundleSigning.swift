@@ -116,21 +116,9 @@ public enum BundleSigning {
             close(fd)
             if !done { unlink(temporary) }
         }
-        guard writeAll(fd, Array(text.utf8)[...]) else { throw CatalogProblem(.broken, file: temporary, "write: \(errnoText())") }
+        guard writeAll(fd, Array(text.utf8)) else { throw CatalogProblem(.broken, file: temporary, "write: \(errnoText())") }
         guard fchmod(fd, mode) == 0, fsync(fd) == 0 else { throw CatalogProblem(.broken, file: temporary, "fsync: \(errnoText())") }
         guard rename(temporary, path) == 0 else { throw CatalogProblem(.broken, file: path, "rename: \(errnoText())") }
         done = true
     }
-}
-
-/// Writes all of `bytes` to `fd` (retrying short writes and EINTR); false with `errno` set on failure.
-func writeAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Bool {
-    var offset = bytes.startIndex
-    while offset < bytes.endIndex {
-        let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + (offset - bytes.startIndex), bytes.endIndex - offset) }
-        if n < 0 && errno == EINTR { continue }
-        guard n > 0 else { return false }
-        offset += n
-    }
-    return true
 }

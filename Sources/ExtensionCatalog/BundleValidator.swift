@@ -134,13 +134,7 @@ public enum BundleValidator {
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var head = [UInt8](repeating: 0, count: 256)
-        var count = 0
-        while count < head.count {
-            let n = head.withUnsafeMutableBytes { read(fd, $0.baseAddress! + count, $0.count - count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { break }
-            count += n
-        }
+        let count = head.withUnsafeMutableBytes { readFully(fd, into: $0) }
         guard count > 2, head[0] == 0x23, head[1] == 0x21 else { return nil }  // "#!"
         let blank: Set<UInt8> = [0x20, 0x09]
         let line = head[2..<count].prefix { $0 != 0x0a && $0 != 0 }.drop { blank.contains($0) }

@@ -1,5 +1,6 @@
 import CCrypto
 import Glibc
+import SandboxSystem
 import Synchronization
 
 /// What identifies a file's content without reading it: if none of these changed, neither did
@@ -97,8 +98,7 @@ public final class ContentHasher: Sendable {
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         var offset: off_t = 0
         while true {
-            let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
-            if count < 0 && errno == EINTR { continue }
+            let count = buffer.withUnsafeMutableBytes { bytes in retryingInterrupts { pread(fd, bytes.baseAddress, bytes.count, offset) } }
             guard count >= 0 else { throw CatalogProblem(.broken, file: name, "cannot read: \(String(cString: strerror(errno)))") }
             if count == 0 { break }
             offset += off_t(count)

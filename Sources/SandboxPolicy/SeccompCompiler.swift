@@ -1,6 +1,7 @@
 import CSeccomp
 #if canImport(Glibc)
 import Glibc
+import SandboxSystem
 #endif
 
 /// How `kill` actions are compiled.
@@ -241,12 +242,8 @@ struct SeccompCompiler {
             throw fail("libseccomp exported an empty or malformed BPF program")
         }
         var bytes = [UInt8](repeating: 0, count: Int(size))
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { buf in read(fd, buf.baseAddress! + done, buf.count - done) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw fail("reading the exported BPF program failed") }
-            done += n
+        guard bytes.withUnsafeMutableBytes({ readFully(fd, into: $0) }) == bytes.count else {
+            throw fail("reading the exported BPF program failed")
         }
         do {
             bytes = try RuleChain.splice(bytes, chains: chains)

@@ -59,19 +59,16 @@ enum InitProcess {
     static func reap(_ pid: pid_t) -> ReapResult {
         if kernelReapsChildren { return .gone }
         var status: Int32 = 0
-        while true {
-            let rc = waitpid(pid, &status, WNOHANG)
-            if rc == pid { return .exited(status: status) }
-            if rc == 0 { return .running }
-            if errno == EINTR { continue }
-            return .gone  // ECHILD
-        }
+        let rc = retryingInterrupts { waitpid(pid, &status, WNOHANG) }
+        if rc == pid { return .exited(status: status) }
+        if rc == 0 { return .running }
+        return .gone  // ECHILD
     }
 
     /// Reaps the init `pid`, waiting for its exit (after a SIGKILL: a launch that is undone).
     static func reapBlocking(_ pid: pid_t) {
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        _ = retryingInterrupts { waitpid(pid, &status, 0) }
     }
 
     /// SIGCHLD ignored, or SA_NOCLDWAIT: the kernel reaps every child at its exit (and a

@@ -29,7 +29,7 @@ package enum QuietProcess {
     package static func run(_ argv: [String], environment: [String]? = nil) -> Int32 {
         guard case .success(let pid) = start(argv, environment: environment) else { return -1 }
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        _ = retryingInterrupts { waitpid(pid, &status, 0) }
         return (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
     }
 }

@@ -11,17 +11,7 @@ package enum SystemFiles {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return .failure(Errno(errno)) }
         defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16384)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { return .failure(Errno(errno)) }
-            if count == 0 { break }
-            bytes += chunk[..<count]
-            guard bytes.count <= limit else { return .failure(Errno(EFBIG)) }
-        }
-        return .success(bytes)
+        return readToEnd(fd, limit: limit)
     }
 
     /// The whole file as UTF-8 text, or `nil` if it cannot be read (or exceeds `limit` bytes).

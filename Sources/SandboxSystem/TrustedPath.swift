@@ -136,17 +136,7 @@ package enum TrustedPath {
         guard fstat(fd, &info) == 0, info.st_dev == walked.info.st_dev, info.st_ino == walked.info.st_ino else {
             throw .failed(path: walked.path, what: "open (it was replaced while being opened)", errno: Errno(EAGAIN))
         }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16384)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { return .failure(.read(Errno(errno))) }
-            if count == 0 { break }
-            bytes += chunk[..<count]
-            guard bytes.count <= limit else { return .failure(.tooLarge) }
-        }
-        return .success(bytes)
+        return readToEnd(fd, limit: limit).mapError { $0.code == EFBIG ? .tooLarge : .read($0) }
     }
 
     /// A file that passed the checks but is not something to read as a policy.

@@ -1,3 +1,4 @@
+import SandboxSystem
 import Synchronization
 
 /// A progress line on a terminal while a check takes over a second (never when standard output
@@ -35,7 +36,7 @@ final class ConformanceProgress: Sendable {
             guard elapsed >= .seconds(1) else { return }
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let tenths = Int(seconds * 10)
-            Output.writeAll(1, Array("\r\u{1B}[2K  \(glyph) \(name) (\(tenths / 10).\(tenths % 10) s)".utf8))
+            writeAll(1, Array("\r\u{1B}[2K  \(glyph) \(name) (\(tenths / 10).\(tenths % 10) s)".utf8))
             state.drawn = true
         }
     }
@@ -53,7 +54,7 @@ final class ConformanceProgress: Sendable {
         guard enabled else { return }
         state.withLock { state in
             state.name = nil
-            if state.drawn { Output.writeAll(1, Array("\r\u{1B}[2K".utf8)) }
+            if state.drawn { writeAll(1, Array("\r\u{1B}[2K".utf8)) }
             state.drawn = false
         }
     }

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 /// What `exec --json-status-fd N` (and `run`'s) writes to descriptor N: one JSON object on one
@@ -52,7 +53,7 @@ struct ExecStatus: Encodable, Equatable {
 
     /// Writes the line to `descriptor` and closes it (its reader then sees end of file).
     func write(to descriptor: Int32) {
-        Output.writeAll(descriptor, Array(line.utf8))
+        writeAll(descriptor, Array(line.utf8))
         close(descriptor)
     }
 

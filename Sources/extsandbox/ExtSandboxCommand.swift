@@ -12,15 +12,8 @@ let diagnosticsDescriptor = Atomic<Int32>(2)
 /// characters in the message are shown escaped (its line feeds kept): messages quote manifests,
 /// bundle paths and what extensions said.
 func printError(_ message: String) {
-    var bytes = Array("extsandbox: \(TerminalText.escaped(message, keepingLineFeeds: true))\n".utf8)
-    var offset = 0
-    let destination = diagnosticsDescriptor.load(ordering: .acquiring)
-    while offset < bytes.count {
-        let written = bytes.withUnsafeMutableBytes { write(destination, $0.baseAddress! + offset, $0.count - offset) }
-        if written < 0 && errno == EINTR { continue }
-        guard written > 0 else { return }
-        offset += written
-    }
+    let bytes = Array("extsandbox: \(TerminalText.escaped(message, keepingLineFeeds: true))\n".utf8)
+    writeAll(diagnosticsDescriptor.load(ordering: .acquiring), bytes)
 }
 
 /// The `extsandbox` command: run programs in the sandbox an extension would get.

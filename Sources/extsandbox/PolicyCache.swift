@@ -128,13 +128,7 @@ final class PolicyCache {
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_uid == geteuid(),
               info.st_mode & 0o022 == 0, info.st_size < Self.maximumEntrySize else { return nil }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
-        var total = 0
-        while total < bytes.count {
-            let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress! + total, $0.count - total) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { return nil }
-            total += count
-        }
+        guard bytes.withUnsafeMutableBytes({ readFully(fd, into: $0) }) == bytes.count else { return nil }
         return bytes
     }
 

@@ -151,16 +151,6 @@ enum Output {
 
     /// A line for programs (JSON), written as it is.
     static func unescapedLine(_ text: String) {
-        lock.withLock { _ in writeAll(1, Array((text + "\n").utf8)) }
-    }
-
-    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if written < 0 && errno == EINTR { continue }
-            guard written > 0 else { return }
-            offset += written
-        }
+        lock.withLock { _ in _ = writeAll(1, Array((text + "\n").utf8)) }
     }
 }

@@ -112,7 +112,7 @@ final class PseudoTerminal {
         TerminalSignals.install()
         guard input != nil else { return }
         state.pointee.raw_active = 1
-        while tcsetattr(callerTerminal, TCSADRAIN, &raw) != 0 && errno == EINTR {}
+        _ = retryingInterrupts { tcsetattr(callerTerminal, TCSADRAIN, &raw) }
     }
 
     /// Restores the caller's terminal settings exactly as they were, and the signal handlers.
@@ -121,7 +121,7 @@ final class PseudoTerminal {
         if state.pointee.raw_active != 0 {
             state.pointee.raw_active = 0
             var settings = saved
-            while tcsetattr(callerTerminal, TCSADRAIN, &settings) != 0 && errno == EINTR {}
+            _ = retryingInterrupts { tcsetattr(callerTerminal, TCSADRAIN, &settings) }
         }
         TerminalSignals.uninstall()
         state.pointee.fd = -1

@@ -2,6 +2,7 @@ import ExtSandbox
 import Foundation
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 /// The host API's IPC and lifecycle, against a raw C reference measured in the same run:
@@ -272,14 +273,13 @@ func capture(_ argv: [String]) throws -> String {
     var output: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 65536)
     while true {
-        let n = buffer.withUnsafeMutableBytes { read(pipeFDs[0], $0.baseAddress, $0.count) }
-        if n < 0 && errno == EINTR { continue }
+        let n = buffer.withUnsafeMutableBytes { bytes in retryingInterrupts { read(pipeFDs[0], bytes.baseAddress, bytes.count) } }
         if n <= 0 { break }
         output += buffer[0..<n]
     }
     close(pipeFDs[0])
     var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    _ = retryingInterrupts { waitpid(pid, &status, 0) }
     guard status == 0 else { throw BenchError("\(argv.joined(separator: " ")): exit status \(status)") }
     return String(decoding: output, as: UTF8.self)
 }

@@ -57,7 +57,7 @@ struct BwrapMemoryReference {
             for pid in monitors { kill(pid, SIGKILL) }
             for pid in monitors {
                 var status: Int32 = 0
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                _ = retryingInterrupts { waitpid(pid, &status, 0) }
             }
         }
         for _ in 0..<count {

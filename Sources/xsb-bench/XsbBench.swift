@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
+import SandboxSystem
 
 /// `xsb-bench`: launch and extension-IPC benchmarks, each reported as a median and as a ratio
 /// against a reference measured in the same run (absolute times across runs mean little on
@@ -412,7 +413,7 @@ struct XsbBench {
         var pid: pid_t = 0
         guard posix_spawn(&pid, argv[0], &actions, nil, cArgs, environ) == 0 else { return -1 }
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        _ = retryingInterrupts { waitpid(pid, &status, 0) }
         return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
     }
 }
