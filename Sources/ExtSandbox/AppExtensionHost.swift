@@ -61,14 +61,19 @@ public struct AppExtensionHost: Sendable, Hashable {
 
     /// Writes the declaration file for `points` to `path` (atomically: a temporary file renamed
     /// over). Hosts do this when installed, or when asked (for example `--write-extension-points`).
-    public func writeDeclaration(points: [AppExtensionPoint], to path: String) throws {
+    /// A file that cannot be written is ``DiscoveryError/cannotWrite(path:reason:)``, naming it.
+    public func writeDeclaration(points: [AppExtensionPoint], to path: String) throws(DiscoveryError) {
         let text = declaration(points: points).rendered()
         let temporary = path + ".tmp-\(getpid())"
-        try Data(text.utf8).write(to: URL(fileURLWithPath: temporary))
+        do {
+            try Data(text.utf8).write(to: URL(fileURLWithPath: temporary))
+        } catch {
+            throw .cannotWrite(path: temporary, reason: "\(error)")
+        }
         guard rename(temporary, path) == 0 else {
             let error = String(cString: strerror(errno))
             unlink(temporary)
-            throw DiscoveryError.cannotWrite(path: path, reason: error)
+            throw .cannotWrite(path: path, reason: error)
         }
     }
 }

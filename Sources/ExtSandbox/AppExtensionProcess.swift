@@ -136,7 +136,10 @@ public final class AppExtensionProcess: Sendable {
     /// A running process is reused only when its identity, its executable file and its resolved
     /// policy are all this handle's (see `ProcessReuseKey`); otherwise this handle gets a new
     /// process under its own policy, which coexists with the other.
-    public init(configuration: Configuration) async throws {
+    ///
+    /// Every way it fails is an ``ExtensionError``: a launch that discovery refuses (not
+    /// discovered, not approved, changed…) as ``ExtensionError/discovery(_:)``.
+    public init(configuration: Configuration) async throws(ExtensionError) {
         self.configuration = configuration
         // A forged identity must not even share a running process (LaunchAuthorization.swift).
         try LaunchAuthorization.checkProvenance(configuration.identity)
@@ -151,17 +154,17 @@ public final class AppExtensionProcess: Sendable {
     /// For synchronous code (a command-line host's `main`, the main thread, a thread of the host's
     /// own). The launch runs in tasks of the cooperative pool meanwhile, which has a thread per
     /// core: called from a task off the main thread (a pool thread, most likely), it throws
-    /// ``BlockingLaunchRefused`` rather than block one of them; use
+    /// ``ExtensionError/blockingLaunchRefused`` rather than block one of them; use
     /// `try await AppExtensionProcess(configuration:)` there.
-    public init(configuration: Configuration) throws {
-        try BlockingLaunchRefused.check()
+    public init(configuration: Configuration) throws(ExtensionError) {
+        try Self.refuseBlockingInTask()
         self.configuration = configuration
         try LaunchAuthorization.checkProvenance(configuration.identity)
         key = try ProcessReuseKey(identity: configuration.identity)
         let handleID = handleID, key = key
-        let outcome = BlockingOutcome<ExtensionProcessCore>()
+        let outcome = BlockingOutcome<ExtensionProcessCore, ExtensionError>()
         Task.detached {
-            do {
+            do throws(ExtensionError) {
                 outcome.finish(.success(try await ExtensionRegistry.shared.core(for: configuration, key: key, handle: handleID)))
             } catch {
                 outcome.finish(.failure(error))
@@ -197,10 +200,10 @@ public final class AppExtensionProcess: Sendable {
     /// let connection = try await process.makeConnection()       // makeXPCConnection()
     /// let proxy = try connection.remoteObject($MyRemoteInterface.self)
     /// ```
-    public func makeConnection(handlers: ExtensionConnection.Handlers = .init()) async throws -> ExtensionConnection {
+    public func makeConnection(handlers: ExtensionConnection.Handlers = .init()) async throws(ExtensionError) -> ExtensionConnection {
         // A process that ends at once every time is not retried forever.
         for _ in 0..<3 {
-            guard !invalidated.load(ordering: .relaxed) else { throw ExtensionError.invalidated }
+            guard !invalidated.load(ordering: .relaxed) else { throw .invalidated }
             let current = core.withLock { $0 }
             switch try await current.connect(handle: handleID, timeout: configuration.readyTimeout, sendQueueLimit: configuration.sendQueueLimit, handlers: handlers) {
             case .connected(let connection):
@@ -214,7 +217,7 @@ public final class AppExtensionProcess: Sendable {
                 if invalidated.load(ordering: .relaxed) { fresh.detach(handle: handleID) }
             }
         }
-        throw ExtensionError.connectionClosed(detail: "the extension process ended each time a connection was being made")
+        throw .connectionClosed(detail: "the extension process ended each time a connection was being made")
     }
 
     /// Gives up this handle: its connections are invalidated (other handles' stay open) and no
@@ -232,28 +235,35 @@ actor ExtensionRegistry {
     static let shared = ExtensionRegistry()
 
     private var running: [String: [ExtensionProcessCore]] = [:]
-    private var launching: [String: [(key: ProcessReuseKey, task: Task<ExtensionProcessCore, any Error>)]] = [:]
+    /// Each launch's outcome as a `Result`: a task's thrown error would lose its type.
+    private var launching: [String: [(key: ProcessReuseKey, task: Task<Result<ExtensionProcessCore, ExtensionError>, Never>)]] = [:]
 
     /// A running process for `key` with `handle` attached (``AppExtensionLifecycleEvent/reused``),
     /// or a new one launched for it (``AppExtensionLifecycleEvent/launched(pid:)``). A process
     /// that is ending is never attached to.
-    func core(for configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey, handle: UUID) async throws -> ExtensionProcessCore {
+    func core(for configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey, handle: UUID) async throws(ExtensionError) -> ExtensionProcessCore {
         let identifier = key.identity.bundleIdentifier
         for core in running[identifier] ?? [] where core.key == key {
             if core.attach(handle: handle, configuration: configuration) { return core }
         }
         // Another handle is launching the same: share its launch.
         if let task = launching[identifier]?.first(where: { $0.key == key })?.task {
-            let core = try await task.value
+            let core = try await task.value.get()
             if core.attach(handle: handle, configuration: configuration) { return core }
         }
-        let task = Task { try await ExtensionProcessCore.launch(configuration, key: key, handle: handle) }
+        let task = Task { () async -> Result<ExtensionProcessCore, ExtensionError> in
+            do throws(ExtensionError) {
+                return .success(try await ExtensionProcessCore.launch(configuration, key: key, handle: handle))
+            } catch {
+                return .failure(error)
+            }
+        }
         launching[identifier, default: []].append((key, task))
         defer {
             launching[identifier]?.removeAll { $0.key == key }
             if launching[identifier]?.isEmpty == true { launching[identifier] = nil }
         }
-        let core = try await task.value
+        let core = try await task.value.get()
         running[identifier, default: []].append(core)
         core.start()
         return core
@@ -270,7 +280,7 @@ extension ExtensionProcessCore {
     /// Launches the extension in the sandbox of its point's security level and waits for READY.
     /// The sandbox gets exactly `key.policy`, the policy the reuse key was made with; `handle`
     /// (the launching one) is attached. The caller calls ``start()``.
-    static func launch(_ configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey, handle: UUID) async throws -> ExtensionProcessCore {
+    static func launch(_ configuration: AppExtensionProcess.Configuration, key: ProcessReuseKey, handle: UUID) async throws(ExtensionError) -> ExtensionProcessCore {
         let identity = key.identity
         let policy = key.policy
         // Discovered identities are checked again now (installed, unchanged, approved, enabled,
@@ -280,19 +290,24 @@ extension ExtensionProcessCore {
         do throws(SandboxError) {
             hostIdentity = try HostIdentity.forCaller()
         } catch {
-            throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
+            throw .launch(error, securityLevel: identity.point.securityLevel)
         }
         // The containers' hold is released when the sandbox has ended (or the launch failed).
-        let containers = try ContainerGrant.make(for: identity, host: hostIdentity)
+        let containers: ContainerGrant
+        do throws(DiscoveryError) {
+            containers = try ContainerGrant.make(for: identity, host: hostIdentity)
+        } catch {
+            throw .discovery(error)
+        }
         if case .notEnforced(let reason) = containers.bound {
             configuration.logger.warning("the extension's container is not bounded", metadata: ["identifier": "\(identity.bundleIdentifier)", "reason": "\(reason)"])
         }
         let (hostFD, extensionFD): (FileDescriptor, FileDescriptor)
-        do {
+        do throws(WireError) {
             (hostFD, extensionFD) = try FrameSocket.makeSocketPair()
         } catch {
             containers.ended()
-            throw error
+            throw .protocolError(error)
         }
         var sandboxConfiguration = SandboxConfiguration(
             executable: authorization.executable, arguments: [authorization.executable] + identity.arguments,
@@ -304,24 +319,24 @@ extension ExtensionProcessCore {
         sandboxConfiguration.executableCopy = authorization.executableCopy
         sandboxConfiguration.dataMounts = authorization.resources + containers.mounts
         let sandbox: SandboxedProcess
-        do {
+        do throws(SandboxError) {
             sandbox = try await Supervisor.shared.launch(sandboxConfiguration)
         } catch {
             hostFD.close()
             extensionFD.close()
             containers.ended()
-            throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
+            throw .launch(error, securityLevel: identity.point.securityLevel)
         }
         extensionFD.close()
         containers.launched()
         sandbox.whenEnded { _ in containers.ended() }
-        func abandon(_ error: any Error) async -> any Error {
+        func abandon(_ error: ExtensionError) async -> ExtensionError {
             sandbox.kill()
             _ = await sandbox.waitForExit()
             return error
         }
         let control: FrameSocket
-        do {
+        do throws(ExtensionError) {
             control = try await waitForReady(control: FrameSocket(descriptor: hostFD, untrustedPeer: true), sandbox: sandbox,
                                              timeout: configuration.readyTimeout, identifier: identity.bundleIdentifier)
         } catch {
@@ -337,18 +352,22 @@ extension ExtensionProcessCore {
     /// The READY must carry `identifier`: the one the extension was launched as. Returns the
     /// control socket once READY came; otherwise it is closed.
     private static func waitForReady(control: sending FrameSocket, sandbox: SandboxedProcess, timeout: Duration,
-                                     identifier: String) async throws -> sending FrameSocket {
+                                     identifier: String) async throws(ExtensionError) -> sending FrameSocket {
         enum Outcome: Sendable { case ready, ended(Termination), timedOut, closed, broken(WireError), mismatch(String) }
         let started = ContinuousClock.now
         let once = OnceContinuation<Outcome>()
         let monitor = Supervisor.shared.monitor
-        try control.setNonBlocking(true)
-        guard let descriptor = control.descriptor?.rawValue else { throw ExtensionError.connectionClosed(detail: "the control socket is closed") }
+        do throws(WireError) {
+            try control.setNonBlocking(true)
+        } catch {
+            throw .protocolError(error)
+        }
+        guard let descriptor = control.descriptor?.rawValue else { throw .connectionClosed(detail: "the control socket is closed") }
         // The monitor thread reads the socket until the outcome; it is ours again once the
         // registration is removed.
         let reader = ControlUntilReady(control)
         let token: UInt64
-        do {
+        do throws(SandboxError) {
             token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { _ in
                 reader.socket.withLock { socket in
                     guard let socket else { return }
@@ -379,7 +398,7 @@ extension ExtensionProcessCore {
             }
         } catch {
             // The caller kills the sandbox; the control socket closes with `reader`.
-            throw ExtensionError.monitorFailed(error)
+            throw .monitorFailed(error)
         }
         // A closure, not a task: a task waiting for the exit would stay suspended (its memory
         // held) for the extension's whole life, since nothing cancels that wait.
@@ -392,10 +411,10 @@ extension ExtensionProcessCore {
         let control = reader.take()
         switch outcome {
         case .ready:
-            guard let control else { throw ExtensionError.connectionClosed(detail: "the control socket is gone") }  // (taken once: never)
+            guard let control else { throw .connectionClosed(detail: "the control socket is gone") }  // (taken once: never)
             return control
-        case .ended(let termination): throw ExtensionError.endedBeforeReady(termination)
-        case .timedOut: throw ExtensionError.notReadyInTime
+        case .ended(let termination): throw .endedBeforeReady(termination)
+        case .timedOut: throw .notReadyInTime
         case .closed:
             // An extension that dies closes its control socket a moment before its exit is known:
             // its end, if it comes at once, is the reason (killed, crashed), not the socket.
@@ -407,10 +426,10 @@ extension ExtensionProcessCore {
             }
             let termination = await exit.value
             grace.cancel()
-            if let termination { throw ExtensionError.endedBeforeReady(termination) }
-            throw ExtensionError.connectionClosed(detail: "the extension closed its control socket before it was ready")
-        case .broken(let error): throw ExtensionError.protocolError(error)
-        case .mismatch(let said): throw DiscoveryError.identifierMismatch(expected: identifier, actual: said)
+            if let termination { throw .endedBeforeReady(termination) }
+            throw .connectionClosed(detail: "the extension closed its control socket before it was ready")
+        case .broken(let error): throw .protocolError(error)
+        case .mismatch(let said): throw .discovery(.identifierMismatch(expected: identifier, actual: said))
         }
     }
 }

@@ -1,7 +1,8 @@
 import ExtensionCatalog
 import SandboxSystem
 
-/// Why discovery, or a launch of a discovered extension, failed.
+/// Why discovery, or a launch of a discovered extension, failed. A launch throws it inside
+/// ``ExtensionError/discovery(_:)``, with the host API's other failures.
 public enum DiscoveryError: Error, Sendable, CustomStringConvertible {
     /// A file discovery or a launch needs is broken, unreadable or unsafe: the approvals file,
     /// or the extension's bundle (its manifest, its executable) found no longer valid right

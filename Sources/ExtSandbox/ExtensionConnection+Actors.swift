@@ -33,18 +33,18 @@ extension ExtensionConnection: CallTransport {
 
     /// Sends a call envelope as a request (taking `fileDescriptors`: ``send(_:)`` sends copies,
     /// these close once it returns): the REPLY's payload and fds, or the ERROR's code and message.
-    public func call(_ envelope: [UInt8], fileDescriptors: [Int32]) async throws -> CallAnswer {
+    public func call(_ envelope: [UInt8], fileDescriptors: [Int32]) async throws(ExtensionError) -> CallAnswer {
         try await call(envelope, followedBy: [], fileDescriptors: fileDescriptors)
     }
 
     /// ``call(_:fileDescriptors:)`` of the envelope `envelope` followed by `tail`: one REQUEST whose
     /// payload is written from the two arrays as they are (a large argument is not copied).
-    public func call(_ envelope: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) async throws -> CallAnswer {
+    public func call(_ envelope: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) async throws(ExtensionError) -> CallAnswer {
         defer { Self.close(fileDescriptors) }
-        do {
+        do throws(ExtensionError) {
             let reply = try await send(ExtensionMessage(envelope, fileDescriptors: fileDescriptors), payloadTail: tail)
             return .reply(reply.payload, fileDescriptors: reply.fileDescriptors)
-        } catch ExtensionError.remote(let code, let message) {
+        } catch .remote(let code, let message) {
             return .error(code: code, message: message)
         }
     }
@@ -67,7 +67,7 @@ extension AppExtensionProcess {
     /// them: such a result is answered with an error.
     public func makeConnection<Contract: DistributedActor>(
         exporting contract: Contract.Type, _ make: (ExtensionActorSystem) -> any DistributedActor
-    ) async throws -> ExtensionConnection where Contract.ActorSystem == ExtensionActorSystem {
+    ) async throws(ExtensionError) -> ExtensionConnection where Contract.ActorSystem == ExtensionActorSystem {
         let system = ExtensionActorSystem(side: .host)
         let exported = ExportedObject(make(system), as: contract)
         system.export(exported)

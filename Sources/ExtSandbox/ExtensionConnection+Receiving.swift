@@ -63,7 +63,7 @@ extension ExtensionConnection {
     /// after it, outside the lock.
     func eventsArrived(_ events: UInt32) {
         if events & EventMonitor.writable != 0 {
-            var roomWaiters: [CheckedContinuation<Void, any Error>] = []
+            var roomWaiters: [RoomWaiter] = []
             let failure: ExtensionError? = output.withLock { output in
                 guard output.open else { return nil }
                 do throws(WireError) {
@@ -77,7 +77,7 @@ extension ExtensionConnection {
                     return .wire(error)
                 }
             }
-            for waiter in roomWaiters { waiter.resume() }
+            for waiter in roomWaiters { waiter.resume(returning: .success(())) }
             if let failure {
                 close(because: failure)
                 return
@@ -125,8 +125,8 @@ extension ExtensionConnection {
                 if let failure, closeReason == nil { closeReason = failure }
             }
             switch answer {
-            case .reply(let continuation, let result): continuation.resume(with: result)
-            case .handshake(let continuation, let result): continuation.resume(with: result)
+            case .reply(let continuation, let result): continuation.resume(returning: result)
+            case .handshake(let continuation, let result): continuation.resume(returning: result)
             case nil: break
             }
             if let closeReason {
@@ -153,8 +153,8 @@ extension ExtensionConnection {
 
     /// What a frame from the extension answered.
     enum Answer {
-        case reply(Reply, Result<ExtensionMessage, any Error>)
-        case handshake(Handshake, Result<UInt32, any Error>)
+        case reply(Reply, Result<ExtensionMessage, ExtensionError>)
+        case handshake(Handshake, Result<UInt32, ExtensionError>)
     }
 
     func handle(_ frame: Frame, state: inout State, answer: inout Answer?, farewell: inout Frame?) -> ExtensionError? {

@@ -14,20 +14,20 @@ extension ExtensionConnection {
     /// queue, its fds closed, and never reaches the extension. A message larger than the
     /// extension's maximum frame size fails with ``ExtensionError/messageTooLarge(size:maximum:)``
     /// and the connection stays open.
-    public func send(_ message: ExtensionMessage) async throws -> ExtensionMessage {
+    public func send(_ message: ExtensionMessage) async throws(ExtensionError) -> ExtensionMessage {
         try await send(message, payloadTail: [])
     }
 
     /// ``send(_:)`` of a request whose payload is `message`'s followed by `payloadTail`, each
     /// written from its own storage (see ``Frame/payloadTail``).
-    func send(_ message: ExtensionMessage, payloadTail: [UInt8]) async throws -> ExtensionMessage {
+    func send(_ message: ExtensionMessage, payloadTail: [UInt8]) async throws(ExtensionError) -> ExtensionMessage {
         let id = nextRequestID.add(1, ordering: .relaxed).oldValue
         // Copies of the fds are made once there is room: a waiting sender holds none of ours.
         try await waitForRoom(bytes: ExtSandboxWire.headerSize + 4 + message.payload.count + payloadTail.count,
                               fds: message.fileDescriptors.count)
         let fds = try Self.duplicate(message.fileDescriptors)
         return try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { (continuation: Reply) in
+            await withUnsafeContinuation { (continuation: Reply) in
                 // Registered and written under `output`: a CANCEL never overtakes its REQUEST.
                 let failed: (Reply, ExtensionError)? = output.withLock { output in
                     let refused: ExtensionError? = state.withLock { state in
@@ -53,13 +53,13 @@ extension ExtensionConnection {
                     return (waiting, failure)
                 }
                 if let (waiting, failure) = failed {
-                    waiting.resume(throwing: failure)
+                    waiting.resume(returning: .failure(failure))
                 } else {
                     waitForReadableBriefly { $0.pending.count == 1 && $0.pending[id] != nil }
                 }
             }
         } onCancel: {
-            let (continuation, waiters): (Reply?, [CheckedContinuation<Void, any Error>]) = output.withLock { output in
+            let (continuation, waiters): (Reply?, [RoomWaiter]) = output.withLock { output in
                 // Never written: dropped from the queue (its fds closed); no answer will come.
                 let unsent = output.open && output.sender.removeUnsent(kind: .request, id: id)
                 let continuation: Reply? = state.withLock { state in
@@ -70,22 +70,22 @@ extension ExtensionConnection {
                 if continuation != nil && !unsent { _ = write(.cancel(id: id), &output) }
                 return (continuation, unsent ? takeRoomWaiters(&output) : [])
             }
-            for waiter in waiters { waiter.resume() }
-            continuation?.resume(throwing: ExtensionError.cancelled)
-        }
+            for waiter in waiters { waiter.resume(returning: .success(())) }
+            continuation?.resume(returning: .failure(.cancelled))
+        }.get()
     }
 
     /// Sends a message that gets no reply. Fails at once with
     /// ``ExtensionError/sendQueueFull(bytes:fileDescriptors:)`` when the connection's send queue
     /// is full (see ``SendQueueLimit``; ``sendOneWayWaitingForRoom(_:)`` waits instead).
-    public func sendOneWay(_ message: ExtensionMessage) throws {
+    public func sendOneWay(_ message: ExtensionMessage) throws(ExtensionError) {
         let fds = try Self.duplicate(message.fileDescriptors)
         let frameBytes = ExtSandboxWire.headerSize + 4 + message.payload.count
-        let failure: (any Error)? = output.withLock { output in
-            do {
+        let failure: ExtensionError? = output.withLock { output in
+            do throws(ExtensionError) {
                 guard try hasRoom(bytes: frameBytes, fds: fds.count, output) else {
                     Self.close(fds)
-                    return ExtensionError.sendQueueFull(bytes: sendQueueLimit.bytes, fileDescriptors: sendQueueLimit.fileDescriptors)
+                    return .sendQueueFull(bytes: sendQueueLimit.bytes, fileDescriptors: sendQueueLimit.fileDescriptors)
                 }
             } catch {
                 Self.close(fds)
@@ -97,7 +97,7 @@ extension ExtensionConnection {
     }
 
     /// Sends a message that gets no reply, waiting while the connection's send queue is full.
-    public func sendOneWayWaitingForRoom(_ message: ExtensionMessage) async throws {
+    public func sendOneWayWaitingForRoom(_ message: ExtensionMessage) async throws(ExtensionError) {
         try await waitForRoom(bytes: ExtSandboxWire.headerSize + 4 + message.payload.count, fds: message.fileDescriptors.count)
         let fds = try Self.duplicate(message.fileDescriptors)
         let failure: ExtensionError? = output.withLock { output in
@@ -107,47 +107,48 @@ extension ExtensionConnection {
     }
 
     /// Sends `request` as JSON and decodes the reply as `Response`.
-    public func send<Request: Encodable, Response: Decodable>(_ request: Request, expecting: Response.Type) async throws -> Response {
+    /// Failing to encode the request or decode the reply is ``ExtensionError/coding(_:)``.
+    public func send<Request: Encodable, Response: Decodable>(_ request: Request, expecting: Response.Type) async throws(ExtensionError) -> Response {
         let payload: [UInt8]
-        do { payload = Array(try JSONEncoder().encode(request)) } catch { throw ExtensionError.coding("\(error)") }
+        do { payload = Array(try JSONEncoder().encode(request)) } catch { throw .coding("\(error)") }
         let reply = try await send(ExtensionMessage(payload))
         reply.closeFileDescriptors()
-        do { return try JSONDecoder().decode(Response.self, from: Data(reply.payload)) } catch { throw ExtensionError.coding("\(error)") }
+        do { return try JSONDecoder().decode(Response.self, from: Data(reply.payload)) } catch { throw .coding("\(error)") }
     }
 
     /// Returns once the send queue has room for a frame of `bytes` with `fds` descriptors (at
     /// once, usually); throws when the connection closes or the task is cancelled meanwhile.
     /// Not `cancellable`, it waits on whatever happens to the task (for an answer that must go out).
-    func waitForRoom(bytes: Int, fds: Int, cancellable: Bool = true) async throws {
+    func waitForRoom(bytes: Int, fds: Int, cancellable: Bool = true) async throws(ExtensionError) {
         while true {
-            if try output.withLock({ output in try self.hasRoom(bytes: bytes, fds: fds, output) }) { return }
+            if try output.withLock({ output throws(ExtensionError) in try self.hasRoom(bytes: bytes, fds: fds, output) }) { return }
             let waiterID = nextRoomWaiter.add(1, ordering: .relaxed).oldValue
             try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                    let now: Result<Void, any Error>? = output.withLock { output in
-                        do {
+                await withCheckedContinuation { (continuation: RoomWaiter) in
+                    let now: Result<Void, ExtensionError>? = output.withLock { output in
+                        do throws(ExtensionError) {
                             if try hasRoom(bytes: bytes, fds: fds, output) { return .success(()) }
                         } catch {
                             return .failure(error)
                         }
-                        if cancellable && Task.isCancelled { return .failure(ExtensionError.cancelled) }
+                        if cancellable && Task.isCancelled { return .failure(.cancelled) }
                         output.roomWaiters[waiterID] = continuation
                         return nil
                     }
-                    if let now { continuation.resume(with: now) }
+                    if let now { continuation.resume(returning: now) }
                 }
             } onCancel: {
                 guard cancellable else { return }
-                output.withLock { $0.roomWaiters.removeValue(forKey: waiterID) }?.resume(throwing: ExtensionError.cancelled)
-            }
+                output.withLock { $0.roomWaiters.removeValue(forKey: waiterID) }?.resume(returning: .failure(.cancelled))
+            }.get()
         }
     }
 
     /// Under `output`: whether a frame of `bytes` with `fds` fits the send queue now; throws
     /// the connection's end when it is closed.
-    func hasRoom(bytes: Int, fds: Int, _ output: Output) throws -> Bool {
+    func hasRoom(bytes: Int, fds: Int, _ output: Output) throws(ExtensionError) -> Bool {
         guard output.open else {
-            throw state.withLock { $0.closedBecause } ?? ExtensionError.connectionClosed(detail: "the extension closed the connection")
+            throw state.withLock { $0.closedBecause } ?? .connectionClosed(detail: "the extension closed the connection")
         }
         let queuedBytes = output.sender.pendingOutputBytes, queuedFDs = output.sender.pendingOutputFDs
         if queuedBytes == 0 && queuedFDs == 0 { return true }
@@ -155,7 +156,7 @@ extension ExtensionConnection {
     }
 
     /// Under `output`: the senders waiting for room, to be resumed (outside the lock) to look again.
-    func takeRoomWaiters(_ output: inout Output) -> [CheckedContinuation<Void, any Error>] {
+    func takeRoomWaiters(_ output: inout Output) -> [RoomWaiter] {
         guard !output.roomWaiters.isEmpty else { return [] }
         defer { output.roomWaiters.removeAll() }
         return Array(output.roomWaiters.values)

@@ -27,8 +27,11 @@ import Synchronization
 /// it. Typed calls ride on these requests (docs/wire-protocol.md §12). The connection keeps its
 /// extension process alive until ``invalidate()`` (or until it and its proxies are released).
 public final class ExtensionConnection: Sendable {
-    typealias Reply = UnsafeContinuation<ExtensionMessage, any Error>
-    typealias Handshake = CheckedContinuation<UInt32, any Error>
+    // Continuations that throw would lose the error's type: each is resumed with a `Result`.
+    typealias Reply = UnsafeContinuation<Result<ExtensionMessage, ExtensionError>, Never>
+    typealias Handshake = CheckedContinuation<Result<UInt32, ExtensionError>, Never>
+    /// A sender waiting for room: resumed with success to look again, or with its failure.
+    typealias RoomWaiter = CheckedContinuation<Result<Void, ExtensionError>, Never>
 
     /// Everything but sending. The socket is read under this lock (its ``FrameReceiver`` lives
     /// here): by the monitor thread, and by a caller waiting briefly for its reply
@@ -71,7 +74,7 @@ public final class ExtensionConnection: Sendable {
         var open = true
         var watchingWritability = false
         /// Senders waiting for room in the send queue (see ``SendQueueLimit``).
-        var roomWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        var roomWaiters: [UInt64: RoomWaiter] = [:]
     }
 
     /// The socket, owned by the connection (closed by ``closeSocket()``). Its receiving direction
@@ -124,49 +127,50 @@ public final class ExtensionConnection: Sendable {
 
     /// Waits for the extension's answer to the HELLO: its own HELLO (accepted), or an ERROR
     /// (rejected), or nothing in `timeout`. Closes the connection when it fails.
-    func handshake(timeout: Duration) async throws {
+    func handshake(timeout: Duration) async throws(ExtensionError) {
         // An extension that never answers must not hang the host.
         let deadline = Deadlines.shared.add(after: timeout) { [weak self] in
             guard let self, self.state.withLock({ $0.handshake != nil }) else { return }
             self.close(because: .connectionClosed(detail: "the extension did not answer the handshake in time"))
         }
         defer { Deadlines.shared.cancel(deadline) }
-        do {
-            let peerMaximum = try await withCheckedThrowingContinuation { (continuation: Handshake) in
-                let opened: Result<FileDescriptor, any Error> = state.withLock { state in
-                    if let closed = state.closedBecause { return .failure(closed) }
-                    guard state.open else { return .failure(ExtensionError.connectionClosed(detail: "the extension closed the connection")) }
-                    state.handshake = continuation
-                    return .success(descriptor)
-                }
-                guard case .success(let descriptor) = opened else {
-                    if case .failure(let failure) = opened { continuation.resume(throwing: failure) }
-                    return
-                }
-                // The answer usually comes within a round trip or two: take it on this thread
-                // when it does, and only then hand the socket to the monitor thread (which then
-                // never wakes for the answer too, nor contends for the lock).
-                if waitBriefly(for: descriptor) == true { eventsArrived(EventMonitor.readable) }
-                let watchFailure: SandboxError? = state.withLock { state in
-                    guard state.open else { return nil }  // closed meanwhile: that failed the handshake
-                    do throws(SandboxError) {
-                        // Paused already if the extension's requests came with its HELLO.
-                        let token = try monitor.add(fd: descriptor.rawValue, events: state.readingPaused ? 0 : EventMonitor.readable) { [weak self] events in
-                            self?.eventsArrived(events)
-                        }
-                        self.token.store(token, ordering: .relaxed)
-                        return nil
-                    } catch {
-                        return error
-                    }
-                }
-                // Unwatched, nothing more would be read: close (which fails a pending handshake).
-                if let watchFailure { close(because: .monitorFailed(watchFailure)) }
+        let answer = await withCheckedContinuation { (continuation: Handshake) in
+            let opened: Result<FileDescriptor, ExtensionError> = state.withLock { state in
+                if let closed = state.closedBecause { return .failure(closed) }
+                guard state.open else { return .failure(.connectionClosed(detail: "the extension closed the connection")) }
+                state.handshake = continuation
+                return .success(descriptor)
             }
+            guard case .success(let descriptor) = opened else {
+                if case .failure(let failure) = opened { continuation.resume(returning: .failure(failure)) }
+                return
+            }
+            // The answer usually comes within a round trip or two: take it on this thread
+            // when it does, and only then hand the socket to the monitor thread (which then
+            // never wakes for the answer too, nor contends for the lock).
+            if waitBriefly(for: descriptor) == true { eventsArrived(EventMonitor.readable) }
+            let watchFailure: SandboxError? = state.withLock { state in
+                guard state.open else { return nil }  // closed meanwhile: that failed the handshake
+                do throws(SandboxError) {
+                    // Paused already if the extension's requests came with its HELLO.
+                    let token = try monitor.add(fd: descriptor.rawValue, events: state.readingPaused ? 0 : EventMonitor.readable) { [weak self] events in
+                        self?.eventsArrived(events)
+                    }
+                    self.token.store(token, ordering: .relaxed)
+                    return nil
+                } catch {
+                    return error
+                }
+            }
+            // Unwatched, nothing more would be read: close (which fails a pending handshake).
+            if let watchFailure { close(because: .monitorFailed(watchFailure)) }
+        }
+        switch answer {
+        case .success(let peerMaximum):
             // No request is sent before the handshake is done: nothing else uses the encoder yet.
             output.withLock { output in if output.open { output.sender.encoder.maximumFrameSize = peerMaximum } }
-        } catch {
-            close(because: error as? ExtensionError ?? .connectionClosed(detail: "\(error)"))
+        case .failure(let error):
+            close(because: error)
             throw error
         }
     }
@@ -197,7 +201,7 @@ public final class ExtensionConnection: Sendable {
 
     /// Closes once: stops watching, closes the socket, fails what waits, tells the process.
     func close(because reason: ExtensionError) {
-        var roomWaiters: [CheckedContinuation<Void, any Error>] = []
+        var roomWaiters: [RoomWaiter] = []
         let (pending, handshake, wasOpen, release, reason) = output.withLock { output in
             output.open = false
             roomWaiters = takeRoomWaiters(&output)
@@ -218,10 +222,10 @@ public final class ExtensionConnection: Sendable {
             }
         }
         // They look again and find the connection closed.
-        for waiter in roomWaiters { waiter.resume() }
+        for waiter in roomWaiters { waiter.resume(returning: .success(())) }
         if release { closeSocket() }
-        for continuation in pending { continuation.resume(throwing: reason) }
-        handshake?.resume(throwing: reason)
+        for continuation in pending { continuation.resume(returning: .failure(reason)) }
+        handshake?.resume(returning: .failure(reason))
         if wasOpen && !closeNotified.exchange(true, ordering: .relaxed) { onClose() }
     }
 
@@ -249,13 +253,13 @@ public final class ExtensionConnection: Sendable {
         if let number = descriptor.release() { UntrustedDescriptors.close([number]) }
     }
 
-    static func duplicate(_ fds: [Int32]) throws -> [Int32] {
+    static func duplicate(_ fds: [Int32]) throws(ExtensionError) -> [Int32] {
         var copies: [Int32] = []
         for fd in fds {
             let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
             guard copy >= 0 else {
                 close(copies)
-                throw ExtensionError.coding("file descriptor \(fd) cannot be sent: \(String(cString: strerror(errno)))")
+                throw .coding("file descriptor \(fd) cannot be sent: \(String(cString: strerror(errno)))")
             }
             copies.append(copy)
         }

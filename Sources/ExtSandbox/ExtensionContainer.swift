@@ -98,7 +98,7 @@ struct ContainerGrant: Sendable {
     }
 
     /// The grant for a launch of `identity` by a caller that runs sandboxes as `host`.
-    static func make(for identity: AppExtensionIdentity, host: HostIdentity) throws -> ContainerGrant {
+    static func make(for identity: AppExtensionIdentity, host: HostIdentity) throws(DiscoveryError) -> ContainerGrant {
         var grant = ContainerGrant()
         let point = identity.point
         guard point.container != nil || point.sharedContainer != nil else { return grant }
@@ -137,7 +137,7 @@ struct ContainerGrant: Sendable {
             }
         } catch {
             grant.ended()
-            throw DiscoveryError.catalog(error)
+            throw .catalog(error)
         }
         return grant
     }

@@ -6,6 +6,15 @@ import SandboxSystem
 
 /// Why an extension operation failed.
 public enum ExtensionError: Error, Sendable, CustomStringConvertible {
+    /// The extension may not be launched, or its launch showed it is not what was discovered:
+    /// not discovered in this process, refused (uninstalled, changed, unapproved, disabled, out
+    /// of scope), a broken bundle or approvals file, or READY with another identifier. Nothing
+    /// ran, or what ran is ended.
+    case discovery(DiscoveryError)
+    /// The synchronous `AppExtensionProcess(configuration:)` was called from a task off the main
+    /// thread: blocking that thread, likely one of the cooperative pool's few, could starve the
+    /// launch it waits for. From a task, use the asynchronous initializer.
+    case blockingLaunchRefused
     /// The policy of the point's security level (`securityLevel`, a name or a path) could not
     /// be found, trusted, loaded or compiled: `error` names the file and line. Nothing ran.
     case policyFailed(securityLevel: String, error: PolicyError)
@@ -54,6 +63,9 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
     /// characters escaped: hosts log these, and a terminal would act on them.
     public var description: String {
         switch self {
+        case .discovery(let error): return "\(error)"
+        case .blockingLaunchRefused:
+            return "the synchronous AppExtensionProcess(configuration:) would block a task's thread: use `try await AppExtensionProcess(configuration:)` in a task"
         case .policyFailed(let level, let error):
             // A level given as a path is the file the error names already.
             return "the extension could not be launched: policy " + (error.file == level ? "" : "\(level): ") + "\(error)"
@@ -78,10 +90,12 @@ public enum ExtensionError: Error, Sendable, CustomStringConvertible {
         }
     }
 
-    /// The typed error this one wraps, if any: the `PolicyError` or `SandboxError` of a
-    /// launch, the `SandboxError` of a connection's registration, the `WireError` of a connection.
+    /// The typed error this one wraps, if any: the ``DiscoveryError`` that refused a launch, the
+    /// `PolicyError` or `SandboxError` of a launch, the `SandboxError` of a connection's
+    /// registration, the `WireError` of a connection.
     public var underlying: (any Error)? {
         switch self {
+        case .discovery(let error): return error
         case .policyFailed(_, let error): return error
         case .sandboxFailed(let error), .monitorFailed(let error): return error
         case .protocolError(let error): return error

@@ -188,7 +188,7 @@ final class ExtensionProcessCore: Sendable {
     /// A new connection for `handle`: claims it (no suspend or end from now on), resumes a
     /// suspended sandbox, hands the extension its socket, shakes hands.
     func connect(handle: UUID, timeout: Duration, sendQueueLimit: ExtensionConnection.SendQueueLimit,
-                 handlers: ExtensionConnection.Handlers) async throws -> ConnectOutcome {
+                 handlers: ExtensionConnection.Handlers) async throws(ExtensionError) -> ConnectOutcome {
         enum Claim { case claimed(UInt64, Task<Bool, Never>?), ended, invalidated }
         let claim = state.withLock { state -> Claim in
             guard state.phase == .running || state.phase == .suspended else { return .ended }
@@ -208,7 +208,7 @@ final class ExtensionProcessCore: Sendable {
         let connectionID: UInt64
         switch claim {
         case .ended: return .processEnded
-        case .invalidated: throw ExtensionError.invalidated
+        case .invalidated: throw .invalidated
         case .claimed(let id, let resumed):
             connectionID = id
             if let resumed {
@@ -223,8 +223,13 @@ final class ExtensionProcessCore: Sendable {
             }
         }
         var handedOver = false
-        do {
-            let (hostFD, extensionFD) = try SpareSocketPair.take()
+        do throws(ExtensionError) {
+            let (hostFD, extensionFD): (FileDescriptor, FileDescriptor)
+            do throws(WireError) {
+                (hostFD, extensionFD) = try SpareSocketPair.take()
+            } catch {
+                throw .protocolError(error)
+            }
             // The host's HELLO goes into the socket before the extension has its end: it finds
             // the HELLO there as soon as it takes the connection.
             let connection = ExtensionConnection(
@@ -274,7 +279,7 @@ final class ExtensionProcessCore: Sendable {
                 return .processEnded
             case .invalidated:
                 connection.close(because: .invalidated)
-                throw ExtensionError.invalidated
+                throw .invalidated
             case .failed(let failure):
                 connection.close(because: failure)
                 throw failure
@@ -282,12 +287,12 @@ final class ExtensionProcessCore: Sendable {
             // While the extension takes the connection, make the socket pair for the next one:
             // a socketpair costs about a sixth of a connection's set-up, here it costs none of it.
             SpareSocketPair.prepare()
-            do {
+            do throws(ExtensionError) {
                 try await connection.handshake(timeout: timeout)
             } catch {
                 // The extension left of its own accord (its GOODBYE) as this connection came
                 // in, and never took it: a fresh process does, as after any end.
-                if case ExtensionError.rejected = error { throw error }
+                if case .rejected = error { throw error }
                 if state.withLock({ $0.endExpected }) { return .processEnded }
                 throw error
             }

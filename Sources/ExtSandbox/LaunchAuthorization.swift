@@ -43,10 +43,10 @@ struct LaunchAuthorization: Sendable {
     var resources: [MountEntry]
     var environment: [String: String]
 
-    /// Checks `identity` now; throws ``DiscoveryError`` when it may not run: a bundle or
-    /// approvals file that is no longer valid as its ``CatalogProblem`` (``DiscoveryError/catalog(_:)``),
-    /// naming the file and line.
-    static func authorize(_ identity: AppExtensionIdentity) throws -> LaunchAuthorization {
+    /// Checks `identity` now; throws ``ExtensionError/discovery(_:)`` when it may not run: a
+    /// bundle or approvals file that is no longer valid as its ``CatalogProblem``
+    /// (``DiscoveryError/catalog(_:)``), naming the file and line.
+    static func authorize(_ identity: AppExtensionIdentity) throws(ExtensionError) -> LaunchAuthorization {
         var environment = [
             ExtensionEnvironment.identifier: identity.bundleIdentifier,
             ExtensionEnvironment.point: identity.point.name,
@@ -58,15 +58,15 @@ struct LaunchAuthorization: Sendable {
         let id = identity.bundleIdentifier
         try checkProvenance(identity)
         if identity.point.scope.restriction == .application && !discovered.origin.isBundled {
-            throw DiscoveryError.refused(identifier: id, reason: "point \(identity.point.name) accepts only the host's own extensions, and this one is installed outside the host's bundle")
+            throw .discovery(.refused(identifier: id, reason: "point \(identity.point.name) accepts only the host's own extensions, and this one is installed outside the host's bundle"))
         }
         let current: ValidatedBundle
         switch BundleValidator.validate(bundleAt: discovered.bundle.path) {
-        case .failure(let problem): throw DiscoveryError.bundleNoLongerValid(problem, identifier: id)
+        case .failure(let problem): throw .discovery(.bundleNoLongerValid(problem, identifier: id))
         case .success(let bundle): current = bundle
         }
         guard current == discovered.bundle else {
-            throw DiscoveryError.refused(identifier: id, reason: "its bundle changed since discovery (\(current.path))")
+            throw .discovery(.refused(identifier: id, reason: "its bundle changed since discovery (\(current.path))"))
         }
         let decisions: ExtensionDecisions
         do throws(CatalogProblem) {
@@ -74,34 +74,34 @@ struct LaunchAuthorization: Sendable {
             locations.systemStateFile = discovered.systemStateFile
             decisions = try ExtensionDecisions.load(locations)
         } catch {
-            throw DiscoveryError.catalog(error)
+            throw .discovery(.catalog(error))
         }
         let entry = CatalogEntry(path: current.path, origin: discovered.origin, bundle: .success(current))
         let evaluation = decisions.evaluate(entry)
         switch evaluation.status {
         case .enabled: break
-        case .disabled: throw DiscoveryError.refused(identifier: id, reason: "the owner disabled it")
-        case .unapproved(let reason): throw DiscoveryError.refused(identifier: id, reason: "it is not approved: \(reason)")
-        case .forbidden(let reason): throw DiscoveryError.refused(identifier: id, reason: "it is \(reason)")
-        case .invalid(let problem): throw DiscoveryError.catalog(problem)
+        case .disabled: throw .discovery(.refused(identifier: id, reason: "the owner disabled it"))
+        case .unapproved(let reason): throw .discovery(.refused(identifier: id, reason: "it is not approved: \(reason)"))
+        case .forbidden(let reason): throw .discovery(.refused(identifier: id, reason: "it is \(reason)"))
+        case .invalid(let problem): throw .discovery(.catalog(problem))
         }
         // The file is copied once, and the copy is what is weighed and what runs: whatever is
         // renamed over the path, swapped above it or written into it after this point never runs.
         let copy: SealedExecutable
-        do {
+        do throws(SandboxError) {
             copy = try SealedExecutable.copy(of: current.executablePath)
         } catch {
-            throw ExtensionError.launch(error, securityLevel: identity.point.securityLevel)
+            throw .launch(error, securityLevel: identity.point.securityLevel)
         }
         if !discovered.origin.isBundled {
             let digest: ContentDigest
             do throws(CatalogProblem) {
                 (digest, _) = try ContentHasher.shared.digest(ofDescriptor: copy.descriptor.rawValue, named: current.executablePath)
             } catch {
-                throw DiscoveryError.catalog(error)
+                throw .discovery(.catalog(error))
             }
             guard evaluation.executableDigest == digest else {
-                throw DiscoveryError.refused(identifier: id, reason: "it is not approved: the executable changed since it was approved")
+                throw .discovery(.refused(identifier: id, reason: "it is not approved: the executable changed since it was approved"))
             }
         }
         var resources: [MountEntry] = []
@@ -113,13 +113,13 @@ struct LaunchAuthorization: Sendable {
         return LaunchAuthorization(executable: current.executablePath, executableCopy: copy, resources: resources, environment: environment)
     }
 
-    /// Throws unless `identity` is development-only or one that a monitor of this process
-    /// issued, unaltered in any field. Cheap: also checked before a running process is shared
-    /// with a handle.
-    static func checkProvenance(_ identity: AppExtensionIdentity) throws {
+    /// Throws (``DiscoveryError/notDiscovered(identifier:)``) unless `identity` is
+    /// development-only or one that a monitor of this process issued, unaltered in any field.
+    /// Cheap: also checked before a running process is shared with a handle.
+    static func checkProvenance(_ identity: AppExtensionIdentity) throws(ExtensionError) {
         guard case .discovered = identity.origin else { return }
         guard IssuedIdentities.shared.contains(identity) else {
-            throw DiscoveryError.notDiscovered(identifier: identity.bundleIdentifier)
+            throw .discovery(.notDiscovered(identifier: identity.bundleIdentifier))
         }
     }
 }

@@ -161,14 +161,14 @@ extension AppExtensionPoint {
         /// ExtensionFoundation's name for ``addPoint(_:)``. Throws, as the initializer does, when
         /// the approvals file cannot be read (the point is followed all the same, and the
         /// monitor offers nothing until the file is fixed).
-        public func addAppExtensionPoint(_ appExtensionPoint: AppExtensionPoint) async throws {
+        public func addAppExtensionPoint(_ appExtensionPoint: AppExtensionPoint) async throws(DiscoveryError) {
             await addPoint(appExtensionPoint)
-            if let problem = state.approvalsProblem { throw DiscoveryError.catalog(problem) }
+            if let problem = state.approvalsProblem { throw .catalog(problem) }
         }
 
         /// ExtensionFoundation's name for ``removePoint(named:)``: stops discovering the point
         /// of that name.
-        public func removeAppExtensionPoint(_ appExtensionPoint: AppExtensionPoint) async throws {
+        public func removeAppExtensionPoint(_ appExtensionPoint: AppExtensionPoint) async throws(DiscoveryError) {
             await removePoint(named: appExtensionPoint.name)
         }
 

@@ -24,30 +24,30 @@ struct ProcessReuseKey: Sendable, Equatable {
     let policy: Policy
 
     /// Resolves the identity's point's policy and identifies its executable now.
-    init(identity: AppExtensionIdentity) throws {
+    init(identity: AppExtensionIdentity) throws(ExtensionError) {
         self.identity = identity
         let searchPath = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable())
         do {
             policy = SharedPolicies.shared(try PolicyLoader.load(nameOrPath: identity.point.securityLevel, searchPath: searchPath))
         } catch {
-            throw ExtensionError.policyFailed(securityLevel: identity.point.securityLevel, error: error)
+            throw .policyFailed(securityLevel: identity.point.securityLevel, error: error)
         }
-        do {
+        do throws(ExtensionError) {
             executable = try Self.fingerprint(ofExecutable: identity.executablePath)
         } catch {
             // A discovered extension whose bundle no longer checks out (removed, say): what the
             // launch's own check would say, not the stat's errno.
             if case .discovered(let discovered) = identity.origin,
                case .failure(let problem) = BundleValidator.validate(bundleAt: discovered.bundle.path) {
-                throw DiscoveryError.bundleNoLongerValid(problem, identifier: identity.bundleIdentifier)
+                throw .discovery(.bundleNoLongerValid(problem, identifier: identity.bundleIdentifier))
             }
             throw error
         }
     }
 
-    private static func fingerprint(ofExecutable path: String) throws -> FileFingerprint {
+    private static func fingerprint(ofExecutable path: String) throws(ExtensionError) -> FileFingerprint {
         guard let fingerprint = FileFingerprint.of(path) else {
-            throw ExtensionError.sandboxFailed(
+            throw .sandboxFailed(
                 SandboxError(step: .exec, errorNumber: errno, detail: "the executable \(path) cannot be read (stat)"))
         }
         return fingerprint

@@ -11,7 +11,7 @@ enum SpareSocketPair {
     private static let spare = Mutex<(host: FileDescriptor, extension: FileDescriptor)?>(nil)
 
     /// The spare pair, or a new one: the caller's, each closed by its last holder.
-    static func take() throws -> (host: FileDescriptor, extension: FileDescriptor) {
+    static func take() throws(WireError) -> (host: FileDescriptor, extension: FileDescriptor) {
         if let pair = spare.withLock({ $0.take() }) { return (pair.host, pair.extension) }
         return try FrameSocket.makeSocketPair()
     }

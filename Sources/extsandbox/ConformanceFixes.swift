@@ -15,7 +15,7 @@ extension ConformanceRun {
             return "stay running and send READY (kind 9, id 0) with the identifier \(identifier) on fd 3 once ready to accept connections; it \(termination) first (\(protocolDoc) §7)"
         case ExtensionError.notReadyInTime:
             return "send READY (kind 9, id 0) with the identifier \(identifier) on fd 3 as soon as it can accept connections (\(protocolDoc) §7)"
-        case DiscoveryError.identifierMismatch:
+        case ExtensionError.discovery(.identifierMismatch):
             return "READY must carry exactly $EXTSANDBOX_EXTENSION_IDENTIFIER (\(identifier)), the manifest's identifier (\(protocolDoc) §7)"
         default:
             // Its policy, its sandbox or its bundle: the advice `run` and `exec` give.

@@ -34,8 +34,7 @@ enum ErrorAdvice {
     }
 
     /// For a sandbox that could not be set up, by the launch step that failed.
-    static func launch(_ error: any Error) -> String? {
-        guard let error = error as? SandboxError else { return nil }
+    static func launch(_ error: SandboxError) -> String? {
         switch error.step {
         case .bindMount, .symlink, .fileCreate:
             return "check that every --ro-bind/--bind source and every path the policy binds exists and is readable "
@@ -73,7 +72,7 @@ enum ErrorAdvice {
         switch error {
         case ExtensionError.policyFailed(let level, let policyError): return policy(policyError, nameOrPath: level)
         case ExtensionError.sandboxFailed(let sandboxError): return launch(sandboxError)
-        case DiscoveryError.catalog(let problem): return catalog(problem)
+        case ExtensionError.discovery(.catalog(let problem)): return catalog(problem)
         default: return nil
         }
     }

@@ -26,7 +26,7 @@ struct ConnectionWatchErrorTests {
         do {
             try await connection.handshake(timeout: .seconds(30))
             Issue.record("the handshake succeeded on a socket the monitor did not watch")
-        } catch let failure as ExtensionError {
+        } catch let failure {
             let cause = failure.underlying as? SandboxError
             #expect(cause?.step == .control, "\(failure)")
             #expect(cause?.errorNumber == EEXIST, "\(failure)")

@@ -25,7 +25,7 @@ struct LaunchAuthorizationTests {
         await #expect {
             _ = try await AppExtensionProcess(configuration: .init(identity: identity))
         } throws: { error in
-            guard case DiscoveryError.catalog(let problem) = error else { return false }
+            guard case ExtensionError.discovery(.catalog(let problem)) = error else { return false }
             return problem.kind == .unsafe && problem.file == manifest
         }
     }
@@ -55,7 +55,7 @@ struct LaunchAuthorizationTests {
             await #expect {
                 _ = try await AppExtensionProcess(configuration: .init(identity: identity))
             } throws: { error in
-                guard case DiscoveryError.notDiscovered(let identifier) = error else { return false }
+                guard case ExtensionError.discovery(.notDiscovered(let identifier)) = error else { return false }
                 return identifier == issued.bundleIdentifier
             }
         }

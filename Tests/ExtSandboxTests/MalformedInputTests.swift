@@ -40,7 +40,7 @@ struct MalformedInputTests {
         var failures: [ExtensionError] = []
         do {
             _ = try await connection.send(HostFixtures.message("anything"))
-        } catch let error as ExtensionError {
+        } catch {
             failures.append(error)
         }
         #expect(failures.count == 1)

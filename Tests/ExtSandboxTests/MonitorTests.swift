@@ -167,7 +167,7 @@ struct MonitorTests {
         await #expect {
             _ = try await AppExtensionProcess(configuration: .init(identity: smuggled))
         } throws: { error in
-            guard case DiscoveryError.notDiscovered(let identifier) = error else { return false }
+            guard case ExtensionError.discovery(.notDiscovered(let identifier)) = error else { return false }
             return identifier == "org.example.private"
         }
     }

@@ -40,6 +40,20 @@ struct PointDefinitionTests {
         #expect(file.points[0].restriction == .none && file.points[0].hasUserInterface && file.points[0].securityLevel == "hardened")
     }
 
+    @Test func aDeclarationThatCannotBeWrittenIsADiscoveryErrorNamingTheFile() throws {
+        let world = try ExtensionWorld()
+        let host = AppExtensionHost(identifier: "org.example.host", bundleDirectory: world.hostBundle, locations: world.locations)
+        let path = world.points + "/no-such-directory/generated.appext"
+        do {
+            try host.writeDeclaration(points: [.sample], to: path)
+            Issue.record("a declaration was written into a directory that does not exist")
+        } catch .cannotWrite(let file, _) {
+            #expect(file.hasPrefix(path + ".tmp-"), "\(file)")
+        } catch {
+            Issue.record("not cannotWrite: \(error)")
+        }
+    }
+
     /// Found by the bundle-manifest fuzz target: a host without points wrote `points:` (a null),
     /// a file its own parser then refused.
     @Test func aDeclarationWithoutPointsReadsBack() throws {

@@ -63,7 +63,8 @@ struct ProcessReuseTests {
         /// A concurrent test's clone may still hold the fd for a moment: ETXTBSY is retried.
         func launch(_ identity: AppExtensionIdentity) async throws -> AppExtensionProcess {
             for _ in 0..<20 {
-                do { return try await AppExtensionProcess(configuration: .init(identity: identity)) } catch ExtensionError.sandboxFailed(let error) where error.errorNumber == ETXTBSY || "\(error)".contains("Text file busy") {
+                do { return try await AppExtensionProcess(configuration: .init(identity: identity)) } catch {
+                    guard case .sandboxFailed(let failure) = error, failure.errorNumber == ETXTBSY || "\(failure)".contains("Text file busy") else { throw error }
                     try await Task.sleep(for: .milliseconds(50))
                 }
             }

@@ -1,13 +1,16 @@
-import ExtSandbox
+@testable import ExtSandbox
 import ExtSandboxWire
 import Foundation
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
 import Testing
+import TestSupport
 
 /// Issue 12's typed errors: a launch that fails in the sandbox keeps the runtime's cause
-/// (``SandboxError``, its step and `errno`) through ``ExtensionError``, not a string.
+/// (``SandboxError``, its step and `errno`) through ``ExtensionError``, not a string. The host
+/// API declares it (`throws(ExtensionError)`): the `catch` clauses below that name only a case
+/// compile because the thrown type is known, not recovered with a cast.
 @Suite("Typed errors through the host API")
 struct TypedErrorTests {
     @Test("a launch the sandbox refuses (an executable that cannot be executed) throws the runtime's SandboxError")
@@ -25,10 +28,10 @@ struct TypedErrorTests {
             let process = try await AppExtensionProcess(configuration: .init(identity: identity))
             process.invalidate()
             Issue.record("a non-executable file was launched")
-        } catch ExtensionError.sandboxFailed(let error) {
+        } catch .sandboxFailed(let error) {
             #expect(error.step == .exec, "\(error)")
             #expect(error.errorNumber == EACCES, "\(error)")
-        } catch let error as ExtensionError {
+        } catch {
             Issue.record("not the typed sandbox error: \(error)")
         }
     }
@@ -48,7 +51,7 @@ struct TypedErrorTests {
             let process = try await AppExtensionProcess(configuration: .init(identity: identity))
             process.invalidate()
             Issue.record("an extension was launched under a broken policy")
-        } catch let failure as ExtensionError {
+        } catch let failure {
             guard case .policyFailed(let level, let error) = failure else {
                 Issue.record("not the typed policy error: \(failure)")
                 return
@@ -77,7 +80,7 @@ struct TypedErrorTests {
             let process = try await AppExtensionProcess(configuration: .init(identity: identity))
             process.invalidate()
             Issue.record("\(label) was taken for READY")
-        } catch let failure as ExtensionError {
+        } catch let failure {
             switch failure {
             case .protocolError(.unexpectedFrame(kind: .request, _)) where label == "a request": break
             case .protocolError(.frameTooLarge) where label == "an oversized frame": break
@@ -99,5 +102,101 @@ struct TypedErrorTests {
         }
         guard case .remote(_, let message) = ExtensionError.remote(code: 7, message: forged) else { return }
         #expect(message == forged)
+    }
+
+    @Test("a launch discovery refuses is an ExtensionError: .discovery, with its DiscoveryError")
+    func discoveryRefusalIsAnExtensionError() async throws {
+        let world = try ExtensionWorld()
+        try world.install("org.example.bundled", in: world.hostBundle + "/Extensions")
+        let point = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none),
+                                      securityLevel: HostFixtures.policiesDirectory + "/standard.yaml")
+        let monitor = try await AppExtensionPoint.Monitor(
+            points: [point], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: world.locations))
+        defer { monitor.cancel() }
+        let issued = try #require(monitor.identities.first)
+        // Another version than the one issued: not an identity discovery produced.
+        let forged = AppExtensionIdentity(
+            bundleIdentifier: issued.bundleIdentifier, displayName: issued.displayName, version: "9.9", point: issued.point,
+            hostIdentifier: issued.hostIdentifier, executablePath: issued.executablePath, arguments: issued.arguments,
+            origin: issued.origin)
+        do {
+            let process = try await AppExtensionProcess(configuration: .init(identity: forged))
+            process.invalidate()
+            Issue.record("a forged identity was launched")
+        } catch .discovery(.notDiscovered(let identifier)) {
+            #expect(identifier == issued.bundleIdentifier)
+        } catch {
+            Issue.record("not the discovery refusal: \(error)")
+        }
+        // One catch sees it with its cause and its words.
+        let refusal = ExtensionError.discovery(.notDiscovered(identifier: issued.bundleIdentifier))
+        #expect(refusal.underlying is DiscoveryError)
+        #expect("\(refusal)" == "\(DiscoveryError.notDiscovered(identifier: issued.bundleIdentifier))")
+        // The synchronous initializer throws the same, typed.
+        let fromThread = await offThePool { () -> ExtensionError? in
+            do throws(ExtensionError) {
+                _ = try AppExtensionProcess(configuration: .init(identity: forged))
+                return nil
+            } catch {
+                return error
+            }
+        }
+        guard case .discovery(.notDiscovered)? = fromThread else {
+            Issue.record("the synchronous launch did not throw the discovery refusal: \(String(describing: fromThread))")
+            return
+        }
+    }
+
+    @Test("the synchronous launch from a task is refused as ExtensionError.blockingLaunchRefused")
+    func blockingLaunchRefusedIsAnExtensionError() async {
+        let identity = HostFixtures.identity()
+        let outcome = await Task.detached { () -> ExtensionError? in
+            do throws(ExtensionError) {
+                _ = try AppExtensionProcess(configuration: .init(identity: identity))
+                return nil
+            } catch {
+                return error
+            }
+        }.value
+        guard case .blockingLaunchRefused? = outcome else {
+            Issue.record("not refused: \(String(describing: outcome))")
+            return
+        }
+        #expect("\(ExtensionError.blockingLaunchRefused)".contains("try await AppExtensionProcess(configuration:)"))
+    }
+
+    @Test("sends throw ExtensionError: a reply that does not decode is .coding, a closed connection its reason")
+    func sendsThrowExtensionError() async throws {
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity()))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection()
+        // The echo extension answers the JSON string "hello" with itself: not an Int.
+        do {
+            _ = try await connection.send("hello", expecting: Int.self)
+            Issue.record("a string was decoded as an Int")
+        } catch .coding(let why) {
+            #expect(!why.isEmpty)
+        } catch {
+            Issue.record("not a coding failure: \(error)")
+        }
+        #expect(try await connection.send("again", expecting: String.self) == "again")
+        connection.invalidate()
+        for attempt in ["send", "sendOneWay", "sendOneWayWaitingForRoom"] {
+            let failure: ExtensionError?
+            do throws(ExtensionError) {
+                switch attempt {
+                case "send": _ = try await connection.send(HostFixtures.message("late"))
+                case "sendOneWay": try connection.sendOneWay(HostFixtures.message("late"))
+                default: try await connection.sendOneWayWaitingForRoom(HostFixtures.message("late"))
+                }
+                failure = nil
+            } catch {
+                failure = error
+            }
+            guard case .invalidated? = failure else {
+                Issue.record("\(attempt) on an invalidated connection: \(String(describing: failure))")
+                continue
+            }
+        }
     }
 }

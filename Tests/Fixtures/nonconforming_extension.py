@@ -8,6 +8,7 @@
 #   *.forbidden    calls ptrace on its first request (the standard policy kills it)
 #   *.bad-version  answers the host's HELLO with protocol version 2
 #   *.lingers      ignores the host's GOODBYE on the control socket (killed after the grace)
+#   *.wrong-ready  says READY with another identifier than the one it was launched as
 # or the call envelope's system target (docs/wire-protocol.md §12.4), other requests echoed:
 #   *.ping-silent    never answers a ping
 #   *.ping-crash     crashes (SIGSEGV) on a ping
@@ -108,7 +109,7 @@ def serve(sock):
 
 
 control = socket.socket(fileno=3)
-control.sendall(frame(READY, 0, os.environ["EXTSANDBOX_EXTENSION_IDENTIFIER"].encode()))
+control.sendall(frame(READY, 0, (os.environ["EXTSANDBOX_EXTENSION_IDENTIFIER"] + (".other" if MODE == "wrong-ready" else "")).encode()))
 while True:
     try:
         kind, id, payload, fds = read_frame(control)

@@ -430,6 +430,7 @@ struct RunTestCommandTests {
         ("forbidden", "no seccomp violation", "ptrace is forbidden by policy 'standard'", "do without ptrace"),
         ("bad-version", "handshake and version", "unsupported protocol version 2", "HELLO of protocol version 1"),
         ("lingers", "exit after GOODBYE", "after the host's GOODBYE: killed", "send GOODBYE back and exit 0"),
+        ("wrong-ready", "launch and READY", "said READY as org.example.wrong-ready.other", "READY must carry exactly $EXTSANDBOX_EXTENSION_IDENTIFIER"),
     ])
     func testFailsABrokenExtensionWithWhatToChange(mode: String, check: String, detail: String, fix: String) async throws {
         let report = try await Bundles().failingReport(mode)
