@@ -179,9 +179,9 @@ struct UninstallCommand: ParsableCommand {
         discussion: """
             Renames the bundle out of its directory (running hosts see it gone at once; the next \\
             launch is refused, running processes keep running until their host ends them) and \\
-            deletes it. Extensions keep no data of their own outside their bundle (a sandbox \\
-            writes nowhere that outlives it), so nothing else is left behind. The approval stays \\
-            in the approvals file, so reinstalling the same (or, when signed, a later) version \\
+            deletes it. Its private container, if its point gave it one, stays (a reinstall or \\
+            an update keeps its data): `extsandbox reset ID` empties it. The approval stays in \\
+            the approvals file, so reinstalling the same (or, when signed, a later) version \\
             needs no new approval: `extsandbox revoke ID` removes it. Extensions bundled with \\
             their host are removed with the host.
             """)
@@ -189,13 +189,14 @@ struct UninstallCommand: ParsableCommand {
     @Argument(help: "The extension's identifier.", completion: CompletionCandidates.extensionIdentifier)
     var identifier: String
 
-    @Flag(name: .long, help: "Print a JSON object instead of text (fields: identifier, path, approvalKept).")
+    @Flag(name: .long, help: "Print a JSON object instead of text (fields: identifier, path, approvalKept, container: the private container's path, absent when it has none).")
     var json = false
 
     struct Result: Encodable {
         var identifier: String
         var path: String
         var approvalKept: Bool
+        var container: String?
     }
 
     func run() throws {
@@ -218,12 +219,20 @@ struct UninstallCommand: ParsableCommand {
         }
         let saved = ExtensionCommands.savedState()
         let kept = saved?.approvals[identifier] != nil || saved?.signedApprovals[identifier] != nil
+        let containers = inventory.locations.containers
+        let name = ExtensionCommands.containerName(of: item, identifier: identifier)
+        let usage = name.flatMap { containers.usage($0) }
+        let containerPath = usage == nil ? nil : name.map { containers.path(of: $0) }
         if json {
-            try JSONOutput.print(Result(identifier: identifier, path: item.entry.path, approvalKept: kept))
+            try JSONOutput.print(Result(identifier: identifier, path: item.entry.path, approvalKept: kept, container: containerPath))
             return
         }
         print("uninstalled \(identifier) (removed \(item.entry.path))")
-        print("It kept no data of its own outside its bundle.")
+        if let containerPath, let usage {
+            print("Its container (\(ExtensionCommands.size(usage.bytes)), \(containerPath)) stays, so a reinstall keeps its data: extsandbox reset \(identifier) empties it.")
+        } else {
+            print("It has no container: no data of it is left.")
+        }
         if kept { print("Its approval stays in \(inventory.locations.stateFile): extsandbox revoke \(identifier) removes it.") }
     }
 }

@@ -165,9 +165,14 @@ extension MonitorTests {
         // Nothing but the bundle is left in the location.
         #expect(try FileManager.default.contentsOfDirectory(atPath: world.external) == ["fresh.appex"])
 
+        // Its container (data it wrote) outlives the bundle, and the owner is told so.
+        let container = try world.locations.containers.prepare("org.example.fresh", uid: getuid(), gid: getgid())
+        try world.write(container + "/index", "kept")
         let uninstall = try await world.cli(["uninstall", "org.example.fresh"])
         #expect(uninstall.status == 0, "\(uninstall.stderr)")
-        #expect(uninstall.stdout.contains("It kept no data of its own"))
+        #expect(uninstall.stdout.contains("Its container (") && uninstall.stdout.contains("\(container)) stays")
+                && uninstall.stdout.contains("extsandbox reset org.example.fresh"), "\(uninstall.stdout)")
+        #expect(FileManager.default.fileExists(atPath: container + "/index"))
         #expect(await eventually(monitor) { $0 == AppExtensionPoint.Monitor.State() }, "\(monitor.state)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: world.external) == [])
     }
