@@ -146,28 +146,36 @@ struct KeyedNodeContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
     }
 }
 
-struct UnkeyedNodeContainer: UnkeyedEncodingContainer {
+/// What an unkeyed and a single-value container share: every primitive becomes one value, put
+/// where the container puts values (appended to a list, or as the node's content).
+protocol PrimitiveValuePutting {
+    func put(_ value: WireValue)
+}
+
+extension PrimitiveValuePutting {
+    func encodeNil() throws { put(.null) }
+    func encode(_ value: Bool) throws { put(.bool(value)) }
+    func encode(_ value: String) throws { put(.string(value)) }
+    func encode(_ value: Double) throws { put(.double(value)) }
+    func encode(_ value: Float) throws { put(.double(Double(value))) }
+    func encode(_ value: Int) throws { put(.int(Int64(value))) }
+    func encode(_ value: Int8) throws { put(.int(Int64(value))) }
+    func encode(_ value: Int16) throws { put(.int(Int64(value))) }
+    func encode(_ value: Int32) throws { put(.int(Int64(value))) }
+    func encode(_ value: Int64) throws { put(.int(value)) }
+    func encode(_ value: UInt) throws { put(.uint(UInt64(value))) }
+    func encode(_ value: UInt8) throws { put(.uint(UInt64(value))) }
+    func encode(_ value: UInt16) throws { put(.uint(UInt64(value))) }
+    func encode(_ value: UInt32) throws { put(.uint(UInt64(value))) }
+    func encode(_ value: UInt64) throws { put(.uint(value)) }
+}
+
+struct UnkeyedNodeContainer: UnkeyedEncodingContainer, PrimitiveValuePutting {
     let node: EncodingNode
     let codingPath: [any CodingKey]
     var count: Int { node.count }
 
-    private func put(_ value: WireValue) { node.append(EncodingNode(value)) }
-
-    mutating func encodeNil() throws { put(.null) }
-    mutating func encode(_ value: Bool) throws { put(.bool(value)) }
-    mutating func encode(_ value: String) throws { put(.string(value)) }
-    mutating func encode(_ value: Double) throws { put(.double(value)) }
-    mutating func encode(_ value: Float) throws { put(.double(Double(value))) }
-    mutating func encode(_ value: Int) throws { put(.int(Int64(value))) }
-    mutating func encode(_ value: Int8) throws { put(.int(Int64(value))) }
-    mutating func encode(_ value: Int16) throws { put(.int(Int64(value))) }
-    mutating func encode(_ value: Int32) throws { put(.int(Int64(value))) }
-    mutating func encode(_ value: Int64) throws { put(.int(value)) }
-    mutating func encode(_ value: UInt) throws { put(.uint(UInt64(value))) }
-    mutating func encode(_ value: UInt8) throws { put(.uint(UInt64(value))) }
-    mutating func encode(_ value: UInt16) throws { put(.uint(UInt64(value))) }
-    mutating func encode(_ value: UInt32) throws { put(.uint(UInt64(value))) }
-    mutating func encode(_ value: UInt64) throws { put(.uint(value)) }
+    func put(_ value: WireValue) { node.append(EncodingNode(value)) }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
         let child = node.child()
@@ -194,27 +202,11 @@ struct UnkeyedNodeContainer: UnkeyedEncodingContainer {
     }
 }
 
-struct SingleNodeContainer: SingleValueEncodingContainer {
+struct SingleNodeContainer: SingleValueEncodingContainer, PrimitiveValuePutting {
     let node: EncodingNode
     let codingPath: [any CodingKey]
 
-    private func put(_ value: WireValue) { node.content = .value(value) }
-
-    mutating func encodeNil() throws { put(.null) }
-    mutating func encode(_ value: Bool) throws { put(.bool(value)) }
-    mutating func encode(_ value: String) throws { put(.string(value)) }
-    mutating func encode(_ value: Double) throws { put(.double(value)) }
-    mutating func encode(_ value: Float) throws { put(.double(Double(value))) }
-    mutating func encode(_ value: Int) throws { put(.int(Int64(value))) }
-    mutating func encode(_ value: Int8) throws { put(.int(Int64(value))) }
-    mutating func encode(_ value: Int16) throws { put(.int(Int64(value))) }
-    mutating func encode(_ value: Int32) throws { put(.int(Int64(value))) }
-    mutating func encode(_ value: Int64) throws { put(.int(value)) }
-    mutating func encode(_ value: UInt) throws { put(.uint(UInt64(value))) }
-    mutating func encode(_ value: UInt8) throws { put(.uint(UInt64(value))) }
-    mutating func encode(_ value: UInt16) throws { put(.uint(UInt64(value))) }
-    mutating func encode(_ value: UInt32) throws { put(.uint(UInt64(value))) }
-    mutating func encode(_ value: UInt64) throws { put(.uint(value)) }
+    func put(_ value: WireValue) { node.content = .value(value) }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
         try node.store(value, codingPath: codingPath)
