@@ -58,13 +58,15 @@ let package = Package(
         // which the SDK links, gains no libyaml.
         .target(name: "YAMLSupport", dependencies: ["CYAML"]),
 
-        // Policy files: parse (YAML), validate, resolve syscall groups, compile to BPF.
+        // Policy files: parse (YAML), validate, resolve syscall groups, compile to BPF; the one
+        // store of loaded and compiled policies (PolicyStore) the CLI, the host API and the runtime use.
         .target(
             name: "SandboxPolicy",
             dependencies: ["CSeccomp", "YAMLSupport", "SandboxSystem"]),
 
         // What the CLI (and fuzzing) does with policies beyond loading them: the Docker profile
-        // importer, the `policy show` report, the binary cache entry format.
+        // importer, the `policy show` report, the per-user policy cache (the store's on-disk layer)
+        // and its binary entry format.
         .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem", "YAMLSupport"]),
 
         // The host/extension wire protocol: frames, envelope, handshake (docs/wire-protocol.md).
