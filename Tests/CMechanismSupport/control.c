@@ -2,6 +2,7 @@
 // payload's process group.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -14,22 +15,47 @@ int xsbt_serve_signal_request(int32_t signal, struct xsbt_outcome *out) {
     *out = (struct xsbt_outcome){0};
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return -errno;
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) {
+        int err = errno;
+        close(pair[0]);
+        close(pair[1]);
+        return -err;
+    }
     pid_t payload = fork();
     if (payload == 0) {
-        // A process group of its own, like the payload's session; then wait to be signalled.
-        // Signals as a payload has them: the test thread's mask is not its.
+        // A process group of its own, like the payload's session, and signals as a payload has
+        // them (the test thread's mask is not its); then wait to be signalled.
         setpgid(0, 0);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        if (signal > 0 && signal < 65 && signal != SIGKILL && signal != SIGSTOP) {
+            struct sigaction dfl = {.sa_handler = SIG_DFL};
+            sigaction(signal, &dfl, NULL);
+        }
+        char byte = 1;
+        (void)write(ready[1], &byte, 1);
         for (int i = 0; i < 200; i++) {
             struct timespec tick = {.tv_sec = 0, .tv_nsec = 10 * 1000 * 1000};
             nanosleep(&tick, NULL);
         }
         _exit(0);
     }
-    if (payload < 0) return -errno;
-    setpgid(payload, payload);  // either side may set it first
+    int forked = payload < 0 ? errno : 0;
+    close(ready[1]);
+    char byte;
+    if (payload > 0 && read(ready[0], &byte, 1) != 1) forked = EPIPE;
+    close(ready[0]);
+    if (forked != 0) {
+        if (payload > 0) {
+            kill(payload, SIGKILL);
+            waitpid(payload, NULL, 0);
+        }
+        close(pair[0]);
+        close(pair[1]);
+        return -forked;
+    }
     struct xsb_msg request = {.type = XSB_MSG_SIGNAL, .value = signal};
     struct xsb_msg ack = {0};
     int err = 0;
