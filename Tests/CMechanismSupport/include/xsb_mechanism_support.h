@@ -83,10 +83,10 @@ int xsbt_place_init_fds(const struct xsbt_fd_case *setup, struct xsbt_outcome *o
 // MARK: - User namespace (userns.c)
 
 /// The child makes a user namespace of its own; the parent maps it with xsb_userns_map_ids
-/// (`result`: its return value, `failed_detail`: its detail; `map_twice`: a second time, and
-/// that second call's), then the child becomes the mapped ids and hides itself.
-/// `text`: uid_map, gid_map and setgroups of the child as the parent read them, each after a
-/// line "== file". `values`: 0–2 getresuid, 3–5 getresgid, 6 PR_GET_DUMPABLE, in the child.
+/// (with `map_twice`, a second time), then the child becomes the mapped ids and hides itself.
+/// `text`: uid_map, gid_map and setgroups of the child as the parent read them, then the last
+/// map call's detail, each after a line "== NAME". `values`: 0–2 getresuid, 3–5 getresgid,
+/// 6 PR_GET_DUMPABLE, in the child; 7 and 8 what the first and the second map call returned.
 int xsbt_map_ids(uint32_t uid_inside, uint32_t uid_outside, uint32_t gid_inside, uint32_t gid_outside, int map_twice,
                  struct xsbt_outcome *out);
 
