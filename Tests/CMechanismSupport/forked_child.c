@@ -52,15 +52,19 @@ int xsbt_run_forked(xsbt_body body, xsbt_parent_step parent, const void *context
         memcpy(out, shared, sizeof *out);
         out->wait_status = status;
         out->failed_step = XSB_STEP_NONE;
+        out->announced = -1;
         // The last failure reported: a payload's status record or an init's ERROR message
-        // (the one channel tells them apart by their size).
+        // (the one channel tells them apart by their size); and the payload's listener
+        // announcement (a status record of no step).
         union {
             struct xsb_payload_status record;
             struct xsb_msg msg;
         } m;
         ssize_t n;
         while ((n = recv(channel[0], &m, sizeof m, MSG_DONTWAIT)) > 0) {
-            if (n == (ssize_t)sizeof m.record && m.record.step != XSB_STEP_NONE) {
+            if (n == (ssize_t)sizeof m.record && m.record.step == XSB_STEP_NONE) {
+                out->announced = m.record.value;
+            } else if (n == (ssize_t)sizeof m.record) {
                 out->failed_step = m.record.step;
                 out->failed_errno = m.record.value;
                 m.record.detail[sizeof m.record.detail - 1] = '\0';

@@ -33,6 +33,11 @@ extension xsbt_outcome {
     }
 }
 
+/// An outcome in a failed expectation: what matters, not its 6 KiB of raw arrays.
+extension xsbt_outcome: @retroactive CustomTestStringConvertible {
+    public var testDescription: String { "outcome(result \(result), \(failure))" }
+}
+
 /// Runs one case of CMechanismSupport, which forks and waits for its child.
 func outcome(_ run: (UnsafeMutablePointer<xsbt_outcome>) -> Int32) throws -> xsbt_outcome {
     var out = xsbt_outcome()

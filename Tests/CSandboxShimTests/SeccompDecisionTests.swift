@@ -58,3 +58,47 @@ struct SeccompDecisionTests {
         #expect(xsb_seccomp_decide(call.nr, call.withdrawn ? 1 : 0, &state) == call.verdict)
     }
 }
+
+/// seccomp.c, the payload's side: memory-deny-write-execute, then the listener's number announced
+/// (to the init on the status pipe, to the receiver on its own pipe), then the filter loaded with
+/// its listener at exactly that number.
+@Suite("seccomp: the payload's filter and listener")
+struct SeccompPayloadTests {
+    struct Case: Sendable, CustomTestStringConvertible {
+        let testDescription: String
+        var openBelow: Int32 = 3
+        var limit: Int32 = 0
+        var mdwe: Int32 = 0
+        var noFilter: Int32 = 0
+        var elsewhere: Int32 = 0
+        /// The listener's number, or the failing step, errno and detail.
+        var listener: Int32 = -1
+        var failure: (xsb_step, Int32, String)? = nil
+    }
+
+    @Test("the listener where it was announced, or the step that failed", arguments: [
+        Case(testDescription: "after stdio: 3", listener: 3),
+        Case(testDescription: "after stdio and an extra fd: 4", openBelow: 4, listener: 4),
+        Case(testDescription: "memory-deny-write-execute set", mdwe: 1, listener: 3),
+        Case(testDescription: "an open-files limit with room for it", limit: 4, listener: 3),
+        Case(testDescription: "an open-files limit without room for it", limit: 3,
+             failure: (XSB_STEP_RLIMIT, EMFILE, "open-files: the program's fds and the seccomp listener need a limit of at least 4")),
+        Case(testDescription: "no filter", noFilter: 1, failure: (XSB_STEP_SECCOMP, EINVAL, "no filter")),
+        Case(testDescription: "a listener elsewhere than announced", elsewhere: 1, failure: (XSB_STEP_SECCOMP, EBADF, "listener fd")),
+    ])
+    func listener(_ filterCase: Case) throws {
+        var setup = xsbt_filter_case(open_below: filterCase.openBelow, open_files_limit: filterCase.limit,
+                                     memory_deny_write_execute: filterCase.mdwe, no_filter: filterCase.noFilter, expect_elsewhere: filterCase.elsewhere)
+        let out = try outcome { xsbt_seccomp_payload(&setup, $0) }
+        if let (step, errno, detail) = filterCase.failure {
+            #expect(out.failed(at: step) && out.failed_errno == errno && out.detail == detail, "\(out.failure)")
+            return
+        }
+        try #require(out.ranThrough, "\(out.failure)")
+        let numbers = out.numbers
+        #expect(numbers[0] == Int64(filterCase.mdwe), "PR_GET_MDWE")
+        #expect(numbers[1] == Int64(filterCase.listener) && numbers[2] == Int64(filterCase.listener) && out.announced == filterCase.listener,
+                "returned \(numbers[1]), to the receiver \(numbers[2]), to the init \(out.announced)")
+        #expect(numbers[3] == 1, "a seccomp listener is open there")
+    }
+}

@@ -52,6 +52,7 @@ struct xsbt_outcome {
     int32_t failed_errno;  ///< that step's errno
     char failed_detail[240];
     int32_t wait_status;   ///< how the child ended (waitpid)
+    int32_t announced;     ///< the payload's last listener announcement on its status pipe, or -1
     int64_t values[16];    ///< the case's own numbers (see each function)
     struct xsbt_fd_slot fds[XSBT_FD_SLOTS];
     char text[4096];       ///< the case's own text (see each function)
@@ -122,6 +123,32 @@ enum xsbt_signal_step {
 };
 /// `values` hold the child's status fields after `step`.
 int xsbt_signals(enum xsbt_signal_step step, struct xsbt_outcome *out);
+
+// MARK: - seccomp, the payload's side (seccomp.c)
+
+/// The payload's last steps before its exec: memory-deny-write-execute, the listener announced,
+/// the filter loaded (a one-instruction RET ALLOW filter, or none).
+struct xsbt_filter_case {
+    int32_t open_below;             ///< fds 0 ..< open_below are open (/dev/null)
+    int32_t open_files_limit;       ///< RLIMIT_NOFILE set first, or 0
+    int32_t memory_deny_write_execute;
+    int32_t no_filter;              ///< bpf_instructions 0
+    int32_t expect_elsewhere;       ///< load the filter expecting the listener one fd further
+};
+/// `values`: 0 PR_GET_MDWE, 1 the listener number announce returned, 2 the number the receiver's
+/// pipe got, 3 1 when that fd is a seccomp listener after the load. `announced`: the status record's.
+int xsbt_seccomp_payload(const struct xsbt_filter_case *setup, struct xsbt_outcome *out);
+
+// MARK: - Network and host names (network.c), cgroups (cgroups.c)
+
+/// In a user, UTS and network namespace of its own, the child names the host `hostname` and
+/// brings the loopback device up. `text`: "NODENAME DOMAINNAME" after; `values`: 0 and 1 the
+/// loopback's flags before and after.
+int xsbt_name_host(const char *hostname, struct xsbt_outcome *out);
+/// The child joins the cgroup whose v1 `tasks` file is `tasks_path` (NULL: none), then, root of a
+/// user namespace of its own, enters a cgroup namespace. `text`: /proc/self/cgroup before,
+/// after the join and after the namespace, each after a line "==".
+int xsbt_join_cgroups(const char *tasks_path, struct xsbt_outcome *out);
 
 // MARK: - File system (mounts.c)
 
