@@ -146,6 +146,12 @@ let package = Package(
             name: "xsb-probe", path: "Tests/Fixtures/xsb-probe",
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
+        // The C shim's mechanisms one at a time, each called directly: CMechanismSupport runs one
+        // in a forked child of the test process (only async-signal-safe code after fork) and
+        // reports what it did; CSandboxShimTests holds the cases and their exact outcomes.
+        .target(name: "CMechanismSupport", dependencies: ["CSandboxShim"], path: "Tests/CMechanismSupport"),
+        // (SandboxRuntime for CArena, which lays out a launch's C structs.)
+        .testTarget(name: "CSandboxShimTests", dependencies: ["CSandboxShim", "CMechanismSupport", "SandboxRuntime"]),
         .testTarget(name: "SandboxSystemTests", dependencies: ["SandboxSystem"]),
         .testTarget(name: "YAMLSupportTests", dependencies: ["YAMLSupport", "TestSupport"]),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
