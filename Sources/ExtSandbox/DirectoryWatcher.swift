@@ -34,23 +34,25 @@ final class DirectoryWatcher: Sendable {
         let watches = Mutex(Watches())
     }
 
-    private let fd: Int32
+    /// The inotify instance, borrowed by the monitor while watched.
+    private let fd: FileDescriptor
     private let token: UInt64
     private let table = Table()
 
     /// `onEvents` runs on the epoll thread with each batch read: it must not block.
     init(onEvents: @escaping @Sendable ([Event]) -> Void) throws {
-        let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        guard fd >= 0 else { throw DiscoveryError.refused(identifier: "-", reason: "inotify_init1: \(String(cString: strerror(errno)))") }
+        guard let fd = FileDescriptor(adopting: inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))) else {
+            throw DiscoveryError.refused(identifier: "-", reason: "inotify_init1: \(String(cString: strerror(errno)))")
+        }
         self.fd = fd
         let table = self.table
-        do {
+        do throws(EventMonitor.Failure) {
             token = try Supervisor.shared.monitor.add(fd: fd, events: EventMonitor.readable) { _ in
-                onEvents(Self.drain(fd: fd, table: table))
+                onEvents(Self.drain(fd: fd.rawValue, table: table))
             }
         } catch {
-            Glibc.close(fd)
-            throw error
+            fd.close()
+            throw SandboxError(error)
         }
     }
 
@@ -60,7 +62,7 @@ final class DirectoryWatcher: Sendable {
     func add(_ directory: String) {
         var path = directory
         while !path.isEmpty {
-            let wd = inotify_add_watch(fd, path, Self.mask)
+            let wd = inotify_add_watch(fd.rawValue, path, Self.mask)
             if wd >= 0 {
                 table.watches.withLock { watches in
                     guard !watches.closed else { return }
@@ -94,7 +96,7 @@ final class DirectoryWatcher: Sendable {
             }
             return Array(stale.values)
         }
-        for wd in stale { inotify_rm_watch(fd, wd) }
+        for wd in stale { inotify_rm_watch(fd.rawValue, wd) }
     }
 
     var watchedDirectories: Set<String> { table.watches.withLock { Set($0.byPath.keys) } }
@@ -106,7 +108,7 @@ final class DirectoryWatcher: Sendable {
         }
         guard wasOpen else { return }
         Supervisor.shared.monitor.remove(fd: fd, token: token)
-        Glibc.close(fd)
+        fd.close()
     }
 
     /// Reads every pending event (the fd is non-blocking).
