@@ -40,9 +40,11 @@ let package = Package(
 
         // The C that must run between clone and exec: async-signal-safe raw syscalls only.
         .target(name: "CSandboxShim"),
-        // The supervisor's own C helpers (epoll with tokens, a bounded readability wait, thread
-        // names): they run in its threads, never between clone and exec.
+        // The supervisor's own C helpers (thread names, sealed copies, detached mounts, container
+        // volumes): they run in its threads, never between clone and exec.
         .target(name: "CSupervisorSupport"),
+        // The OS layer's C helpers: epoll with a token per registration, a bounded readability wait.
+        .target(name: "CSandboxSystem"),
         // The sandbox init: a small static C program (no Swift, no dynamic loader), exec'd by
         // every launch so that no sandbox holds anything of its host's memory (docs/architecture.md).
         // -nostartfiles leaves out the Swift runtime's start-up object that swiftc would link.
@@ -51,8 +53,9 @@ let package = Package(
             linkerSettings: [.unsafeFlags(["-nostartfiles", "-static-executable"])]),
 
         // The OS layer the policy loader, the runtime, the catalog and the CLI share: an owned
-        // file descriptor (closed exactly once), the trusted-path walk, plain file and path helpers.
-        .target(name: "SandboxSystem"),
+        // file descriptor (closed exactly once), the event monitor (one epoll thread), the
+        // trusted-path walk, plain file and path helpers.
+        .target(name: "SandboxSystem", dependencies: ["CSandboxSystem"]),
         // The YAML reader (libyaml's events into positioned nodes) and writer's quoting, for
         // policies and the catalog's manifests alike; a module of its own so that SandboxSystem,
         // which the SDK links, gains no libyaml.
@@ -70,8 +73,8 @@ let package = Package(
         .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem", "YAMLSupport"]),
 
         // The host/extension wire protocol: frames, envelope, handshake (docs/wire-protocol.md).
-        // Its sockets own their fd as SandboxSystem's FileDescriptor (Glibc and Synchronization
-        // only, nothing more in an extension).
+        // Its sockets own their fd as SandboxSystem's FileDescriptor (Glibc, Synchronization and
+        // Dispatch, which the SDK links anyway: nothing more in an extension).
         .target(name: "ExtSandboxWire", dependencies: ["SandboxSystem"]),
 
         // Spawn and supervise: namespaces, mounts, capabilities, limits, seccomp, pidfds.
@@ -152,7 +155,7 @@ let package = Package(
         .target(name: "CMechanismSupport", dependencies: ["CSandboxShim"], path: "Tests/CMechanismSupport"),
         // (SandboxRuntime for CArena, which lays out a launch's C structs.)
         .testTarget(name: "CSandboxShimTests", dependencies: ["CSandboxShim", "CMechanismSupport", "SandboxRuntime"]),
-        .testTarget(name: "SandboxSystemTests", dependencies: ["SandboxSystem"]),
+        .testTarget(name: "SandboxSystemTests", dependencies: ["SandboxSystem", "TestSupport"]),
         .testTarget(name: "YAMLSupportTests", dependencies: ["YAMLSupport", "TestSupport"]),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
         .testTarget(name: "PolicyToolsTests", dependencies: ["PolicyTools", "SandboxPolicy", "TestSupport"]),

@@ -362,12 +362,12 @@ extension ExtensionProcessCore {
         } catch {
             throw .protocolError(error)
         }
-        guard let descriptor = control.descriptor?.rawValue else { throw .connectionClosed(detail: "the control socket is closed") }
+        guard let descriptor = control.descriptor else { throw .connectionClosed(detail: "the control socket is closed") }
         // The monitor thread reads the socket until the outcome; it is ours again once the
         // registration is removed.
         let reader = ControlUntilReady(control)
         let token: UInt64
-        do throws(SandboxError) {
+        do throws(EventMonitor.Failure) {
             token = try monitor.add(fd: descriptor, events: EventMonitor.readable) { _ in
                 reader.socket.withLock { socket in
                     guard let socket else { return }
@@ -398,7 +398,7 @@ extension ExtensionProcessCore {
             }
         } catch {
             // The caller kills the sandbox; the control socket closes with `reader`.
-            throw .monitorFailed(error)
+            throw .monitorFailed(SandboxError(error))
         }
         // A closure, not a task: a task waiting for the exit would stay suspended (its memory
         // held) for the extension's whole life, since nothing cancels that wait.

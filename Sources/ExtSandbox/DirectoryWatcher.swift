@@ -26,6 +26,8 @@ final class DirectoryWatcher: Sendable {
     private struct Watches {
         var byDescriptor: [Int32: String] = [:]
         var byPath: [String: Int32] = [:]
+        /// The monitor's registration, from ``start(onEvents:)`` until ``close()``.
+        var token: UInt64?
         var closed = false
     }
 
@@ -34,23 +36,35 @@ final class DirectoryWatcher: Sendable {
         let watches = Mutex(Watches())
     }
 
-    private let fd: Int32
-    private let token: UInt64
+    /// The inotify instance, borrowed by the monitor while watched.
+    private let fd: FileDescriptor
     private let table = Table()
 
-    /// `onEvents` runs on the epoll thread with each batch read: it must not block.
-    init(onEvents: @escaping @Sendable ([Event]) -> Void) throws {
-        let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        guard fd >= 0 else { throw DiscoveryError.refused(identifier: "-", reason: "inotify_init1: \(String(cString: strerror(errno)))") }
+    /// An inotify instance that watches nothing yet and is not read: ``start(onEvents:)``
+    /// starts reading it. Throws the failed `inotify_init1` (step `control`, its `errno`).
+    init() throws(SandboxError) {
+        guard let fd = FileDescriptor(adopting: inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))) else {
+            throw SandboxError(step: .control, errorNumber: errno, detail: "inotify_init1")
+        }
         self.fd = fd
-        let table = self.table
-        do {
-            token = try Supervisor.shared.monitor.add(fd: fd, events: EventMonitor.readable) { _ in
-                onEvents(Self.drain(fd: fd, table: table))
+    }
+
+    /// Reads the events from now on, on the epoll thread: `onEvents` runs there with each batch
+    /// read, and must not block. Called once, by an owner that is complete (an initializer's
+    /// last step, before its first ``add(_:)``): nothing is delivered to a half-made owner.
+    /// Throws the monitor's refusal (step `control`, `epoll_ctl add`). Does nothing once closed.
+    func start(onEvents: @escaping @Sendable ([Event]) -> Void) throws(SandboxError) {
+        let fd = self.fd, table = self.table
+        // Under the lock, so that a `close` meanwhile either comes first or finds the token.
+        try table.watches.withLock { (watches: inout Watches) throws(SandboxError) in
+            guard !watches.closed, watches.token == nil else { return }
+            do throws(EventMonitor.Failure) {
+                watches.token = try Supervisor.shared.monitor.add(fd: fd, events: EventMonitor.readable) { _ in
+                    onEvents(Self.drain(fd: fd.rawValue, table: table))
+                }
+            } catch {
+                throw SandboxError(error)
             }
-        } catch {
-            Glibc.close(fd)
-            throw error
         }
     }
 
@@ -60,7 +74,7 @@ final class DirectoryWatcher: Sendable {
     func add(_ directory: String) {
         var path = directory
         while !path.isEmpty {
-            let wd = inotify_add_watch(fd, path, Self.mask)
+            let wd = inotify_add_watch(fd.rawValue, path, Self.mask)
             if wd >= 0 {
                 table.watches.withLock { watches in
                     guard !watches.closed else { return }
@@ -94,19 +108,20 @@ final class DirectoryWatcher: Sendable {
             }
             return Array(stale.values)
         }
-        for wd in stale { inotify_rm_watch(fd, wd) }
+        for wd in stale { inotify_rm_watch(fd.rawValue, wd) }
     }
 
     var watchedDirectories: Set<String> { table.watches.withLock { Set($0.byPath.keys) } }
 
     func close() {
-        let wasOpen = table.watches.withLock { watches -> Bool in
-            defer { watches.closed = true }
-            return !watches.closed
+        let (wasOpen, token) = table.watches.withLock { watches -> (Bool, UInt64?) in
+            defer { watches.closed = true; watches.token = nil }
+            return (!watches.closed, watches.token)
         }
         guard wasOpen else { return }
-        Supervisor.shared.monitor.remove(fd: fd, token: token)
-        Glibc.close(fd)
+        // Off the lock: `remove` waits for a running handler, which takes it.
+        if let token { Supervisor.shared.monitor.remove(fd: fd, token: token) }
+        fd.close()
     }
 
     /// Reads every pending event (the fd is non-blocking).

@@ -1,4 +1,5 @@
 import ExtensionCatalog
+import SandboxRuntime
 import SandboxSystem
 
 /// Why discovery, or a launch of a discovered extension, failed. A launch throws it inside
@@ -16,6 +17,10 @@ public enum DiscoveryError: Error, Sendable, CustomStringConvertible {
     case identifierMismatch(expected: String, actual: String)
     /// A file could not be written.
     case cannotWrite(path: String, reason: String)
+    /// Discovery cannot follow changes to the extensions: the inotify instance, or its
+    /// registration with the host's event monitor, failed. The runtime's typed cause (step
+    /// `control`, the call, its `errno`: EMFILE for a host out of descriptors). No monitor was made.
+    case watchFailed(SandboxError)
 
     /// One line, with control characters escaped (`\e`, `\n`, `\x7f`…): identifiers, paths and
     /// reasons come from bundles and from what the extension said.
@@ -32,6 +37,7 @@ public enum DiscoveryError: Error, Sendable, CustomStringConvertible {
         case .identifierMismatch(let expected, let actual):
             return "the extension launched as \(expected) said READY as \(actual): identifiers must match"
         case .cannotWrite(let path, let reason): return "cannot write \(path): \(reason)"
+        case .watchFailed(let error): return "cannot follow changes to the extensions: \(error)"
         }
     }
 }

@@ -1,8 +1,9 @@
-import CSupervisorSupport
+import CSandboxSystem
 import ExtSandboxWire
 import FoundationEssentials
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 // The host's side of receiving: frames read on the monitor thread (or, for a quick reply, on the
@@ -331,7 +332,7 @@ extension ExtensionConnection {
     func updateWatch(_ output: Output) {
         guard output.open else { return }
         let paused = state.withLock { $0.readingPaused }
-        monitor.modify(fd: descriptor.rawValue, token: token.load(ordering: .relaxed),
+        monitor.modify(fd: descriptor, token: token.load(ordering: .relaxed),
                        events: (paused ? 0 : EventMonitor.readable) | (output.watchingWritability ? EventMonitor.writable : 0))
     }
 }

@@ -2,6 +2,7 @@ import ExtSandboxWire
 import FoundationEssentials
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 /// One channel to an extension, made by ``AppExtensionProcess/makeConnection(handlers:)``.
@@ -151,15 +152,15 @@ public final class ExtensionConnection: Sendable {
             if waitBriefly(for: descriptor) == true { eventsArrived(EventMonitor.readable) }
             let watchFailure: SandboxError? = state.withLock { state in
                 guard state.open else { return nil }  // closed meanwhile: that failed the handshake
-                do throws(SandboxError) {
+                do throws(EventMonitor.Failure) {
                     // Paused already if the extension's requests came with its HELLO.
-                    let token = try monitor.add(fd: descriptor.rawValue, events: state.readingPaused ? 0 : EventMonitor.readable) { [weak self] events in
+                    let token = try monitor.add(fd: descriptor, events: state.readingPaused ? 0 : EventMonitor.readable) { [weak self] events in
                         self?.eventsArrived(events)
                     }
                     self.token.store(token, ordering: .relaxed)
                     return nil
                 } catch {
-                    return error
+                    return SandboxError(error)
                 }
             }
             // Unwatched, nothing more would be read: close (which fails a pending handshake).
@@ -247,7 +248,7 @@ public final class ExtensionConnection: Sendable {
     /// of the descriptor (the sender closes the fds still queued) and it closes, as untrusted:
     /// its last close releases the frames the extension sent that were not read, fds included.
     func closeSocket() {
-        monitor.remove(fd: descriptor.rawValue, token: token.load(ordering: .relaxed))
+        monitor.remove(fd: descriptor, token: token.load(ordering: .relaxed))
         output.withLock { $0.sender.detach() }
         state.withLock { $0.receiver.detach() }
         if let number = descriptor.release() { UntrustedDescriptors.close([number]) }

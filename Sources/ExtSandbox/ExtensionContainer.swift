@@ -52,13 +52,29 @@ extension AppExtensionHost {
     /// The path of this host's shared container `name` on the host, created (owned by the uid its
     /// extensions run as, mode 0700) when missing. The extensions of every point that declares
     /// ``AppExtensionPoint/SharedContainer`` with this name see it at `/shared`.
-    public func sharedContainer(named name: String) throws -> String {
-        let identity = try HostIdentity.forCaller()
+    ///
+    /// Throws ``DiscoveryError/catalog(_:)`` for a name that is not a container's, or a
+    /// container directory that is unsafe or cannot be made (the problem names the path), and
+    /// ``DiscoveryError/cannotWrite(path:reason:)`` when this host's sandboxes have no ids to
+    /// own it (a caller with gid 0 but without the privilege to map ids: no launch would work).
+    public func sharedContainer(named name: String) throws(DiscoveryError) -> String {
+        let containers = locations.containers
+        let shared: String
         do throws(CatalogProblem) {
-            let containers = locations.containers
-            return try containers.prepare(try ExtensionContainers.sharedName(name, host: identifier), uid: identity.uid, gid: identity.gid)
+            shared = try ExtensionContainers.sharedName(name, host: identifier)
         } catch {
-            throw DiscoveryError.catalog(error)
+            throw .catalog(error)
+        }
+        let identity: HostIdentity
+        do throws(SandboxError) {
+            identity = try HostIdentity.forCaller()
+        } catch {
+            throw .cannotWrite(path: containers.path(of: shared), reason: "\(error)")
+        }
+        do throws(CatalogProblem) {
+            return try containers.prepare(shared, uid: identity.uid, gid: identity.gid)
+        } catch {
+            throw .catalog(error)
         }
     }
 }

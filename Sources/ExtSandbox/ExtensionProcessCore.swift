@@ -127,7 +127,7 @@ final class ExtensionProcessCore: Sendable {
         // A bundle's path is others' text: escaped for the terminals logs end up on.
         logger.info("extension launched", metadata: ["executable": "\(TerminalText.escaped(key.identity.executablePath))"])
         let watchFailed = state.withLock { state -> Bool in
-            guard let fd = state.control?.descriptor?.rawValue else { return false }
+            guard let fd = state.control?.descriptor else { return false }
             do {
                 state.controlToken = try Supervisor.shared.monitor.add(fd: fd) { [weak self] _ in self?.controlReadable() }
                 return false
@@ -493,13 +493,13 @@ final class ExtensionProcessCore: Sendable {
     }
 
     /// The control socket's registration with the monitor.
-    private struct ControlWatch { let fd: Int32; let token: UInt64 }
+    private struct ControlWatch { let fd: FileDescriptor; let token: UInt64 }
 
     /// Takes the control socket's registration out of `state`. The caller removes it from the
     /// monitor, off the lock unless on the monitor thread: `remove` waits for a running handler,
     /// and ours takes the lock.
     private func stopWatchingControl(_ state: inout State) -> ControlWatch? {
-        guard let token = state.controlToken.take(), let fd = state.control?.descriptor?.rawValue else { return nil }
+        guard let token = state.controlToken.take(), let fd = state.control?.descriptor else { return nil }
         return ControlWatch(fd: fd, token: token)
     }
 

@@ -4,6 +4,7 @@ import FoundationEssentials
 import Glibc
 import Observation
 import SandboxPolicy
+import SandboxRuntime
 import SandboxSystem
 import Synchronization
 
@@ -69,32 +70,44 @@ extension AppExtensionPoint {
         private let systemStateDirectory: String
         private let systemStateFileName: String
 
-        /// Scans the points' extensions (throws when the approvals file is broken or unreadable)
-        /// and starts following changes.
-        public init(points: [AppExtensionPoint], host: AppExtensionHost) async throws {
+        /// Scans the points' extensions and starts following changes. Throws
+        /// ``DiscoveryError/catalog(_:)`` when an approvals file is broken or unreadable (it names
+        /// the file and line), ``DiscoveryError/watchFailed(_:)`` when the bundle directories
+        /// cannot be watched (inotify, the host's event monitor).
+        public init(points: [AppExtensionPoint], host: AppExtensionHost) async throws(DiscoveryError) {
             self.host = host
             core = Mutex(Core(points: points))
             stateDirectory = FilePaths.directory(of: host.locations.stateFile)
             stateFileName = FilePaths.lastComponent(host.locations.stateFile)
             systemStateDirectory = FilePaths.directory(of: host.locations.systemStateFile)
             systemStateFileName = FilePaths.lastComponent(host.locations.systemStateFile)
-            let relay = WeakMonitor()
-            watcher = try DirectoryWatcher { events in relay.monitor?.changed(events) }
-            relay.monitor = self
+            do throws(SandboxError) {
+                watcher = try DirectoryWatcher()
+            } catch {
+                throw .watchFailed(error)
+            }
+            // Complete now: the watcher's first event already finds this monitor. (It watches
+            // nothing before the scan below adds the directories, so nothing comes earlier.)
+            do throws(SandboxError) {
+                try watcher.start { [weak self] events in self?.changed(events) }
+            } catch {
+                watcher.close()
+                throw .watchFailed(error)
+            }
             if let problem = rescan().approvalsProblem {
                 watcher.close()
-                throw DiscoveryError.catalog(problem)
+                throw .catalog(problem)
             }
         }
 
         /// A monitor for one point (ExtensionFoundation's `init(appExtensionPoint:)`); `host`
         /// defaults to ``AppExtensionHost/current``: this process, unless the task binds another.
-        public convenience init(appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = .current) async throws {
+        public convenience init(appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = .current) async throws(DiscoveryError) {
             try await self.init(points: [appExtensionPoint], host: host)
         }
 
         /// A monitor for one point, as Apple's articles write it: `Monitor(someExtensionPoint)`.
-        public convenience init(_ appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = .current) async throws {
+        public convenience init(_ appExtensionPoint: AppExtensionPoint, host: AppExtensionHost = .current) async throws(DiscoveryError) {
             try await self.init(points: [appExtensionPoint], host: host)
         }
 
@@ -339,18 +352,5 @@ extension AppExtensionPoint {
             state.identities.sort { $0.bundleIdentifier < $1.bundleIdentifier }
             return state
         }
-    }
-}
-
-/// Lets the watcher reach its monitor without keeping it alive. The watcher's thread may read it
-/// while the monitor's initializer sets it (events that come first are covered by the
-/// initializer's own scan), so the reference is behind a lock.
-private final class WeakMonitor: Sendable {
-    private struct Reference { weak var monitor: AppExtensionPoint.Monitor? }
-    private let reference = Mutex(Reference())
-
-    var monitor: AppExtensionPoint.Monitor? {
-        get { reference.withLock { $0.monitor } }
-        set { reference.withLock { $0.monitor = newValue } }
     }
 }

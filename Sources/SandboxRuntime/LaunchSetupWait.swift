@@ -1,5 +1,6 @@
 import CSandboxShim
 import Glibc
+import SandboxSystem
 import Synchronization
 
 /// Waits for a started sandbox's init to report that its payload has exec'd (or which step
@@ -28,26 +29,35 @@ final class LaunchSetupWait: Sendable {
     private let state: Mutex<State>
     private let outcome = OnceContinuation<Outcome>()
     private let monitor: EventMonitor
-    private let control: Int32
+    /// The launch's control socket, lent to the monitor while watched. The C launch owns it
+    /// (`xsb_spawn_abandon` closes it; a launch that succeeds hands it on to its
+    /// `SandboxedProcess`): it is released, never closed, once the watch is over.
+    private let control: FileDescriptor
 
-    private init(started: xsb_spawn_result, monitor: EventMonitor) {
+    private init(started: xsb_spawn_result, monitor: EventMonitor, control: FileDescriptor) {
         state = Mutex(State(result: started))
         self.monitor = monitor
-        control = started.control_fd
+        self.control = control
     }
 
     /// The launch's result: `started` with the payload's pid (or an early violation, audited
     /// calls), or with `failed_step` set and nothing of the sandbox left (killed, reaped, its
     /// fds closed).
     static func wait(for started: xsb_spawn_result, on monitor: EventMonitor, timeoutMilliseconds: Int32) async -> xsb_spawn_result {
-        let watch = LaunchSetupWait(started: started, monitor: monitor)
+        guard let control = FileDescriptor(adopting: started.control_fd) else {
+            var result = started
+            xsb_spawn_abandon(&result, Int32(XSB_STEP_HANDSHAKE.rawValue), EBADF, "the launch returned no control socket")
+            return result
+        }
+        let watch = LaunchSetupWait(started: started, monitor: monitor, control: control)
         do {
-            try watch.state.withLock { (state: inout State) throws(SandboxError) in
-                state.token = try monitor.add(fd: watch.control) { _ in watch.controlReadable() }
+            try watch.state.withLock { (state: inout State) throws(EventMonitor.Failure) in
+                state.token = try monitor.add(fd: control) { _ in watch.controlReadable() }
             }
         } catch {
+            _ = control.release()
             var result = started
-            xsb_spawn_abandon(&result, Int32(XSB_STEP_HANDSHAKE.rawValue), error.errorNumber, "watching the control socket: \(error.detail)")
+            xsb_spawn_abandon(&result, Int32(XSB_STEP_HANDSHAKE.rawValue), error.errorNumber, "watching the control socket: \(error.operation)")
             return result
         }
         let timer = Task {
@@ -56,6 +66,8 @@ final class LaunchSetupWait: Sendable {
         }
         let decided = await watch.outcome.value
         timer.cancel()
+        // The registration is removed by whoever decided: the number is the launch's again.
+        _ = control.release()
         var result = watch.state.withLock { $0.result }
         switch decided {
         case .ready:

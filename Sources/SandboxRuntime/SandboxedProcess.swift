@@ -1,5 +1,4 @@
 import CSandboxShim
-import CSupervisorSupport
 import Glibc
 import SandboxPolicy
 import SandboxSystem
@@ -92,7 +91,11 @@ public final class SandboxedProcess: Sendable {
             guard let control = state.controlFD else {
                 throw SandboxError(step: .control, errorNumber: EBADF, detail: "the launch returned no control socket")
             }
-            state.controlToken = try monitor.add(fd: control.rawValue) { [self] events in self.controlReadable(events) }
+            do throws(EventMonitor.Failure) {
+                state.controlToken = try monitor.add(fd: control) { [self] events in self.controlReadable(events) }
+            } catch {
+                throw SandboxError(error)
+            }
         }
     }
 
@@ -104,7 +107,7 @@ public final class SandboxedProcess: Sendable {
             defer { state.controlFD = nil; state.controlToken = nil }
             return (state.controlFD, state.controlToken)
         }
-        if let control, let token { monitor.remove(fd: control.rawValue, token: token) }
+        if let control, let token { monitor.remove(fd: control, token: token) }
         InitProcess.reapBlocking(pid)
         control?.close()
         cgroup?.remove()
@@ -205,14 +208,14 @@ public final class SandboxedProcess: Sendable {
 
     private func controlReadable(_ events: UInt32) {
         let endOfFile = drainControl()
-        guard endOfFile || events & UInt32(XSB_EPOLLHUP | XSB_EPOLLERR) != 0 else { return }
+        guard endOfFile || events & (EventMonitor.hangUp | EventMonitor.error) != 0 else { return }
         // The init has closed its end: it is exiting. Level-triggered, the hang-up would wake
         // this thread again and again: stop watching the socket (every message is read).
         let (control, token) = state.withLock { state in
             defer { state.controlToken = nil }
             return (state.controlFD, state.controlToken)
         }
-        if let control, let token { monitor.remove(fd: control.rawValue, token: token) }
+        if let control, let token { monitor.remove(fd: control, token: token) }
         initExiting()
     }
 
@@ -254,7 +257,7 @@ public final class SandboxedProcess: Sendable {
             guard let pidfd = InitProcess.openPidfd(pid) else { return reapOffThisThread() }  // EMFILE: a host at its limit
             do {
                 // Level-triggered: if it became reapable meanwhile, this fires at once.
-                let token = try monitor.add(fd: pidfd.rawValue) { [self] _ in
+                let token = try monitor.add(fd: pidfd) { [self] _ in
                     if InitProcess.reap(pid) != .running { initExited() }
                 }
                 state.withLock { $0.exitWatch = (pidfd, token) }
@@ -296,10 +299,10 @@ public final class SandboxedProcess: Sendable {
         }
         // Each registration goes before its fd closes: a number reused while still registered
         // would deliver someone else's events here.
-        if let fd = control.0, let token = control.1 { monitor.remove(fd: fd.rawValue, token: token) }
+        if let fd = control.0, let token = control.1 { monitor.remove(fd: fd, token: token) }
         control.0?.close()
         if let watch {
-            monitor.remove(fd: watch.fd.rawValue, token: watch.token)
+            monitor.remove(fd: watch.fd, token: watch.token)
             watch.fd.close()
         }
         // The cgroups go before anyone hears of the end. rmdir usually succeeds at once; when

@@ -1,5 +1,6 @@
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 import Testing
 @testable import ExtSandbox
 import ExtSandboxWire
@@ -19,10 +20,11 @@ struct ConnectionWatchErrorTests {
         // connection's own registration of it then fails (EEXIST), as a real one fails for lack
         // of memory or epoll watches.
         let monitor = try EventMonitor()
-        let earlier = try monitor.add(fd: hostEnd, events: EventMonitor.readable) { _ in }
-        // The connection owns (and closes) the host's end; only this test's handler is left.
-        defer { monitor.remove(fd: hostEnd, token: earlier) }
-        let connection = ExtensionConnection(descriptor: try #require(FileDescriptor(adopting: hostEnd)), monitor: monitor, name: "host", onClose: {})
+        // The connection owns (and closes) the host's end; this test's registration borrows it.
+        let hostDescriptor = try #require(FileDescriptor(adopting: hostEnd))
+        let earlier = try monitor.add(fd: hostDescriptor, events: EventMonitor.readable) { _ in }
+        defer { monitor.remove(fd: hostDescriptor, token: earlier) }
+        let connection = ExtensionConnection(descriptor: hostDescriptor, monitor: monitor, name: "host", onClose: {})
         do {
             try await connection.handshake(timeout: .seconds(30))
             Issue.record("the handshake succeeded on a socket the monitor did not watch")

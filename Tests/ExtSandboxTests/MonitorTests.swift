@@ -282,6 +282,22 @@ struct MonitorTests {
         rename(world.stateFile + ".new", world.stateFile)
         #expect(await eventually(monitor) { $0.approvalsProblem?.line == 2 && $0.identities.isEmpty })
     }
+
+    @Test("a monitor nobody holds ends: its watcher's handler does not keep it alive, and its updates finish")
+    func releasedMonitorEnds() async throws {
+        let world = try ExtensionWorld()
+        try world.install("org.example.bundled", in: world.hostBundle + "/Extensions")
+        var monitor: AppExtensionPoint.Monitor? = try await AppExtensionPoint.Monitor(points: [Self.open], host: host(world))
+        let updates = try #require(monitor).updates
+        weak let released = monitor
+        monitor = nil
+        try #require(released == nil, "the watcher keeps its monitor alive")
+        var states = 0
+        for await _ in updates { states += 1 }  // the state at the start, then the end
+        #expect(states == 1)
+        // A change after the end reaches nobody (and crashes nothing).
+        try world.install("org.example.later", in: world.hostBundle + "/Extensions")
+    }
 }
 
 extension AppExtensionPoint {

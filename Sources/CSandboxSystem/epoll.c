@@ -1,12 +1,12 @@
-// Thin epoll wrappers for the supervisor's monitor thread: struct epoll_event is packed on
-// x86_64, which Swift imports awkwardly.
+// Thin epoll wrappers for the OS layer's event monitor (EventMonitor.swift): struct epoll_event
+// is packed on x86_64, which Swift imports awkwardly.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
 #include <stddef.h>
 #include <sys/epoll.h>
 
-#include "xsb_supervisor_support.h"
+#include "xsb_system.h"
 
 int xsb_epoll_create(void) {
     int fd = epoll_create1(EPOLL_CLOEXEC);

@@ -1,5 +1,5 @@
 import Glibc
-@testable import SandboxRuntime
+@testable import SandboxSystem
 import Synchronization
 import Testing
 import TestSupport
@@ -12,33 +12,28 @@ import TestSupport
 struct EventMonitorTests {
     /// A pipe whose read end becomes readable when `trigger()` writes a byte.
     final class Pipe: Sendable {
-        let readEnd: Int32
-        let writeEnd: Int32
+        let readEnd: FileDescriptor
+        let writeEnd: FileDescriptor
 
         init() throws {
             var fds: [Int32] = [-1, -1]
-            guard pipe(&fds) == 0 else { throw SandboxError(step: .control, errorNumber: errno, detail: "pipe") }
-            readEnd = fds[0]
-            writeEnd = fds[1]
+            guard pipe(&fds) == 0 else { throw Errno(errno) }
             for fd in fds {
                 _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
                 _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             }
-        }
-
-        deinit {
-            close(readEnd)
-            close(writeEnd)
+            readEnd = try #require(FileDescriptor(adopting: fds[0]))
+            writeEnd = try #require(FileDescriptor(adopting: fds[1]))
         }
 
         func trigger() {
             var byte: UInt8 = 1
-            _ = write(writeEnd, &byte, 1)
+            _ = write(writeEnd.rawValue, &byte, 1)
         }
 
         func drain() {
             var buffer = [UInt8](repeating: 0, count: 64)
-            while read(readEnd, &buffer, buffer.count) > 0 {}
+            while read(readEnd.rawValue, &buffer, buffer.count) > 0 {}
         }
     }
 
@@ -126,11 +121,42 @@ struct EventMonitorTests {
         let pipe = try Pipe()
         // A connection closed before it was ever watched removes token 0 (its initial value).
         let returned = Atomic<Bool>(false)
-        try SupervisorThread.start(name: "xsb-test-remove") {
+        try DetachedThread.start(name: "xsb-test-remove") {
             monitor.remove(fd: pipe.readEnd, token: 0)
             monitor.remove(fd: pipe.readEnd, token: 12345)
             returned.store(true, ordering: .releasing)
         }
         #expect(Self.waitUntil { returned.load(ordering: .acquiring) }, "remove of an unwatched registration waited (for nothing)")
+    }
+
+    @Test("a registration borrows its descriptor: it stays open, and watched, until removed, though its owner lets go")
+    func registrationKeepsTheDescriptorUntilRemoved() throws {
+        let monitor = try EventMonitor()
+        let ran = Atomic<Int>(0)
+        var fds: [Int32] = [-1, -1]
+        try #require(pipe(&fds) == 0)
+        let writeEnd = try #require(FileDescriptor(adopting: fds[1]))
+        var readEnd = FileDescriptor(adopting: fds[0])
+        let token = try monitor.add(fd: try #require(readEnd)) { _ in ran.add(1, ordering: .relaxed) }
+        weak let lent = readEnd
+        readEnd = nil  // the owner's last reference: the monitor still holds the descriptor
+        #expect(lent != nil, "the monitor let go of a descriptor it still watches")
+        #expect(fcntl(fds[0], F_GETFD) >= 0, "a watched descriptor was closed")
+        var byte: UInt8 = 1
+        _ = write(writeEnd.rawValue, &byte, 1)
+        #expect(Self.waitUntil { ran.load(ordering: .relaxed) > 0 }, "the borrowed descriptor is no longer watched")
+        monitor.remove(fd: try #require(lent), token: token)
+        #expect(lent == nil, "the monitor kept the descriptor after its removal")
+    }
+
+    @Test("a registration the kernel refuses throws the call and its errno, and leaves nothing registered")
+    func refusedRegistrationIsTyped() throws {
+        let monitor = try EventMonitor()
+        let pipe = try Pipe()
+        let token = try monitor.add(fd: pipe.readEnd) { _ in pipe.drain() }
+        defer { monitor.remove(fd: pipe.readEnd, token: token) }
+        #expect(throws: EventMonitor.Failure(operation: "epoll_ctl add", errorNumber: EEXIST)) {
+            try monitor.add(fd: pipe.readEnd) { _ in }
+        }
     }
 }
