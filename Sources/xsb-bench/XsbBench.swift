@@ -174,7 +174,8 @@ struct XsbBench {
             }
             if let count = Int(option("--profile-rtt") ?? "") {
                 let samples = try await bench.roundTripsOnly(count: count)
-                print(String(format: "%d host-API round trips, median %.1f us", count, median(samples) * 1e6))
+                let sorted = samples.sorted(), p99 = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
+                print(String(format: "%d host-API round trips, median %.1f us, p99 %.1f us", count, median(samples) * 1e6, p99 * 1e6))
                 return
             }
             let results = try await bench.run()
