@@ -204,3 +204,46 @@ struct SandboxPoolTests {
         }
     }
 }
+
+/// The hostile probe's every check through a warm launch, against the same check launched cold:
+/// a pre-built sandbox confines exactly as a cold one does.
+@Suite("Escape attempts in pre-built sandboxes", .offThePool)
+struct PooledIsolationTests {
+    /// kill, sigsys, blocked or ok (`xsb-probe list`), per check.
+    static func checks() async -> [String] {
+        guard let output = try? await Fixtures.run([Fixtures.probe, "list"]) else { return [] }
+        return output.stdout.split(separator: "\n").map { String($0) }
+    }
+
+    static let warm: Supervisor = { try! Supervisor() }()
+    static let cold: Supervisor = { try! Supervisor() }()
+
+    static func run(_ supervisor: Supervisor, _ arguments: [String]) async throws -> (Termination, String, pid_t) {
+        let output = OutputPipe()
+        let process = try await supervisor.launch(try Fixtures.probeConfiguration(arguments, stdout: output.writeFD))
+        output.closeWriteEnd()
+        let termination = await process.waitForExit()
+        return (termination, await output.waitFor("\u{4}", seconds: 2), process.pid)
+    }
+
+    @Test("a forbidden operation is blocked in a pre-built sandbox as in a cold one", .serialized, arguments: await checks())
+    func blocked(line: String) async throws {
+        let words = line.split(separator: " ").map(String.init)
+        let (name, expectation) = (words[0], words.count > 1 ? words[1] : "?")
+        var arguments = [name]
+        if name == "hostname" { arguments.append("extsandbox") }
+        if name == "mounts" { arguments += ["/root", "/home", "/var", "/work/main/Sources", "/etc/shadow"] }
+        try await Self.warm.prepare(try Fixtures.probeConfiguration([]), count: 2)
+        let pids = SandboxPoolTests.readyPIDs(Self.warm)
+        let (warmEnd, warmOutput, pid) = try await Self.run(Self.warm, arguments)
+        let (coldEnd, coldOutput, _) = try await Self.run(Self.cold, arguments)
+        #expect(pids.contains(pid), "\(name) ran in a pre-built sandbox")
+        #expect(warmEnd == coldEnd, "\(name): warm \(warmEnd), cold \(coldEnd)")
+        #expect(warmOutput == coldOutput, "\(name): warm \(warmOutput), cold \(coldOutput)")
+        switch expectation {
+        case "kill": #expect(warmEnd == .seccompViolation(syscall: words.count > 2 ? words[2] : nil), "\(name): \(warmEnd)")
+        case "blocked": #expect(warmEnd == .exited(code: 0) && warmOutput.contains("\(name): blocked"), "\(name): \(warmEnd) \(warmOutput)")
+        default: break
+        }
+    }
+}
