@@ -222,6 +222,13 @@ final class SandboxPool: Sendable {
         state.withLock { state in (state.shelves.flatMap(\.ready), state.shelves.reduce(0) { $0 + $1.building }) }
     }
 
+    /// Whether `key`'s shape has fewer ready than it keeps while some are being built.
+    func awaitsRefill(_ key: Key) -> Bool {
+        state.withLock { state in
+            state.shelves.contains { $0.key == key && $0.ready.count < $0.target && $0.building > 0 }
+        }
+    }
+
     /// Whether any shape is kept (a launch then looks for its own).
     var keepsAny: Bool { state.withLock { !$0.shelves.isEmpty } }
 
@@ -283,6 +290,8 @@ extension Supervisor {
                 throw error
             }
         }
+        // What a refill under way builds counts too: wait for it.
+        while pool.awaitsRefill(shape.key) { try? await Task.sleep(for: .milliseconds(1)) }
     }
 
     /// Ends every pre-built sandbox and keeps none from now on (until the next

@@ -57,4 +57,45 @@ struct WarmLaunchBench {
         let sorted = samples.sorted()
         return (XsbBench.median(samples), sorted[min(sorted.count - 1, sorted.count * 9 / 10)])
     }
+
+    /// Runs each probe check (its arguments, space-separated) in a pre-built sandbox and in a
+    /// cold one, and prints `CHECK: warm TERMINATION OUTPUT | cold TERMINATION OUTPUT` for each
+    /// whose outcomes differ, or that did not run warm. Returns the exit status: 0 when none did.
+    static func probeWarmAndCold(probe: String, policy: Policy, checks: [String]) async throws -> Int32 {
+        let warm = try Supervisor(), cold = try Supervisor()
+        func configuration(_ arguments: [String], output: Int32) -> SandboxConfiguration {
+            SandboxConfiguration(
+                executable: probe, arguments: ["xsb-probe"] + arguments,
+                environment: SandboxEnvironment.compose(policy: policy, caller: ProcessInfo.processInfo.environment),
+                policy: policy, standardOutput: .fileDescriptor(output))
+        }
+        func run(_ supervisor: Supervisor, _ arguments: [String]) async throws -> String {
+            var ends: [Int32] = [-1, -1]
+            guard pipe(&ends) == 0 else { throw POSIXError(.EMFILE) }
+            defer { close(ends[0]) }
+            let process = try await supervisor.launch(configuration(arguments, output: ends[1]))
+            close(ends[1])
+            let termination = await process.waitForExit()
+            var output = [UInt8](), buffer = [UInt8](repeating: 0, count: 4096)
+            while case let n = read(ends[0], &buffer, buffer.count), n > 0 { output += buffer[0..<n] }
+            return "\(termination) \(String(decoding: output, as: UTF8.self))"
+        }
+        var status: Int32 = 0
+        for check in checks {
+            let arguments = check.split(separator: " ").map(String.init)
+            try await warm.prepare(configuration([], output: 1), count: 1)
+            let before = warm.poolStatus.ready
+            let warmOutcome = try await run(warm, arguments)
+            let wasWarm = before == 1
+            let coldOutcome = try await run(cold, arguments)
+            if warmOutcome != coldOutcome || !wasWarm {
+                print("\(check): warm \(wasWarm ? "" : "(not from the pool) ")\(warmOutcome) | cold \(coldOutcome)")
+                status = 1
+            } else {
+                print("\(check): \(warmOutcome.prefix { $0 != "\n" })")
+            }
+        }
+        await warm.drainPool()
+        return status
+    }
 }

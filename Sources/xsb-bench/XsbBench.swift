@@ -13,6 +13,7 @@ import SandboxSystem
 ///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N | --profile-distributed N) [--policy PATH] [--extension PATH]
 ///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N] [--memory-floor-mib N]] [--faults [--cycles N]] [--json]
 ///               [--scale-policy PATH] [--extension PATH] [--scale-c-extension]
+///     xsb-bench --pooled-probe PROBE [--policy PATH] -- CHECK...    (for PooledIsolationTests)
 ///     xsb-bench --cycles-only N [--cycle-workers N] [--cycle-time-limit SECONDS] | --child-host N    (for ScaleFaultTests)
 ///
 /// `--iterations` counts launch runs (default 200), `--rounds` interleaved IPC rounds (default
@@ -74,6 +75,10 @@ struct XsbBench {
             await ScaleBench(extensionPath: scaleExtensionPath, extensionArguments: scaleExtensionArguments, policyPath: scalePolicy)
                 .shardHost(count: count, firstIndex: Int(option("--scale-shard-first") ?? "") ?? 0,
                            floorKiB: Int(option("--scale-shard-floor-kib") ?? "") ?? ScaleBench(extensionPath: "", policyPath: "").memoryFloorKiB)
+        }
+        // For PooledIsolationTests: each probe check warm and cold, as whoever runs this.
+        if let probe = option("--pooled-probe") {
+            exit(try await WarmLaunchBench.probeWarmAndCold(probe: probe, policy: policy, checks: Array(arguments.drop { $0 != "--" }.dropFirst())))
         }
         if let count = Int(option("--cycles-only") ?? "") {
             let outcome = await faults.cycles(count, timeLimit: Double(option("--cycle-time-limit") ?? ""))

@@ -247,3 +247,23 @@ struct PooledIsolationTests {
         }
     }
 }
+
+extension PooledIsolationTests {
+    /// The same, from a host of its own (`xsb-bench --pooled-probe`) as root and as nobody: an
+    /// unprivileged caller's pre-built sandboxes are its own ids' and confine as its cold ones.
+    @Test("every probe check gives the same outcome warm and cold, as root and as nobody", arguments: Fixtures.Caller.allCases)
+    func warmAndColdAlike(caller: Fixtures.Caller) async throws {
+        var checks: [String] = []
+        for line in await Self.checks() {
+            let words = line.split(separator: " ").map(String.init)
+            guard words.count > 1, ["kill", "sigsys", "blocked", "ok"].contains(words[1]) else { continue }
+            if words[0] == "hostname" { checks.append("hostname extsandbox") }
+            else if words[0] == "mounts" { checks.append("mounts /root /home /var /work/main/Sources /etc/shadow") }
+            else { checks.append(words[0]) }
+        }
+        let result = try await Fixtures.run(
+            [TestPaths.product("xsb-bench"), "--pooled-probe", Fixtures.probe, "--policy", Fixtures.policyPath(for: caller), "--"] + checks,
+            as: caller)
+        #expect(result.status == 0, "as \(caller):\n\(result.stdout)\n\(result.stderr)")
+    }
+}
