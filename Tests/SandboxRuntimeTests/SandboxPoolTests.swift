@@ -161,6 +161,21 @@ struct SandboxPoolTests {
         #expect(await process.waitForExit() == .exited(code: 4))
     }
 
+    @Test("a LAUNCH without its launch part fails at the step 'launch description', and the init ends")
+    func launchWithoutPart() async throws {
+        let supervisor = try Self.supervisor()
+        try await supervisor.prepare(try Self.shell(""), count: 1)
+        let ready = try #require(supervisor.pool.take(supervisor.shape(of: try Self.shell("")).key))
+        #expect(xsb_send_msg(ready.started.control_fd, UInt32(XSB_MSG_LAUNCH.rawValue), 0) == 0)
+        let result = await LaunchSetupWait.wait(for: ready.started, on: supervisor.monitor, timeoutMilliseconds: 5000)
+        #expect(result.failed_step == Int32(XSB_STEP_LAUNCH_DESCRIPTION.rawValue))
+        let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        #expect(detail == "launch description: the launch message")
+        #expect(Fixtures.processState(ready.started.pid) == nil, "the init is gone (abandoned: killed and reaped)")
+        ready.cgroup?.remove()
+        await supervisor.drainPool()
+    }
+
     @Test("a launch part damaged anywhere is refused, naming what is wrong, and never crashes its reader")
     func damagedLaunchParts() throws {
         let arena = CArena()
