@@ -145,6 +145,15 @@ static int32_t pass(struct xsb_passed_fds *passed, int host_fd) {
     return XSB_INIT_PASSED_FDS + passed->count++;
 }
 
+/// Zeroed room for a description or launch part of `size` bytes (NULL with errno: too large, no memory).
+static char *new_blob(uint64_t size) {
+    if (size > XSB_WIRE_MAX_SIZE) {
+        errno = E2BIG;
+        return NULL;
+    }
+    return calloc(1, size);
+}
+
 /// Room for the strings of a launch: path, working directory, arguments and environment.
 static uint64_t launch_strings_room(const struct xsb_spawn_config *cfg) {
     uint64_t size = string_room(cfg->path) + string_room(cfg->cwd);
@@ -182,12 +191,7 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     }
     size += align8(cfg->rlimit_count * sizeof(struct xsb_rlimit));
     size += align8(cfg->bpf_instructions * 8);
-    if (size > XSB_WIRE_MAX_SIZE) {
-        errno = E2BIG;
-        return -1;
-    }
-
-    char *blob = calloc(1, size);
+    char *blob = new_blob(size);
     if (blob == NULL) return -1;
     struct xsb_wire_header h;
     memset(&h, 0, sizeof h);
@@ -270,11 +274,7 @@ int xsb_launch_part_create(const struct xsb_spawn_config *cfg, struct xsb_passed
         return -1;
     }
     uint64_t size = align8(sizeof(struct xsb_wire_part)) + launch_strings_room(cfg);
-    if (size > XSB_WIRE_MAX_SIZE) {
-        errno = E2BIG;
-        return -1;
-    }
-    char *blob = calloc(1, size);
+    char *blob = new_blob(size);
     if (blob == NULL) return -1;
     struct xsb_wire_part p;
     memset(&p, 0, sizeof p);
