@@ -64,10 +64,15 @@ final class SandboxPool: Sendable {
         let started: xsb_spawn_result
         let cgroup: SandboxCgroup?
         let bindSources: [BindSourceIdentity]
+        /// The sandbox's mount namespace, held so that its teardown (every mount unmounted, an
+        /// RCU grace period) happens when this closes, after the sandbox's end is reported,
+        /// rather than in its init's exit.
+        let mountNamespace: FileDescriptor?
         /// The monitor's watch of the control socket while it is idle (its end is its death).
         let watch = Mutex<UInt64?>(nil)
 
         init(started: xsb_spawn_result, cgroup: SandboxCgroup?, bindSources: [BindSourceIdentity]) {
+            mountNamespace = FileDescriptor(adopting: open("/proc/\(started.pid)/ns/mnt", O_RDONLY | O_CLOEXEC))
             self.started = started
             self.cgroup = cgroup
             self.bindSources = bindSources
@@ -81,6 +86,7 @@ final class SandboxPool: Sendable {
             close(started.control_fd)
             _ = xsb_pidfd_wait(started.pidfd)
             close(started.pidfd)
+            mountNamespace?.close()
             cgroup?.remove()
         }
     }
@@ -419,6 +425,17 @@ extension Supervisor {
         let result = sent == 0
             ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
             : started
-        return try running(try Self.succeeded(result, cgroup: ready.cgroup), cgroup: ready.cgroup, limits: configuration.policy.limits)
+        let process: SandboxedProcess
+        do {
+            process = try running(try Self.succeeded(result, cgroup: ready.cgroup), cgroup: ready.cgroup, limits: configuration.policy.limits)
+        } catch {
+            ready.mountNamespace?.close()
+            throw error
+        }
+        // Its mount namespace goes once the end is reported, off the launch's and the exit's way.
+        if let namespace = ready.mountNamespace {
+            process.whenEnded { _ in Task.detached(priority: .background) { namespace.close() } }
+        }
+        return process
     }
 }
