@@ -53,15 +53,21 @@ let package = Package(
         // The OS layer the policy loader, the runtime, the catalog and the CLI share: an owned
         // file descriptor (closed exactly once), the trusted-path walk, plain file and path helpers.
         .target(name: "SandboxSystem"),
+        // The YAML reader (libyaml's events into positioned nodes) and writer's quoting, for
+        // policies and the catalog's manifests alike; a module of its own so that SandboxSystem,
+        // which the SDK links, gains no libyaml.
+        .target(name: "YAMLSupport", dependencies: ["CYAML"]),
 
-        // Policy files: parse (YAML), validate, resolve syscall groups, compile to BPF.
+        // Policy files: parse (YAML), validate, resolve syscall groups, compile to BPF; the one
+        // store of loaded and compiled policies (PolicyStore) the CLI, the host API and the runtime use.
         .target(
             name: "SandboxPolicy",
-            dependencies: ["CSeccomp", "CYAML", "SandboxSystem"]),
+            dependencies: ["CSeccomp", "YAMLSupport", "SandboxSystem"]),
 
         // What the CLI (and fuzzing) does with policies beyond loading them: the Docker profile
-        // importer, the `policy show` report, the binary cache entry format.
-        .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem"]),
+        // importer, the `policy show` report, the per-user policy cache (the store's on-disk layer)
+        // and its binary entry format.
+        .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem", "YAMLSupport"]),
 
         // The host/extension wire protocol: frames, envelope, handshake (docs/wire-protocol.md).
         // Its sockets own their fd as SandboxSystem's FileDescriptor (Glibc and Synchronization
@@ -75,7 +81,7 @@ let package = Package(
         // and Foundation dynamically costs more per `extsandbox exec` than the sandbox itself.
         // Extension bundles, point declarations, the owner's approvals (docs/extensions.md):
         // Foundation-free, for the CLI and the host API alike.
-        .target(name: "ExtensionCatalog", dependencies: ["SandboxPolicy", "SandboxSystem", "CCrypto"]),
+        .target(name: "ExtensionCatalog", dependencies: ["YAMLSupport", "SandboxSystem", "CCrypto"]),
 
         // Distributed actors over a connection: the actor system both sides run, the call envelope
         // and its value encoding (docs/wire-protocol.md §12). Foundation-free, like the SDK; the
@@ -140,7 +146,14 @@ let package = Package(
             name: "xsb-probe", path: "Tests/Fixtures/xsb-probe",
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
 
+        // The C shim's mechanisms one at a time, each called directly: CMechanismSupport runs one
+        // in a forked child of the test process (only async-signal-safe code after fork) and
+        // reports what it did; CSandboxShimTests holds the cases and their exact outcomes.
+        .target(name: "CMechanismSupport", dependencies: ["CSandboxShim"], path: "Tests/CMechanismSupport"),
+        // (SandboxRuntime for CArena, which lays out a launch's C structs.)
+        .testTarget(name: "CSandboxShimTests", dependencies: ["CSandboxShim", "CMechanismSupport", "SandboxRuntime"]),
         .testTarget(name: "SandboxSystemTests", dependencies: ["SandboxSystem"]),
+        .testTarget(name: "YAMLSupportTests", dependencies: ["YAMLSupport", "TestSupport"]),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
         .testTarget(name: "PolicyToolsTests", dependencies: ["PolicyTools", "SandboxPolicy", "TestSupport"]),
         .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire", "TestSupport"]),

@@ -21,14 +21,16 @@ struct ProcessReuseKey: Sendable, Equatable {
     /// The policy as resolved (every `extends:`/`include:` merged): the seccomp rules, mounts,
     /// network, environment and limits the sandbox gets. Two points whose policies differ in
     /// anything (even a policy of the same name edited between launches) never share a process.
+    /// Equal policies are one value (``PolicyStore``), which every running extension shares.
     let policy: Policy
 
-    /// Resolves the identity's point's policy and identifies its executable now.
+    /// Resolves the identity's point's policy (parsed again only if one of its files changed)
+    /// and identifies its executable now.
     init(identity: AppExtensionIdentity) throws(ExtensionError) {
         self.identity = identity
         let searchPath = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable())
         do {
-            policy = SharedPolicies.shared(try PolicyLoader.load(nameOrPath: identity.point.securityLevel, searchPath: searchPath))
+            policy = try PolicyStore.shared.policy(nameOrPath: identity.point.securityLevel, searchPath: searchPath)
         } catch {
             throw .policyFailed(securityLevel: identity.point.securityLevel, error: error)
         }

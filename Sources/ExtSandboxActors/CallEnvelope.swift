@@ -145,6 +145,7 @@ public struct CallEnvelope: Sendable, Hashable {
 }
 
 /// Reads big-endian fields from untrusted bytes, checking each length against what remains.
+/// A field's name is only made into text for an error (most names interpolate an index).
 struct BoundedReader {
     private let bytes: ArraySlice<UInt8>
     private var offset: Int
@@ -156,62 +157,63 @@ struct BoundedReader {
 
     var remaining: Int { bytes.endIndex - offset }
 
-    mutating func byte(_ field: String) throws(CallEnvelope.FormatError) -> UInt8 {
+    mutating func byte(_ field: @autoclosure () -> String) throws(CallEnvelope.FormatError) -> UInt8 {
         try need(1, field)
         defer { offset += 1 }
         return bytes[offset]
     }
 
-    mutating func uint16(_ field: String) throws(CallEnvelope.FormatError) -> UInt16 {
+    mutating func uint16(_ field: @autoclosure () -> String) throws(CallEnvelope.FormatError) -> UInt16 {
         try need(2, field)
         defer { offset += 2 }
         return UInt16(bytes[offset]) << 8 | UInt16(bytes[offset + 1])
     }
 
-    mutating func uint32(_ field: String) throws(CallEnvelope.FormatError) -> UInt32 {
+    mutating func uint32(_ field: @autoclosure () -> String) throws(CallEnvelope.FormatError) -> UInt32 {
         try need(4, field)
         defer { offset += 4 }
         return (0..<4).reduce(UInt32(0)) { $0 << 8 | UInt32(bytes[offset + $1]) }
     }
 
-    mutating func uint64(_ field: String) throws(CallEnvelope.FormatError) -> UInt64 {
+    mutating func uint64(_ field: @autoclosure () -> String) throws(CallEnvelope.FormatError) -> UInt64 {
         try need(8, field)
         defer { offset += 8 }
         return (0..<8).reduce(UInt64(0)) { $0 << 8 | UInt64(bytes[offset + $1]) }
     }
 
     /// A u32 length, then that many bytes of valid UTF-8.
-    mutating func string32(_ field: String) throws(CallEnvelope.FormatError) -> String {
-        let raw = try bytes(Int(try uint32("\(field) length")), field)
-        guard let text = String(validating: raw, as: UTF8.self) else { throw CallEnvelope.FormatError("\(field) is not UTF-8") }
-        return text
+    mutating func string32(_ field: @autoclosure () -> String) throws(CallEnvelope.FormatError) -> String {
+        try text(of: slice(Int(try uint32("\(field()) length")), field()), field)
     }
 
-    mutating func bytes(_ count: Int, _ field: String) throws(CallEnvelope.FormatError) -> [UInt8] {
-        Array(try slice(count, field))
+    mutating func bytes(_ count: Int, _ field: @autoclosure () -> String) throws(CallEnvelope.FormatError) -> [UInt8] {
+        Array(try slice(count, field()))
     }
 
     /// The next `count` bytes, sharing the input's storage.
-    mutating func slice(_ count: Int, _ field: String) throws(CallEnvelope.FormatError) -> ArraySlice<UInt8> {
+    mutating func slice(_ count: Int, _ field: @autoclosure () -> String) throws(CallEnvelope.FormatError) -> ArraySlice<UInt8> {
         try need(count, field)
         defer { offset += count }
         return bytes[offset..<offset + count]
     }
 
     /// A u16 length, then that many bytes of valid UTF-8.
-    mutating func string(_ field: String, lengthRange: ClosedRange<Int>) throws(CallEnvelope.FormatError) -> String {
-        let length = Int(try uint16("\(field) length"))
+    mutating func string(_ field: @autoclosure () -> String, lengthRange: ClosedRange<Int>) throws(CallEnvelope.FormatError) -> String {
+        let length = Int(try uint16("\(field()) length"))
         guard lengthRange.contains(length) else {
-            throw CallEnvelope.FormatError("\(field) of \(length) bytes (\(lengthRange.lowerBound)–\(lengthRange.upperBound))")
+            throw CallEnvelope.FormatError("\(field()) of \(length) bytes (\(lengthRange.lowerBound)–\(lengthRange.upperBound))")
         }
-        let raw = try bytes(length, field)
-        guard let text = String(validating: raw, as: UTF8.self) else { throw CallEnvelope.FormatError("\(field) is not UTF-8") }
+        return try text(of: slice(length, field()), field)
+    }
+
+    private func text(of raw: ArraySlice<UInt8>, _ field: () -> String) throws(CallEnvelope.FormatError) -> String {
+        guard let text = String(validating: raw, as: UTF8.self) else { throw CallEnvelope.FormatError("\(field()) is not UTF-8") }
         return text
     }
 
-    private func need(_ count: Int, _ field: String) throws(CallEnvelope.FormatError) {
+    private func need(_ count: Int, _ field: () -> String) throws(CallEnvelope.FormatError) {
         guard count <= remaining else {
-            throw CallEnvelope.FormatError("\(field) needs \(count) bytes, \(remaining) remain")
+            throw CallEnvelope.FormatError("\(field()) needs \(count) bytes, \(remaining) remain")
         }
     }
 }

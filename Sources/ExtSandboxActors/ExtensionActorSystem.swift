@@ -179,18 +179,22 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
         }
         // Checked before anything runs: a method outside the contract (the runtime would call
         // another type's method on this object), or a wrong number of arguments.
-        switch MethodIdentifier(envelope.method).parameterCount(in: exported.contract) {
-        case nil:
-            return .error(code: CallErrorCode.unknownMethod, message: "\(type(of: actor)) has no method \(envelope.method)")
-        case let count? where count != envelope.arguments.count:
-            return .error(code: CallErrorCode.undecodableArguments, message: "\(envelope.arguments.count) arguments for a method of \(count)")
-        default:
-            break
+        let method: ResolvedMethod
+        do {
+            guard let resolved = try MethodIdentifier(envelope.method).resolved(in: exported.contract, for: type(of: actor)) else {
+                return .error(code: CallErrorCode.unknownMethod, message: "\(type(of: actor)) has no method \(envelope.method)")
+            }
+            method = resolved
+        } catch {
+            return ResultHandler.answer(for: error)
+        }
+        guard method.parameterCount == envelope.arguments.count else {
+            return .error(code: CallErrorCode.undecodableArguments, message: "\(envelope.arguments.count) arguments for a method of \(method.parameterCount)")
         }
         var decoder = InvocationDecoder(arguments: envelope.arguments, actorType: type(of: actor), descriptors: descriptors)
         let handler = ResultHandler()
         do {
-            try await executeDistributedTarget(on: actor, target: RemoteCallTarget(envelope.method), invocationDecoder: &decoder, handler: handler)
+            try await method.execute(on: actor, decoder: &decoder, handler: handler)
         } catch {
             return ResultHandler.answer(for: error)
         }

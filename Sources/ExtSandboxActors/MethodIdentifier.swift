@@ -27,22 +27,28 @@ struct MethodIdentifier {
 
     init(_ text: String) { self.text = text }
 
-    /// The method's number of parameters if it is a distributed method of `contract`; nil if
-    /// not (another type's, or no method at all).
-    func parameterCount(in contract: Contract) -> Int? {
+    /// The method resolved for objects of `actorType` if it is a distributed method of
+    /// `contract`; nil if not (another type's, or no method at all). Throws when it is a
+    /// compiled method whose types do not resolve for `actorType`.
+    func resolved(in contract: Contract, for actorType: any DistributedActor.Type) throws(ExecuteDistributedTargetError) -> ResolvedMethod? {
         guard text.hasPrefix(contract.prefix), text.hasSuffix("TE") else { return nil }
-        if let known = Self.compiled.withLock({ $0[text] }) { return known }
+        let key = Key(actorType: ObjectIdentifier(actorType), name: text)
+        if let known = Self.resolved.withLock({ $0[key] }) { return known }
         guard isCompiledAccessor else { return nil }
-        let count = _getParameterCount(mangledMethodName: text)
-        guard count >= 0 else { return nil }
+        let method = try ResolvedMethod.resolve(text, for: actorType)
         // Only names of compiled accessors are kept: as many as the process has, whatever a peer sends.
-        Self.compiled.withLock { $0[text] = Int(count) }
-        return Int(count)
+        Self.resolved.withLock { $0[key] = method }
+        return method
     }
 
-    /// The parameter counts of the compiled accessors found so far, by name: the runtime
-    /// demangles the whole name to count them, on every call otherwise.
-    private static let compiled = Mutex<[String: Int]>([:])
+    private struct Key: Hashable {
+        let actorType: ObjectIdentifier
+        let name: String
+    }
+
+    /// The compiled methods resolved so far, by object type and name: resolving demangles the
+    /// whole name several times, on every call otherwise.
+    private static let resolved = Mutex<[Key: ResolvedMethod]>([:])
 
     /// Whether the process has a distributed accessor of exactly this name (a lookup by name
     /// that demangles nothing). A contract stub's methods are generic over the protocol's

@@ -13,6 +13,8 @@ enum ValueReading {
     static func decode<Value: Decodable>(_ type: Value.Type, from value: WireValue, codingPath: [any CodingKey],
                                          descriptors: DescriptorTable?) throws -> Value {
         if type == [UInt8].self, case .bytes(let bytes) = value { return bytes as! Value }
+        // A string read straight: through `String(from:)` it costs a boxed container per value.
+        if type == String.self, case .string(let text) = value { return text as! Value }
         if type == TransferredFileDescriptor.self, let descriptors {
             guard case .descriptor(let index) = value else { throw mismatch("a file descriptor", value, codingPath) }
             return try descriptors.take(index) as! Value
@@ -78,14 +80,7 @@ struct NodeDecoder: Decoder {
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard case .map(let entries) = value else { throw ValueReading.mismatch("a map", value, codingPath) }
-        var byKey: [String: WireValue] = [:]
-        byKey.reserveCapacity(entries.count)
-        for entry in entries {
-            guard byKey.updateValue(entry.value, forKey: entry.key) == nil else {
-                throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "key \(entry.key) appears twice"))
-            }
-        }
-        return KeyedDecodingContainer(KeyedValueContainer(entries: byKey, codingPath: codingPath, descriptors: descriptors))
+        return KeyedDecodingContainer(try KeyedValueContainer(entries: entries, codingPath: codingPath, descriptors: descriptors))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -102,16 +97,49 @@ struct NodeDecoder: Decoder {
 }
 
 struct KeyedValueContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
-    let entries: [String: WireValue]
+    /// The map's entries, looked up one by one while there are few (a struct's fields: cheaper
+    /// than hashing every key into a dictionary), through `positions` past that.
+    private let entries: [(key: String, value: WireValue)]
+    private let positions: [String: Int]?
     let codingPath: [any CodingKey]
     let descriptors: DescriptorTable?
 
-    var allKeys: [Key] { entries.keys.compactMap { Key(stringValue: $0) } }
+    private static var mostSearched: Int { 8 }
 
-    func contains(_ key: Key) -> Bool { entries[key.stringValue] != nil }
+    /// Refuses a map with a duplicate key.
+    init(entries: [(key: String, value: WireValue)], codingPath: [any CodingKey], descriptors: DescriptorTable?) throws {
+        self.entries = entries
+        self.codingPath = codingPath
+        self.descriptors = descriptors
+        func duplicate(_ key: String) -> DecodingError {
+            .dataCorrupted(.init(codingPath: codingPath, debugDescription: "key \(key) appears twice"))
+        }
+        if entries.count <= Self.mostSearched {
+            positions = nil
+            for (position, entry) in entries.enumerated() where entries[..<position].contains(where: { $0.key == entry.key }) {
+                throw duplicate(entry.key)
+            }
+        } else {
+            var positions: [String: Int] = [:]
+            positions.reserveCapacity(entries.count)
+            for (position, entry) in entries.enumerated() where positions.updateValue(position, forKey: entry.key) != nil {
+                throw duplicate(entry.key)
+            }
+            self.positions = positions
+        }
+    }
+
+    private func entry(_ key: String) -> WireValue? {
+        if let positions { return positions[key].map { entries[$0].value } }
+        return entries.first { $0.key == key }?.value
+    }
+
+    var allKeys: [Key] { entries.compactMap { Key(stringValue: $0.key) } }
+
+    func contains(_ key: Key) -> Bool { entry(key.stringValue) != nil }
 
     private func value(_ key: Key) throws -> WireValue {
-        guard let value = entries[key.stringValue] else {
+        guard let value = entry(key.stringValue) else {
             throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no value for \(key.stringValue)"))
         }
         return value
@@ -148,11 +176,11 @@ struct KeyedValueContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     func superDecoder() throws -> any Decoder {
-        NodeDecoder(value: entries["super"] ?? .null, codingPath: codingPath, descriptors: descriptors)
+        NodeDecoder(value: entry("super") ?? .null, codingPath: codingPath, descriptors: descriptors)
     }
 
     func superDecoder(forKey key: Key) throws -> any Decoder {
-        NodeDecoder(value: entries[key.stringValue] ?? .null, codingPath: path(key), descriptors: descriptors)
+        NodeDecoder(value: entry(key.stringValue) ?? .null, codingPath: path(key), descriptors: descriptors)
     }
 }
 

@@ -43,6 +43,9 @@ final class EncodingNode {
         // Compared by type first: a dynamic cast that fails costs more than encoding a small value.
         if Value.self == [UInt8].self, let bytes = value as? [UInt8] {
             content = .value(.bytes(bytes))
+        } else if Value.self == String.self, let text = value as? String {
+            // Stored straight: through `encode(to:)` it costs a boxed container per value.
+            content = .value(.string(text))
         } else if Value.self == TransferredFileDescriptor.self, let descriptor = value as? TransferredFileDescriptor, let descriptors {
             content = .value(.descriptor(try descriptors.attach(descriptor)))
         } else {

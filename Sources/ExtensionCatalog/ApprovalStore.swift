@@ -1,5 +1,4 @@
 import Glibc
-import SandboxPolicy
 import SandboxSystem
 
 /// The owner's (or, in the system file, the administrator's) choices: which external extensions

@@ -1,5 +1,4 @@
 import Glibc
-import SandboxPolicy
 import SandboxSystem
 
 /// A bundle that passed validation: its manifest, and the real paths of what it names.

@@ -1,5 +1,4 @@
 import Glibc
-import SandboxPolicy
 import SandboxSystem
 
 /// Where a bundle was found.

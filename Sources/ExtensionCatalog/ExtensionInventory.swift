@@ -1,4 +1,3 @@
-import SandboxPolicy
 
 /// Every installed extension the machine's owner can see, with its status: the external
 /// locations, plus the bundled extensions of each host whose declaration file names its bundle.

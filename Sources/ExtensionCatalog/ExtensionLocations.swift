@@ -1,5 +1,4 @@
 import Glibc
-import SandboxPolicy
 import SandboxSystem
 
 /// Where extensions, point declarations and the owner's approvals live (docs/extensions.md).

@@ -1,4 +1,3 @@
-import SandboxPolicy
 
 /// What a bundle's manifest (`extension.yaml`) says, as written (docs/extensions.md):
 ///

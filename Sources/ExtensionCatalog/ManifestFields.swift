@@ -1,4 +1,4 @@
-import SandboxPolicy
+import YAMLSupport
 
 /// Reads the flat YAML mappings of manifests and declaration files, with the line of every
 /// field for errors. Unknown keys are errors: a misspelt key must not be silently ignored.

@@ -1,4 +1,4 @@
-import SandboxPolicy
+import YAMLSupport
 import SandboxSystem
 
 /// An extension point as a host declares it (the Swift definition's data, and one entry of the

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import SandboxPolicy
 import SandboxSystem
+import YAMLSupport
 
 /// Converts a Docker/OCI seccomp profile (the JSON that `docker run --security-opt seccomp=FILE`
 /// and containerd take) into an extsandbox policy file, for `extsandbox policy import-docker`.

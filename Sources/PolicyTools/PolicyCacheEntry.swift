@@ -16,11 +16,8 @@ public enum PolicyCacheEntry {
     static let magic: [UInt8] = Array("xsbpolc".utf8) + [3]  // 2: limits gained memory-scope; 3: seccomp gained memory-deny-write-execute
     static let headerSize = 24
 
-    public struct Contents: Sendable, Equatable {
-        public var policy: Policy
-        public var resolution: PolicyResolution
-        public var filter: CompiledSeccompFilter
-    }
+    /// What an entry holds: what the store keeps in memory too.
+    public typealias Contents = CompiledPolicy
 
     public static func encode(
         policy: Policy, resolution: PolicyResolution, filter: CompiledSeccompFilter, buildStamp: [UInt8]
@@ -70,6 +67,6 @@ public enum PolicyCacheEntry {
         // Every file the policy was made from must be among those whose bytes are checked.
         for file in policy.composedFrom where !resolution.files.contains(where: { $0.path == file }) { return nil }
         guard let source = policy.sourcePath, resolution.files.first?.path == source else { return nil }
-        return Contents(policy: policy, resolution: resolution, filter: CompiledSeccompFilter(program: program))
+        return CompiledPolicy(policy: policy, resolution: resolution, filter: CompiledSeccompFilter(program: program))
     }
 }

@@ -1,3 +1,5 @@
+import YAMLSupport
+
 /// A position in a policy file. `file` is set once a position leaves the file's own parser
 /// (list entries, rules, mounts), so that problems found after merging several files
 /// (`extends:`, `include:`) still point into the right one.

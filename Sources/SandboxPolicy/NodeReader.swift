@@ -1,3 +1,5 @@
+import YAMLSupport
+
 extension YAMLNode {
     var kindName: String {
         switch self {

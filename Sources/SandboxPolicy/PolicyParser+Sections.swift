@@ -1,4 +1,5 @@
 import CSeccomp
+import YAMLSupport
 
 // The filesystem, environment and limits sections of a policy file (PolicyParser.swift has
 // the document, seccomp and names).

@@ -1,5 +1,6 @@
 import CSeccomp
 import SandboxSystem
+import YAMLSupport
 
 /// Parses and validates one policy file (format version 1) into a ``PolicyLayer``,
 /// reporting every problem it can find with its line and column.

@@ -23,7 +23,6 @@ public final class Supervisor: Sendable {
     /// The supervisor's event thread; the host API registers its connections here too.
     public let monitor: EventMonitor
     private let cgroups: CgroupSupport?
-    private let filters = Mutex<[(policy: SeccompPolicy, filter: CompiledSeccompFilter)]>([])
     /// Numbers the sandboxes' cgroups: process-wide, as their names are (several supervisors may run in one process).
     private static let launchCounter = Atomic<Int>(0)
     private let capLastCap: Int32
@@ -330,16 +329,12 @@ public final class Supervisor: Sendable {
         return resolved
     }
 
-    /// Compiles each distinct seccomp policy once; later launches reuse the BPF.
+    /// The process's policy store compiles each distinct seccomp policy once; later launches reuse the BPF.
     private func compiledFilter(for policy: Policy) throws(SandboxError) -> CompiledSeccompFilter {
-        if let hit = filters.withLock({ $0.first { $0.policy == policy.seccomp }?.filter }) { return hit }
-        let filter: CompiledSeccompFilter
         do {
-            filter = try policy.compileSeccompFilter(mode: .supervised)
+            return try PolicyStore.shared.filter(for: policy)
         } catch {
             throw SandboxError(policy: policy.name, error)
         }
-        filters.withLock { $0.append((policy.seccomp, filter)) }
-        return filter
     }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Dispatch
 import Glibc
+import PolicyTools
 import SandboxPolicy
 import SandboxRuntime
 import SandboxSystem
@@ -301,13 +302,8 @@ struct ExecCommand: AsyncParsableCommand {
     /// changed, else loaded and compiled (and cached for next time).
     static func loadPolicy(_ nameOrPath: String, environment: [String: String]) throws -> (Policy, CompiledSeccompFilter) {
         let searchPath = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable(), environment: environment)
-        let file = PolicyLoader.isPath(nameOrPath) ? absolute(nameOrPath) : try searchPath.locate(name: nameOrPath)
-        let cache = PolicyCache.forCurrentUser(environment: environment)
-        if let hit = cache?.lookup(file: file, searchPath: searchPath) { return hit }
-        let (policy, resolution) = try PolicyLoader.loadRecordingResolution(file: file, searchPath: searchPath)
-        let filter = try policy.compileSeccompFilter(mode: .supervised)
-        cache?.store(policy, resolution: resolution, filter: filter, searchPath: searchPath)
-        return (policy, filter)
+        let store = PolicyStore(diskLayer: PolicyDiskCache.forCurrentUser(environment: environment))
+        return try store.compiled(nameOrPath: nameOrPath, searchPath: searchPath)
     }
 
     /// Terminal signals go to the sandbox's program: it lives in its own session, so the

@@ -33,6 +33,34 @@ struct EnvelopeCodingTests {
         #expect(throws: (any Error).self) { try ValueCoding.decode(UInt8.self, from: ValueCoding.encode(256)) }
     }
 
+    /// A map of `fields` (each a key and an integer) as the format writes one.
+    static func map(_ fields: [(String, Int)]) -> [UInt8] {
+        var bytes: [UInt8] = [9, 0, 0, 0, UInt8(fields.count)]
+        for (key, value) in fields {
+            bytes += [0, 0, 0, UInt8(key.utf8.count)] + Array(key.utf8) + [4, 0, 0, 0, 0, 0, 0, 0, UInt8(value)]
+        }
+        return bytes
+    }
+
+    struct Wide: Codable, Equatable {
+        var a, b, c, d, e, f, g, h, i, j: Int
+    }
+
+    @Test("a map's keys are found in any order and a duplicate key is refused, in a small map and a large one")
+    func mapKeys() throws {
+        struct Pair: Codable, Equatable { var first: Int; var second: Int? }
+        #expect(try ValueCoding.decode(Pair.self, from: Self.map([("second", 2), ("first", 1)])) == Pair(first: 1, second: 2))
+        #expect(try ValueCoding.decode(Pair.self, from: Self.map([("first", 1), ("other", 9)])) == Pair(first: 1, second: nil))
+        let names = ["j", "i", "h", "g", "f", "e", "d", "c", "b", "a"]
+        let wide = Self.map(names.enumerated().map { ($1, $0) })
+        #expect(try ValueCoding.decode(Wide.self, from: wide) == Wide(a: 9, b: 8, c: 7, d: 6, e: 5, f: 4, g: 3, h: 2, i: 1, j: 0))
+        let duplicate: (any Error) -> Bool = { "\($0)".contains("appears twice") }
+        #expect(performing: { try ValueCoding.decode(Pair.self, from: Self.map([("first", 1), ("second", 2), ("first", 3)])) }, throws: duplicate)
+        #expect(performing: { try ValueCoding.decode(Wide.self, from: Self.map(names.map { ($0, 0) } + [("e", 1)])) }, throws: duplicate)
+        #expect(try ValueCoding.decode(String.self, from: ValueCoding.encode("straight")) == "straight")
+        #expect(throws: (any Error).self) { try ValueCoding.decode(String.self, from: ValueCoding.encode(1)) }
+    }
+
     @Test("malformed envelopes are refused with the field that is wrong", arguments: [
         ([], "version"),
         ([2, 0], "version 2"),

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import SandboxRuntime
 import Testing
+import TestSupport
 
 /// A running process is shared only with handles that would have launched exactly the same
 /// sandbox: same identity, same executable file, same resolved policy. Reuse must never weaken
@@ -37,6 +38,47 @@ struct ProcessReuseTests {
                 "\(recorder.recordedInterruptions)")
         // The standard process is untouched by the hardened one's end.
         #expect(HostFixtures.text(try await standardConnection.send(HostFixtures.message("still"))) == "still")
+    }
+
+    /// The host resolves a point's policy at every launch (through the process's policy store,
+    /// which parses it again only when a file it was made of changed): an edit between two
+    /// launches is what the second one runs under, and the first keeps its own.
+    @Test("a policy file edited between two launches: the next handle runs under the edited policy")
+    func editedPolicyTakesEffectAtTheNextLaunch() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("xsb-reuse-policy-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        chmod(directory, 0o755)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/edited.yaml"
+        let standard = HostFixtures.policiesDirectory + "/standard.yaml"
+        try Fixtures.writeFile(path, Array("version: 1\nextends: \(standard)\n".utf8), mode: 0o644)
+        let name = "reuse-policy-\(UUID().uuidString)"
+        let identity = {
+            AppExtensionIdentity.developmentOnly(
+                bundleIdentifier: name, executablePath: HostFixtures.productsDirectory + "/xsb-echo-extension",
+                point: AppExtensionPoint(name: "org.extsandbox.test", securityLevel: path))
+        }
+        let recorder = Recorder()
+        let before = try await AppExtensionProcess(configuration: .init(identity: identity()))
+        defer { before.invalidate() }
+        let unchanged = try await AppExtensionProcess(configuration: .init(identity: identity()))
+        defer { unchanged.invalidate() }
+        #expect(unchanged.sandbox.pid == before.sandbox.pid, "an unchanged policy shares the running process")
+
+        // The edit makes it extend hardened, whose seccomp policy kills `socket()`.
+        try Fixtures.writeFile(path, Array("version: 1\nextends: \(HostFixtures.policiesDirectory)/hardened.yaml\n".utf8), mode: 0o644)
+        let after = try await AppExtensionProcess(configuration: .init(
+            identity: identity(), onInterruption: recorder.onInterruption, onEvent: recorder.onEvent))
+        defer { after.invalidate() }
+        #expect(after.sandbox.pid != before.sandbox.pid, "the edited policy must get a process of its own")
+
+        let beforeConnection = try await before.makeConnection()
+        defer { beforeConnection.invalidate() }
+        #expect(HostFixtures.text(try await beforeConnection.send(HostFixtures.message("socket"))) == "socket")
+        let afterConnection = try await after.makeConnection()
+        await #expect(throws: ExtensionError.self) { _ = try await afterConnection.send(HostFixtures.message("socket")) }
+        #expect(await HostFixtures.eventually { recorder.recordedInterruptions == ["seccomp violation: socket"] },
+                "\(recorder.recordedInterruptions)")
     }
 
     @Test("same identifier, another executable or the executable replaced on disk: a separate process")

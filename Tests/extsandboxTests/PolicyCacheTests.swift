@@ -3,7 +3,7 @@ import Glibc
 import TestSupport
 import Testing
 
-/// The CLI's policy cache end to end (Sources/extsandbox/PolicyCache.swift); the entry format and
+/// The CLI's policy cache end to end (Sources/PolicyTools/PolicyDiskCache.swift); the entry format and
 /// its staleness rules are tested in SandboxPolicyTests (PolicyCacheEntryTests).
 @Suite("Policy cache of the CLI")
 struct PolicyCacheTests {

@@ -1,5 +1,5 @@
 import Testing
-@testable import SandboxPolicy
+@testable import YAMLSupport
 import TestSupport
 
 /// The double-quoted strings extsandbox writes into YAML files (imported policies, point

@@ -1,8 +1,9 @@
 import CYAML
 
-/// A node of a YAML document, with its position, as policy files need it: every scalar stays
-/// the text that was written (no tag resolution: `no` and `0x10` are strings until a policy
-/// section interprets them), and mappings keep their entries in file order.
+/// A node of a YAML document, with its position, as policy files and the catalog's manifests
+/// need it: every scalar stays the text that was written (no tag resolution: `no` and `0x10` are
+/// strings until a policy section or a manifest field interprets them), and mappings keep their
+/// entries in file order.
 ///
 /// Built on libyaml's event parser rather than a Swift YAML package: those resolve tags with
 /// Foundation's regular expressions, and linking Foundation's CoreFoundation layer costs every

@@ -1,11 +1,10 @@
 import Glibc
-import PolicyTools
 import SandboxPolicy
 import SandboxSystem
 
 /// Policies resolved and filters compiled by earlier runs, so that `extsandbox exec` need neither
-/// load the policy (YAML, validation, `extends:`/`include:`, merging: ~1.5 ms of a cold run) nor
-/// build its BPF (libseccomp plus the compiler's self-check: ~1.5 ms).
+/// load the policy (YAML, validation, `extends:`/`include:`, merging) nor build its BPF
+/// (libseccomp plus the compiler's self-check): the on-disk layer of the CLI's ``PolicyStore``.
 ///
 /// An entry is only as trustworthy as the place it sits in, so:
 /// - the cache is the user's own (`$XDG_CACHE_HOME/extsandbox` or `~/.cache/extsandbox`), reached
@@ -16,7 +15,7 @@ import SandboxSystem
 ///   access. Anything else means no cache (a miss), never an error;
 /// - entries are opened from that directory fd without following symlinks and must be regular
 ///   files owned by the user and writable by no one else;
-/// - an entry (`PolicyCacheEntry`, Sources/PolicyTools/PolicyCacheEntry.swift) holds the
+/// - an entry (``PolicyCacheEntry``) holds the
 ///   resolved policy, its filter, and everything outside the policy's text that decided them
 ///   (`PolicyResolution`): the bytes of every file the policy was composed from (its own, and what
 ///   it extends or includes), each name lookup of `extends:`/`include:` with its result, the
@@ -31,7 +30,7 @@ import SandboxSystem
 /// Anything else (missing, foreign, stale, unreadable, damaged) is ignored and the policy is
 /// loaded and compiled as usual, then stored again. `EXTSANDBOX_NO_CACHE=1` never reads or writes
 /// the cache.
-final class PolicyCache {
+public final class PolicyDiskCache: PolicyDiskLayer {
     /// The cache directory, opened `O_RDONLY | O_DIRECTORY`; entries are opened relative to it.
     let directory: FileDescriptor
     private var directoryFD: Int32 { directory.rawValue }
@@ -46,7 +45,8 @@ final class PolicyCache {
     }
 
 
-    static func forCurrentUser(environment: [String: String]) -> PolicyCache? {
+    /// The current user's cache, or `nil` when there is none to trust (or `EXTSANDBOX_NO_CACHE=1`).
+    public static func forCurrentUser(environment: [String: String]) -> PolicyDiskCache? {
         if environment["EXTSANDBOX_NO_CACHE"] == "1" { return nil }
         let base: String
         if let xdg = environment["XDG_CACHE_HOME"], xdg.hasPrefix("/") {
@@ -57,7 +57,7 @@ final class PolicyCache {
             return nil
         }
         guard let stamp = buildStamp(), let directory = openCacheDirectory(base: base) else { return nil }
-        return PolicyCache(directory: directory, buildStamp: Array(stamp.utf8))
+        return PolicyDiskCache(directory: directory, buildStamp: Array(stamp.utf8))
     }
 
     /// `base/extsandbox`, created where missing, as an fd; `nil` when anything on the way is not
@@ -78,21 +78,22 @@ final class PolicyCache {
 
     /// What loading `file` along `searchPath` gives, and its filter, if an entry recorded it and
     /// nothing that decided it has changed since.
-    func lookup(file: String, searchPath: PolicySearchPath) -> (Policy, CompiledSeccompFilter)? {
+    public func lookup(file: String, searchPath: PolicySearchPath) -> CompiledPolicy? {
         guard let bytes = readOwnedFile(entryName(file: file, searchPath: searchPath)),
               let entry = PolicyCacheEntry.decode(bytes, buildStamp: buildStamp),
               entry.policy.sourcePath == file,
               entry.resolution.isCurrent(searchPath: searchPath)
         else { return nil }
-        return (entry.policy, entry.filter)
+        return entry
     }
 
     /// Records a loaded policy and its filter (best effort: a failure only means no cache next
     /// time). The resolution holds the bytes the loader parsed, so a file edited since cannot
     /// make the entry valid for the new bytes.
-    func store(_ policy: Policy, resolution: PolicyResolution, filter: CompiledSeccompFilter, searchPath: PolicySearchPath) {
-        guard let file = policy.sourcePath else { return }
-        let bytes = PolicyCacheEntry.encode(policy: policy, resolution: resolution, filter: filter, buildStamp: buildStamp)
+    public func store(_ compiled: CompiledPolicy, searchPath: PolicySearchPath) {
+        guard let file = compiled.policy.sourcePath else { return }
+        let bytes = PolicyCacheEntry.encode(
+            policy: compiled.policy, resolution: compiled.resolution, filter: compiled.filter, buildStamp: buildStamp)
         // An entry `lookup` would refuse to read is not worth writing (on every run).
         guard bytes.count < Self.maximumEntrySize else { return }
         let final = entryName(file: file, searchPath: searchPath)
