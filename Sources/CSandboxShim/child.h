@@ -25,12 +25,17 @@
 
 /// The launch description's format (launch_description.c). Bumped with any change to it, to
 /// struct xsb_msg or to the steps, so that an init from another build refuses the launch.
-#define XSB_LAUNCH_FORMAT_VERSION 4
+#define XSB_LAUNCH_FORMAT_VERSION 5
 
 /// Init side: maps the description behind `fd`, checks every offset, length, count and value,
 /// and fills `cfg` with pointers into it. Returns 0, or -1 with errno set and `*what` naming
 /// what was refused.
 int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what);
+/// Init side: a pre-built sandbox's launch part (the memfd `fd`, with `passed` fds received
+/// beside it, in order): checks it like the description and sets `cfg`'s per-launch fields
+/// (path, argv, envp, cwd, stdio, extra fds, exec_fd) from it. Returns 0, or -1 with errno set
+/// and `*what` naming what was refused.
+int xsb_launch_part_load(int fd, const int *passed, int passed_count, struct xsb_spawn_config *cfg, const char **what);
 /// Init side: releases what xsb_description_load mapped, once the payload runs (its memory is
 /// charged to the supervisor, not to the sandbox).
 void xsb_description_unload(void);
@@ -83,6 +88,14 @@ int xsb_control_wait_for(int control_fd, uint32_t type);
 /// Init side: reads one request of the supervisor's and carries it out (suspend, resume,
 /// signal), acknowledging it. Returns 0, or -1 when the supervisor is gone (EOF).
 int xsb_control_serve_request(int control_fd, pid_t payload);
+
+// MARK: - Pre-built sandboxes (prebuilt.c)
+
+/// Init side, in a pre-built sandbox once its shape is built: keeps only the control socket,
+/// reports XSB_MSG_PREBUILT and waits for XSB_MSG_LAUNCH, whose launch part it checks and
+/// loads into `cfg`. A malformed launch fails at the step "launch description"; the supervisor
+/// closing the socket instead (the pool drained) ends the sandbox quietly.
+void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd);
 
 // MARK: - Lifetime and exit (reaper.c; the pidfd helpers are in xsb_shim.h)
 

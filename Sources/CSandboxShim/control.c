@@ -64,6 +64,9 @@ int xsb_control_poll_launch(int control_fd, struct xsb_spawn_result *out, int *s
         case XSB_MSG_READY:
             out->payload_pid = msg.value;
             return 1;
+        case XSB_MSG_PREBUILT:
+            out->prebuilt = 1;
+            return 1;
         case XSB_MSG_ERROR:
             *step = msg.step;
             *err = msg.value;

@@ -2,8 +2,9 @@
 // (xsb-init, exec'd by the supervisor's clone child: nothing of the supervisor's memory is in
 // it). It reads the launch description, builds the sandbox (ids are mapped by the supervisor
 // first), starts the payload, and then stays as a tiny reaper that the supervisor commands
-// over the control socket. When it exits, the kernel kills every other process of the
-// namespace, so "the init is gone" always means "the sandbox is gone".
+// over the control socket. A pre-built sandbox's init waits, once its shape is built, for the
+// launch that brings what is per launch (prebuilt.c). When it exits, the kernel kills every
+// other process of the namespace, so "the init is gone" always means "the sandbox is gone".
 //
 // This file is the init's table of contents: each step is in the file of its mechanism.
 #define _GNU_SOURCE
@@ -61,6 +62,10 @@ void xsb_init_run(void) {
     // The cgroup namespace is rooted in the sandbox's cgroup, which the init joined above.
     // Kernels without cgroup namespaces say EINVAL: that one step is optional by design.
     xsb_init_enter_cgroup_namespace(control_fd);                     // cgroups.c
+    // A pre-built sandbox stops here, its shape built, until a launch hands it what is per
+    // launch (the program, its arguments, environment, working directory and fds); from then on
+    // it goes on as a cold launch does. It runs one payload, ever.
+    if (cfg->prebuilt) xsb_init_await_launch(&config, control_fd);  // prebuilt.c
 
     // The payload shares our fd table until exec and places its fds at 0, 1, 2, 3…: keep the
     // control socket far above them.

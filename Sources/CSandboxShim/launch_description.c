@@ -7,6 +7,10 @@
 //
 // Layout: one struct xsb_wire_header at offset 0, then the sections it points to (strings
 // NUL-terminated, arrays 8-byte aligned), in any order; nothing points outside the file.
+//
+// A pre-built sandbox's description carries only the shape (everything but what is per
+// launch); what is per launch comes later as a second, smaller sealed memfd, the launch part
+// (struct xsb_wire_part, same rules), whose fds are the ones passed beside it.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +39,8 @@
 
 /// "XSBL": a launch description.
 #define XSB_WIRE_MAGIC 0x4c425358u
+/// "XSBP": a pre-built sandbox's launch part.
+#define XSB_PART_MAGIC 0x50425358u
 /// The largest description the init accepts (the largest real one is a few hundred KiB: a
 /// filter of 65,535 instructions is 512 KiB).
 #define XSB_WIRE_MAX_SIZE (64u << 20)
@@ -76,6 +82,21 @@ struct xsb_wire_header {
     int32_t exec_fd;  ///< the program to exec by fd, or -1: exec `path`
     int32_t mount_tree_count;
     int32_t mount_trees[XSB_MAX_MOUNT_TREES];  ///< passed fds: detached mounts to attach
+    int32_t prebuilt;  ///< 1: nothing per launch here; a launch part comes with XSB_MSG_LAUNCH
+};
+
+/// What is per launch in a pre-built sandbox. Fds are indexes into the fds passed beside it
+/// (0 … passed_fd_count - 1), or -1.
+struct xsb_wire_part {
+    uint32_t magic, version;
+    uint64_t size;
+    struct xsb_wire_span path, cwd;
+    struct xsb_wire_span argv, envp;
+    int32_t passed_fd_count;
+    int32_t stdio[3];
+    int32_t extra_fd_count;
+    int32_t extra_fds[XSB_MAX_EXTRA_FDS];
+    int32_t exec_fd;
 };
 
 // MARK: - Supervisor side
@@ -92,6 +113,8 @@ static struct xsb_wire_span put(char *blob, uint64_t *used, const void *bytes, u
 }
 
 static uint64_t string_room(const char *s) { return align8(xsb_string_length(s) + 1); }
+
+static int sealed_memfd(const char *name, char *blob, uint64_t size, int *fd_out);
 
 static struct xsb_wire_span put_string(char *blob, uint64_t *used, const char *s) {
     return put(blob, used, s == NULL ? "" : s, xsb_string_length(s), 1);
@@ -122,6 +145,33 @@ static int32_t pass(struct xsb_passed_fds *passed, int host_fd) {
     return XSB_INIT_PASSED_FDS + passed->count++;
 }
 
+/// Zeroed room for a description or launch part of `size` bytes (NULL with errno: too large, no memory).
+static char *new_blob(uint64_t size) {
+    if (size > XSB_WIRE_MAX_SIZE) {
+        errno = E2BIG;
+        return NULL;
+    }
+    return calloc(1, size);
+}
+
+/// Room for the strings of a launch: path, working directory, arguments and environment.
+static uint64_t launch_strings_room(const struct xsb_spawn_config *cfg) {
+    uint64_t size = string_room(cfg->path) + string_room(cfg->cwd);
+    char *const *lists[2] = {cfg->argv, cfg->envp};
+    for (int l = 0; l < 2; l++) {
+        size_t n = count_strings(lists[l]);
+        size += align8(n * sizeof(struct xsb_wire_span));
+        for (size_t i = 0; i < n; i++) size += string_room(lists[l][i]);
+    }
+    return size;
+}
+
+/// The same for a launch part: the index of the passed fd (or -1).
+static int32_t pass_index(struct xsb_passed_fds *passed, int host_fd) {
+    int32_t at = pass(passed, host_fd);
+    return at < 0 ? -1 : at - XSB_INIT_PASSED_FDS;
+}
+
 int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out) {
     *fd_out = -1;
     passed->count = 0;
@@ -132,13 +182,7 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     }
     // Room: the header, then each section at 8-byte alignment (strings with their NUL).
     uint64_t size = align8(sizeof(struct xsb_wire_header));
-    size += string_room(cfg->path) + string_room(cfg->cwd) + string_room(cfg->hostname);
-    char *const *lists[2] = {cfg->argv, cfg->envp};
-    for (int l = 0; l < 2; l++) {
-        size_t n = count_strings(lists[l]);
-        size += align8(n * sizeof(struct xsb_wire_span));
-        for (size_t i = 0; i < n; i++) size += string_room(lists[l][i]);
-    }
+    size += launch_strings_room(cfg) + string_room(cfg->hostname);
     size += align8(cfg->mount_count * sizeof(struct xsb_wire_mount));
     for (size_t i = 0; i < cfg->mount_count; i++) {
         const struct xsb_mount_op *op = &cfg->mounts[i];
@@ -147,12 +191,7 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     }
     size += align8(cfg->rlimit_count * sizeof(struct xsb_rlimit));
     size += align8(cfg->bpf_instructions * 8);
-    if (size > XSB_WIRE_MAX_SIZE) {
-        errno = E2BIG;
-        return -1;
-    }
-
-    char *blob = calloc(1, size);
+    char *blob = new_blob(size);
     if (blob == NULL) return -1;
     struct xsb_wire_header h;
     memset(&h, 0, sizeof h);
@@ -200,9 +239,14 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     h.memory_deny_write_execute = cfg->memory_deny_write_execute != 0;
     h.controlling_terminal = cfg->controlling_terminal != 0;
     h.cap_last_cap = cfg->cap_last_cap;
+    h.prebuilt = cfg->prebuilt != 0;
     memcpy(blob, &h, sizeof h);
+    return sealed_memfd("xsb-launch", blob, size, fd_out);
+}
 
-    int fd = (int)syscall(SYS_memfd_create, "xsb-launch", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+/// Writes `blob` (`size` bytes, freed here) into a new memfd sealed against every change.
+static int sealed_memfd(const char *name, char *blob, uint64_t size, int *fd_out) {
+    int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     int rc = fd < 0 ? -1 : 0;
     for (uint64_t done = 0; rc == 0 && done < size;) {
         ssize_t n = write(fd, blob + done, size - done);
@@ -222,16 +266,46 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     return 0;
 }
 
+int xsb_launch_part_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out) {
+    *fd_out = -1;
+    passed->count = 0;
+    if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS) {
+        errno = E2BIG;
+        return -1;
+    }
+    uint64_t size = align8(sizeof(struct xsb_wire_part)) + launch_strings_room(cfg);
+    char *blob = new_blob(size);
+    if (blob == NULL) return -1;
+    struct xsb_wire_part p;
+    memset(&p, 0, sizeof p);
+    uint64_t used = sizeof p;
+    p.magic = XSB_PART_MAGIC;
+    p.version = XSB_LAUNCH_FORMAT_VERSION;
+    p.size = size;
+    p.path = put_string(blob, &used, cfg->path);
+    p.cwd = put_string(blob, &used, cfg->cwd);
+    p.argv = put_strings(blob, &used, cfg->argv);
+    p.envp = put_strings(blob, &used, cfg->envp);
+    // Indexes into the fds passed beside the part, not the init's fd numbers.
+    for (int i = 0; i < 3; i++) p.stdio[i] = pass_index(passed, cfg->stdio[i]);
+    p.extra_fd_count = (int32_t)cfg->extra_fd_count;
+    for (size_t i = 0; i < cfg->extra_fd_count; i++) p.extra_fds[i] = pass_index(passed, cfg->extra_fds[i]);
+    p.exec_fd = pass_index(passed, cfg->exec_fd);
+    p.passed_fd_count = passed->count;
+    memcpy(blob, &p, sizeof p);
+    return sealed_memfd("xsb-launch-part", blob, size, fd_out);
+}
+
 // MARK: - Init side
 
 /// The description's mapping and the private memory its offsets became (for xsb_description_unload).
 static struct {
     void *address;
     uint64_t size;
-} mappings[4];
+} mappings[8];
 
 static void remember(void *address, uint64_t size) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 8; i++) {
         if (mappings[i].address == NULL) {
             mappings[i].address = address;
             mappings[i].size = size;
@@ -241,7 +315,7 @@ static void remember(void *address, uint64_t size) {
 }
 
 void xsb_description_unload(void) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 8; i++) {
         if (mappings[i].address != NULL) (void)munmap(mappings[i].address, mappings[i].size);
         mappings[i].address = NULL;
     }
@@ -326,32 +400,47 @@ static int plain_absolute(const char *path) {
     return 1;
 }
 
-int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what) {
-    refusal = "launch description";
-    memset(cfg, 0, sizeof *cfg);
+/// Maps the sealed memfd `fd` of at least `least` bytes. Returns its base (and `*size`), or
+/// NULL with errno set and `*what` naming the failure.
+static const char *map_sealed(int fd, uint64_t least, uint64_t *size, const char **what) {
     struct stat st;
     if (fstat(fd, &st) != 0) {
         *what = "launch description (fstat)";
-        return -1;
+        return NULL;
     }
     int seals = fcntl(fd, F_GET_SEALS);
-    if (!S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(struct xsb_wire_header) || (uint64_t)st.st_size > XSB_WIRE_MAX_SIZE) {
+    if (!S_ISREG(st.st_mode) || st.st_size < (off_t)least || (uint64_t)st.st_size > XSB_WIRE_MAX_SIZE) {
         *what = "launch description: not a description (type or size)";
         errno = EINVAL;
-        return -1;
+        return NULL;
     }
     if (seals < 0 || (seals & XSB_WIRE_SEALS) != XSB_WIRE_SEALS) {
         *what = "launch description: not sealed";
         errno = seals < 0 ? errno : EPERM;
-        return -1;
+        return NULL;
     }
-    uint64_t size = (uint64_t)st.st_size;
-    const char *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    *size = (uint64_t)st.st_size;
+    const char *base = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (base == MAP_FAILED) {
         *what = "launch description (mmap)";
-        return -1;
+        return NULL;
     }
-    remember((void *)base, size);
+    remember((void *)base, *size);
+    return base;
+}
+
+/// The program's path in a description: absolute, or, in a pre-built sandbox's, empty (it
+/// comes with the launch part).
+static int per_launch_path(const char *path, int32_t prebuilt) {
+    return prebuilt ? path != NULL && path[0] == '\0' : absolute(path);
+}
+
+int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what) {
+    refusal = "launch description";
+    memset(cfg, 0, sizeof *cfg);
+    uint64_t size = 0;
+    const char *base = map_sealed(fd, sizeof(struct xsb_wire_header), &size, what);
+    if (base == NULL) return -1;
     int rc = 0;
     struct xsb_wire_header h;
     memcpy(&h, base, sizeof h);
@@ -359,18 +448,21 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     else if (h.version != XSB_LAUNCH_FORMAT_VERSION)
         rc = refuse("launch description: another version (the sandbox init and the supervisor come from different builds)");
     else if (h.size != size) rc = refuse("launch description: size");
+    else if ((h.prebuilt & ~1) != 0) rc = refuse("launch description: flags");
     if (rc == 0) {
         cfg->path = string_at(base, size, &h.path);
         cfg->cwd = string_at(base, size, &h.cwd);
         cfg->hostname = string_at(base, size, &h.hostname);
-        if (!absolute(cfg->path)) rc = refuse("launch description: program path");
-        else if (!absolute(cfg->cwd)) rc = refuse("launch description: working directory");
+        if (!per_launch_path(cfg->path, h.prebuilt)) rc = refuse("launch description: program path");
+        else if (!per_launch_path(cfg->cwd, h.prebuilt)) rc = refuse("launch description: working directory");
         else if (cfg->hostname == NULL || h.hostname.length == 0 || h.hostname.length > 64) rc = refuse("launch description: hostname");
     }
     char **argv = NULL, **envp = NULL;
     if (rc == 0) rc = load_strings(base, size, &h.argv, &argv, "launch description: arguments");
-    if (rc == 0 && argv[0] == NULL) rc = refuse("launch description: no arguments (argv[0])");
+    if (rc == 0 && argv[0] == NULL && !h.prebuilt) rc = refuse("launch description: no arguments (argv[0])");
     if (rc == 0) rc = load_strings(base, size, &h.envp, &envp, "launch description: environment");
+    if (rc == 0 && h.prebuilt && (argv[0] != NULL || envp[0] != NULL))
+        rc = refuse("launch description: a pre-built sandbox's arguments or environment (they come with the launch)");
     cfg->argv = argv;
     cfg->envp = envp;
 
@@ -446,6 +538,10 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     }
     if (rc == 0 && ((h.supervise_first_exec | h.audit | h.memory_deny_write_execute | h.controlling_terminal) & ~1) != 0)
         rc = refuse("launch description: flags");
+    // A pre-built sandbox gets its fds with the launch, and is never given a terminal.
+    if (rc == 0 && h.prebuilt &&
+        (h.stdio[0] != -1 || h.stdio[1] != -1 || h.stdio[2] != -1 || h.extra_fd_count != 0 || h.exec_fd != -1 || h.controlling_terminal))
+        rc = refuse("launch description: a pre-built sandbox's fds or terminal (they come with the launch)");
     if (rc == 0 && (h.cap_last_cap < 0 || h.cap_last_cap > 63)) rc = refuse("launch description: cap_last_cap");
     if (rc != 0) {
         *what = refusal;
@@ -474,5 +570,79 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     cfg->memory_deny_write_execute = h.memory_deny_write_execute;
     cfg->controlling_terminal = h.controlling_terminal;
     cfg->cap_last_cap = h.cap_last_cap;
+    cfg->prebuilt = h.prebuilt;
     return 0;
+}
+
+/// -1, or an index of the fds passed beside a launch part, as the init's fd number.
+static int part_fd(int32_t index, const int *passed, int32_t passed_count, int *fd) {
+    if (index == -1) {
+        *fd = -1;
+        return 1;
+    }
+    if (index < 0 || index >= passed_count) return 0;
+    *fd = passed[index];
+    return 1;
+}
+
+int xsb_launch_part_load(int fd, const int *passed, int passed_count, struct xsb_spawn_config *cfg, const char **what) {
+    refusal = "launch description";
+    uint64_t size = 0;
+    const char *base = map_sealed(fd, sizeof(struct xsb_wire_part), &size, what);
+    if (base == NULL) return -1;
+    int rc = 0;
+    struct xsb_wire_part p;
+    memcpy(&p, base, sizeof p);
+    if (p.magic != XSB_PART_MAGIC) rc = refuse("launch description: the launch part's magic");
+    else if (p.version != XSB_LAUNCH_FORMAT_VERSION) rc = refuse("launch description: the launch part's version");
+    else if (p.size != size) rc = refuse("launch description: the launch part's size");
+    const char *path = NULL, *cwd = NULL;
+    if (rc == 0) {
+        path = string_at(base, size, &p.path);
+        cwd = string_at(base, size, &p.cwd);
+        if (!absolute(path)) rc = refuse("launch description: program path");
+        else if (!absolute(cwd)) rc = refuse("launch description: working directory");
+    }
+    char **argv = NULL, **envp = NULL;
+    if (rc == 0) rc = load_strings(base, size, &p.argv, &argv, "launch description: arguments");
+    if (rc == 0 && argv[0] == NULL) rc = refuse("launch description: no arguments (argv[0])");
+    if (rc == 0) rc = load_strings(base, size, &p.envp, &envp, "launch description: environment");
+    // As many fds came beside the part as it says, and it names none beyond them.
+    int stdio[3], extra[XSB_MAX_EXTRA_FDS], exec_fd = -1;
+    if (rc == 0) {
+        int ok = p.passed_fd_count == passed_count && p.extra_fd_count >= 0 && p.extra_fd_count <= XSB_MAX_EXTRA_FDS;
+        for (int i = 0; ok && i < 3; i++) ok = part_fd(p.stdio[i], passed, passed_count, &stdio[i]);
+        for (int i = 0; ok && i < p.extra_fd_count; i++) ok = p.extra_fds[i] != -1 && part_fd(p.extra_fds[i], passed, passed_count, &extra[i]);
+        if (ok) ok = part_fd(p.exec_fd, passed, passed_count, &exec_fd);
+        if (!ok) rc = refuse("launch description: the launch part's file descriptors");
+    }
+    if (rc != 0) {
+        *what = refusal;
+        return -1;
+    }
+    cfg->path = path;
+    cfg->cwd = cwd;
+    cfg->argv = argv;
+    cfg->envp = envp;
+    for (int i = 0; i < 3; i++) cfg->stdio[i] = stdio[i];
+    static int part_extra[XSB_MAX_EXTRA_FDS];
+    for (int i = 0; i < p.extra_fd_count; i++) part_extra[i] = extra[i];
+    cfg->extra_fds = part_extra;
+    cfg->extra_fd_count = (size_t)p.extra_fd_count;
+    cfg->exec_fd = exec_fd;
+    return 0;
+}
+
+int xsb_launch_part_check(int fd, int passed_count, const char **what) {
+    struct xsb_spawn_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    int passed[3 + XSB_MAX_EXTRA_FDS + 1];
+    for (int i = 0; i < (int)(sizeof passed / sizeof passed[0]); i++) passed[i] = 100 + i;
+    if (passed_count < 0 || passed_count > (int)(sizeof passed / sizeof passed[0])) {
+        *what = "launch description: the launch part's file descriptors";
+        return -1;
+    }
+    int rc = xsb_launch_part_load(fd, passed, passed_count, &cfg, what);
+    xsb_description_unload();
+    return rc;
 }

@@ -9,7 +9,7 @@ import SandboxSystem
 /// The shim always provides /proc, a minimal /dev and a writable /tmp and /dev/shm, which share
 /// `tmpSize`; this plan adds the policy's binds and tmpfs mounts, the caller's extra mounts, and
 /// a few small files (/etc/passwd, /etc/group, /etc/hostname, /etc/hosts) unless a bind provides them.
-struct MountPlan {
+struct MountPlan: Equatable {
     enum Operation: Equatable {
         /// `executable` false: nothing under it can be exec'd or mapped executable (noexec).
         case bind(source: String, target: String, writable: Bool, directory: Bool, executable: Bool = true)

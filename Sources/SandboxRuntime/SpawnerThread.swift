@@ -32,6 +32,8 @@ final class SpawnerThread: @unchecked Sendable {
     /// Finished launches, for the relay thread to resume, and their count.
     private let finished = Mutex<[@Sendable () -> Void]>([])
     private let finishedCount: UnsafeMutablePointer<sem_t>
+    /// Launches queued or running that a caller waits for (not a pool's refills).
+    private let foregroundJobs = Atomic<Int>(0)
 
     init() throws(SandboxError) {
         var ends: [Int32] = [-1, -1]
@@ -73,7 +75,8 @@ final class SpawnerThread: @unchecked Sendable {
     /// `xsb_spawner_apply`), and brings back a started sandbox's control socket and pidfd
     /// (`start` returns with `failed_step` set otherwise). `start` and what it captures are
     /// handed over whole (`sending`).
-    func launch<Extra: Sendable>(handing fds: [Int32], _ start: sending @escaping (inout xsb_spawner_fds) -> (xsb_spawn_result, Extra)) async -> (xsb_spawn_result, Extra?) {
+    /// `background`: a pool's refill, which no caller waits for (see ``isLaunching``).
+    func launch<Extra: Sendable>(handing fds: [Int32], background: Bool = false, _ start: sending @escaping (inout xsb_spawner_fds) -> (xsb_spawn_result, Extra)) async -> (xsb_spawn_result, Extra?) {
         var reply: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &reply) == 0 else {
             return (Self.failure(.socketPair, errno, "the launch's reply socket pair"), nil)
@@ -110,11 +113,13 @@ final class SpawnerThread: @unchecked Sendable {
                 }
             }
             xsb_spawner_table_clear(inbox)
+            if !background { self.foregroundJobs.subtract(1, ordering: .relaxed) }
             self.finish { [out, extra] in result.resume((out, extra)) }
         }
         let handedOver = outbox.withLock { outbox -> Int32 in
             let rc = fds.withUnsafeBufferPointer { xsb_spawner_hand_over(outbox, $0.baseAddress, expected, reply[1]) }
             if rc == 0 {
+                if !background { foregroundJobs.add(1, ordering: .relaxed) }
                 jobs.withLock { $0.append(job) }
                 sem_post(pending)
             }
@@ -143,6 +148,10 @@ final class SpawnerThread: @unchecked Sendable {
         }
         return (out, extra)
     }
+
+    /// Whether a launch a caller waits for is queued or running: a pool's refill waits until
+    /// none is, so that it never delays one by more than the one clone already under way.
+    var isLaunching: Bool { foregroundJobs.load(ordering: .relaxed) > 0 }
 
     /// Hands a finished launch's resumption to the relay thread (called on the spawner thread).
     private func finish(_ resume: @escaping @Sendable () -> Void) {

@@ -19,17 +19,20 @@ public final class Supervisor: Sendable {
         do { return try Supervisor() } catch { fatalError("extsandbox: cannot start the supervisor: \(error)") }
     }()
 
-    private let spawner: SpawnerThread
+    let spawner: SpawnerThread
     /// The supervisor's event thread; the host API registers its connections here too.
     public let monitor: EventMonitor
     private let cgroups: CgroupSupport?
-    private let launchCounter = Atomic<Int>(0)
+    /// Numbers the sandboxes' cgroups: process-wide, as their names are (several supervisors may run in one process).
+    private static let launchCounter = Atomic<Int>(0)
     private let capLastCap: Int32
     /// The sandbox init (`xsb-init`), found and opened at the first launch; a failure to find it
     /// is reported by that launch and retried by the next.
     private let sandboxInit = Mutex<InitExecutable?>(nil)
     /// How long a launch may take from clone to exec before it is abandoned.
     public let setupTimeoutMilliseconds: Int32 = 10_000
+    /// Pre-built sandboxes, ready for warm launches (empty unless ``prepare(_:count:)`` asks).
+    let pool = SandboxPool()
 
     /// A supervisor with its own threads, using the cgroups it may nest under.
     public convenience init() throws {
@@ -51,8 +54,39 @@ public final class Supervisor: Sendable {
 
     /// Runs a program in a new sandbox. Returns once the program has been exec'd inside.
     ///
+    /// When ``prepare(_:count:)`` keeps pre-built sandboxes of this launch's shape, one of them
+    /// runs the program (a warm launch); otherwise, or when none is ready, the sandbox is built
+    /// now (a cold launch). Either way the program runs in a sandbox of its own that nothing ran
+    /// in before.
+    ///
     /// Fails, and leaves nothing behind, if any isolation step cannot be set up.
     public func launch(_ configuration: SandboxConfiguration) async throws(SandboxError) -> SandboxedProcess {
+        let shape = try self.shape(of: configuration)
+        let stdio = try Self.checkedStandardStreams(configuration)
+        if !configuration.controllingTerminal && pool.keepsAny {
+            if let ready = pool.take(shape.key) {
+                if let process = try await launch(configuration, stdio: stdio, executable: shape.executable, in: ready) { return process }
+            } else {
+                refill()  // a kept shape whose sandboxes are all taken (or whose refill failed)
+            }
+        }
+        let (result, cgroup) = try await build(shape, configuration, stdio: stdio, prebuilt: false)
+        return try running(result, cgroup: cgroup, limits: configuration.policy.limits)
+    }
+
+    /// What fixes a launch's sandbox before its program runs, checked on the host: the filter,
+    /// the final mount plan (the program's own bind included), the host ids.
+    struct Shape {
+        let filter: CompiledSeccompFilter
+        let plan: MountPlan
+        /// The path exec'd inside (or, with a sealed copy, the one named in messages).
+        let executable: String
+        let identity: HostIdentity
+        let initExecutable: InitExecutable
+        let key: SandboxPool.Key
+    }
+
+    func shape(of configuration: SandboxConfiguration) throws(SandboxError) -> Shape {
         let filter = if let given = configuration.compiledFilter { given } else { try compiledFilter(for: configuration.policy) }
         let initExecutable = try self.initExecutable()
         var plan = try MountPlan(
@@ -63,6 +97,15 @@ public final class Supervisor: Sendable {
         guard executable.hasPrefix("/") else {
             throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(executable) is not an absolute path")
         }
+        let identity = try HostIdentity.forCaller()
+        let key = SandboxPool.Key(
+            policy: configuration.policy, filter: filter, plan: plan, hostname: configuration.hostname,
+            audit: configuration.auditSeccomp, sandboxUID: configuration.sandboxUID, sandboxGID: configuration.sandboxGID, identity: identity)
+        return Shape(filter: filter, plan: plan, executable: executable, identity: identity, initExecutable: initExecutable, key: key)
+    }
+
+    /// The payload's fds 0, 1, 2 as host fds (-1: /dev/null), each open here, and at most 32 extra fds.
+    static func checkedStandardStreams(_ configuration: SandboxConfiguration) throws(SandboxError) -> (Int32, Int32, Int32) {
         guard configuration.extraFileDescriptors.count <= 32 else {
             throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most 32 extra file descriptors")
         }
@@ -73,11 +116,20 @@ public final class Supervisor: Sendable {
                 throw SandboxError(step: .configuration, errorNumber: EBADF, detail: "file descriptor \(fd) for the sandbox is not open")
             }
         }
-        let identity = try HostIdentity.forCaller()
+        return stdio
+    }
+
+    /// Builds a sandbox of `shape`: cold (`prebuilt` false: it runs `configuration`'s program)
+    /// or pre-built (it stops once its shape is built, and waits for ``SandboxPool``'s take).
+    /// Returns the init's report and the sandbox's cgroup; on failure nothing is left.
+    func build(
+        _ shape: Shape, _ configuration: SandboxConfiguration, stdio: (Int32, Int32, Int32), prebuilt: Bool
+    ) async throws(SandboxError) -> (xsb_spawn_result, SandboxCgroup?) {
+        let identity = shape.identity, plan = shape.plan, filter = shape.filter
         let limits = configuration.policy.limits
         var cgroup: SandboxCgroup?
         if let cgroups, limits.memoryBytes != nil || limits.processes != nil {
-            let name = "extsandbox-\(getpid())-\(launchCounter.add(1, ordering: .relaxed).newValue)"
+            let name = "extsandbox-\(getpid())-\(Self.launchCounter.add(1, ordering: .relaxed).newValue)"
             cgroup = try cgroups.makeSandboxCgroup(name: name, memoryBytes: limits.memoryBytes, processes: limits.processes)
         }
         // RLIMIT_AS bounds each process, not their sum (memfds, shared memory, many processes):
@@ -94,13 +146,16 @@ public final class Supervisor: Sendable {
             throw SandboxError(step: .cgroup, errorNumber: ENOTSUP, detail: "the policy limits processes, but RLIMIT_NPROC does not apply to uid 0 and no pids cgroup is writable here")
         }
 
-        let detached = try DetachedBindSources(plan: plan, identity: identity)
+        let detached: DetachedBindSources
+        do {
+            detached = try DetachedBindSources(plan: plan, identity: identity)
+        } catch {
+            cgroup?.remove()
+            throw error
+        }
         let arena = CArena()
         var config = xsb_spawn_config()
-        config.path = UnsafePointer(arena.string(executable))
-        config.argv = UnsafePointer(arena.stringArray(configuration.arguments))
-        config.envp = UnsafePointer(arena.stringArray(configuration.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }))
-        config.cwd = UnsafePointer(arena.string(configuration.workingDirectory))
+        // A pre-built sandbox gets what is per launch later (``SandboxPool``): nothing of it here.
         config.hostname = UnsafePointer(arena.string(configuration.hostname))
         config.uid_outside = identity.uid
         config.gid_outside = identity.gid
@@ -122,23 +177,28 @@ public final class Supervisor: Sendable {
         let bpf = arena.bytes(filter.program)
         config.bpf = UnsafeRawPointer(bpf)
         config.bpf_instructions = filter.instructionCount
-        config.stdio = stdio
-        let extra = arena.array(of: Int32.self, count: configuration.extraFileDescriptors.count)
-        for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd }
-        config.extra_fds = UnsafePointer(extra)
-        config.extra_fd_count = configuration.extraFileDescriptors.count
         // (-1: none, in the C launch's terms; the cgroup keeps them open until closeDescriptors.)
         let tasks = cgroup?.tasksFileDescriptors.map(\.rawValue) ?? []
         config.cgroup_tasks_fds = (tasks.count > 0 ? tasks[0] : -1, tasks.count > 1 ? tasks[1] : -1, tasks.count > 2 ? tasks[2] : -1, -1)
         config.cgroup_directory_fd = cgroup?.directoryDescriptor?.rawValue ?? -1
         config.audit = configuration.auditSeccomp ? 1 : 0
         config.memory_deny_write_execute = configuration.policy.seccomp.memoryDenyWriteExecute ? 1 : 0
-        config.controlling_terminal = configuration.controllingTerminal ? 1 : 0
         config.supervise_first_exec = Self.filterSupervisesExec(configuration.policy) ? 1 : 0
         config.cap_last_cap = capLastCap
         config.setup_timeout_ms = setupTimeoutMilliseconds
-        config.init_fd = initExecutable.fd
-        config.exec_fd = configuration.executableCopy?.descriptor.rawValue ?? -1
+        config.init_fd = shape.initExecutable.fd
+        if prebuilt {
+            config.prebuilt = 1
+            config.path = UnsafePointer(arena.string(""))
+            config.cwd = UnsafePointer(arena.string(""))
+            config.argv = UnsafePointer(arena.stringArray([]))
+            config.envp = UnsafePointer(arena.stringArray([]))
+            config.stdio = (-1, -1, -1)
+            config.exec_fd = -1
+        } else {
+            Self.setPerLaunch(&config, configuration, executable: shape.executable, stdio: stdio, in: arena)
+            config.controlling_terminal = configuration.controllingTerminal ? 1 : 0
+        }
 
         // The configuration and the arena it points into go to the spawner thread whole.
         guard let handed = SpawnerThread.fds(of: config) else {
@@ -146,7 +206,7 @@ public final class Supervisor: Sendable {
             throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most \(XSB_MAX_EXTRA_FDS) extra file descriptors")
         }
         let request = config
-        let (started, _) = await spawner.launch(handing: handed) { received in
+        let (started, _) = await spawner.launch(handing: handed, background: prebuilt) { received in
             var out = xsb_spawn_result()
             var config = request
             let applied = xsb_spawner_apply(&config, &received)
@@ -177,12 +237,38 @@ public final class Supervisor: Sendable {
         let result = started.failed_step == Int32(XSB_STEP_NONE.rawValue)
             ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
             : started
+        return (try Self.succeeded(result, cgroup: cgroup), cgroup)
+    }
 
+    /// `result`, or its failure as an error (the sandbox's cgroup removed).
+    static func succeeded(_ result: xsb_spawn_result, cgroup: SandboxCgroup?) throws(SandboxError) -> xsb_spawn_result {
         guard result.failed_step == Int32(XSB_STEP_NONE.rawValue) else {
             cgroup?.remove()
             let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             throw SandboxError(step: SandboxError.Step(launchCode: result.failed_step), errorNumber: result.error_number, detail: detail)
         }
+        return result
+    }
+
+    /// What is per launch, in `config`: the program, its arguments, environment, working
+    /// directory and fds. (A pre-built sandbox gets them in its launch part.)
+    static func setPerLaunch(
+        _ config: inout xsb_spawn_config, _ configuration: SandboxConfiguration, executable: String, stdio: (Int32, Int32, Int32), in arena: CArena
+    ) {
+        config.path = UnsafePointer(arena.string(executable))
+        config.argv = UnsafePointer(arena.stringArray(configuration.arguments))
+        config.envp = UnsafePointer(arena.stringArray(configuration.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }))
+        config.cwd = UnsafePointer(arena.string(configuration.workingDirectory))
+        config.stdio = stdio
+        let extra = arena.array(of: Int32.self, count: configuration.extraFileDescriptors.count)
+        for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd }
+        config.extra_fds = UnsafePointer(extra)
+        config.extra_fd_count = configuration.extraFileDescriptors.count
+        config.exec_fd = configuration.executableCopy?.descriptor.rawValue ?? -1
+    }
+
+    /// A started sandbox, watched from now on (its wall-clock limit counts from here).
+    func running(_ result: xsb_spawn_result, cgroup: SandboxCgroup?, limits: ResourceLimits) throws(SandboxError) -> SandboxedProcess {
         let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
         do {
             try process.startMonitoring()

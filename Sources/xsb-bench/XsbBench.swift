@@ -13,6 +13,7 @@ import SandboxSystem
 ///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N | --profile-distributed N) [--policy PATH] [--extension PATH]
 ///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N] [--memory-floor-mib N]] [--faults [--cycles N]] [--json]
 ///               [--scale-policy PATH] [--extension PATH] [--scale-c-extension]
+///     xsb-bench --pooled-probe PROBE [--policy PATH] -- CHECK...    (for PooledIsolationTests)
 ///     xsb-bench --cycles-only N [--cycle-workers N] [--cycle-time-limit SECONDS] | --child-host N    (for ScaleFaultTests)
 ///
 /// `--iterations` counts launch runs (default 200), `--rounds` interleaved IPC rounds (default
@@ -75,6 +76,10 @@ struct XsbBench {
                 .shardHost(count: count, firstIndex: Int(option("--scale-shard-first") ?? "") ?? 0,
                            floorKiB: Int(option("--scale-shard-floor-kib") ?? "") ?? ScaleBench(extensionPath: "", policyPath: "").memoryFloorKiB)
         }
+        // For PooledIsolationTests: each probe check warm and cold, as whoever runs this.
+        if let probe = option("--pooled-probe") {
+            exit(try await WarmLaunchBench.probeWarmAndCold(probe: probe, policy: policy, checks: Array(arguments.drop { $0 != "--" }.dropFirst())))
+        }
         if let count = Int(option("--cycles-only") ?? "") {
             let outcome = await faults.cycles(count, timeLimit: Double(option("--cycle-time-limit") ?? ""))
             let data = try JSONSerialization.data(withJSONObject: outcome.json, options: [.prettyPrinted, .sortedKeys])
@@ -118,23 +123,32 @@ struct XsbBench {
                 FileHandle.standardError.write(Data("xsb-bench: bubblewrap is missing (scripts/bench installs it)\n".utf8))
                 exit(2)
             }
-            let medians = try await launchBench(policy: policy, cli: cli, bwrap: bwrap, iterations: iterations)
+            let (medians, warm) = try await launchBench(policy: policy, cli: cli, bwrap: bwrap, iterations: iterations)
             let bwrapMedian = medians["bwrap"]!
             report["iterations"] = iterations
             report["median_ms"] = medians.mapValues { ($0 * 1000 * 1000).rounded() / 1000 }
             report["launch_api_vs_bwrap"] = rounded(medians["launch_api"]! / bwrapMedian)
             report["exec_cli_vs_bwrap"] = rounded(medians["exec_cli"]! / bwrapMedian)
             report["launch_api_vs_bare_spawn"] = rounded(medians["launch_api"]! / medians["bare_spawn"]!)
+            report["launch_warm_vs_bwrap"] = rounded(medians["launch_warm"]! / bwrapMedian)
+            report["pool_kib_per_sandbox"] = (warm.kibPerSandbox * 10).rounded() / 10
+            report["pool_refill_per_second"] = (warm.refillRate * 10).rounded() / 10
+            report["burst_200_pool_8_median_vs_bwrap"] = rounded(warm.burst.median / bwrapMedian)
+            report["burst_200_pool_8_p90_vs_bwrap"] = rounded(warm.burst.p90 / bwrapMedian)
             targets["launch_api_vs_bwrap"] = "<= 1.0"
             targets["exec_cli_vs_bwrap"] = "<= 2.0"
+            targets["launch_warm_vs_bwrap"] = "<= 0.3"
             table.append("launch of /bin/true to exit, \(iterations) interleaved runs, median")
             table.append("variant                          median ms   vs bwrap")
-            for (key, label) in [("launch_api", "runtime launch API (full sandbox)"), ("exec_cli", "extsandbox exec -- /bin/true"),
+            for (key, label) in [("launch_api", "runtime launch API (full sandbox)"), ("launch_warm", "launch API from a ready pool"),
+                                 ("exec_cli", "extsandbox exec -- /bin/true"),
                                  ("bwrap", "bwrap --unshare-all (reference)"), ("bare_spawn", "bare spawn of /bin/true")] {
                 let ms = medians[key]! * 1000
                 table.append(label.padding(toLength: 33, withPad: " ", startingAt: 0) + String(format: "%9.3f   %8.2f", ms, medians[key]! / bwrapMedian))
             }
-            table.append("targets: launch_api_vs_bwrap <= 1.0, exec_cli_vs_bwrap <= 2.0")
+            table.append(String(format: "pool of %d: %.0f KiB per idle sandbox, refill %.1f sandboxes/s; a burst of 200 launches: median %.2f, p90 %.2f x bwrap",
+                                WarmLaunchBench.poolSize, warm.kibPerSandbox, warm.refillRate, warm.burst.median / bwrapMedian, warm.burst.p90 / bwrapMedian))
+            table.append("targets: launch_api_vs_bwrap <= 1.0, exec_cli_vs_bwrap <= 2.0, launch_warm_vs_bwrap <= 0.3")
         }
 
         if only == nil || only == "container" {
@@ -352,7 +366,14 @@ struct XsbBench {
 
     /// Launches of /bin/true through the runtime, the CLI, bubblewrap and a bare spawn,
     /// interleaved; returns the median seconds of each.
-    static func launchBench(policy: Policy, cli: String, bwrap: String, iterations: Int) async throws -> [String: Double] {
+    /// What ``WarmLaunchBench`` measured besides its interleaved samples.
+    struct WarmFigures {
+        var kibPerSandbox: Double
+        var refillRate: Double
+        var burst: (median: Double, p90: Double)
+    }
+
+    static func launchBench(policy: Policy, cli: String, bwrap: String, iterations: Int) async throws -> ([String: Double], WarmFigures) {
         let truePath = "/bin/true"
         let configuration = SandboxConfiguration(
             executable: truePath, environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
@@ -365,6 +386,9 @@ struct XsbBench {
         _ = await (try await Supervisor.shared.launch(configuration)).waitForExit()
         _ = spawnAndWait([cli, "exec", "--", truePath])
         _ = spawnAndWait(bwrapArguments)
+        let warm = try WarmLaunchBench(configuration: configuration)
+        let refillRate = try await warm.fill()
+        let kibPerSandbox = try await warm.kibPerSandbox()
 
         // Interleave the variants so that machine noise hits all of them alike.
         var samples: [String: [Double]] = [:]
@@ -374,6 +398,8 @@ struct XsbBench {
             let termination = await process.waitForExit()
             samples["launch_api", default: []].append(now() - start)
             guard termination == .exited(code: 0) else { fatalError("sandboxed /bin/true: \(termination)") }
+
+            samples["launch_warm", default: []].append(try await warm.sample())
 
             start = now()
             guard spawnAndWait([cli, "exec", "--", truePath]) == 0 else { fatalError("extsandbox exec failed") }
@@ -387,7 +413,9 @@ struct XsbBench {
             _ = spawnAndWait([truePath])
             samples["bare_spawn", default: []].append(now() - start)
         }
-        return samples.mapValues(median)
+        let burst = try await warm.burst(200)
+        await warm.supervisor.drainPool()
+        return (samples.mapValues(median), WarmFigures(kibPerSandbox: kibPerSandbox, refillRate: refillRate, burst: burst))
     }
 
     /// The 1-minute load average.

@@ -28,6 +28,19 @@ struct CgroupCleanupTests {
         }
     }
 
+    @Test("two supervisors of one process give their sandboxes cgroups of distinct names")
+    func twoSupervisors() async throws {
+        guard CgroupSupport.detect() != nil else {
+            print("skipped: no writable cgroup for this user here, so no sandbox gets a cgroup")
+            return
+        }
+        let first = try await Supervisor().launch(Fixtures.probeConfiguration(["sleep", "600"]))
+        defer { first.kill() }
+        let second = try await Supervisor().launch(Fixtures.probeConfiguration(["sleep", "600"]))
+        defer { second.kill() }
+        #expect(Set(first.cgroupDirectories).isDisjoint(with: second.cgroupDirectories))
+    }
+
     @Test("removal retries run off the monitor thread: another sandbox's end is reported meanwhile")
     func retriesDoNotBlockTheMonitor() async throws {
         guard case .v1(_, let pidsParent?) = CgroupSupport.detect()?.layout, getuid() == 0 else {

@@ -171,6 +171,12 @@ struct xsb_spawn_config {
     /// The sandbox init executable (xsb-init), open O_PATH after its checks; the supervisor
     /// execs it by this fd (execveat), so it cannot be swapped. Not part of the description.
     int init_fd;
+    /// 1: a pre-built sandbox. The init builds the shape (namespaces, ids, cgroups, hostname,
+    /// loopback, file system), reports XSB_MSG_PREBUILT and waits for XSB_MSG_LAUNCH, which
+    /// brings what is per launch (xsb_prebuilt_launch). The description then carries nothing
+    /// per launch: no program, arguments, environment, working directory or fds, and never a
+    /// controlling terminal.
+    int prebuilt;
 };
 
 /// Values of xsb_spawn_result.early_violation and of an XSB_MSG_VIOLATION's value besides a
@@ -194,6 +200,9 @@ struct xsb_spawn_result {
     /// Audit mode: calls the filter would have stopped before the launch returned.
     int audited[32];
     int audited_count;
+    /// A pre-built sandbox reported XSB_MSG_PREBUILT: its shape is built and it waits for
+    /// xsb_prebuilt_launch (no payload runs yet).
+    int prebuilt;
     int failed_step;    ///< enum xsb_step, XSB_STEP_NONE on success
     int error_number;   ///< errno of the failed step
     char detail[256];   ///< path or object of the failed step, NUL-terminated
@@ -213,6 +222,10 @@ enum xsb_msg_type {
     /// init is ending the sandbox.
     XSB_MSG_VIOLATION,
     XSB_MSG_AUDITED,     ///< init → supervisor: audit mode let syscall `value` run (reported once per number)
+    XSB_MSG_PREBUILT,    ///< init → supervisor: a pre-built sandbox's shape is built; it waits for LAUNCH
+    /// supervisor → init: what is per launch, as a second sealed memfd (the launch part) and the
+    /// fds it names, over SCM_RIGHTS (the memfd first). Once per sandbox: it runs one payload, ever.
+    XSB_MSG_LAUNCH,
 };
 
 struct xsb_msg {
@@ -236,6 +249,19 @@ struct xsb_passed_fds {
 /// a new sealed memfd (close-on-exec), and lists the fds it refers to. xsb_spawn_start calls it; tests
 /// use it to feed the init descriptions. Returns 0, or -1 with errno set.
 int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out);
+
+/// Writes what is per launch in `cfg` (program path, arguments, environment, working
+/// directory, stdio, extra fds, the program's fd) as a launch part into a new sealed memfd
+/// (close-on-exec) and lists the fds it refers to, in order. Returns 0, or -1 with errno set.
+int xsb_launch_part_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out);
+/// Checks a launch part as the init does, with `passed_count` fds passed beside it: 0, or -1
+/// with `*what` naming what was refused. Maps and releases it (for tests).
+int xsb_launch_part_check(int fd, int passed_count, const char **what);
+/// Hands a pre-built sandbox (its init reported XSB_MSG_PREBUILT on `control_fd`) what is per
+/// launch in `cfg`: the launch part and its fds, in one XSB_MSG_LAUNCH. Then wait for READY
+/// (or a failing step) as after xsb_spawn_start. Returns 0, or -1 with `out->failed_step`,
+/// `error_number` and `detail` set (then abandon the sandbox: xsb_spawn_abandon).
+int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out);
 
 /// Starts one sandbox: clones its init, writes its id maps and releases it (GO); the init then
 /// builds the sandbox on its own. Must be called from a thread that lives as long as the

@@ -1,0 +1,99 @@
+// Pre-built sandboxes, both sides. A pre-built sandbox is cloned and built like any other
+// (spawn.c, init.c) up to its shape: namespaces, ids, cgroups, hostname, loopback, file system.
+// Its init then reports XSB_MSG_PREBUILT and waits; a launch hands it what is per launch (the
+// launch part, launch_description.c, and its fds) in one XSB_MSG_LAUNCH, and the init goes on
+// exactly as a cold launch does. It runs one payload, ever: there is no second LAUNCH.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "child.h"
+
+/// The most fds one LAUNCH carries: the launch part, stdio, the extra fds and the program.
+#define XSB_LAUNCH_MAX_FDS (1 + 3 + XSB_MAX_EXTRA_FDS + 1)
+
+// MARK: - Supervisor side
+
+static int launch_failed(struct xsb_spawn_result *out, int step, int err, const char *detail) {
+    out->failed_step = step;
+    out->error_number = err;
+    xsb_copy_string(out->detail, sizeof out->detail, detail);
+    return -1;
+}
+
+int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) {
+    struct xsb_passed_fds passed;
+    int part = -1;
+    if (xsb_launch_part_create(cfg, &passed, &part) != 0)
+        return launch_failed(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch part (memfd)");
+    int fds[XSB_LAUNCH_MAX_FDS];
+    fds[0] = part;
+    for (int i = 0; i < passed.count; i++) fds[1 + i] = passed.host[i];
+    int count = 1 + passed.count;
+
+    struct xsb_msg msg;
+    memset(&msg, 0, sizeof msg);
+    msg.type = XSB_MSG_LAUNCH;
+    struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * XSB_LAUNCH_MAX_FDS)];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr header = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&header);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
+    ssize_t n;
+    do {
+        n = sendmsg(control_fd, &header, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    int err = n < 0 ? errno : EIO;
+    close(part);
+    if (n != (ssize_t)sizeof msg) return launch_failed(out, XSB_STEP_HANDSHAKE, err, "handing the launch to the pre-built sandbox");
+    out->prebuilt = 0;
+    return 0;
+}
+
+// MARK: - Init side
+
+void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd) {
+    // What built the shape (cgroup `tasks` files, detached mounts) is done with: while it waits,
+    // the init holds its control socket only.
+    int keep[1] = {control_fd};
+    xsb_init_keep_only(control_fd, keep, 1);                          // fds.c
+    cfg->cgroup_tasks_fds[0] = cfg->cgroup_tasks_fds[1] = cfg->cgroup_tasks_fds[2] = cfg->cgroup_tasks_fds[3] = -1;
+    cfg->mount_tree_count = 0;
+    xsb_control_send(control_fd, XSB_MSG_PREBUILT, 0, 0);            // control.c
+
+    struct xsb_msg msg;
+    struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * XSB_LAUNCH_MAX_FDS)];
+        struct cmsghdr align;
+    } control;
+    struct msghdr header = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
+    ssize_t n;
+    do {
+        n = recvmsg(control_fd, &header, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    // The supervisor let go of it (the pool drained, the host ending): nothing ran here.
+    if (n == 0) _exit(0);
+    int fds[XSB_LAUNCH_MAX_FDS];
+    int count = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&header); c != NULL; c = CMSG_NXTHDR(&header, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        int in = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < in && count < XSB_LAUNCH_MAX_FDS; i++) memcpy(&fds[count++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    if (n != (ssize_t)sizeof msg || msg.type != XSB_MSG_LAUNCH || (header.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0 || count < 1)
+        xsb_init_fail(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, n < 0 ? errno : EPROTO, "launch description: the launch message");
+    const char *refused = NULL;
+    if (xsb_launch_part_load(fds[0], fds + 1, count - 1, cfg, &refused) != 0)  // launch_description.c
+        xsb_init_fail(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, errno, refused);
+    close(fds[0]);  // the mapping stays
+}

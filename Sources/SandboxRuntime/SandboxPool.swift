@@ -1,0 +1,441 @@
+import CSandboxShim
+import Glibc
+import SandboxPolicy
+import SandboxSystem
+import Synchronization
+
+/// Pre-built, single-use sandboxes, kept ready for warm launches (``Supervisor/prepare(_:count:)``).
+///
+/// A pre-built sandbox is cloned and built like a cold one (namespaces, ids, cgroups, hostname,
+/// loopback, the whole file system) and then waits, its init as PID 1, for a launch to hand it
+/// what is per launch: the program, its arguments, environment, working directory and fds. It
+/// runs that one payload and ends with it; it is never reused. Sandboxes are kept per *shape*
+/// (``Key``): everything of a launch but what is per launch, the final mount plan included, so
+/// that a warm launch gets exactly the sandbox a cold one would have built.
+///
+/// The pool holds nothing unless a host asks: every idle sandbox costs memory
+/// (``Supervisor/poolStatus``). Its sandboxes die with the supervisor's process, as every
+/// sandbox does, and ``Supervisor/drainPool()`` ends them on request.
+final class SandboxPool: Sendable {
+    /// What fixes a sandbox before its program is known.
+    struct Key: Equatable, Sendable {
+        let policy: Policy
+        let filter: CompiledSeccompFilter
+        /// The final plan: policy binds, extra and data mounts, the program's own bind.
+        let plan: MountPlan
+        let hostname: String
+        let audit: Bool
+        let sandboxUID: UInt32
+        let sandboxGID: UInt32
+        let identity: HostIdentity
+    }
+
+    /// A bind source as it was when a sandbox was built: a different file there now means the
+    /// sandbox shows what is no longer at that path.
+    struct BindSourceIdentity: Equatable, Sendable {
+        let path: String
+        let device: UInt64
+        let inode: UInt64
+
+        /// What is at `path` now (device and inode 0: nothing readable).
+        init(_ path: String) {
+            var info = stat()
+            let found = stat(path, &info) == 0
+            self.path = path
+            device = found ? UInt64(info.st_dev) : 0
+            inode = found ? UInt64(info.st_ino) : 0
+        }
+
+        /// Whether the same file is at the path still.
+        var isCurrent: Bool { self == BindSourceIdentity(path) }
+
+        /// The identities of `plan`'s bind sources.
+        static func of(_ plan: MountPlan) -> [BindSourceIdentity] {
+            plan.operations.compactMap { operation -> BindSourceIdentity? in
+                if case .bind(let source, _, _, _, _) = operation { return BindSourceIdentity(source) }
+                return nil
+            }
+        }
+    }
+
+    /// One pre-built sandbox, its init waiting for a launch.
+    final class Ready: Sendable {
+        /// The init's pid, pidfd and control socket.
+        let started: xsb_spawn_result
+        let cgroup: SandboxCgroup?
+        let bindSources: [BindSourceIdentity]
+        /// The sandbox's mount namespace, held so that its teardown (every mount unmounted, an
+        /// RCU grace period) happens when this closes, after the sandbox's end is reported,
+        /// rather than in its init's exit.
+        let mountNamespace: FileDescriptor?
+        /// The monitor's watch of the control socket while it is idle (its end is its death).
+        let watch = Mutex<UInt64?>(nil)
+
+        init(started: xsb_spawn_result, cgroup: SandboxCgroup?, bindSources: [BindSourceIdentity]) {
+            mountNamespace = FileDescriptor(adopting: open("/proc/\(started.pid)/ns/mnt", O_RDONLY | O_CLOEXEC))
+            self.started = started
+            self.cgroup = cgroup
+            self.bindSources = bindSources
+        }
+
+        /// Ends it: its init reads the control socket's end (or the SIGKILL) and goes, taking
+        /// the namespaces and mounts with it; reaped, its fds closed and its cgroup removed.
+        /// Blocks until the kernel has let go: never on the monitor thread.
+        func discard() {
+            _ = xsb_pidfd_send_signal(started.pidfd, SIGKILL)
+            close(started.control_fd)
+            _ = xsb_pidfd_wait(started.pidfd)
+            close(started.pidfd)
+            mountNamespace?.close()
+            cgroup?.remove()
+        }
+    }
+
+    private struct Shelf {
+        var key: Key
+        /// The shape, as a configuration: what a refill builds.
+        let configuration: SandboxConfiguration
+        var target: Int
+        var ready: [Ready] = []
+        var building = 0
+    }
+
+    private struct State {
+        var shelves: [Shelf] = []
+        var refilling = false
+        /// Bumped by a drain: what was being built before it is discarded when done.
+        var generation = 0
+    }
+
+    private let state = Mutex(State())
+    /// The most pre-built sandboxes kept at once, all shapes together.
+    let capacity: Int
+
+    init(capacity: Int = 64) {
+        self.capacity = capacity
+    }
+
+    /// Takes a ready sandbox of `key`'s shape, if one is kept (the caller then owns it).
+    func take(_ key: Key) -> Ready? {
+        let ready: Ready? = state.withLock { state in
+            guard let index = state.shelves.firstIndex(where: { $0.key == key }), !state.shelves[index].ready.isEmpty else { return nil }
+            return state.shelves[index].ready.removeFirst()
+        }
+        if let ready { stopWatching(ready) }
+        return ready
+    }
+
+    /// Removes `ready` from its shelf if it is still there (nobody took it). Whoever removes it owns it.
+    func claim(_ ready: Ready) -> Bool {
+        state.withLock { state in
+            for index in state.shelves.indices {
+                if let at = state.shelves[index].ready.firstIndex(where: { $0 === ready }) {
+                    state.shelves[index].ready.remove(at: at)
+                    return true
+                }
+            }
+            return false
+        }
+    }
+
+    private func stopWatching(_ ready: Ready) {
+        let token = ready.watch.withLock { token in
+            defer { token = nil }
+            return token
+        }
+        if let token { watchMonitor.withLock { $0 }?.remove(fd: ready.started.control_fd, token: token) }
+    }
+
+    /// The monitor that watches idle sandboxes (the supervisor's), set at the first build.
+    private let watchMonitor = Mutex<EventMonitor?>(nil)
+
+    /// Keeps `count` of `configuration`'s shape from now on. Returns how many more to build.
+    func setTarget(_ key: Key, _ configuration: SandboxConfiguration, count: Int) throws(SandboxError) -> [Ready] {
+        try state.withLock { (state: inout State) throws(SandboxError) -> [Ready] in
+            let others = state.shelves.filter { $0.key != key }.reduce(0) { $0 + $1.target }
+            guard count >= 0, others + count <= capacity else {
+                throw SandboxError(
+                    step: .configuration, errorNumber: E2BIG,
+                    detail: "a pool of \(count) pre-built sandboxes for this shape, with \(others) kept for others, is more than the supervisor keeps (\(capacity))")
+            }
+            guard let index = state.shelves.firstIndex(where: { $0.key == key }) else {
+                if count > 0 { state.shelves.append(Shelf(key: key, configuration: configuration, target: count)) }
+                return []
+            }
+            state.shelves[index].target = count
+            let surplus = max(0, state.shelves[index].ready.count - count)
+            let dropped = Array(state.shelves[index].ready.prefix(surplus))
+            state.shelves[index].ready.removeFirst(surplus)
+            if count == 0 && state.shelves[index].building == 0 { state.shelves.remove(at: index) }
+            return dropped
+        }
+    }
+
+    /// The next shape short of its target, counted as being built (nil: none).
+    fileprivate func nextToBuild() -> (key: Key, configuration: SandboxConfiguration, generation: Int)? {
+        state.withLock { state in
+            guard let index = state.shelves.firstIndex(where: { $0.ready.count + $0.building < $0.target }) else {
+                state.refilling = false
+                return nil
+            }
+            state.shelves[index].building += 1
+            return (state.shelves[index].key, state.shelves[index].configuration, state.generation)
+        }
+    }
+
+    /// Whether a refill should start (none runs yet); marks one as running.
+    fileprivate func startRefill() -> Bool {
+        state.withLock { state in
+            guard !state.refilling else { return false }
+            state.refilling = true
+            return true
+        }
+    }
+
+    /// A build for `key` ended: shelves `ready` (built as `built`) if its shelf still wants it.
+    /// Returns false when it must be discarded instead.
+    fileprivate func built(_ ready: Ready?, for key: Key, as built: Key?, generation: Int) -> Bool {
+        state.withLock { state in
+            guard let index = state.shelves.firstIndex(where: { $0.key == key }) else { return false }
+            state.shelves[index].building -= 1
+            // The world changed under the shape (a bind source is another file now): later
+            // launches compute the new key, so the shelf follows it.
+            if let built, built != key { state.shelves[index].key = built }
+            guard let ready, state.generation == generation,
+                  state.shelves[index].ready.count < state.shelves[index].target else { return false }
+            state.shelves[index].ready.append(ready)
+            return true
+        }
+    }
+
+    /// Stops refilling and takes every idle sandbox out (the caller discards them).
+    fileprivate func emptyAll() -> [Ready] {
+        let taken = state.withLock { state -> [Ready] in
+            state.generation += 1
+            let all = state.shelves.flatMap(\.ready)
+            for index in state.shelves.indices {
+                state.shelves[index].ready = []
+                state.shelves[index].target = 0
+            }
+            state.shelves.removeAll { $0.building == 0 }
+            return all
+        }
+        for ready in taken { stopWatching(ready) }
+        return taken
+    }
+
+    var all: (ready: [Ready], building: Int) {
+        state.withLock { state in (state.shelves.flatMap(\.ready), state.shelves.reduce(0) { $0 + $1.building }) }
+    }
+
+    /// Whether `key`'s shape has fewer ready than it keeps while some are being built.
+    func awaitsRefill(_ key: Key) -> Bool {
+        state.withLock { state in
+            state.shelves.contains { $0.key == key && $0.ready.count < $0.target && $0.building > 0 }
+        }
+    }
+
+    /// Whether any shape is kept (a launch then looks for its own).
+    var keepsAny: Bool { state.withLock { !$0.shelves.isEmpty } }
+
+    /// A refill that failed: the next launch of a kept shape starts another.
+    fileprivate func stopRefilling() {
+        state.withLock { $0.refilling = false }
+    }
+
+    fileprivate func setMonitor(_ monitor: EventMonitor) {
+        watchMonitor.withLock { $0 = monitor }
+    }
+}
+
+/// What the pool holds now and what it costs.
+public struct SandboxPoolStatus: Sendable, Equatable {
+    /// Pre-built sandboxes waiting for a launch.
+    public var ready: Int
+    /// Being built (refills and ``Supervisor/prepare(_:count:)``).
+    public var building: Int
+    /// The memory the ready ones hold: for each, its memory cgroup's `memory.current` (kernel
+    /// memory included) when it has one, else the proportional set size of its init (user
+    /// memory only: the kernel's part of its namespaces and mounts is not counted).
+    public var idleMemoryBytes: Int
+}
+
+extension Supervisor {
+    /// Keeps `count` pre-built sandboxes of `configuration`'s shape ready, so that launches of
+    /// that shape are warm: they skip the clone, the namespaces, the id maps and the file system,
+    /// and only hand the waiting sandbox their program, arguments, environment, working
+    /// directory and fds. Returns once they are built (the first failure is thrown; nothing
+    /// is kept for the shape then).
+    ///
+    /// The shape is everything in a configuration but what is per launch (``SandboxConfiguration/arguments``,
+    /// ``SandboxConfiguration/environment``, ``SandboxConfiguration/workingDirectory``, the standard
+    /// streams, ``SandboxConfiguration/extraFileDescriptors``, ``SandboxConfiguration/executableCopy``):
+    /// the policy and its filter, the mounts (a program exec'd by path is bound in, so its path is
+    /// part of the shape), the hostname, audit mode and ids. A launch with a controlling terminal
+    /// is never warm.
+    ///
+    /// Each sandbox runs one program, ever; a launch that takes one starts building its
+    /// replacement in the background, behind every launch a caller waits for. A sandbox whose
+    /// bind sources changed since it was built (another file at a source's path) is discarded
+    /// and the launch is cold. `count` 0 stops keeping the shape. The supervisor keeps at most
+    /// 64 in all; each idle one holds memory (``poolStatus``), so a host sizes the pool for the
+    /// launches it expects, not for every extension it has.
+    public func prepare(_ configuration: SandboxConfiguration, count: Int) async throws(SandboxError) {
+        guard !configuration.controllingTerminal else {
+            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "a launch with a controlling terminal is never pre-built")
+        }
+        pool.setMonitor(monitor)
+        let shape = try self.shape(of: configuration)
+        let dropped = try pool.setTarget(shape.key, configuration, count: count)
+        for ready in dropped { ready.discard() }
+        while let next = pool.nextToBuild() {
+            do {
+                try await prebuild(next.key, next.configuration, generation: next.generation)
+            } catch {
+                for ready in (try? pool.setTarget(next.key, configuration, count: 0)) ?? [] { ready.discard() }
+                throw error
+            }
+        }
+        // What a refill under way builds counts too: wait for it.
+        while pool.awaitsRefill(shape.key) { try? await Task.sleep(for: .milliseconds(1)) }
+    }
+
+    /// Ends every pre-built sandbox and keeps none from now on (until the next
+    /// ``prepare(_:count:)``). Returns once their processes, fds and cgroups are gone.
+    public func drainPool() async {
+        let taken = pool.emptyAll()
+        guard !taken.isEmpty else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let body: @Sendable () -> Void = {
+                for ready in taken { ready.discard() }
+                continuation.resume()
+            }
+            do { try SupervisorThread.start(name: "xsb-pool-drain", stackSize: 256 << 10, body) } catch { body() }
+        }
+    }
+
+    /// How many pre-built sandboxes are ready or being built, and the memory the ready ones hold.
+    public var poolStatus: SandboxPoolStatus {
+        let (ready, building) = pool.all
+        let bytes = ready.reduce(0) { $0 + Self.idleMemory(of: $1) }
+        return SandboxPoolStatus(ready: ready.count, building: building, idleMemoryBytes: bytes)
+    }
+
+    private static func idleMemory(of ready: SandboxPool.Ready) -> Int {
+        for directory in ready.cgroup?.directories ?? [] {
+            for file in ["memory.current", "memory.usage_in_bytes"] {
+                if let text = SystemFiles.text(directory + "/" + file), let bytes = Int(text.filter(\.isNumber)) { return bytes }
+            }
+        }
+        guard let text = SystemFiles.text("/proc/\(ready.started.pid)/smaps_rollup") else { return 0 }
+        for line in text.split(separator: "\n") where line.hasPrefix("Pss:") {
+            return (Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0) * 1024
+        }
+        return 0
+    }
+
+    /// Builds one sandbox of `key`'s shape and shelves it (or discards it, when the pool no
+    /// longer wants it).
+    private func prebuild(_ key: SandboxPool.Key, _ configuration: SandboxConfiguration, generation: Int) async throws(SandboxError) {
+        let shape: Shape
+        let ready: SandboxPool.Ready
+        do {
+            shape = try self.shape(of: configuration)
+            // Taken before the build: a source replaced while it is built is caught at the take.
+            let sources = SandboxPool.BindSourceIdentity.of(shape.plan)
+            let (result, cgroup) = try await build(shape, configuration, stdio: (-1, -1, -1), prebuilt: true)
+            ready = SandboxPool.Ready(started: result, cgroup: cgroup, bindSources: sources)
+        } catch {
+            _ = pool.built(nil, for: key, as: nil, generation: generation)
+            throw error
+        }
+        // Its death while idle (killed from outside) is the control socket's end: dropped, refilled.
+        do {
+            try ready.watch.withLock { (token: inout UInt64?) throws(SandboxError) in
+                token = try monitor.add(fd: ready.started.control_fd) { [self] _ in idleSandboxEnded(ready) }
+            }
+        } catch {
+            _ = pool.built(nil, for: key, as: nil, generation: generation)
+            ready.discard()
+            throw error
+        }
+        if !pool.built(ready, for: key, as: shape.key, generation: generation) {
+            let token = ready.watch.withLock { $0 }
+            if let token { monitor.remove(fd: ready.started.control_fd, token: token) }
+            ready.discard()
+        }
+    }
+
+    /// On the monitor thread: an idle sandbox's control socket became readable, which only its
+    /// end (or a report of a failure) makes it: drop it and build another.
+    private func idleSandboxEnded(_ ready: SandboxPool.Ready) {
+        guard pool.claim(ready) else { return }  // taken meanwhile: the taker stops the watch
+        let token = ready.watch.withLock { token in
+            defer { token = nil }
+            return token
+        }
+        if let token { monitor.remove(fd: ready.started.control_fd, token: token) }
+        let body: @Sendable () -> Void = { [self] in
+            ready.discard()
+            refill()
+        }
+        do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { Task.detached(operation: body) }
+    }
+
+    /// Builds what the pool lacks, one sandbox at a time, in the background, each only while
+    /// no launch a caller waits for is queued on the spawner thread.
+    func refill() {
+        guard pool.startRefill() else { return }
+        Task.detached(priority: .background) { [self] in
+            while let next = pool.nextToBuild() {
+                while spawner.isLaunching { try? await Task.sleep(for: .milliseconds(1)) }
+                do {
+                    try await prebuild(next.key, next.configuration, generation: next.generation)
+                } catch {
+                    // Tried again at the next take, not in a loop here.
+                    pool.stopRefilling()
+                    return
+                }
+            }
+        }
+    }
+
+    /// A warm launch in the pre-built sandbox `ready` (the caller took it from the pool). Nil
+    /// when it cannot be used (it ended while idle, or a bind source changed since it was
+    /// built): it is discarded and the caller launches cold.
+    func launch(
+        _ configuration: SandboxConfiguration, stdio: (Int32, Int32, Int32), executable: String, in ready: SandboxPool.Ready
+    ) async throws(SandboxError) -> SandboxedProcess? {
+        refill()
+        var poller = pollfd(fd: ready.started.control_fd, events: 0, revents: 0)
+        let ended = poll(&poller, 1, 0) == 1 && poller.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
+        guard !ended, ready.bindSources.allSatisfy(\.isCurrent) else {
+            let body: @Sendable () -> Void = { ready.discard() }
+            do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { body() }
+            return nil
+        }
+        let arena = CArena()
+        var config = xsb_spawn_config()
+        Self.setPerLaunch(&config, configuration, executable: executable, stdio: stdio, in: arena)
+        var started = ready.started
+        let control = started.control_fd
+        let sent = withExtendedLifetime(arena) { xsb_prebuilt_launch(control, &config, &started) }
+        withExtendedLifetime(configuration.executableCopy) {}
+        if sent != 0 { xsb_spawn_abandon(&started, started.failed_step, started.error_number, "handing the launch to the pre-built sandbox") }
+        let result = sent == 0
+            ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
+            : started
+        let process: SandboxedProcess
+        do {
+            process = try running(try Self.succeeded(result, cgroup: ready.cgroup), cgroup: ready.cgroup, limits: configuration.policy.limits)
+        } catch {
+            ready.mountNamespace?.close()
+            throw error
+        }
+        // Its mount namespace goes once the end is reported, off the launch's and the exit's way.
+        if let namespace = ready.mountNamespace {
+            process.whenEnded { _ in Task.detached(priority: .background) { namespace.close() } }
+        }
+        return process
+    }
+}

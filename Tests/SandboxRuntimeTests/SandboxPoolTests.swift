@@ -1,0 +1,284 @@
+import CSandboxShim
+import Foundation
+import Glibc
+import SandboxPolicy
+@testable import SandboxRuntime
+import SandboxSystem
+import TestSupport
+import Testing
+
+/// Warm launches: pre-built, single-use sandboxes of one shape, handed what is per launch.
+@Suite("Pre-built sandboxes", .offThePool)
+struct SandboxPoolTests {
+    /// A supervisor of the test's own: its pool is no other test's.
+    static func supervisor() throws -> Supervisor { try Supervisor() }
+
+    static func shell(_ script: String, stdout: Int32? = nil, arguments: [String] = []) throws -> SandboxConfiguration {
+        let policy = try Fixtures.standardPolicy()
+        return SandboxConfiguration(
+            executable: "/bin/sh", arguments: ["sh", "-c", script, "sh"] + arguments,
+            environment: SandboxEnvironment.compose(policy: policy, caller: ProcessInfo.processInfo.environment),
+            policy: policy, standardOutput: stdout.map { .fileDescriptor($0) } ?? .null)
+    }
+
+    static func readyPIDs(_ supervisor: Supervisor) -> Set<pid_t> { Set(supervisor.pool.all.ready.map(\.started.pid)) }
+
+    @Test("a warm launch runs the program with the arguments, environment, working directory and stdio it was given")
+    func runsAsGiven() async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        try await supervisor.prepare(try Self.shell(""), count: 2)
+        #expect(supervisor.poolStatus.ready == 2)
+
+        // Another program the policy's binds show: the same shape.
+        var shape = try Self.shell("")
+        shape.executable = "/bin/true"
+        shape.arguments = ["true"]
+        var pids = Self.readyPIDs(supervisor)
+        let trueProcess = try await supervisor.launch(shape)
+        #expect(pids.contains(trueProcess.pid), "the launch took a pre-built sandbox")
+        #expect(await trueProcess.waitForExit() == .exited(code: 0))
+
+        let input = OutputPipe(), output = OutputPipe()
+        _ = write(input.writeFD, "from stdin\n", 11)
+        input.closeWriteEnd()
+        var configuration = try Self.shell(#"echo "$1|$FOO|$(pwd)"; cat; echo err >&2"#, stdout: output.writeFD, arguments: ["first arg"])
+        configuration.environment["FOO"] = "bar"
+        configuration.workingDirectory = "/tmp"
+        configuration.standardInput = .fileDescriptor(input.readFD)
+        configuration.standardError = .fileDescriptor(output.writeFD)
+        pids = Self.readyPIDs(supervisor)
+        let process = try await supervisor.launch(configuration)
+        output.closeWriteEnd()
+        #expect(pids.contains(process.pid), "the launch took a pre-built sandbox")
+        let text = await output.waitFor("err")
+        #expect(text == "first arg|bar|/tmp\nfrom stdin\nerr\n")
+        #expect(await process.waitForExit() == .exited(code: 0))
+        // Its replacement is built in the background.
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 2 })
+    }
+
+    @Test("two consecutive warm launches of one shape share no state")
+    func nothingShared() async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let shape = try Self.shell("")
+        try await supervisor.prepare(shape, count: 2)
+        let pids = Self.readyPIDs(supervisor)
+
+        // The first leaves what it can behind, and stays while the second looks.
+        let first = OutputPipe()
+        let leaving = try Self.shell("""
+            echo a > /tmp/mark; echo b > /dev/shm/mark; ipcmk -M 4096 >/dev/null
+            echo "first sees $(ls /tmp /dev/shm | grep -c mark) marks, $(ipcs -m | grep -c '^0x') segments"
+            exec python3 -c 'import socket,time; s=socket.socket(socket.AF_UNIX); s.bind("\\0xsb-pool-test"); s.listen(); print("listening", flush=True); time.sleep(60)'
+            """, stdout: first.writeFD)
+        let firstProcess = try await supervisor.launch(leaving)
+        defer { firstProcess.kill() }
+        let seenFirst = await first.waitFor("listening")
+        #expect(seenFirst.contains("first sees 2 marks, 1 segments"), "\(seenFirst)")
+
+        let second = OutputPipe()
+        let looking = try Self.shell("""
+            echo "marks: $(ls /tmp /dev/shm | grep -c mark)"
+            echo "segments: $(ipcs -m | grep -c '^0x')"
+            echo "hostname: $(hostname)"
+            python3 -c 'import socket
+            s=socket.socket(socket.AF_UNIX)
+            try:
+                s.connect("\\0xsb-pool-test"); print("abstract: connected")
+            except OSError:
+                print("abstract: refused")'
+            echo done
+            """, stdout: second.writeFD)
+        let secondProcess = try await supervisor.launch(looking)
+        second.closeWriteEnd()
+        let seen = await second.waitFor("done")
+        #expect(pids.contains(firstProcess.pid) && pids.contains(secondProcess.pid), "both were pre-built")
+        #expect(seen == "marks: 0\nsegments: 0\nhostname: extsandbox\nabstract: refused\ndone\n", "\(seen)")
+        #expect(await secondProcess.waitForExit() == .exited(code: 0))
+    }
+
+    @Test("a bind source replaced since the sandbox was built makes the launch cold")
+    func staleBindSource() async throws {
+        let directory = try TestPaths.makePolicyDirectory("pool-stale").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let source = directory + "/data"
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try "old\n".write(toFile: source + "/file", atomically: false, encoding: .utf8)
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let output = OutputPipe()
+        var configuration = try Self.shell("cat /data/file", stdout: output.writeFD)
+        configuration.extraMounts = [.bind(source: source, destination: "/data", writable: false, optional: false)]
+        try await supervisor.prepare(configuration, count: 1)
+        let pids = Self.readyPIDs(supervisor)
+
+        // Another directory at the same path: the pre-built sandbox shows the old one.
+        try FileManager.default.moveItem(atPath: source, toPath: directory + "/old")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try "new\n".write(toFile: source + "/file", atomically: false, encoding: .utf8)
+        let process = try await supervisor.launch(configuration)
+        output.closeWriteEnd()
+        #expect(!pids.contains(process.pid), "the stale sandbox was not used")
+        #expect(await output.waitFor("\n") == "new\n")
+        #expect(await process.waitForExit() == .exited(code: 0))
+        #expect(await Fixtures.eventually { pids.allSatisfy { Fixtures.processState($0) == nil } }, "the stale one is gone")
+    }
+
+    @Test("a pre-built sandbox killed while idle is dropped and replaced")
+    func killedWhileIdle() async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let shape = try Self.shell("exit 3")
+        try await supervisor.prepare(shape, count: 1)
+        let pids = Self.readyPIDs(supervisor)
+        let victim = try #require(pids.first)
+        kill(victim, SIGKILL)
+        #expect(await Fixtures.eventually { Fixtures.processState(victim) == nil }, "reaped")
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 && !Self.readyPIDs(supervisor).contains(victim) })
+        let process = try await supervisor.launch(shape)
+        #expect(await process.waitForExit() == .exited(code: 3))
+    }
+
+    @Test("draining the pool leaves no process, fd or cgroup behind")
+    func drainLeavesNothing() async throws {
+        let supervisor = try Self.supervisor()
+        try await supervisor.prepare(try Self.shell(""), count: 3)
+        let ready = supervisor.pool.all.ready
+        #expect(ready.count == 3)
+        #expect(supervisor.poolStatus.idleMemoryBytes > 0)
+        func target(_ fd: Int32) -> String? { SystemFiles.linkTarget("/proc/self/fd/\(fd)") }
+        let sockets = ready.map { ($0.started.control_fd, target($0.started.control_fd)) }
+        let directories = ready.flatMap { $0.cgroup?.directories ?? [] }
+        await supervisor.drainPool()
+        #expect(supervisor.poolStatus == SandboxPoolStatus(ready: 0, building: 0, idleMemoryBytes: 0))
+        for sandbox in ready { #expect(Fixtures.processState(sandbox.started.pid) == nil, "pid \(sandbox.started.pid) is gone") }
+        for (fd, was) in sockets { #expect(target(fd) != was, "fd \(fd) (\(was ?? "")) is closed") }
+        for directory in directories { #expect(!FileManager.default.fileExists(atPath: directory), "\(directory) is removed") }
+        // A launch of the drained shape is cold, and still works.
+        let process = try await supervisor.launch(try Self.shell("exit 4"))
+        #expect(await process.waitForExit() == .exited(code: 4))
+    }
+
+    @Test("a LAUNCH without its launch part fails at the step 'launch description', and the init ends")
+    func launchWithoutPart() async throws {
+        let supervisor = try Self.supervisor()
+        try await supervisor.prepare(try Self.shell(""), count: 1)
+        let ready = try #require(supervisor.pool.take(supervisor.shape(of: try Self.shell("")).key))
+        #expect(xsb_send_msg(ready.started.control_fd, UInt32(XSB_MSG_LAUNCH.rawValue), 0) == 0)
+        let result = await LaunchSetupWait.wait(for: ready.started, on: supervisor.monitor, timeoutMilliseconds: 5000)
+        #expect(result.failed_step == Int32(XSB_STEP_LAUNCH_DESCRIPTION.rawValue))
+        let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        #expect(detail == "launch description: the launch message")
+        #expect(Fixtures.processState(ready.started.pid) == nil, "the init is gone (abandoned: killed and reaped)")
+        ready.cgroup?.remove()
+        await supervisor.drainPool()
+    }
+
+    @Test("a launch part damaged anywhere is refused, naming what is wrong, and never crashes its reader")
+    func damagedLaunchParts() throws {
+        let arena = CArena()
+        var config = xsb_spawn_config()
+        config.path = UnsafePointer(arena.string("/bin/true"))
+        config.argv = UnsafePointer(arena.stringArray(["true", "x"]))
+        config.envp = UnsafePointer(arena.stringArray(["A=b"]))
+        config.cwd = UnsafePointer(arena.string("/"))
+        config.stdio = (-1, 1, 2)
+        config.exec_fd = -1
+        var passed = xsb_passed_fds()
+        var fd: Int32 = -1
+        try #require(xsb_launch_part_create(&config, &passed, &fd) == 0)
+        var info = stat()
+        fstat(fd, &info)
+        var valid = [UInt8](repeating: 0, count: Int(info.st_size))
+        #expect(pread(fd, &valid, valid.count, 0) == valid.count)
+        close(fd)
+        #expect(passed.count == 2)
+
+        func check(_ bytes: [UInt8], passed: Int32 = 2, seal: Bool = true) -> String? {
+            let fd = SandboxInitTests.memfd(bytes, seal: seal)
+            defer { close(fd) }
+            var what: UnsafePointer<CChar>?
+            return xsb_launch_part_check(fd, passed, &what) == 0 ? nil : String(cString: what!)
+        }
+        #expect(check(valid) == nil)
+        #expect(check(valid, seal: false) == "launch description: not sealed")
+        #expect(check(valid, passed: 3) == "launch description: the launch part's file descriptors")
+        #expect(check(valid, passed: 1) == "launch description: the launch part's file descriptors")
+        #expect(check(Array(valid.prefix(16)))?.contains("not a description") == true)
+        #expect(check(valid + [0, 0, 0, 0, 0, 0, 0, 0]) == "launch description: the launch part's size")
+        var generator = SystemRandomNumberGenerator()
+        for round in 0..<2000 {
+            var bytes = valid
+            for _ in 0..<(1 + round % 4) {
+                let at = Int.random(in: 0..<bytes.count, using: &generator)
+                bytes[at] = round % 2 == 0 ? UInt8.random(in: 0...255, using: &generator) : bytes[at] ^ 0x80
+            }
+            if let refused = check(bytes) { #expect(refused.hasPrefix("launch description"), "round \(round): \(refused)") }
+        }
+    }
+}
+
+/// The hostile probe's every check through a warm launch, against the same check launched cold:
+/// a pre-built sandbox confines exactly as a cold one does.
+@Suite("Escape attempts in pre-built sandboxes", .offThePool)
+struct PooledIsolationTests {
+    /// kill, sigsys, blocked or ok (`xsb-probe list`), per check.
+    static func checks() async -> [String] {
+        guard let output = try? await Fixtures.run([Fixtures.probe, "list"]) else { return [] }
+        return output.stdout.split(separator: "\n").map { String($0) }
+    }
+
+    static let warm: Supervisor = { try! Supervisor() }()
+    static let cold: Supervisor = { try! Supervisor() }()
+
+    static func run(_ supervisor: Supervisor, _ arguments: [String]) async throws -> (Termination, String, pid_t) {
+        let output = OutputPipe()
+        let process = try await supervisor.launch(try Fixtures.probeConfiguration(arguments, stdout: output.writeFD))
+        output.closeWriteEnd()
+        let termination = await process.waitForExit()
+        return (termination, await output.waitFor("\u{4}", seconds: 2), process.pid)
+    }
+
+    @Test("a forbidden operation is blocked in a pre-built sandbox as in a cold one", .serialized, arguments: await checks())
+    func blocked(line: String) async throws {
+        let words = line.split(separator: " ").map(String.init)
+        let (name, expectation) = (words[0], words.count > 1 ? words[1] : "?")
+        var arguments = [name]
+        if name == "hostname" { arguments.append("extsandbox") }
+        if name == "mounts" { arguments += ["/root", "/home", "/var", "/work/main/Sources", "/etc/shadow"] }
+        try await Self.warm.prepare(try Fixtures.probeConfiguration([]), count: 2)
+        let pids = SandboxPoolTests.readyPIDs(Self.warm)
+        let (warmEnd, warmOutput, pid) = try await Self.run(Self.warm, arguments)
+        let (coldEnd, coldOutput, _) = try await Self.run(Self.cold, arguments)
+        #expect(pids.contains(pid), "\(name) ran in a pre-built sandbox")
+        #expect(warmEnd == coldEnd, "\(name): warm \(warmEnd), cold \(coldEnd)")
+        #expect(warmOutput == coldOutput, "\(name): warm \(warmOutput), cold \(coldOutput)")
+        switch expectation {
+        case "kill": #expect(warmEnd == .seccompViolation(syscall: words.count > 2 ? words[2] : nil), "\(name): \(warmEnd)")
+        case "blocked": #expect(warmEnd == .exited(code: 0) && warmOutput.contains("\(name): blocked"), "\(name): \(warmEnd) \(warmOutput)")
+        default: break
+        }
+    }
+}
+
+extension PooledIsolationTests {
+    /// The same, from a host of its own (`xsb-bench --pooled-probe`) as root and as nobody: an
+    /// unprivileged caller's pre-built sandboxes are its own ids' and confine as its cold ones.
+    @Test("every probe check gives the same outcome warm and cold, as root and as nobody", arguments: Fixtures.Caller.allCases)
+    func warmAndColdAlike(caller: Fixtures.Caller) async throws {
+        var checks: [String] = []
+        for line in await Self.checks() {
+            let words = line.split(separator: " ").map(String.init)
+            guard words.count > 1, ["kill", "sigsys", "blocked", "ok"].contains(words[1]) else { continue }
+            if words[0] == "hostname" { checks.append("hostname extsandbox") }
+            else if words[0] == "mounts" { checks.append("mounts /root /home /var /work/main/Sources /etc/shadow") }
+            else { checks.append(words[0]) }
+        }
+        let result = try await Fixtures.run(
+            [TestPaths.product("xsb-bench"), "--pooled-probe", Fixtures.probe, "--policy", Fixtures.policyPath(for: caller), "--"] + checks,
+            as: caller)
+        #expect(result.status == 0, "as \(caller):\n\(result.stdout)\n\(result.stderr)")
+    }
+}
