@@ -39,6 +39,7 @@ final class DirectoryWatcher: Sendable {
     /// The inotify instance, borrowed by the monitor while watched. Its number is only passed to
     /// a system call under the table's lock while `closed` is false: ``close()`` sets `closed`
     /// under that lock before it closes the number, which may then be any file's.
+    /// (Not private: the tests reopen its number after a close.)
     let fd: FileDescriptor
     private let table = Table()
 
