@@ -36,8 +36,11 @@ final class DirectoryWatcher: Sendable {
         let watches = Mutex(Watches())
     }
 
-    /// The inotify instance, borrowed by the monitor while watched.
-    private let fd: FileDescriptor
+    /// The inotify instance, borrowed by the monitor while watched. Its number is only passed to
+    /// a system call under the table's lock while `closed` is false: ``close()`` sets `closed`
+    /// under that lock before it closes the number, which may then be any file's.
+    /// (Not private: the tests reopen its number after a close.)
+    let fd: FileDescriptor
     private let table = Table()
 
     /// An inotify instance that watches nothing yet and is not read: ``start(onEvents:)``
@@ -71,28 +74,31 @@ final class DirectoryWatcher: Sendable {
     deinit { close() }
 
     /// Watches `directory`, or its nearest existing ancestor while it does not exist.
+    /// Does nothing once closed.
     func add(_ directory: String) {
+        let fd = self.fd
         var path = directory
         while !path.isEmpty {
-            let wd = inotify_add_watch(fd.rawValue, path, Self.mask)
-            if wd >= 0 {
-                table.watches.withLock { watches in
-                    guard !watches.closed else { return }
-                    if let old = watches.byPath[path], old != wd { watches.byDescriptor[old] = nil }
-                    watches.byDescriptor[wd] = path
-                    watches.byPath[path] = wd
-                }
-                return
+            let failure = table.watches.withLock { watches -> Int32? in
+                guard !watches.closed else { return nil }
+                let wd = inotify_add_watch(fd.rawValue, path, Self.mask)
+                guard wd >= 0 else { return errno }
+                if let old = watches.byPath[path], old != wd { watches.byDescriptor[old] = nil }
+                watches.byDescriptor[wd] = path
+                watches.byPath[path] = wd
+                return nil
             }
-            guard errno == ENOENT || errno == ENOTDIR else { return }
-            if path == "/" { return }
+            guard let failure, failure == ENOENT || failure == ENOTDIR, path != "/" else { return }
             path = FilePaths.directory(of: path)
         }
     }
 
     /// Stops watching what is not in `paths` (nor an ancestor standing in for one of them).
+    /// Does nothing once closed.
     func prune(keeping paths: Set<String>) {
-        let stale = table.watches.withLock { watches -> [Int32] in
+        let fd = self.fd
+        table.watches.withLock { watches in
+            guard !watches.closed else { return }
             var keep = paths
             for path in paths {
                 var ancestor = path
@@ -105,10 +111,9 @@ final class DirectoryWatcher: Sendable {
             for (path, wd) in stale {
                 watches.byPath[path] = nil
                 watches.byDescriptor[wd] = nil
+                inotify_rm_watch(fd.rawValue, wd)
             }
-            return Array(stale.values)
         }
-        for wd in stale { inotify_rm_watch(fd.rawValue, wd) }
     }
 
     var watchedDirectories: Set<String> { table.watches.withLock { Set($0.byPath.keys) } }

@@ -24,7 +24,11 @@ extension ExtensionConnection: CallTransport {
     /// the connection open, as an XPC proxy does: a host may keep only the proxy (Apple's
     /// articles do); the connection closes when it is invalidated, its process ends, or the
     /// last of it and its proxies is released.
-    public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
+    ///
+    /// Making the proxy sends nothing and does not fail on a closed connection (its calls do):
+    /// it throws ``DistributedCallError/notSent(_:)`` only if this connection's system had a
+    /// local actor of another type under the extension's name, which it never names so.
+    public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws(DistributedCallError) -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
         let system = ExtensionActorSystem(side: .host)
         // Nothing on the connection refers to this system: holding the connection is no cycle.
         system.attach(keepingOpen: self)

@@ -90,8 +90,20 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
 
     /// A proxy for the peer's exported object, typed by the contract's `@Resolvable` protocol:
     /// `try system.remoteObject($TextFilter.self)`. Calls are only checked when made.
-    public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
-        try Proxy.resolve(id: side.peerExportedID, using: self)
+    ///
+    /// Throws ``DistributedCallError/notSent(_:)`` only if a local actor of another type had the
+    /// peer's name, which ``assignID(_:)`` never gives (its names are `host-N`, `extension-N`).
+    public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws(DistributedCallError) -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
+        do {
+            return try Proxy.resolve(id: side.peerExportedID, using: self)
+        } catch {
+            // `resolve(id:as:)` below is all that runs, and throws only this type; the
+            // protocol's requirement (and so `DistributedActor.resolve`) is untyped.
+            switch error {
+            case let error as DistributedCallError: throw error
+            default: throw .notSent("\(Proxy.self) could not be resolved: \(error)")
+            }
+        }
     }
 
     // MARK: DistributedActorSystem

@@ -8,8 +8,9 @@ extension HostConnection: CallTransport {
     /// `@Resolvable` protocol: `try host.remoteObject($HostServices.self)`. Its calls fail as
     /// ``send(_:)`` does, with `DistributedCallError` when the host could not serve them
     /// (`DistributedCallError/notServed` when it exports nothing), or with the error the host's
-    /// method threw.
-    public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
+    /// method threw. Making the proxy sends nothing: it throws only as
+    /// `ExtensionActorSystem/remoteObject(_:)` does.
+    public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws(DistributedCallError) -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
         try actorSystem.remoteObject(type)
     }
 
@@ -31,8 +32,10 @@ extension HostConnection: CallTransport {
     }
 
     /// Serves one request as a call on the extension's exported object (what
-    /// ``AppExtension/handle(request:)`` does by default).
-    public func serveCall(_ request: Message) async throws -> Message {
+    /// ``AppExtension/handle(request:)`` does by default). A call the extension could not serve
+    /// throws the ``ExtensionFailure`` its ERROR answer carries (the code and message the host
+    /// turns into `DistributedCallError`).
+    public func serveCall(_ request: Message) async throws(ExtensionFailure) -> Message {
         switch await actorSystem.serve(request.payload, fileDescriptors: request.fileDescriptors) {
         case .reply(let result, let fds): return Message(result, fileDescriptors: fds)
         case .error(let code, let message): throw ExtensionFailure(code: code, message)

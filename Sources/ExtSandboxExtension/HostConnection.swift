@@ -120,7 +120,9 @@ public final class HostConnection: Sendable {
     }
 
     /// Sends a one-way message to the host (dropped there unless it has a handler for them).
-    public func sendOneWay(_ message: Message) throws {
+    /// Throws ``HostRequestError/messageTooLarge`` or ``HostRequestError/connectionClosed``;
+    /// nothing was sent then.
+    public func sendOneWay(_ message: Message) throws(HostRequestError) {
         switch writer.write(.oneway(payload: message.payload, fds: message.fileDescriptors)) {
         case .sent: return
         case .overTheHostsLimits: throw HostRequestError.messageTooLarge

@@ -35,14 +35,23 @@ public final class Supervisor: Sendable {
     let pool = SandboxPool()
 
     /// A supervisor with its own threads, using the cgroups it may nest under.
-    public convenience init() throws {
+    ///
+    /// Throws the step that failed, the call as its detail and its `errno`: the spawner thread's
+    /// socket pair, thread or private descriptor table (`socketpair`, `pthread_create`,
+    /// `unshare(CLONE_FILES)`), or the event monitor's `epoll_create1` or thread (step `control`,
+    /// as the runtime reports the monitor's other failures).
+    public convenience init() throws(SandboxError) {
         try self.init(cgroups: CgroupSupport.detect())
     }
 
-    init(cgroups: CgroupSupport?) throws {
+    init(cgroups: CgroupSupport?) throws(SandboxError) {
         FileDescriptorLimit.raise()
         spawner = try SpawnerThread()
-        monitor = try EventMonitor()
+        do throws(EventMonitor.Failure) {
+            monitor = try EventMonitor()
+        } catch {
+            throw SandboxError(error)
+        }
         self.cgroups = cgroups
         let text = SystemFiles.text("/proc/sys/kernel/cap_last_cap") ?? "40"
         capLastCap = Int32(text.filter(\.isNumber)) ?? 40

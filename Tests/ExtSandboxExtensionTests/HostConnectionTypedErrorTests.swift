@@ -1,0 +1,43 @@
+import ExtSandboxActors
+import Glibc
+import SandboxSystem
+import Testing
+@testable import ExtSandboxExtension
+
+/// The extension's side of a connection declares what its sends and its call serving throw
+/// (`HostRequestError`, `ExtensionFailure`): the `catch` clauses below name a case or read a
+/// field, which compiles only because the thrown type is known, not recovered with a cast.
+@Suite("The extension's connection to the host, typed")
+struct HostConnectionTypedErrorTests {
+    /// A connection whose socket's peer (the host's end) is already closed.
+    static func connectionToAClosedHost() throws -> HostConnection {
+        var pair: [Int32] = [-1, -1]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+        close(pair[1])
+        let descriptor = try #require(FileDescriptor(adopting: pair[0]))
+        return HostConnection(writer: ConnectionWriter(descriptor: descriptor))
+    }
+
+    @Test("a one-way message to a host that is gone throws connectionClosed")
+    func oneWayToAClosedHost() throws {
+        let connection = try Self.connectionToAClosedHost()
+        do {
+            try connection.sendOneWay(Message([1, 2, 3]))
+            Issue.record("a message was sent to a closed socket")
+        } catch .connectionClosed {
+        } catch {
+            Issue.record("not connectionClosed: \(error)")
+        }
+    }
+
+    @Test("a call that is not a call envelope is answered with the ExtensionFailure of a malformed envelope")
+    func malformedCallServed() async throws {
+        let connection = try Self.connectionToAClosedHost()
+        do {
+            _ = try await connection.serveCall(Message([0xff]))
+            Issue.record("a byte was served as a call")
+        } catch {
+            #expect(error.code == CallErrorCode.malformedEnvelope, "\(error.message)")
+        }
+    }
+}

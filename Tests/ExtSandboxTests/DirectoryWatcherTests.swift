@@ -1,0 +1,84 @@
+import Glibc
+import Testing
+@testable import ExtSandbox
+
+/// A closed ``DirectoryWatcher`` no longer owns its inotify descriptor's number: the kernel hands
+/// that number to the next file opened, so a late ``DirectoryWatcher/add(_:)`` or
+/// ``DirectoryWatcher/prune(keeping:)`` (a scan that was running while the monitor closed it)
+/// must not make a system call on it.
+@Suite("A closed directory watcher")
+struct DirectoryWatcherTests {
+    @Test("add after close does not watch a directory on the file that now has the number")
+    func addAfterCloseLeavesTheNumbersNewOwnerAlone() throws {
+        let directory = try Self.makeDirectory()
+        defer { Self.remove(directory) }
+        let (watcher, other) = try Self.closedWatcherWhoseNumberIsReused()
+        defer { close(other) }
+
+        watcher.add(directory)
+
+        let created = open(directory + "/new", O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+        #expect(created >= 0)
+        close(created)
+        #expect(Self.pendingEvents(other) == 0, "the closed watcher added a watch to the descriptor that reused its number")
+    }
+
+    @Test("prune after close does not remove a watch of the file that now has the number")
+    func pruneAfterCloseLeavesTheNumbersNewOwnerAlone() throws {
+        let directory = try Self.makeDirectory()
+        defer { Self.remove(directory) }
+        let (watcher, other) = try Self.closedWatcherWhoseNumberIsReused { $0.add(directory) }
+        defer { close(other) }
+        // The first watch of an instance gets descriptor 1, in the watcher's as in this one.
+        let wd = inotify_add_watch(other, directory, UInt32(IN_CREATE))
+        try #require(wd >= 0)
+
+        watcher.prune(keeping: [])
+
+        #expect(inotify_rm_watch(other, wd) == 0, "the closed watcher removed a watch of the descriptor that reused its number")
+    }
+
+    /// How often a test tries to get the freed number back before it gives up: another test's
+    /// thread may open a file between the close and the test's `inotify_init1`.
+    static let attempts = 50
+
+    /// A watcher that did `before`, closed, and an inotify instance of the test's own that got
+    /// the watcher's old number.
+    static func closedWatcherWhoseNumberIsReused(_ before: (DirectoryWatcher) -> Void = { _ in }) throws -> (DirectoryWatcher, Int32) {
+        for _ in 0..<attempts {
+            let watcher = try DirectoryWatcher()
+            before(watcher)
+            let number = watcher.fd.rawValue
+            watcher.close()
+            let other = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+            if other == number { return (watcher, other) }
+            if other >= 0 { close(other) }
+        }
+        throw SetupFailed("another thread kept taking the freed number")
+    }
+
+    struct SetupFailed: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// The bytes of events waiting on the non-blocking inotify descriptor `fd` (0: none).
+    static func pendingEvents(_ fd: Int32) -> Int {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        return max(count, 0)
+    }
+
+    static func makeDirectory() throws -> String {
+        var template = Array("/tmp/xsb-watcher-XXXXXX".utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw SetupFailed("mkdtemp: errno \(errno)")
+        }
+        return String(cString: made)
+    }
+
+    static func remove(_ directory: String) {
+        unlink(directory + "/new")
+        rmdir(directory)
+    }
+}
