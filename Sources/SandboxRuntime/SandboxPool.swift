@@ -70,9 +70,13 @@ final class SandboxPool: Sendable {
         let mountNamespace: FileDescriptor?
         /// The monitor's watch of the control socket while it is idle (its end is its death).
         let watch = Mutex<UInt64?>(nil)
+        /// The control socket (`started.control_fd`) while the sandbox is idle: released to the
+        /// launch that takes it, closed by ``discard()``.
+        let control: FileDescriptor?
 
         init(started: xsb_spawn_result, cgroup: SandboxCgroup?, bindSources: [BindSourceIdentity]) {
             mountNamespace = FileDescriptor(adopting: open("/proc/\(started.pid)/ns/mnt", O_RDONLY | O_CLOEXEC))
+            control = FileDescriptor(adopting: started.control_fd)
             self.started = started
             self.cgroup = cgroup
             self.bindSources = bindSources
@@ -83,7 +87,7 @@ final class SandboxPool: Sendable {
         /// Blocks until the kernel has let go: never on the monitor thread.
         func discard() {
             _ = xsb_pidfd_send_signal(started.pidfd, SIGKILL)
-            close(started.control_fd)
+            control?.close()
             _ = xsb_pidfd_wait(started.pidfd)
             close(started.pidfd)
             mountNamespace?.close()
@@ -143,7 +147,7 @@ final class SandboxPool: Sendable {
             defer { token = nil }
             return token
         }
-        if let token { watchMonitor.withLock { $0 }?.remove(fd: ready.started.control_fd, token: token) }
+        if let token, let control = ready.control { watchMonitor.withLock { $0 }?.remove(fd: control, token: token) }
     }
 
     /// The monitor that watches idle sandboxes (the supervisor's), set at the first build.
@@ -352,7 +356,12 @@ extension Supervisor {
         // Its death while idle (killed from outside) is the control socket's end: dropped, refilled.
         do {
             try ready.watch.withLock { (token: inout UInt64?) throws(SandboxError) in
-                token = try monitor.add(fd: ready.started.control_fd) { [self] _ in idleSandboxEnded(ready) }
+                guard let control = ready.control else { throw SandboxError(step: .control, errorNumber: EBADF, detail: "a pre-built sandbox without its control socket") }
+                do throws(EventMonitor.Failure) {
+                    token = try monitor.add(fd: control) { [self] _ in idleSandboxEnded(ready) }
+                } catch {
+                    throw SandboxError(error)
+                }
             }
         } catch {
             _ = pool.built(nil, for: key, as: nil, generation: generation)
@@ -361,7 +370,7 @@ extension Supervisor {
         }
         if !pool.built(ready, for: key, as: shape.key, generation: generation) {
             let token = ready.watch.withLock { $0 }
-            if let token { monitor.remove(fd: ready.started.control_fd, token: token) }
+            if let token, let control = ready.control { monitor.remove(fd: control, token: token) }
             ready.discard()
         }
     }
@@ -374,7 +383,7 @@ extension Supervisor {
             defer { token = nil }
             return token
         }
-        if let token { monitor.remove(fd: ready.started.control_fd, token: token) }
+        if let token, let control = ready.control { monitor.remove(fd: control, token: token) }
         let body: @Sendable () -> Void = { [self] in
             ready.discard()
             refill()
@@ -418,7 +427,8 @@ extension Supervisor {
         var config = xsb_spawn_config()
         Self.setPerLaunch(&config, configuration, executable: executable, stdio: stdio, in: arena)
         var started = ready.started
-        let control = started.control_fd
+        // The launch owns the control socket from here (LaunchSetupWait, or the abandon).
+        guard let control = ready.control?.release() else { return nil }
         let sent = withExtendedLifetime(arena) { xsb_prebuilt_launch(control, &config, &started) }
         withExtendedLifetime(configuration.executableCopy) {}
         if sent != 0 { xsb_spawn_abandon(&started, started.failed_step, started.error_number, "handing the launch to the pre-built sandbox") }
