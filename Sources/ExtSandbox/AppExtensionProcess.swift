@@ -38,7 +38,8 @@ public enum AppExtensionLifecycleEvent: Sendable, Equatable {
 ///
 /// Creating one reuses the running process of that extension for this host (same identity,
 /// executable file and resolved policy), or launches one into its sandbox and returns once the
-/// extension is ready to accept connections.
+/// extension is ready to accept connections. The launch is warm, in a sandbox built in advance,
+/// when the host keeps some for the identity (``prepareWarmLaunches(of:count:)``).
 ///
 /// Lifecycle (ExtensionFoundation's): the process lives while connections are open. With none
 /// (also right after launch, if nobody connects) it is suspended (SIGSTOP of every process in

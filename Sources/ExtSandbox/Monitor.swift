@@ -289,7 +289,7 @@ extension AppExtensionPoint {
             if changed { notifyObservers(of: \.state) }
             if identitiesChanged {
                 // What is no longer issued may no longer launch: its pre-built sandboxes go.
-                let followed = Set(core.withLock { $0.points }.map(\.name)), host = host.identifier
+                let followed = Set(core.withLock { $0.points }.map(\.name)), host = host
                 Task { await WarmLaunches.shared.drain(notIn: state.identities, points: followed, host: host) }
                 notifyObservers(of: \.identities)
             }

@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
@@ -10,6 +11,8 @@ actor WarmLaunches {
 
     private struct Kept {
         var identity: AppExtensionIdentity
+        /// This preparation (a drain while it builds removes it: what it built is then ended).
+        var token = UUID()
         /// The shape as prepared (``Supervisor/prepare(_:count:)`` keys its pool by it).
         var configuration: SandboxConfiguration
     }
@@ -43,15 +46,22 @@ actor WarmLaunches {
         }
         let configuration = authorization.sandboxConfiguration(
             identity: identity, policy: key.policy, containers: ContainerGrant(), output: .null, extensionFD: nil)
-        // A kept shape that is another now (a new version, another policy) is let go first.
-        await drain(identity, except: configuration)
+        // Another shape kept for it before (a new version, another policy) is let go first.
+        await drain(identity)
+        // Listed while it builds, so that a drain meanwhile (a revocation) finds it.
+        let entry = Kept(identity: identity, configuration: configuration)
+        kept[identity.bundleIdentifier, default: []].append(entry)
         do throws(SandboxError) {
             try await Supervisor.shared.prepare(configuration, count: count)
         } catch {
+            kept[identity.bundleIdentifier]?.removeAll { $0.token == entry.token }
+            if kept[identity.bundleIdentifier]?.isEmpty == true { kept[identity.bundleIdentifier] = nil }
             throw .launch(error, securityLevel: identity.point.securityLevel)
         }
-        kept[identity.bundleIdentifier, default: []].removeAll { $0.identity == identity }
-        kept[identity.bundleIdentifier, default: []].append(Kept(identity: identity, configuration: configuration))
+        guard kept[identity.bundleIdentifier]?.contains(where: { $0.token == entry.token }) == true else {
+            await Self.end(configuration)  // drained while it was built
+            return 0
+        }
         return count
     }
 
@@ -61,15 +71,16 @@ actor WarmLaunches {
         for entry in kept.removeValue(forKey: identifier) ?? [] { await Self.end(entry.configuration) }
     }
 
-    /// Ends those of identities that are not among `launchable` for the points named, of `host`
-    /// (a monitor's rescan: what it no longer issues was disabled, revoked, removed or changed).
-    func drain(notIn launchable: [AppExtensionIdentity], points: Set<String>, host: String) async {
-        for (identifier, entries) in kept {
-            for entry in entries where points.contains(entry.identity.point.name) && entry.identity.hostIdentifier == host
-                && !launchable.contains(entry.identity) {
+    /// Ends those of discovered identities that a monitor of `host` following `points` no longer
+    /// issues (`launchable`): disabled, revoked, removed or changed since.
+    func drain(notIn launchable: [AppExtensionIdentity], points: Set<String>, host: AppExtensionHost) async {
+        for entries in kept.values {
+            for entry in entries where !launchable.contains(entry.identity) && points.contains(entry.identity.point.name) {
+                // Only what this monitor's host and approvals decide (another monitor's world is not this one's).
+                guard case .discovered(let discovered) = entry.identity.origin, entry.identity.hostIdentifier == host.identifier,
+                      discovered.stateFile == host.locations.stateFile else { continue }
                 await drain(entry.identity)
             }
-            if kept[identifier]?.isEmpty == true { kept[identifier] = nil }
         }
     }
 
@@ -83,7 +94,7 @@ actor WarmLaunches {
         kept[identity.bundleIdentifier]?.contains { $0.identity == identity } == true
     }
 
-    private func drain(_ identity: AppExtensionIdentity, except configuration: SandboxConfiguration? = nil) async {
+    private func drain(_ identity: AppExtensionIdentity) async {
         let entries = kept[identity.bundleIdentifier] ?? []
         kept[identity.bundleIdentifier] = entries.filter { $0.identity != identity }
         if kept[identity.bundleIdentifier]?.isEmpty == true { kept[identity.bundleIdentifier] = nil }
