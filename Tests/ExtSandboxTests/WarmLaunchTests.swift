@@ -110,6 +110,28 @@ struct WarmLaunchTests {
         #expect(await HostFixtures.exit(of: process.sandbox) != nil)
     }
 
+    /// Monitors of another world (same host identifier and point, other locations and approvals)
+    /// decide nothing about this world's extensions.
+    @Test("another world's monitor, rescanning, leaves this world's pre-built sandboxes alone")
+    func anotherWorldsMonitorDrainsNothing() async throws {
+        let world = try ExtensionWorld(), other = try ExtensionWorld()
+        let (monitor, identity) = try await Self.discoveredEcho(world)
+        defer { monitor.cancel() }
+        try await AppExtensionProcess.prepareWarmLaunches(of: identity, count: 1)
+        let prebuilt = Self.readyPIDs()
+        #expect(prebuilt.count == 1)
+        let (otherMonitor, _) = try await Self.discoveredEcho(other, identifier: "org.example.other")
+        defer { otherMonitor.cancel() }
+        // Its identities change (one more installed and approved): it rescans and drains what it no longer issues.
+        let (thirdMonitor, _) = try await Self.discoveredEcho(other, identifier: "org.example.third")
+        defer { thirdMonitor.cancel() }
+        #expect(await HostFixtures.eventually { otherMonitor.identities.count == 2 })
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(await WarmLaunches.shared.keeps(identity))
+        for pid in prebuilt { #expect(HostFixtures.processState(pid) != nil, "pre-built sandbox \(pid) is still there") }
+        await AppExtensionProcess.endWarmLaunches()
+    }
+
     @Test("ending the host's warm launches leaves no process, fd or cgroup behind")
     func endLeavesNothing() async throws {
         let world = try ExtensionWorld()
