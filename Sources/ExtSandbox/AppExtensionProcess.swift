@@ -38,7 +38,8 @@ public enum AppExtensionLifecycleEvent: Sendable, Equatable {
 ///
 /// Creating one reuses the running process of that extension for this host (same identity,
 /// executable file and resolved policy), or launches one into its sandbox and returns once the
-/// extension is ready to accept connections.
+/// extension is ready to accept connections. The launch is warm, in a sandbox built in advance,
+/// when the host keeps some for the identity (``prepareWarmLaunches(of:count:)``).
 ///
 /// Lifecycle (ExtensionFoundation's): the process lives while connections are open. With none
 /// (also right after launch, if nobody connects) it is suspended (SIGSTOP of every process in
@@ -285,7 +286,14 @@ extension ExtensionProcessCore {
         let policy = key.policy
         // Discovered identities are checked again now (installed, unchanged, approved, enabled,
         // in scope): LaunchAuthorization.swift.
-        let authorization = try LaunchAuthorization.authorize(identity)
+        let authorization: LaunchAuthorization
+        do throws(ExtensionError) {
+            authorization = try LaunchAuthorization.authorize(identity)
+        } catch {
+            // No longer launchable (revoked, disabled, removed, changed): nothing stays built for it.
+            await WarmLaunches.shared.drain(identifier: identity.bundleIdentifier)
+            throw error
+        }
         let hostIdentity: HostIdentity
         do throws(SandboxError) {
             hostIdentity = try HostIdentity.forCaller()
@@ -309,15 +317,8 @@ extension ExtensionProcessCore {
             containers.ended()
             throw .protocolError(error)
         }
-        var sandboxConfiguration = SandboxConfiguration(
-            executable: authorization.executable, arguments: [authorization.executable] + identity.arguments,
-            environment: SandboxEnvironment.compose(
-                policy: policy, caller: ProcessInfo.processInfo.environment,
-                overrides: authorization.environment.merging(containers.environment) { _, new in new }),
-            policy: policy, standardInput: .null, standardOutput: configuration.output.stream, standardError: configuration.output.stream,
-            extraFileDescriptors: [extensionFD.rawValue])
-        sandboxConfiguration.executableCopy = authorization.executableCopy
-        sandboxConfiguration.dataMounts = authorization.resources + containers.mounts
+        let sandboxConfiguration = authorization.sandboxConfiguration(
+            identity: identity, policy: policy, containers: containers, output: configuration.output.stream, extensionFD: extensionFD.rawValue)
         let sandbox: SandboxedProcess
         do throws(SandboxError) {
             sandbox = try await Supervisor.shared.launch(sandboxConfiguration)

@@ -1,4 +1,5 @@
 import ExtensionCatalog
+import FoundationEssentials
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
@@ -121,5 +122,24 @@ struct LaunchAuthorization: Sendable {
         guard IssuedIdentities.shared.contains(identity) else {
             throw .discovery(.notDiscovered(identifier: identity.bundleIdentifier))
         }
+    }
+}
+
+extension LaunchAuthorization {
+    /// The sandbox a launch of `identity` runs in. Cold launches and warm launches' pre-built
+    /// sandboxes (``AppExtensionProcess/prepareWarmLaunches(of:count:)``) are both described
+    /// here, so that a pre-built sandbox has exactly the shape a cold launch would build.
+    func sandboxConfiguration(identity: AppExtensionIdentity, policy: Policy, containers: ContainerGrant,
+                              output: SandboxConfiguration.StandardStream, extensionFD: Int32?) -> SandboxConfiguration {
+        var configuration = SandboxConfiguration(
+            executable: executable, arguments: [executable] + identity.arguments,
+            environment: SandboxEnvironment.compose(
+                policy: policy, caller: ProcessInfo.processInfo.environment,
+                overrides: environment.merging(containers.environment) { _, new in new }),
+            policy: policy, standardInput: .null, standardOutput: output, standardError: output,
+            extraFileDescriptors: extensionFD.map { [$0] } ?? [])
+        configuration.executableCopy = executableCopy
+        configuration.dataMounts = resources + containers.mounts
+        return configuration
     }
 }

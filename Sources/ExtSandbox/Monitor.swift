@@ -287,7 +287,12 @@ extension AppExtensionPoint {
             }
             // Outside the scan's lock: an observer's handler may start another scan.
             if changed { notifyObservers(of: \.state) }
-            if identitiesChanged { notifyObservers(of: \.identities) }
+            if identitiesChanged {
+                // What is no longer issued may no longer launch: its pre-built sandboxes go.
+                let followed = Set(core.withLock { $0.points }.map(\.name)), host = host
+                Task { await WarmLaunches.shared.drain(notIn: state.identities, points: followed, host: host) }
+                notifyObservers(of: \.identities)
+            }
             return state
         }
 

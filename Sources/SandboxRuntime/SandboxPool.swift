@@ -425,13 +425,12 @@ extension Supervisor {
             do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { body() }
             return nil
         }
-        // The control socket goes to the launch (the C launch owns it from here, as a cold one's).
-        _ = ready.control?.release()
         let arena = CArena()
         var config = xsb_spawn_config()
         Self.setPerLaunch(&config, configuration, executable: executable, stdio: stdio, in: arena)
         var started = ready.started
-        let control = started.control_fd
+        // The launch owns the control socket from here (LaunchSetupWait, or the abandon).
+        guard let control = ready.control?.release() else { return nil }
         let sent = withExtendedLifetime(arena) { xsb_prebuilt_launch(control, &config, &started) }
         withExtendedLifetime(configuration.executableCopy) {}
         if sent != 0 { xsb_spawn_abandon(&started, started.failed_step, started.error_number, "handing the launch to the pre-built sandbox") }

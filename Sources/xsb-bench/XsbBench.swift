@@ -149,6 +149,16 @@ struct XsbBench {
             table.append(String(format: "pool of %d: %.0f KiB per idle sandbox, refill %.1f sandboxes/s; a burst of 200 launches: median %.2f, p90 %.2f x bwrap",
                                 WarmLaunchBench.poolSize, warm.kibPerSandbox, warm.refillRate, warm.burst.median / bwrapMedian, warm.burst.p90 / bwrapMedian))
             table.append("targets: launch_api_vs_bwrap <= 1.0, exec_cli_vs_bwrap <= 2.0, launch_warm_vs_bwrap <= 0.3")
+            if FileManager.default.isExecutableFile(atPath: extensionPath) {
+                let firstReply = try await FirstReplyBench(extensionPath: extensionPath, securityLevel: policyPath ?? "standard")
+                    .run(iterations: min(iterations, 50))
+                let warmReply = median(firstReply.warm), coldReply = median(firstReply.cold)
+                report["first_reply_warm_ms"] = rounded(warmReply * 1000)
+                report["first_reply_cold_ms"] = rounded(coldReply * 1000)
+                report["first_reply_warm_vs_cold"] = rounded(warmReply / coldReply)
+                table.append(String(format: "launch to first reply of the echo extension through the host API, %d alternating runs, median: warm %.3f ms, cold %.3f ms (%.2f)",
+                                    firstReply.warm.count, warmReply * 1000, coldReply * 1000, warmReply / coldReply))
+            }
         }
 
         if only == nil || only == "container" {

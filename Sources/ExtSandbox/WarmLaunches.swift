@@ -1,0 +1,155 @@
+import FoundationEssentials
+import Glibc
+import SandboxPolicy
+import SandboxRuntime
+import Synchronization
+
+/// The identities a host keeps pre-built sandboxes ready for, with the shape each was prepared
+/// with: what a drain ends when the identity may no longer launch or the host stops asking.
+actor WarmLaunches {
+    static let shared = WarmLaunches()
+
+    private struct Kept {
+        var identity: AppExtensionIdentity
+        /// This preparation (a drain while it builds removes it: what it built is then ended).
+        var token = UUID()
+        /// The shape as prepared (``Supervisor/prepare(_:count:)`` keys its pool by it).
+        var configuration: SandboxConfiguration
+    }
+
+    private var kept: [String: [Kept]] = [:]
+
+    /// Keeps `count` pre-built sandboxes of `identity`'s shape. Returns how many are kept: 0 for
+    /// a point with a container, whose launches are always cold.
+    func prepare(_ identity: AppExtensionIdentity, count: Int) async throws(ExtensionError) -> Int {
+        guard count >= 0 else {
+            throw .launch(SandboxError(step: .configuration, errorNumber: EINVAL, detail: "a pool of \(count) pre-built sandboxes"),
+                          securityLevel: identity.point.securityLevel)
+        }
+        guard count > 0 else {
+            await drain(identity)
+            return 0
+        }
+        // An idle pre-built sandbox would hold the container's mount while the next launch of the
+        // same extension mounts (and, as root, places the image of) that container again.
+        guard identity.point.container == nil && identity.point.sharedContainer == nil else {
+            await drain(identity)
+            return 0
+        }
+        let key = try ProcessReuseKey(identity: identity)
+        let authorization: LaunchAuthorization
+        do throws(ExtensionError) {
+            authorization = try LaunchAuthorization.authorize(identity)
+        } catch {
+            await drain(identifier: identity.bundleIdentifier)
+            throw error
+        }
+        let configuration = authorization.sandboxConfiguration(
+            identity: identity, policy: key.policy, containers: ContainerGrant(), output: .null, extensionFD: nil)
+        // Another shape kept for it before (a new version, another policy) is let go first.
+        await drain(identity)
+        // Listed while it builds, so that a drain meanwhile (a revocation) finds it.
+        let entry = Kept(identity: identity, configuration: configuration)
+        kept[identity.bundleIdentifier, default: []].append(entry)
+        do throws(SandboxError) {
+            try await Supervisor.shared.prepare(configuration, count: count)
+        } catch {
+            kept[identity.bundleIdentifier]?.removeAll { $0.token == entry.token }
+            if kept[identity.bundleIdentifier]?.isEmpty == true { kept[identity.bundleIdentifier] = nil }
+            throw .launch(error, securityLevel: identity.point.securityLevel)
+        }
+        guard kept[identity.bundleIdentifier]?.contains(where: { $0.token == entry.token }) == true else {
+            await Self.end(configuration)  // drained while it was built
+            return 0
+        }
+        return count
+    }
+
+    /// Ends the idle pre-built sandboxes of every identity with `identifier` and keeps none for
+    /// them from now on.
+    func drain(identifier: String) async {
+        for entry in kept.removeValue(forKey: identifier) ?? [] { await Self.end(entry.configuration) }
+    }
+
+    /// Ends those of discovered identities that a monitor of `host` following `points` no longer
+    /// issues (`launchable`): disabled, revoked, removed or changed since.
+    func drain(notIn launchable: [AppExtensionIdentity], points: Set<String>, host: AppExtensionHost) async {
+        for entries in kept.values {
+            for entry in entries where !launchable.contains(entry.identity) && points.contains(entry.identity.point.name) {
+                // Only what this monitor's host and approvals decide (another monitor's world is not this one's).
+                guard case .discovered(let discovered) = entry.identity.origin, entry.identity.hostIdentifier == host.identifier,
+                      discovered.stateFile == host.locations.stateFile else { continue }
+                await drain(entry.identity)
+            }
+        }
+    }
+
+    /// Ends every identity's.
+    func drainAll() async {
+        for identifier in Array(kept.keys) { await drain(identifier: identifier) }
+    }
+
+    /// Whether `identity`'s are kept (the tests' view).
+    func keeps(_ identity: AppExtensionIdentity) -> Bool {
+        kept[identity.bundleIdentifier]?.contains { $0.identity == identity } == true
+    }
+
+    private func drain(_ identity: AppExtensionIdentity) async {
+        let entries = kept[identity.bundleIdentifier] ?? []
+        kept[identity.bundleIdentifier] = entries.filter { $0.identity != identity }
+        if kept[identity.bundleIdentifier]?.isEmpty == true { kept[identity.bundleIdentifier] = nil }
+        for entry in entries where entry.identity == identity { await Self.end(entry.configuration) }
+    }
+
+    /// Stops keeping `configuration`'s shape; its idle sandboxes end before this returns. If
+    /// the shape cannot be computed any more (a policy or bundle file gone), every pre-built
+    /// sandbox is ended: none may outlive what it was built for.
+    private static func end(_ configuration: SandboxConfiguration) async {
+        do throws(SandboxError) {
+            try await Supervisor.shared.prepare(configuration, count: 0)
+        } catch {
+            await Supervisor.shared.drainPool()
+        }
+    }
+}
+
+extension AppExtensionProcess {
+    /// Keeps `count` pre-built sandboxes ready for `identity`, so that its next launches are
+    /// warm: a launch (``init(configuration:)``, or ``makeConnection(handlers:)`` after the
+    /// process ended) takes a sandbox that is built already (namespaces, ids, cgroups, the file
+    /// system with the policy's binds and the bundle's resources) and hands it only the
+    /// extension's sealed executable, arguments, environment and channel, and a replacement is
+    /// built in the background. Each sandbox runs one launch, ever. Returns once they are built,
+    /// with how many are kept; `count` 0 stops keeping them and ends the idle ones.
+    ///
+    /// The identity is checked as a launch checks it (installed, unchanged, approved, enabled,
+    /// in scope), and every launch is checked again: a warm launch is refused exactly when a
+    /// cold one would be. When the identity can no longer launch (disabled, revoked, removed or
+    /// changed: a launch refused, or a ``AppExtensionPoint/Monitor`` of its point no longer
+    /// issuing it), its idle sandboxes are ended, and none is kept for it until the host asks
+    /// again. ``endWarmLaunches()`` ends every identity's.
+    ///
+    /// **Containers:** an identity whose point gives a container (``AppExtensionPoint/container``
+    /// or ``AppExtensionPoint/sharedContainer``) is always launched cold, and this returns 0:
+    /// an idle pre-built sandbox would hold the container's mount while the next launch of the
+    /// same extension mounts it again.
+    ///
+    /// **Cost:** none is kept by default, since a host may have thousands of extensions. Each
+    /// idle sandbox holds about 290 KiB of memory (kernel memory included:
+    /// `Supervisor.shared.poolStatus`), a process and a few descriptors, and the supervisor keeps
+    /// at most 64 in all (a larger `count` throws). Sandboxes are kept per *shape* (policy,
+    /// binds, resources): extensions of one point with no resources share theirs. They die with
+    /// the host's process.
+    @discardableResult
+    public static func prepareWarmLaunches(of identity: AppExtensionIdentity, count: Int) async throws(ExtensionError) -> Int {
+        try LaunchAuthorization.checkProvenance(identity)
+        return try await WarmLaunches.shared.prepare(identity, count: count)
+    }
+
+    /// Ends every idle pre-built sandbox kept by ``prepareWarmLaunches(of:count:)`` (their
+    /// processes, descriptors and cgroups are gone when this returns), and keeps none from now
+    /// on. A host that is ending, or that no longer expects launches, calls this.
+    public static func endWarmLaunches() async {
+        await WarmLaunches.shared.drainAll()
+    }
+}
