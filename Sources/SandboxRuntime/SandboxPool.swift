@@ -62,6 +62,9 @@ final class SandboxPool: Sendable {
     final class Ready: Sendable {
         /// The init's pid, pidfd and control socket.
         let started: xsb_spawn_result
+        /// The control socket while the sandbox is idle: the pool owns it until a launch takes
+        /// the sandbox (``handOver()``), which passes the number on to the C launch.
+        let control: FileDescriptor?
         let cgroup: SandboxCgroup?
         let bindSources: [BindSourceIdentity]
         /// The sandbox's mount namespace, held so that its teardown (every mount unmounted, an
@@ -74,6 +77,7 @@ final class SandboxPool: Sendable {
         init(started: xsb_spawn_result, cgroup: SandboxCgroup?, bindSources: [BindSourceIdentity]) {
             mountNamespace = FileDescriptor(adopting: open("/proc/\(started.pid)/ns/mnt", O_RDONLY | O_CLOEXEC))
             self.started = started
+            control = FileDescriptor(adopting: started.control_fd)
             self.cgroup = cgroup
             self.bindSources = bindSources
         }
@@ -83,11 +87,17 @@ final class SandboxPool: Sendable {
         /// Blocks until the kernel has let go: never on the monitor thread.
         func discard() {
             _ = xsb_pidfd_send_signal(started.pidfd, SIGKILL)
-            close(started.control_fd)
+            control?.close()
             _ = xsb_pidfd_wait(started.pidfd)
             close(started.pidfd)
             mountNamespace?.close()
             cgroup?.remove()
+        }
+
+        /// Gives the control socket's number to the launch that took this sandbox (its owner
+        /// from now on: the C launch, then the launched process).
+        func handOver() -> Int32 {
+            control?.release() ?? -1
         }
     }
 
@@ -143,7 +153,7 @@ final class SandboxPool: Sendable {
             defer { token = nil }
             return token
         }
-        if let token { watchMonitor.withLock { $0 }?.remove(fd: ready.started.control_fd, token: token) }
+        if let token, let control = ready.control { watchMonitor.withLock { $0 }?.remove(fd: control, token: token) }
     }
 
     /// The monitor that watches idle sandboxes (the supervisor's), set at the first build.
@@ -350,9 +360,16 @@ extension Supervisor {
             throw error
         }
         // Its death while idle (killed from outside) is the control socket's end: dropped, refilled.
-        do {
+        do throws(SandboxError) {
+            guard let control = ready.control else {
+                throw SandboxError(step: .control, errorNumber: EBADF, detail: "the pre-built sandbox returned no control socket")
+            }
             try ready.watch.withLock { (token: inout UInt64?) throws(SandboxError) in
-                token = try monitor.add(fd: ready.started.control_fd) { [self] _ in idleSandboxEnded(ready) }
+                do throws(EventMonitor.Failure) {
+                    token = try monitor.add(fd: control) { [self] _ in idleSandboxEnded(ready) }
+                } catch {
+                    throw SandboxError(error)
+                }
             }
         } catch {
             _ = pool.built(nil, for: key, as: nil, generation: generation)
@@ -361,7 +378,7 @@ extension Supervisor {
         }
         if !pool.built(ready, for: key, as: shape.key, generation: generation) {
             let token = ready.watch.withLock { $0 }
-            if let token { monitor.remove(fd: ready.started.control_fd, token: token) }
+            if let token, let control = ready.control { monitor.remove(fd: control, token: token) }
             ready.discard()
         }
     }
@@ -374,7 +391,7 @@ extension Supervisor {
             defer { token = nil }
             return token
         }
-        if let token { monitor.remove(fd: ready.started.control_fd, token: token) }
+        if let token, let control = ready.control { monitor.remove(fd: control, token: token) }
         let body: @Sendable () -> Void = { [self] in
             ready.discard()
             refill()
@@ -418,7 +435,7 @@ extension Supervisor {
         var config = xsb_spawn_config()
         Self.setPerLaunch(&config, configuration, executable: executable, stdio: stdio, in: arena)
         var started = ready.started
-        let control = started.control_fd
+        let control = ready.handOver()
         let sent = withExtendedLifetime(arena) { xsb_prebuilt_launch(control, &config, &started) }
         withExtendedLifetime(configuration.executableCopy) {}
         if sent != 0 { xsb_spawn_abandon(&started, started.failed_step, started.error_number, "handing the launch to the pre-built sandbox") }
