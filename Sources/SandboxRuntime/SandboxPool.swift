@@ -120,19 +120,35 @@ final class SandboxPool: Sendable {
     private let state = Mutex(State())
     /// The most pre-built sandboxes kept at once, all shapes together.
     let capacity: Int
+    /// Warm launches between their take and their `READY`: a refill waits for them as for the
+    /// spawner thread's launches, since on a machine with few CPUs a sandbox built beside a warm
+    /// launch takes the CPU the launch's init and payload need.
+    private let warmLaunches = Atomic<Int>(0)
+
+    /// Whether a warm launch a caller waits for is under way.
+    var isLaunching: Bool { warmLaunches.load(ordering: .relaxed) > 0 }
 
     init(capacity: Int = 64) {
         self.capacity = capacity
     }
 
-    /// Takes a ready sandbox of `key`'s shape, if one is kept (the caller then owns it).
+    /// Takes a ready sandbox of `key`'s shape, if one is kept (the caller then owns it, and
+    /// calls ``launchEnded()`` once its launch has its answer).
     func take(_ key: Key) -> Ready? {
         let ready: Ready? = state.withLock { state in
             guard let index = state.shelves.firstIndex(where: { $0.key == key }), !state.shelves[index].ready.isEmpty else { return nil }
             return state.shelves[index].ready.removeFirst()
         }
-        if let ready { stopWatching(ready) }
+        if let ready {
+            warmLaunches.add(1, ordering: .relaxed)
+            stopWatching(ready)
+        }
         return ready
+    }
+
+    /// A taken sandbox's launch has its answer (`READY`, a failure, or the sandbox discarded).
+    func launchEnded() {
+        warmLaunches.subtract(1, ordering: .relaxed)
     }
 
     /// Removes `ready` from its shelf if it is still there (nobody took it). Whoever removes it owns it.
@@ -400,12 +416,13 @@ extension Supervisor {
     }
 
     /// Builds what the pool lacks, one sandbox at a time, in the background, each only while
-    /// no launch a caller waits for is queued on the spawner thread.
+    /// no launch a caller waits for is queued on the spawner thread or under way in a
+    /// pre-built sandbox.
     func refill() {
         guard pool.startRefill() else { return }
         Task.detached(priority: .background) { [self] in
             while let next = pool.nextToBuild() {
-                while spawner.isLaunching { try? await Task.sleep(for: .milliseconds(1)) }
+                while spawner.isLaunching || pool.isLaunching { try? await Task.sleep(for: .milliseconds(1)) }
                 do {
                     try await prebuild(next.key, next.configuration, generation: next.generation)
                 } catch {
@@ -419,11 +436,15 @@ extension Supervisor {
 
     /// A warm launch in the pre-built sandbox `ready` (the caller took it from the pool). Nil
     /// when it cannot be used (it ended while idle, or a bind source changed since it was
-    /// built): it is discarded and the caller launches cold.
+    /// built): it is discarded and the caller launches cold. Its replacement is built once the
+    /// launch has its answer, not beside it.
     func launch(
         _ configuration: SandboxConfiguration, stdio: (Int32, Int32, Int32), executable: String, in ready: SandboxPool.Ready
     ) async throws(SandboxError) -> SandboxedProcess? {
-        refill()
+        defer {
+            pool.launchEnded()
+            refill()
+        }
         var poller = pollfd(fd: ready.started.control_fd, events: 0, revents: 0)
         let ended = poll(&poller, 1, 0) == 1 && poller.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
         guard !ended, ready.bindSources.allSatisfy(\.isCurrent) else {

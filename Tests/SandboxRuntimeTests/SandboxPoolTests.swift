@@ -141,6 +141,24 @@ struct SandboxPoolTests {
         #expect(await process.waitForExit() == .exited(code: 3))
     }
 
+    @Test("a refill builds nothing while a warm launch waits for its answer, and goes on after it")
+    func refillWaitsForWarmLaunch() async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let shape = try Self.shell("")
+        try await supervisor.prepare(shape, count: 2)
+        let key = try supervisor.shape(of: shape).key
+        let taken = try #require(supervisor.pool.take(key))
+        // As a launch's take does: the pool is short of one, and a refill is asked for.
+        supervisor.refill()
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(supervisor.poolStatus.ready == 1 && supervisor.poolStatus.building == 0,
+                "nothing is built beside the launch: \(supervisor.poolStatus)")
+        supervisor.pool.launchEnded()
+        taken.discard()
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 2 }, "the refill goes on once the launch has its answer")
+    }
+
     @Test("draining the pool leaves no process, fd or cgroup behind")
     func drainLeavesNothing() async throws {
         let supervisor = try Self.supervisor()
