@@ -2,6 +2,7 @@ import Dispatch
 import ExtSandboxWire
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 import Testing
 @testable import ExtSandbox
