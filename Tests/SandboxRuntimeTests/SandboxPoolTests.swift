@@ -184,7 +184,9 @@ struct SandboxPoolTests {
         let supervisor = try Self.supervisor()
         try await supervisor.prepare(try Self.shell(""), count: 1)
         let ready = try #require(supervisor.pool.take(supervisor.shape(of: try Self.shell("")).key))
-        #expect(xsb_send_msg(ready.started.control_fd, UInt32(XSB_MSG_LAUNCH.rawValue), 0) == 0)
+        // The launch owns the control socket from here (the wait's failure closes it).
+        let control = ready.handOver()
+        #expect(xsb_send_msg(control, UInt32(XSB_MSG_LAUNCH.rawValue), 0) == 0)
         let result = await LaunchSetupWait.wait(for: ready.started, on: supervisor.monitor, timeoutMilliseconds: 5000)
         #expect(result.failed_step == Int32(XSB_STEP_LAUNCH_DESCRIPTION.rawValue))
         let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
