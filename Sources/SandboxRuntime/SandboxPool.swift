@@ -62,6 +62,9 @@ final class SandboxPool: Sendable {
     final class Ready: Sendable {
         /// The init's pid, pidfd and control socket.
         let started: xsb_spawn_result
+        /// The control socket while the sandbox is idle: the pool owns it until a launch takes
+        /// the sandbox (``handOver()``), which passes the number on to the C launch.
+        let control: FileDescriptor?
         let cgroup: SandboxCgroup?
         let bindSources: [BindSourceIdentity]
         /// The sandbox's mount namespace, held so that its teardown (every mount unmounted, an
@@ -70,14 +73,11 @@ final class SandboxPool: Sendable {
         let mountNamespace: FileDescriptor?
         /// The monitor's watch of the control socket while it is idle (its end is its death).
         let watch = Mutex<UInt64?>(nil)
-        /// The control socket while it waits, the pool's: released to the launch that takes it
-        /// (which hands it on to its `SandboxedProcess`), closed by ``discard()`` otherwise.
-        let control: FileDescriptor?
 
         init(started: xsb_spawn_result, cgroup: SandboxCgroup?, bindSources: [BindSourceIdentity]) {
             mountNamespace = FileDescriptor(adopting: open("/proc/\(started.pid)/ns/mnt", O_RDONLY | O_CLOEXEC))
-            control = FileDescriptor(adopting: started.control_fd)
             self.started = started
+            control = FileDescriptor(adopting: started.control_fd)
             self.cgroup = cgroup
             self.bindSources = bindSources
         }
@@ -92,6 +92,12 @@ final class SandboxPool: Sendable {
             close(started.pidfd)
             mountNamespace?.close()
             cgroup?.remove()
+        }
+
+        /// Gives the control socket's number to the launch that took this sandbox (its owner
+        /// from now on: the C launch, then the launched process).
+        func handOver() -> Int32 {
+            control?.release() ?? -1
         }
     }
 
@@ -114,19 +120,35 @@ final class SandboxPool: Sendable {
     private let state = Mutex(State())
     /// The most pre-built sandboxes kept at once, all shapes together.
     let capacity: Int
+    /// Warm launches between their take and their `READY`: a refill waits for them as for the
+    /// spawner thread's launches, since on a machine with few CPUs a sandbox built beside a warm
+    /// launch takes the CPU the launch's init and payload need.
+    private let warmLaunches = Atomic<Int>(0)
+
+    /// Whether a warm launch a caller waits for is under way.
+    var isLaunching: Bool { warmLaunches.load(ordering: .relaxed) > 0 }
 
     init(capacity: Int = 64) {
         self.capacity = capacity
     }
 
-    /// Takes a ready sandbox of `key`'s shape, if one is kept (the caller then owns it).
+    /// Takes a ready sandbox of `key`'s shape, if one is kept (the caller then owns it, and
+    /// calls ``launchEnded()`` once its launch has its answer).
     func take(_ key: Key) -> Ready? {
         let ready: Ready? = state.withLock { state in
             guard let index = state.shelves.firstIndex(where: { $0.key == key }), !state.shelves[index].ready.isEmpty else { return nil }
             return state.shelves[index].ready.removeFirst()
         }
-        if let ready { stopWatching(ready) }
+        if let ready {
+            warmLaunches.add(1, ordering: .relaxed)
+            stopWatching(ready)
+        }
         return ready
+    }
+
+    /// A taken sandbox's launch has its answer (`READY`, a failure, or the sandbox discarded).
+    func launchEnded() {
+        warmLaunches.subtract(1, ordering: .relaxed)
     }
 
     /// Removes `ready` from its shelf if it is still there (nobody took it). Whoever removes it owns it.
@@ -394,12 +416,13 @@ extension Supervisor {
     }
 
     /// Builds what the pool lacks, one sandbox at a time, in the background, each only while
-    /// no launch a caller waits for is queued on the spawner thread.
+    /// no launch a caller waits for is queued on the spawner thread or under way in a
+    /// pre-built sandbox.
     func refill() {
         guard pool.startRefill() else { return }
         Task.detached(priority: .background) { [self] in
             while let next = pool.nextToBuild() {
-                while spawner.isLaunching { try? await Task.sleep(for: .milliseconds(1)) }
+                while spawner.isLaunching || pool.isLaunching { try? await Task.sleep(for: .milliseconds(1)) }
                 do {
                     try await prebuild(next.key, next.configuration, generation: next.generation)
                 } catch {
@@ -413,11 +436,15 @@ extension Supervisor {
 
     /// A warm launch in the pre-built sandbox `ready` (the caller took it from the pool). Nil
     /// when it cannot be used (it ended while idle, or a bind source changed since it was
-    /// built): it is discarded and the caller launches cold.
+    /// built): it is discarded and the caller launches cold. Its replacement is built once the
+    /// launch has its answer, not beside it.
     func launch(
         _ configuration: SandboxConfiguration, stdio: (Int32, Int32, Int32), executable: String, in ready: SandboxPool.Ready
     ) async throws(SandboxError) -> SandboxedProcess? {
-        refill()
+        defer {
+            pool.launchEnded()
+            refill()
+        }
         var poller = pollfd(fd: ready.started.control_fd, events: 0, revents: 0)
         let ended = poll(&poller, 1, 0) == 1 && poller.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
         guard !ended, ready.bindSources.allSatisfy(\.isCurrent) else {
@@ -429,8 +456,7 @@ extension Supervisor {
         var config = xsb_spawn_config()
         Self.setPerLaunch(&config, configuration, executable: executable, stdio: stdio, in: arena)
         var started = ready.started
-        // The launch owns the control socket from here (LaunchSetupWait, or the abandon).
-        guard let control = ready.control?.release() else { return nil }
+        let control = ready.handOver()
         let sent = withExtendedLifetime(arena) { xsb_prebuilt_launch(control, &config, &started) }
         withExtendedLifetime(configuration.executableCopy) {}
         if sent != 0 { xsb_spawn_abandon(&started, started.failed_step, started.error_number, "handing the launch to the pre-built sandbox") }

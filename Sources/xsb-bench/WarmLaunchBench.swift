@@ -58,6 +58,28 @@ struct WarmLaunchBench {
         return (XsbBench.median(samples), sorted[min(sorted.count - 1, sorted.count * 9 / 10)])
     }
 
+    /// `--warm-only N`: N warm launches interleaved with bubblewrap and nothing else, for
+    /// profiling the warm path (`perf record -p`): prints the medians and the ratio.
+    static func warmOnly(policy: Policy, bwrap: String, iterations: Int) async throws {
+        let configuration = SandboxConfiguration(
+            executable: "/bin/true", environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
+            policy: policy, standardInput: .null, standardOutput: .null, standardError: .null)
+        let bwrapArguments = XsbBench.bwrapArguments(bwrap, "/bin/true")
+        let warm = try WarmLaunchBench(configuration: configuration)
+        _ = try await warm.fill()
+        var warmSamples: [Double] = [], bwrapSamples: [Double] = []
+        for _ in 0..<iterations {
+            let sample = try await warm.sample()
+            warmSamples.append(sample)
+            let start = now()
+            guard XsbBench.spawnAndWait(bwrapArguments) == 0 else { fatalError("bwrap failed") }
+            bwrapSamples.append(now() - start)
+        }
+        await warm.supervisor.drainPool()
+        let (w, b) = (XsbBench.median(warmSamples), XsbBench.median(bwrapSamples))
+        print(String(format: "warm %.3f ms  bwrap %.3f ms  launch_warm_vs_bwrap %.3f", w * 1000, b * 1000, w / b))
+    }
+
     /// Runs each probe check (its arguments, space-separated) in a pre-built sandbox and in a
     /// cold one, and prints `CHECK: warm TERMINATION OUTPUT | cold TERMINATION OUTPUT` for each
     /// whose outcomes differ, or that did not run warm. Returns the exit status: 0 when none did.

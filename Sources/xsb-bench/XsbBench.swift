@@ -80,6 +80,10 @@ struct XsbBench {
         if let probe = option("--pooled-probe") {
             exit(try await WarmLaunchBench.probeWarmAndCold(probe: probe, policy: policy, checks: Array(arguments.drop { $0 != "--" }.dropFirst())))
         }
+        if let count = Int(option("--warm-only") ?? "") {
+            try await WarmLaunchBench.warmOnly(policy: policy, bwrap: "/usr/bin/bwrap", iterations: count)
+            exit(0)
+        }
         if let count = Int(option("--cycles-only") ?? "") {
             let outcome = await faults.cycles(count, timeLimit: Double(option("--cycle-time-limit") ?? ""))
             let data = try JSONSerialization.data(withJSONObject: outcome.json, options: [.prettyPrinted, .sortedKeys])
@@ -383,14 +387,19 @@ struct XsbBench {
         var burst: (median: Double, p90: Double)
     }
 
+    /// bubblewrap's sandbox of `program` in the launch benchmarks: every namespace, /usr read-only.
+    static func bwrapArguments(_ bwrap: String, _ program: String) -> [String] {
+        [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+         "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+         "--proc", "/proc", "--dev", "/dev", program]
+    }
+
     static func launchBench(policy: Policy, cli: String, bwrap: String, iterations: Int) async throws -> ([String: Double], WarmFigures) {
         let truePath = "/bin/true"
         let configuration = SandboxConfiguration(
             executable: truePath, environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
             policy: policy, standardInput: .null, standardOutput: .null, standardError: .null)
-        let bwrapArguments = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-                              "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-                              "--proc", "/proc", "--dev", "/dev", truePath]
+        let bwrapArguments = bwrapArguments(bwrap, truePath)
 
         // Warm up every path once (page cache, policy compilation, lazy initialisation).
         _ = await (try await Supervisor.shared.launch(configuration)).waitForExit()

@@ -141,6 +141,24 @@ struct SandboxPoolTests {
         #expect(await process.waitForExit() == .exited(code: 3))
     }
 
+    @Test("a refill builds nothing while a warm launch waits for its answer, and goes on after it")
+    func refillWaitsForWarmLaunch() async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let shape = try Self.shell("")
+        try await supervisor.prepare(shape, count: 2)
+        let key = try supervisor.shape(of: shape).key
+        let taken = try #require(supervisor.pool.take(key))
+        // As a launch's take does: the pool is short of one, and a refill is asked for.
+        supervisor.refill()
+        try await Task.sleep(for: .milliseconds(300))
+        // (The one it waits to build counts as being built already.)
+        #expect(supervisor.poolStatus.ready == 1, "nothing is built beside the launch: \(supervisor.poolStatus)")
+        supervisor.pool.launchEnded()
+        taken.discard()
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 2 }, "the refill goes on once the launch has its answer")
+    }
+
     @Test("draining the pool leaves no process, fd or cgroup behind")
     func drainLeavesNothing() async throws {
         let supervisor = try Self.supervisor()
@@ -166,7 +184,9 @@ struct SandboxPoolTests {
         let supervisor = try Self.supervisor()
         try await supervisor.prepare(try Self.shell(""), count: 1)
         let ready = try #require(supervisor.pool.take(supervisor.shape(of: try Self.shell("")).key))
-        #expect(xsb_send_msg(ready.started.control_fd, UInt32(XSB_MSG_LAUNCH.rawValue), 0) == 0)
+        // The launch owns the control socket from here (the wait's failure closes it).
+        let control = ready.handOver()
+        #expect(xsb_send_msg(control, UInt32(XSB_MSG_LAUNCH.rawValue), 0) == 0)
         let result = await LaunchSetupWait.wait(for: ready.started, on: supervisor.monitor, timeoutMilliseconds: 5000)
         #expect(result.failed_step == Int32(XSB_STEP_LAUNCH_DESCRIPTION.rawValue))
         let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
