@@ -26,7 +26,7 @@ extension ExtensionConnection: CallTransport {
     /// last of it and its proxies is released.
     ///
     /// Making the proxy sends nothing and does not fail on a closed connection (its calls do):
-    /// it throws ``DistributedCallError/notSent(_:)`` only if this connection's system had a
+    /// it throws `DistributedCallError.notSent` only if this connection's system had a
     /// local actor of another type under the extension's name, which it never names so.
     public func remoteObject<Proxy: DistributedActor>(_ type: Proxy.Type) throws(DistributedCallError) -> Proxy where Proxy.ActorSystem == ExtensionActorSystem {
         let system = ExtensionActorSystem(side: .host)

@@ -115,7 +115,7 @@ actor WarmLaunches {
 
 extension AppExtensionProcess {
     /// Keeps `count` pre-built sandboxes ready for `identity`, so that its next launches are
-    /// warm: a launch (``init(configuration:)``, or ``makeConnection(handlers:)`` after the
+    /// warm: a launch (`AppExtensionProcess(configuration:)`, or ``makeConnection(handlers:)`` after the
     /// process ended) takes a sandbox that is built already (namespaces, ids, cgroups, the file
     /// system with the policy's binds and the bundle's resources) and hands it only the
     /// extension's sealed executable, arguments, environment and channel, and a replacement is
