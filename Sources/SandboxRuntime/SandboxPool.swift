@@ -74,7 +74,11 @@ final class SandboxPool: Sendable {
         /// The monitor's watch of the control socket while it is idle (its end is its death).
         let watch = Mutex<UInt64?>(nil)
 
-        init(started: xsb_spawn_result, cgroup: SandboxCgroup?, bindSources: [BindSourceIdentity]) {
+        /// The shape it was built as: only a launch of exactly that shape may take it.
+        let key: Key
+
+        init(started: xsb_spawn_result, key: Key, cgroup: SandboxCgroup?, bindSources: [BindSourceIdentity]) {
+            self.key = key
             mountNamespace = FileDescriptor(adopting: open("/proc/\(started.pid)/ns/mnt", O_RDONLY | O_CLOEXEC))
             self.started = started
             control = FileDescriptor(adopting: started.control_fd)
@@ -135,9 +139,22 @@ final class SandboxPool: Sendable {
     /// Takes a ready sandbox of `key`'s shape, if one is kept (the caller then owns it, and
     /// calls ``launchEnded()`` once its launch has its answer).
     func take(_ key: Key) -> Ready? {
-        let ready: Ready? = state.withLock { state in
-            guard let index = state.shelves.firstIndex(where: { $0.key == key }), !state.shelves[index].ready.isEmpty else { return nil }
-            return state.shelves[index].ready.removeFirst()
+        // A shelf follows its shape when the world changes under it (a mask's path appeared, a
+        // symbolic link was retargeted): what it built before then is another shape, never handed out.
+        let (ready, outdated) = state.withLock { state -> (Ready?, [Ready]) in
+            guard let index = state.shelves.firstIndex(where: { $0.key == key }) else { return (nil, []) }
+            var outdated: [Ready] = []
+            while !state.shelves[index].ready.isEmpty {
+                let first = state.shelves[index].ready.removeFirst()
+                if first.key == key { return (first, outdated) }
+                outdated.append(first)
+            }
+            return (nil, outdated)
+        }
+        if !outdated.isEmpty {
+            for sandbox in outdated { stopWatching(sandbox) }
+            let body: @Sendable () -> Void = { for sandbox in outdated { sandbox.discard() } }
+            do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { body() }
         }
         if let ready {
             warmLaunches.add(1, ordering: .relaxed)
@@ -176,8 +193,9 @@ final class SandboxPool: Sendable {
     private let watchMonitor = Mutex<EventMonitor?>(nil)
 
     /// Keeps `count` of `configuration`'s shape from now on. Returns how many more to build.
+    /// Those it no longer keeps are returned, unwatched, for the caller to discard.
     func setTarget(_ key: Key, _ configuration: SandboxConfiguration, count: Int) throws(SandboxError) -> [Ready] {
-        try state.withLock { (state: inout State) throws(SandboxError) -> [Ready] in
+        let dropped = try state.withLock { (state: inout State) throws(SandboxError) -> [Ready] in
             let others = state.shelves.filter { $0.key != key }.reduce(0) { $0 + $1.target }
             guard count >= 0, others + count <= capacity else {
                 throw SandboxError(
@@ -195,13 +213,16 @@ final class SandboxPool: Sendable {
             if count == 0 && state.shelves[index].building == 0 { state.shelves.remove(at: index) }
             return dropped
         }
+        for ready in dropped { stopWatching(ready) }
+        return dropped
     }
 
-    /// The next shape short of its target, counted as being built (nil: none).
-    fileprivate func nextToBuild() -> (key: Key, configuration: SandboxConfiguration, generation: Int)? {
+    /// The next shape short of its target (only `key`'s, when given), counted as being built
+    /// (nil: none; without `key`, the refill that asked ends).
+    fileprivate func nextToBuild(only key: Key? = nil) -> (key: Key, configuration: SandboxConfiguration, generation: Int)? {
         state.withLock { state in
-            guard let index = state.shelves.firstIndex(where: { $0.ready.count + $0.building < $0.target }) else {
-                state.refilling = false
+            guard let index = state.shelves.firstIndex(where: { (key == nil || $0.key == key) && $0.ready.count + $0.building < $0.target }) else {
+                if key == nil { state.refilling = false }
                 return nil
             }
             state.shelves[index].building += 1
@@ -314,16 +335,16 @@ extension Supervisor {
         let shape = try self.shape(of: configuration)
         let dropped = try pool.setTarget(shape.key, configuration, count: count)
         for ready in dropped { ready.discard() }
-        while let next = pool.nextToBuild() {
+        while let next = pool.nextToBuild(only: shape.key) {
             do {
                 try await prebuild(next.key, next.configuration, generation: next.generation)
             } catch {
-                for ready in (try? pool.setTarget(next.key, configuration, count: 0)) ?? [] { ready.discard() }
+                for ready in (try? pool.setTarget(next.key, next.configuration, count: 0)) ?? [] { ready.discard() }
                 throw error
             }
         }
-        // What a refill under way builds counts too: wait for it.
-        while pool.awaitsRefill(shape.key) { try? await Task.sleep(for: .milliseconds(1)) }
+        // What a refill under way builds counts too: wait for it (not past the caller's cancellation).
+        while pool.awaitsRefill(shape.key), !Task.isCancelled { try? await Task.sleep(for: .milliseconds(1)) }
     }
 
     /// Ends every pre-built sandbox and keeps none from now on (until the next
@@ -370,7 +391,7 @@ extension Supervisor {
             // Taken before the build: a source replaced while it is built is caught at the take.
             let sources = SandboxPool.BindSourceIdentity.of(shape.plan)
             let (result, cgroup) = try await build(shape, configuration, stdio: (-1, -1, -1), prebuilt: true)
-            ready = SandboxPool.Ready(started: result, cgroup: cgroup, bindSources: sources)
+            ready = SandboxPool.Ready(started: result, key: shape.key, cgroup: cgroup, bindSources: sources)
         } catch {
             _ = pool.built(nil, for: key, as: nil, generation: generation)
             throw error

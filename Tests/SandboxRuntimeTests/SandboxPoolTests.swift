@@ -126,6 +126,33 @@ struct SandboxPoolTests {
         #expect(await Fixtures.eventually { pids.allSatisfy { Fixtures.processState($0) == nil } }, "the stale one is gone")
     }
 
+    @Test("a sandbox pre-built before the shape changed (a masked path appeared) is never handed to the new shape")
+    func builtBeforeTheShapeChanged() async throws {
+        let directory = try TestPaths.makePolicyDirectory("pool-rekey").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let source = directory + "/data"
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let output = OutputPipe()
+        var configuration = try Self.shell("cat /data/secret 2>/dev/null; echo end", stdout: output.writeFD)
+        configuration.policy.filesystem.mounts.append(.bind(source: source, destination: "/data", writable: false, optional: false))
+        configuration.policy.filesystem.masked.append("/data/secret")
+        // Built while the masked file does not exist: nothing to mask in these.
+        try await supervisor.prepare(configuration, count: 2)
+        let before = Self.readyPIDs(supervisor)
+        try "SECRET\n".write(toFile: source + "/secret", atomically: false, encoding: .utf8)
+        // One dies idle: its replacement is built as the new shape (with the mask), and the shelf follows it.
+        let victim = try #require(before.first)
+        kill(victim, SIGKILL)
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 2 && !Self.readyPIDs(supervisor).contains(victim) })
+        let process = try await supervisor.launch(configuration)
+        output.closeWriteEnd()
+        #expect(await output.waitFor("end\n") == "end\n", "the masked file is hidden")
+        #expect(await process.waitForExit() == .exited(code: 0))
+        #expect(!before.contains(process.pid), "no sandbox built as the old shape ran the launch")
+    }
+
     @Test("a pre-built sandbox killed while idle is dropped and replaced")
     func killedWhileIdle() async throws {
         let supervisor = try Self.supervisor()
