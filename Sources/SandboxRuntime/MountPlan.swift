@@ -24,6 +24,12 @@ struct MountPlan: Equatable {
 
     private(set) var operations: [Operation] = []
     private(set) var tmpSize: UInt64 = defaultTmpSize
+    /// Where on the host each mask and each bind nested in another bind is placed: a mount
+    /// sits on that host file, and when the file is unlinked or renamed over (as editors and
+    /// configuration writers do), the kernel detaches the mount in every namespace, so the
+    /// sandbox would see through it. Whoever keeps a sandbox built checks these are still the
+    /// same files before using it.
+    private(set) var nestedMountPoints: [String] = []
 
     init(policy: Policy, extraMounts: [MountEntry], dataMounts: [MountEntry] = [], hostname: String, uid: UInt32, gid: UInt32) throws(SandboxError) {
         for entry in policy.filesystem.mounts + extraMounts {
@@ -55,6 +61,23 @@ struct MountPlan: Equatable {
         for (path, contents) in files where !boundTargets.contains(path) && !boundTargets.contains("/etc") {
             operations.append(.file(target: path, contents: contents))
         }
+        nestedMountPoints = operations.compactMap { operation -> String? in
+            switch operation {
+            case .bind(_, let target, _, _, _), .mask(let target, _): return hostPath(under: target)
+            default: return nil
+            }
+        }
+    }
+
+    /// The host path `target` is at through the deepest other bind that shows it (nil: none).
+    private func hostPath(under target: String) -> String? {
+        var best: (source: String, target: String)?
+        for case .bind(let source, let bindTarget, _, _, _) in operations where target.hasPrefix(bindTarget + "/") || (bindTarget == "/" && target != "/") {
+            if best == nil || bindTarget.count > best!.target.count { best = (source, bindTarget) }
+        }
+        guard let best else { return nil }
+        let suffix = best.target == "/" ? target.dropFirst(0) : target.dropFirst(best.target.count)
+        return best.source + suffix
     }
 
     private mutating func add(_ entry: MountEntry, executable: Bool = true) throws(SandboxError) {

@@ -153,6 +153,31 @@ struct SandboxPoolTests {
         #expect(!before.contains(process.pid), "no sandbox built as the old shape ran the launch")
     }
 
+    @Test("a masked file renamed over on the host (the kernel detaches the mask) makes the launch cold")
+    func maskedFileRenamedOver() async throws {
+        let directory = try TestPaths.makePolicyDirectory("pool-mask").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let source = directory + "/data"
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        try "OLD\n".write(toFile: source + "/secret", atomically: false, encoding: .utf8)
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let output = OutputPipe()
+        var configuration = try Self.shell("cat /data/secret 2>/dev/null; echo end", stdout: output.writeFD)
+        configuration.policy.filesystem.mounts.append(.bind(source: source, destination: "/data", writable: false, optional: false))
+        configuration.policy.filesystem.masked.append("/data/secret")
+        try await supervisor.prepare(configuration, count: 1)
+        let before = Self.readyPIDs(supervisor)
+        // What a configuration writer does: a new file renamed over the old one.
+        try "NEW\n".write(toFile: source + "/secret.tmp", atomically: false, encoding: .utf8)
+        #expect(rename(source + "/secret.tmp", source + "/secret") == 0)
+        let process = try await supervisor.launch(configuration)
+        output.closeWriteEnd()
+        #expect(await output.waitFor("end\n") == "end\n", "the masked file is hidden")
+        #expect(await process.waitForExit() == .exited(code: 0))
+        #expect(!before.contains(process.pid), "the sandbox whose mask the kernel detached was not used")
+    }
+
     @Test("a pre-built sandbox killed while idle is dropped and replaced")
     func killedWhileIdle() async throws {
         let supervisor = try Self.supervisor()
