@@ -250,7 +250,13 @@ final class SandboxPool: Sendable {
             // launches compute the new key, so the shelf follows it.
             if let built, built != key { state.shelves[index].key = built }
             guard let ready, state.generation == generation,
-                  state.shelves[index].ready.count < state.shelves[index].target else { return false }
+                  state.shelves[index].ready.count < state.shelves[index].target else {
+                // A shelf no longer kept goes once nothing is built for it.
+                if state.shelves[index].target == 0 && state.shelves[index].building == 0 && state.shelves[index].ready.isEmpty {
+                    state.shelves.remove(at: index)
+                }
+                return false
+            }
             state.shelves[index].ready.append(ready)
             return true
         }

@@ -74,7 +74,9 @@ public final class Supervisor: Sendable {
         let stdio = try Self.checkedStandardStreams(configuration)
         if !configuration.controllingTerminal && pool.keepsAny {
             if let ready = pool.take(shape.key) {
-                if let process = try await launch(configuration, stdio: stdio, executable: shape.executable, in: ready) { return process }
+                // A pre-built sandbox that fails (stopped or damaged from outside while it waited)
+                // fails only itself: the launch is then built cold, which reports its own errors.
+                if let process = try? await launch(configuration, stdio: stdio, executable: shape.executable, in: ready) { return process }
             } else {
                 refill()  // a kept shape whose sandboxes are all taken (or whose refill failed)
             }

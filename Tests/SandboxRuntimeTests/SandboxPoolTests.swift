@@ -178,6 +178,20 @@ struct SandboxPoolTests {
         #expect(!before.contains(process.pid), "the sandbox whose mask the kernel detached was not used")
     }
 
+    @Test("a pre-built sandbox stopped from outside while idle fails only itself: the launch is built cold")
+    func stoppedWhileIdle() async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let shape = try Self.shell("exit 3")
+        try await supervisor.prepare(shape, count: 1)
+        let victim = try #require(Self.readyPIDs(supervisor).first)
+        #expect(kill(victim, SIGSTOP) == 0)
+        let process = try await supervisor.launch(shape)
+        #expect(process.pid != victim)
+        #expect(await process.waitForExit() == .exited(code: 3))
+        #expect(await Fixtures.eventually { Fixtures.processState(victim) == nil }, "the stopped one is gone")
+    }
+
     @Test("a pre-built sandbox killed while idle is dropped and replaced")
     func killedWhileIdle() async throws {
         let supervisor = try Self.supervisor()
