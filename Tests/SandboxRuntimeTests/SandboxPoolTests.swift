@@ -21,6 +21,23 @@ struct SandboxPoolTests {
             policy: policy, standardOutput: stdout.map { .fileDescriptor($0) } ?? .null)
     }
 
+    /// A fresh directory with an empty `data` in it (the caller removes `directory`).
+    static func dataDirectory(_ name: String) throws -> (directory: String, source: String) {
+        let directory = try TestPaths.makePolicyDirectory(name).path
+        let source = directory + "/data"
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        return (directory, source)
+    }
+
+    /// Prints /data/secret (if it shows) and "end", under a policy that binds `source` at /data
+    /// and masks /data/secret.
+    static func maskedSecret(_ source: String, stdout: Int32) throws -> SandboxConfiguration {
+        var configuration = try shell("cat /data/secret 2>/dev/null; echo end", stdout: stdout)
+        configuration.policy.filesystem.mounts.append(.bind(source: source, destination: "/data", writable: false, optional: false))
+        configuration.policy.filesystem.masked.append("/data/secret")
+        return configuration
+    }
+
     static func readyPIDs(_ supervisor: Supervisor) -> Set<pid_t> { Set(supervisor.pool.all.ready.map(\.started.pid)) }
 
     @Test("a warm launch runs the program with the arguments, environment, working directory and stdio it was given")
@@ -128,16 +145,12 @@ struct SandboxPoolTests {
 
     @Test("a sandbox pre-built before the shape changed (a masked path appeared) is never handed to the new shape")
     func builtBeforeTheShapeChanged() async throws {
-        let directory = try TestPaths.makePolicyDirectory("pool-rekey").path
+        let (directory, source) = try Self.dataDirectory("pool-rekey")
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let source = directory + "/data"
-        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
         let supervisor = try Self.supervisor()
         defer { Task { await supervisor.drainPool() } }
         let output = OutputPipe()
-        var configuration = try Self.shell("cat /data/secret 2>/dev/null; echo end", stdout: output.writeFD)
-        configuration.policy.filesystem.mounts.append(.bind(source: source, destination: "/data", writable: false, optional: false))
-        configuration.policy.filesystem.masked.append("/data/secret")
+        let configuration = try Self.maskedSecret(source, stdout: output.writeFD)
         // Built while the masked file does not exist: nothing to mask in these.
         try await supervisor.prepare(configuration, count: 2)
         let before = Self.readyPIDs(supervisor)
@@ -155,17 +168,13 @@ struct SandboxPoolTests {
 
     @Test("a masked file renamed over on the host (the kernel detaches the mask) makes the launch cold")
     func maskedFileRenamedOver() async throws {
-        let directory = try TestPaths.makePolicyDirectory("pool-mask").path
+        let (directory, source) = try Self.dataDirectory("pool-mask")
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let source = directory + "/data"
-        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
         try "OLD\n".write(toFile: source + "/secret", atomically: false, encoding: .utf8)
         let supervisor = try Self.supervisor()
         defer { Task { await supervisor.drainPool() } }
         let output = OutputPipe()
-        var configuration = try Self.shell("cat /data/secret 2>/dev/null; echo end", stdout: output.writeFD)
-        configuration.policy.filesystem.mounts.append(.bind(source: source, destination: "/data", writable: false, optional: false))
-        configuration.policy.filesystem.masked.append("/data/secret")
+        let configuration = try Self.maskedSecret(source, stdout: output.writeFD)
         try await supervisor.prepare(configuration, count: 1)
         let before = Self.readyPIDs(supervisor)
         // What a configuration writer does: a new file renamed over the old one.
