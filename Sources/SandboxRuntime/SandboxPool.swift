@@ -220,7 +220,7 @@ final class SandboxPool: Sendable {
 
     /// The next shape short of its target (only `key`'s, when given), counted as being built
     /// (nil: none; without `key`, the refill that asked ends).
-    fileprivate func nextToBuild(only key: Key? = nil) -> (key: Key, configuration: SandboxConfiguration, generation: Int)? {
+    func nextToBuild(only key: Key? = nil) -> (key: Key, configuration: SandboxConfiguration, generation: Int)? {
         state.withLock { state in
             guard let index = state.shelves.firstIndex(where: { (key == nil || $0.key == key) && $0.ready.count + $0.building < $0.target }) else {
                 if key == nil { state.refilling = false }
@@ -232,7 +232,7 @@ final class SandboxPool: Sendable {
     }
 
     /// Whether a refill should start (none runs yet); marks one as running.
-    fileprivate func startRefill() -> Bool {
+    func startRefill() -> Bool {
         state.withLock { state in
             guard !state.refilling else { return false }
             state.refilling = true
@@ -242,7 +242,7 @@ final class SandboxPool: Sendable {
 
     /// A build for `key` ended: shelves `ready` (built as `built`) if its shelf still wants it.
     /// Returns false when it must be discarded instead.
-    fileprivate func built(_ ready: Ready?, for key: Key, as built: Key?, generation: Int) -> Bool {
+    func built(_ ready: Ready?, for key: Key, as built: Key?, generation: Int) -> Bool {
         state.withLock { state in
             guard let index = state.shelves.firstIndex(where: { $0.key == key }) else { return false }
             state.shelves[index].building -= 1
@@ -263,7 +263,7 @@ final class SandboxPool: Sendable {
     }
 
     /// Stops refilling and takes every idle sandbox out (the caller discards them).
-    fileprivate func emptyAll() -> [Ready] {
+    func emptyAll() -> [Ready] {
         let taken = state.withLock { state -> [Ready] in
             state.generation += 1
             let all = state.shelves.flatMap(\.ready)
@@ -293,11 +293,11 @@ final class SandboxPool: Sendable {
     var keepsAny: Bool { state.withLock { !$0.shelves.isEmpty } }
 
     /// A refill that failed: the next launch of a kept shape starts another.
-    fileprivate func stopRefilling() {
+    func stopRefilling() {
         state.withLock { $0.refilling = false }
     }
 
-    fileprivate func setMonitor(_ monitor: EventMonitor) {
+    func setMonitor(_ monitor: EventMonitor) {
         watchMonitor.withLock { $0 = monitor }
     }
 }
@@ -312,196 +312,4 @@ public struct SandboxPoolStatus: Sendable, Equatable {
     /// memory included) when it has one, else the proportional set size of its init (user
     /// memory only: the kernel's part of its namespaces and mounts is not counted).
     public var idleMemoryBytes: Int
-}
-
-extension Supervisor {
-    /// Keeps `count` pre-built sandboxes of `configuration`'s shape ready, so that launches of
-    /// that shape are warm: they skip the clone, the namespaces, the id maps and the file system,
-    /// and only hand the waiting sandbox their program, arguments, environment, working
-    /// directory and fds. Returns once they are built (the first failure is thrown; nothing
-    /// is kept for the shape then).
-    ///
-    /// The shape is everything in a configuration but what is per launch (``SandboxConfiguration/arguments``,
-    /// ``SandboxConfiguration/environment``, ``SandboxConfiguration/workingDirectory``, the standard
-    /// streams, ``SandboxConfiguration/extraFileDescriptors``, ``SandboxConfiguration/executableCopy``):
-    /// the policy and its filter, the mounts (a program exec'd by path is bound in, so its path is
-    /// part of the shape), the hostname, audit mode and ids. A launch with a controlling terminal
-    /// is never warm.
-    ///
-    /// Each sandbox runs one program, ever; a launch that takes one starts building its
-    /// replacement in the background, behind every launch a caller waits for. A sandbox whose
-    /// bind sources changed since it was built (another file at a source's path) is discarded
-    /// and the launch is cold. `count` 0 stops keeping the shape. The supervisor keeps at most
-    /// 64 in all; each idle one holds memory (``poolStatus``), so a host sizes the pool for the
-    /// launches it expects, not for every extension it has.
-    public func prepare(_ configuration: SandboxConfiguration, count: Int) async throws(SandboxError) {
-        guard !configuration.controllingTerminal else {
-            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "a launch with a controlling terminal is never pre-built")
-        }
-        pool.setMonitor(monitor)
-        let shape = try self.shape(of: configuration)
-        let dropped = try pool.setTarget(shape.key, configuration, count: count)
-        for ready in dropped { ready.discard() }
-        while let next = pool.nextToBuild(only: shape.key) {
-            do {
-                try await prebuild(next.key, next.configuration, generation: next.generation)
-            } catch {
-                for ready in (try? pool.setTarget(next.key, next.configuration, count: 0)) ?? [] { ready.discard() }
-                throw error
-            }
-        }
-        // What a refill under way builds counts too: wait for it (not past the caller's cancellation).
-        while pool.awaitsRefill(shape.key), !Task.isCancelled { try? await Task.sleep(for: .milliseconds(1)) }
-    }
-
-    /// Ends every pre-built sandbox and keeps none from now on (until the next
-    /// ``prepare(_:count:)``). Returns once their processes, fds and cgroups are gone.
-    public func drainPool() async {
-        let taken = pool.emptyAll()
-        guard !taken.isEmpty else { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let body: @Sendable () -> Void = {
-                for ready in taken { ready.discard() }
-                continuation.resume()
-            }
-            do { try SupervisorThread.start(name: "xsb-pool-drain", stackSize: 256 << 10, body) } catch { body() }
-        }
-    }
-
-    /// How many pre-built sandboxes are ready or being built, and the memory the ready ones hold.
-    public var poolStatus: SandboxPoolStatus {
-        let (ready, building) = pool.all
-        let bytes = ready.reduce(0) { $0 + Self.idleMemory(of: $1) }
-        return SandboxPoolStatus(ready: ready.count, building: building, idleMemoryBytes: bytes)
-    }
-
-    private static func idleMemory(of ready: SandboxPool.Ready) -> Int {
-        for directory in ready.cgroup?.directories ?? [] {
-            for file in ["memory.current", "memory.usage_in_bytes"] {
-                if let text = SystemFiles.text(directory + "/" + file), let bytes = Int(text.filter(\.isNumber)) { return bytes }
-            }
-        }
-        guard let text = SystemFiles.text("/proc/\(ready.started.pid)/smaps_rollup") else { return 0 }
-        for line in text.split(separator: "\n") where line.hasPrefix("Pss:") {
-            return (Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0) * 1024
-        }
-        return 0
-    }
-
-    /// Builds one sandbox of `key`'s shape and shelves it (or discards it, when the pool no
-    /// longer wants it).
-    private func prebuild(_ key: SandboxPool.Key, _ configuration: SandboxConfiguration, generation: Int) async throws(SandboxError) {
-        let shape: Shape
-        let ready: SandboxPool.Ready
-        do {
-            shape = try self.shape(of: configuration)
-            // Taken before the build: a source replaced while it is built is caught at the take.
-            let sources = SandboxPool.BindSourceIdentity.of(shape.plan)
-            let (result, cgroup) = try await build(shape, configuration, stdio: (-1, -1, -1), prebuilt: true)
-            ready = SandboxPool.Ready(started: result, key: shape.key, cgroup: cgroup, bindSources: sources)
-        } catch {
-            _ = pool.built(nil, for: key, as: nil, generation: generation)
-            throw error
-        }
-        // Its death while idle (killed from outside) is the control socket's end: dropped, refilled.
-        do throws(SandboxError) {
-            guard let control = ready.control else {
-                throw SandboxError(step: .handshake, errorNumber: EBADF, detail: "the pre-built sandbox returned no control socket")
-            }
-            try ready.watch.withLock { (token: inout UInt64?) throws(SandboxError) in
-                do throws(EventMonitor.Failure) {
-                    token = try monitor.add(fd: control) { [self] _ in idleSandboxEnded(ready) }
-                } catch {
-                    throw SandboxError(error)
-                }
-            }
-        } catch {
-            _ = pool.built(nil, for: key, as: nil, generation: generation)
-            ready.discard()
-            throw error
-        }
-        if !pool.built(ready, for: key, as: shape.key, generation: generation) {
-            let token = ready.watch.withLock { $0 }
-            if let token, let control = ready.control { monitor.remove(fd: control, token: token) }
-            ready.discard()
-        }
-    }
-
-    /// On the monitor thread: an idle sandbox's control socket became readable, which only its
-    /// end (or a report of a failure) makes it: drop it and build another.
-    private func idleSandboxEnded(_ ready: SandboxPool.Ready) {
-        guard pool.claim(ready) else { return }  // taken meanwhile: the taker stops the watch
-        let token = ready.watch.withLock { token in
-            defer { token = nil }
-            return token
-        }
-        if let token, let control = ready.control { monitor.remove(fd: control, token: token) }
-        let body: @Sendable () -> Void = { [self] in
-            ready.discard()
-            refill()
-        }
-        do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { Task.detached(operation: body) }
-    }
-
-    /// Builds what the pool lacks, one sandbox at a time, in the background, each only while
-    /// no launch a caller waits for is queued on the spawner thread or under way in a
-    /// pre-built sandbox.
-    func refill() {
-        guard pool.startRefill() else { return }
-        Task.detached(priority: .background) { [self] in
-            while let next = pool.nextToBuild() {
-                while spawner.isLaunching || pool.isLaunching { try? await Task.sleep(for: .milliseconds(1)) }
-                do {
-                    try await prebuild(next.key, next.configuration, generation: next.generation)
-                } catch {
-                    // Tried again at the next take, not in a loop here.
-                    pool.stopRefilling()
-                    return
-                }
-            }
-        }
-    }
-
-    /// A warm launch in the pre-built sandbox `ready` (the caller took it from the pool). Nil
-    /// when it cannot be used (it ended while idle, or a bind source changed since it was
-    /// built): it is discarded and the caller launches cold. Its replacement is built once the
-    /// launch has its answer, not beside it.
-    func launch(
-        _ configuration: SandboxConfiguration, stdio: (Int32, Int32, Int32), executable: String, in ready: SandboxPool.Ready
-    ) async throws(SandboxError) -> SandboxedProcess? {
-        defer {
-            pool.launchEnded()
-            refill()
-        }
-        var poller = pollfd(fd: ready.started.control_fd, events: 0, revents: 0)
-        let ended = poll(&poller, 1, 0) == 1 && poller.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
-        guard !ended, ready.bindSources.allSatisfy(\.isCurrent) else {
-            let body: @Sendable () -> Void = { ready.discard() }
-            do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { body() }
-            return nil
-        }
-        let arena = CArena()
-        var config = xsb_spawn_config()
-        Self.setPerLaunch(&config, configuration, executable: executable, stdio: stdio, in: arena)
-        var started = ready.started
-        let control = ready.handOver()
-        let sent = withExtendedLifetime(arena) { xsb_prebuilt_launch(control, &config, &started) }
-        withExtendedLifetime(configuration.executableCopy) {}
-        if sent != 0 { xsb_spawn_abandon(&started, started.failed_step, started.error_number, "handing the launch to the pre-built sandbox") }
-        let result = sent == 0
-            ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
-            : started
-        let process: SandboxedProcess
-        do {
-            process = try running(try Self.succeeded(result, cgroup: ready.cgroup), cgroup: ready.cgroup, limits: configuration.policy.limits)
-        } catch {
-            ready.mountNamespace?.close()
-            throw error
-        }
-        // Its mount namespace goes once the end is reported, off the launch's and the exit's way.
-        if let namespace = ready.mountNamespace {
-            process.whenEnded { _ in Task.detached(priority: .background) { namespace.close() } }
-        }
-        return process
-    }
 }
