@@ -52,8 +52,11 @@ extension ExtensionConnection {
                     guard let failure, let waiting = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return nil }
                     return (waiting, failure)
                 }
-                // Otherwise the monitor thread reads the reply and resumes this task.
-                if let (waiting, failure) = failed { waiting.resume(returning: .failure(failure)) }
+                if let (waiting, failure) = failed {
+                    waiting.resume(returning: .failure(failure))
+                } else {
+                    waitForReadableBriefly { $0.pending.count == 1 && $0.pending[id] != nil }
+                }
             }
         } onCancel: {
             let (continuation, waiters): (Reply?, [RoomWaiter]) = output.withLock { output in

@@ -35,8 +35,8 @@ public final class ExtensionConnection: Sendable {
     typealias RoomWaiter = CheckedContinuation<Result<Void, ExtensionError>, Never>
 
     /// Everything but sending. The socket is read under this lock (its ``FrameReceiver`` lives
-    /// here): by the monitor thread, by the task waiting briefly for the handshake's answer
-    /// (``waitBriefly(for:)``), and by a thread resuming reading after a pause.
+    /// here): by the monitor thread, and by a caller waiting briefly for its reply
+    /// (``waitForReadableBriefly(_:)``).
     struct State {
         /// The socket's receiving direction.
         let receiver: FrameReceiver
@@ -49,6 +49,8 @@ public final class ExtensionConnection: Sendable {
         /// The task waiting for the extension's HELLO (it returns the peer's maximum frame size).
         var handshake: Handshake?
         var closedBecause: ExtensionError?
+        /// Caller-thread waits to skip (see ``waitForReadableBriefly(_:)``).
+        var waitsToSkip = 0
         /// ``invalidate()`` has begun: however the socket closes from now on (the extension
         /// closing it on our GOODBYE included), the reason is ``ExtensionError/invalidated``.
         var invalidating = false
@@ -99,7 +101,7 @@ public final class ExtensionConnection: Sendable {
     /// Wraps the host end of a new connection and writes the host's HELLO into it at once, so
     /// that the extension finds it waiting when it gets its end (``handshake(timeout:)`` then
     /// waits for the answer). Later, requests are written by their callers, and replies read
-    /// on `monitor`, which resumes their callers.
+    /// on `monitor` (or by a caller waiting briefly for its own).
     init(descriptor: FileDescriptor, monitor: EventMonitor, name: String, sendQueueLimit: SendQueueLimit = SendQueueLimit(),
          handlers: Handlers = Handlers(), programLiveness: @escaping @Sendable () -> ProgramLiveness = { .unknown },
          onClose: @escaping @Sendable () -> Void) {
