@@ -24,13 +24,14 @@ struct MaskedPathTests {
         #expect((try? text.write(toFile: path, atomically: false, encoding: .utf8)) != nil, "writing \(path)")
     }
 
-    /// Runs `before`, prints "ready", waits for a line on stdin, then runs `after`, under a policy
-    /// that binds `data` read-only at /data and masks /data/dir/secret; the host does `change`
-    /// in between. Returns what the sandbox printed after "ready".
-    static func run(_ data: String, after: String, change: () -> Void) async throws -> String {
+    /// Waits for a line on stdin, then runs `after`, under a policy that binds `data` at /data
+    /// (read-only unless `writable`) and masks /data/dir/secret; the host does `change` once the
+    /// sandbox is built. Returns what the sandbox printed.
+    static func run(_ data: String, writable: Bool = false, extraMounts: [MountEntry] = [], after: String, change: () -> Void = {}) async throws -> String {
         let input = OutputPipe(), output = OutputPipe()
         var configuration = try SandboxPoolTests.shell("read go; \(after); echo end", stdout: output.writeFD)
-        configuration.policy.filesystem.mounts.append(.bind(source: data, destination: "/data", writable: false, optional: false))
+        configuration.policy.filesystem.mounts.append(.bind(source: data, destination: "/data", writable: writable, optional: false))
+        configuration.policy.filesystem.mounts += extraMounts
         configuration.policy.filesystem.masked.append("/data/dir/secret")
         configuration.standardInput = .fileDescriptor(input.readFD)
         let supervisor = try Supervisor()
@@ -76,6 +77,20 @@ struct MaskedPathTests {
         #expect(text == "hidden\nend\n", "the sandbox saw the host's new file")
     }
 
+    @Test("a bind the sandbox's own host ids cannot reach (the supervisor's detached tree) is bound back the same way")
+    func detachedTree() async throws {
+        let (directory, data) = try Self.tree("mask-tree")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // A root caller's sandbox is nobody on the host: it cannot search a 0700 directory of
+        // root's, so the supervisor hands the bind over as a detached mount.
+        #expect(chmod(directory, 0o700) == 0)
+        let text = try await Self.run(data, after: "cat /data/top; cat /data/dir/secret 2>/dev/null || echo hidden") {
+            Self.put("NEW\n", data + "/dir/secret.tmp")
+            #expect(rename(data + "/dir/secret.tmp", data + "/dir/secret") == 0)
+        }
+        #expect(text == "TOP\nhidden\nend\n")
+    }
+
     @Test("siblings of a masked file stay readable and read-only, and show only what was there at the launch")
     func siblings() async throws {
         let (directory, data) = try Self.tree("mask-siblings")
@@ -93,6 +108,39 @@ struct MaskedPathTests {
             Self.put("ADDED\n", data + "/dir/added")
         }
         #expect(text == "SIB\nTOP\nsibling\nSIB\nno-added\nsibling-read-only\ndir-read-only\ntop-read-only\nend\n")
+    }
+
+    @Test("under a writable bind, the bound-back entries stay writable; the directories on the way to a mask are the sandbox's, read-only")
+    func writableBind() async throws {
+        let (directory, data) = try Self.tree("mask-writable")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // The sandbox (nobody, for a root caller) may write what the host lets it.
+        for path in [data + "/dir/sibling", data + "/top"] { #expect(chmod(path, 0o666) == 0) }
+        let script = """
+            echo changed > /data/dir/sibling && echo sibling-written
+            touch /data/dir/new 2>/dev/null || echo dir-read-only
+            cat /data/dir/secret 2>/dev/null || echo hidden
+            """
+        let text = try await Self.run(data, writable: true, after: script)
+        #expect(text == "sibling-written\ndir-read-only\nhidden\nend\n")
+        #expect((try? String(contentsOfFile: data + "/dir/sibling", encoding: .utf8)) == "changed\n", "the write reached the host file")
+    }
+
+    @Test("a bind nested below a masked bind stays when the host replaces the directory it covers")
+    func nestedBind() async throws {
+        let (directory, data) = try Self.tree("mask-nested")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let other = directory + "/other"
+        try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: data + "/dir/nested", withIntermediateDirectories: false)
+        try "OTHER\n".write(toFile: other + "/file", atomically: false, encoding: .utf8)
+        let nested = MountEntry.bind(source: other, destination: "/data/dir/nested", writable: false, optional: false)
+        let text = try await Self.run(data, extraMounts: [nested], after: "cat /data/dir/nested/file") {
+            #expect(mkdir(data + "/dir/nested.new", 0o755) == 0)
+            Self.put("HOST\n", data + "/dir/nested.new/file")
+            #expect(rename(data + "/dir/nested.new", data + "/dir/nested") == 0)
+        }
+        #expect(text == "OTHER\nend\n")
     }
 
     @Test("MountPlan: a pre-built sandbox rechecks the host files under nested binds, except below a bind with a mask")
