@@ -89,23 +89,19 @@ static int open_parent(int root, const char *target, char *leaf, size_t leaf_siz
     }
 }
 
-/// Creates (if needed) and opens the exact mount point `target` below `root`.
-static int open_mount_point(int root, const char *target, int directory) {
-    char leaf[256];
-    int parent = open_parent(root, target, leaf, sizeof leaf);
-    if (parent < 0) return -1;
+/// Creates (if needed) and opens the mount point `leaf` in the directory `parent`.
+static int open_point_in(int parent, const char *leaf, int directory) {
     if (directory) {
-        if (mkdirat(parent, leaf, 0755) != 0 && errno != EEXIST) return close_keeping_errno(parent);
+        if (mkdirat(parent, leaf, 0755) != 0 && errno != EEXIST) return -1;
     } else if (faccessat(parent, leaf, F_OK, AT_SYMLINK_NOFOLLOW) != 0) {
         // Create only what is missing: opening an existing file for writing could fail for
         // reasons that do not matter here (ETXTBSY for a program someone runs, EROFS).
-        if (errno != ENOENT) return close_keeping_errno(parent);
+        if (errno != ENOENT) return -1;
         int fd = openat(parent, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0) return close_keeping_errno(parent);
+        if (fd < 0) return -1;
         close(fd);
     }
     int point = openat(parent, leaf, O_PATH | O_NOFOLLOW | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-    close_keeping_errno(parent);
     if (point < 0) return -1;
     struct stat st;
     // O_PATH|O_NOFOLLOW opens a symlink itself: never mount onto one.
@@ -117,20 +113,35 @@ static int open_mount_point(int root, const char *target, int directory) {
     return point;
 }
 
+/// Creates (if needed) and opens the exact mount point `target` below `root`.
+static int open_mount_point(int root, const char *target, int directory) {
+    char leaf[256];
+    int parent = open_parent(root, target, leaf, sizeof leaf);
+    if (parent < 0) return -1;
+    int point = open_point_in(parent, leaf, directory);
+    close_keeping_errno(parent);
+    return point;
+}
+
 static int attach(int mount_fd, int point) {
     return (int)syscall(SYS_move_mount, mount_fd, "", point, "", XSB_MOVE_MOUNT_F_EMPTY_PATH | XSB_MOVE_MOUNT_T_EMPTY_PATH);
+}
+
+/// Gives the detached mount `tree` (and every mount below it) a bind's attributes.
+static int set_bind_attributes(int tree, int flags) {
+    uint64_t attrs = XSB_MOUNT_ATTR_NOSUID;
+    if (flags & (XSB_MOUNT_F_DEVICE | XSB_MOUNT_F_NOEXEC)) attrs |= XSB_MOUNT_ATTR_NOEXEC;
+    if (!(flags & XSB_MOUNT_F_DEVICE)) attrs |= XSB_MOUNT_ATTR_NODEV;
+    if (!(flags & (XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DEVICE))) attrs |= XSB_MOUNT_ATTR_RDONLY;
+    struct xsb_mount_attr attr = {.attr_set = attrs};
+    return (int)syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | XSB_AT_RECURSIVE, &attr, sizeof attr);
 }
 
 /// Gives the detached mount `tree` a bind's attributes and attaches it at `target` below
 /// `root`; closes `tree`. On failure `*at_target` tells whether the mount point was the problem.
 static int attach_bind(int root, int tree, const char *target, int flags, int *at_target) {
     *at_target = 0;
-    uint64_t attrs = XSB_MOUNT_ATTR_NOSUID;
-    if (flags & (XSB_MOUNT_F_DEVICE | XSB_MOUNT_F_NOEXEC)) attrs |= XSB_MOUNT_ATTR_NOEXEC;
-    if (!(flags & XSB_MOUNT_F_DEVICE)) attrs |= XSB_MOUNT_ATTR_NODEV;
-    if (!(flags & (XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DEVICE))) attrs |= XSB_MOUNT_ATTR_RDONLY;
-    struct xsb_mount_attr attr = {.attr_set = attrs};
-    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | XSB_AT_RECURSIVE, &attr, sizeof attr) != 0) return close_keeping_errno(tree);
+    if (set_bind_attributes(tree, flags) != 0) return close_keeping_errno(tree);
     int point = open_mount_point(root, target, (flags & XSB_MOUNT_F_DIRECTORY) != 0);
     *at_target = 1;
     if (point < 0) return close_keeping_errno(tree);
@@ -437,10 +448,10 @@ static int planned_at(const struct xsb_spawn_config *cfg, const char *path) {
     return below;
 }
 
-/// Binds back the host entry `name` of `host_dir` at `s->path`: a file or directory as a bind
-/// of its own, a symlink recreated; sockets, device nodes and FIFOs are left out (the bind's
-/// nodev leaves device nodes unusable anyway).
-static int bind_back_entry(struct split *s, int host_dir, const char *name, unsigned char type) {
+/// Binds back the host entry `name` of `host_dir` into `dir` (the root's directory at the
+/// entry's parent): a file or directory as a bind of its own, a symlink recreated; sockets,
+/// device nodes and FIFOs are left out (the bind's nodev leaves device nodes unusable anyway).
+static int bind_back_entry(struct split *s, int host_dir, int dir, const char *name, unsigned char type) {
     if (type == DT_UNKNOWN) {
         struct stat st;
         if (fstatat(host_dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
@@ -454,7 +465,7 @@ static int bind_back_entry(struct split *s, int host_dir, const char *name, unsi
             return -1;
         }
         s->link[n] = '\0';
-        return symlink_at(s->root, s->link, s->path);
+        return symlinkat(s->link, dir, name);
     }
     if (type != DT_DIR && type != DT_REG) return 0;
     int tree = (int)syscall(SYS_open_tree, host_dir, name, XSB_OPEN_TREE_CLONE | O_CLOEXEC | AT_SYMLINK_NOFOLLOW | XSB_AT_RECURSIVE);
@@ -467,8 +478,12 @@ static int bind_back_entry(struct split *s, int host_dir, const char *name, unsi
         return 0;
     }
     int flags = (s->flags & ~XSB_MOUNT_F_DIRECTORY) | (S_ISDIR(st.st_mode) ? XSB_MOUNT_F_DIRECTORY : 0);
-    int at_target;
-    return attach_bind(s->root, tree, s->path, flags, &at_target);
+    // The mount point is made in `dir` itself: no walk from the root for each entry.
+    int point = set_bind_attributes(tree, flags) == 0 ? open_point_in(dir, name, S_ISDIR(st.st_mode)) : -1;
+    int rc = point < 0 ? -1 : attach(tree, point);
+    if (point >= 0) close_keeping_errno(point);
+    close_keeping_errno(tree);
+    return rc;
 }
 
 /// Makes `s->path` a directory of the root with the entries of `host_dir` bound back, except
@@ -516,7 +531,7 @@ static int bind_back_directory(struct split *s, int host_dir) {
                 rc = sub < 0 ? -1 : bind_back_directory(s, sub);
                 if (sub >= 0) close_keeping_errno(sub);
             } else if (planned == 0) {
-                rc = bind_back_entry(s, host_dir, name, d->d_type);
+                rc = bind_back_entry(s, host_dir, dir, name, d->d_type);
             }
             if (rc != 0) return close_keeping_errno(dir);
             s->path[length] = '\0';
