@@ -495,19 +495,13 @@ static int bind_back_directory(struct split *s, int host_dir) {
     int dir = openat(point, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     close_keeping_errno(point);
     if (dir < 0) return -1;
-    struct linux_dirent64 {
-        uint64_t d_ino;
-        int64_t d_off;
-        unsigned short d_reclen;
-        unsigned char d_type;
-        char d_name[];
-    };
-    char entries[2048];
+    char entries[2048] __attribute__((aligned(8)));
     size_t count = 0, length = s->length;
     long n;
     while ((n = syscall(SYS_getdents64, host_dir, entries, sizeof entries)) > 0) {
         for (long at = 0; at < n;) {
-            struct linux_dirent64 *d = (struct linux_dirent64 *)(entries + at);
+            // glibc's dirent64 has the kernel's linux_dirent64 layout.
+            const struct dirent64 *d = (const struct dirent64 *)(entries + at);
             at += d->d_reclen;
             const char *name = d->d_name;
             if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
