@@ -437,6 +437,14 @@ static int has_mask_below(const struct xsb_spawn_config *cfg, const struct xsb_m
     return 0;
 }
 
+/// Whether a later bind of the same target covers the bind `op` whole (a later bind of a path
+/// wins): bound back entry by entry, `op` would only lie under it, and in its way.
+static int bound_again_later(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op) {
+    for (const struct xsb_mount_op *later = op + 1; later < cfg->mounts + cfg->mount_count; later++)
+        if (later->kind == XSB_MOUNT_BIND && same_path(later->target, op->target)) return 1;
+    return 0;
+}
+
 /// 1: another operation makes `path` (it is left out); 2: one makes something below it (it
 /// becomes a directory of the root, bound back entry by entry); 0: neither (it is bound back).
 static int planned_at(const struct xsb_spawn_config *cfg, const char *path) {
@@ -576,6 +584,10 @@ static int split_bind(int root, const struct xsb_spawn_config *cfg, const struct
 static int apply_op(int root, const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, int control_fd) {
     switch (op->kind) {
     case XSB_MOUNT_BIND: {
+        if (has_mask_below(cfg, op) && bound_again_later(cfg, op)) {
+            if (op->flags & XSB_MOUNT_F_TREE) close(cfg->mount_trees[op->tree]);
+            return 0;
+        }
         if (has_mask_below(cfg, op)) {
             char failed[PATH_SIZE], detail[240];
             if (split_bind(root, cfg, op, failed, sizeof failed) == 0) return 0;

@@ -16,7 +16,8 @@ struct MountPlan: Equatable {
         case tmpfs(target: String, sizeBytes: UInt64)
         case symlink(target: String, linkText: String)
         case file(target: String, contents: String)
-        /// Hide what a bind exposes at `target`.
+        /// Hide what a bind exposes at `target`. The shim binds that bind back entry by entry,
+        /// so that no mount on the way to the mask sits on a host file (mounts.c).
         case mask(target: String, directory: Bool)
     }
 

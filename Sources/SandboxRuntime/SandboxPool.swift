@@ -49,8 +49,9 @@ final class SandboxPool: Sendable {
         /// Whether the same file is at the path still.
         var isCurrent: Bool { self == BindSourceIdentity(path) }
 
-        /// The identities of `plan`'s bind sources, and of the host files its masks and nested
-        /// binds sit on (replaced, the kernel detaches those mounts in the idle sandbox too).
+        /// The identities of `plan`'s bind sources, and of the host files its nested binds sit on
+        /// (replaced, the kernel detaches those mounts in the idle sandbox too; masks sit on the
+        /// sandbox's own files: ``MountPlan/nestedMountPoints``).
         static func of(_ plan: MountPlan) -> [BindSourceIdentity] {
             plan.operations.compactMap { operation -> BindSourceIdentity? in
                 if case .bind(let source, _, _, _, _) = operation { return BindSourceIdentity(source) }

@@ -143,6 +143,18 @@ struct MaskedPathTests {
         #expect(text == "OTHER\nend\n")
     }
 
+    @Test("a path bound twice with a mask below: the later bind wins, bound back entry by entry")
+    func boundTwice() async throws {
+        let (directory, data) = try Self.tree("mask-twice")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let again = MountEntry.bind(source: data, destination: "/data", writable: false, optional: false)
+        let text = try await Self.run(data, extraMounts: [again], after: "cat /data/top; cat /data/dir/secret 2>/dev/null || echo hidden") {
+            Self.put("NEW\n", data + "/dir/secret.tmp")
+            #expect(rename(data + "/dir/secret.tmp", data + "/dir/secret") == 0)
+        }
+        #expect(text == "TOP\nhidden\nend\n")
+    }
+
     @Test("MountPlan: a pre-built sandbox rechecks the host files under nested binds, except below a bind with a mask")
     func nestedMountPoints() throws {
         let (directory, data) = try Self.tree("mask-plan")
