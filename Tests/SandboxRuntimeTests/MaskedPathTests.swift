@@ -46,16 +46,22 @@ struct MaskedPathTests {
         return text
     }
 
+    /// What a configuration writer does: a new file renamed over the old one.
+    static func renameNewFileOverSecret(_ data: String) {
+        put("NEW\n", data + "/dir/secret.tmp")
+        #expect(rename(data + "/dir/secret.tmp", data + "/dir/secret") == 0)
+    }
+
+    /// Prints /data/top, and /data/dir/secret or "hidden".
+    static let topAndSecret = "cat /data/top; cat /data/dir/secret 2>/dev/null || echo hidden"
+
     struct HostChange: Sendable, CustomTestStringConvertible {
         let testDescription: String
         let change: @Sendable (_ data: String) -> Void
     }
 
     @Test("the masked file stays hidden in a running sandbox", arguments: [
-        HostChange(testDescription: "a new file renamed over it") { data in
-            MaskedPathTests.put("NEW\n", data + "/dir/secret.tmp")
-            #expect(rename(data + "/dir/secret.tmp", data + "/dir/secret") == 0)
-        },
+        HostChange(testDescription: "a new file renamed over it") { data in MaskedPathTests.renameNewFileOverSecret(data) },
         HostChange(testDescription: "it renamed away and a new one made at its path") { data in
             #expect(rename(data + "/dir/secret", data + "/dir/secret.old") == 0)
             MaskedPathTests.put("NEW\n", data + "/dir/secret")
@@ -84,10 +90,7 @@ struct MaskedPathTests {
         // A root caller's sandbox is nobody on the host: it cannot search a 0700 directory of
         // root's, so the supervisor hands the bind over as a detached mount.
         #expect(chmod(directory, 0o700) == 0)
-        let text = try await Self.run(data, after: "cat /data/top; cat /data/dir/secret 2>/dev/null || echo hidden") {
-            Self.put("NEW\n", data + "/dir/secret.tmp")
-            #expect(rename(data + "/dir/secret.tmp", data + "/dir/secret") == 0)
-        }
+        let text = try await Self.run(data, after: Self.topAndSecret) { Self.renameNewFileOverSecret(data) }
         #expect(text == "TOP\nhidden\nend\n")
     }
 
@@ -148,10 +151,7 @@ struct MaskedPathTests {
         let (directory, data) = try Self.tree("mask-twice")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let again = MountEntry.bind(source: data, destination: "/data", writable: false, optional: false)
-        let text = try await Self.run(data, extraMounts: [again], after: "cat /data/top; cat /data/dir/secret 2>/dev/null || echo hidden") {
-            Self.put("NEW\n", data + "/dir/secret.tmp")
-            #expect(rename(data + "/dir/secret.tmp", data + "/dir/secret") == 0)
-        }
+        let text = try await Self.run(data, extraMounts: [again], after: Self.topAndSecret) { Self.renameNewFileOverSecret(data) }
         #expect(text == "TOP\nhidden\nend\n")
     }
 
