@@ -135,13 +135,18 @@ __attribute__((noreturn)) static void wait_for_signals(int ready) {
     for (;;) pause();
 }
 
-/// The terminating signal of the child `pid` once it ends, or -1.
+/// The terminating signal of the child `pid` once it ends; -1 when it ended otherwise, or
+/// has not ended within two seconds (a signal that missed it: the case must not hang).
 static long ended_by(pid_t pid) {
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR) return -1;
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+    for (int round = 0; round < 2000; round++) {
+        int status = 0;
+        pid_t got = waitpid(pid, &status, WNOHANG);
+        if (got == pid) return WIFSIGNALED(status) ? WTERMSIG(status) : -1;
+        if (got < 0 && errno != EINTR) return -1;
+        nanosleep(&pause, NULL);
     }
-    return WIFSIGNALED(status) ? WTERMSIG(status) : -1;
+    return -1;
 }
 
 /// PID 1 of the case's namespace, as the init is: a payload (a session leader with a child
