@@ -13,13 +13,19 @@ enum ForwardedSignals {
     /// Forwards until each returned source is cancelled.
     static func forward(to process: SandboxedProcess) -> [DispatchSourceSignal] {
         SandboxSignals.forwardedToProgram.map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { Task { try? await process.signal(number) } }
-            source.resume()
-            return source
+            handledSignal(number) { Task { try? await process.signal(number) } }
         }
     }
+}
+
+/// A running dispatch source for `number`, whose default action is off (ignored): only
+/// `handler` runs, on a dispatch queue.
+private func handledSignal(_ number: Int32, _ handler: @escaping @Sendable () -> Void) -> DispatchSourceSignal {
+    signal(number, SIG_IGN)
+    let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+    source.setEventHandler(handler: handler)
+    source.resume()
+    return source
 }
 
 /// SIGINT and SIGTERM during `run` or `test`: `stop` runs once (on a dispatch queue) with the
@@ -31,18 +37,14 @@ enum StopSignals {
     private static let stopping = Atomic<Bool>(false)
 
     static func install(_ stop: @escaping @Sendable (_ signal: Int32) async -> Void) {
-        let installed = [SIGINT, SIGTERM].map { number -> DispatchSourceSignal in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler {
+        let installed = [SIGINT, SIGTERM].map { number in
+            handledSignal(number) {
                 guard !stopping.exchange(true, ordering: .relaxed) else { return }
                 Task {
                     await stop(number)
                     _exit(128 + number)
                 }
             }
-            source.resume()
-            return source
         }
         sources = installed
     }
