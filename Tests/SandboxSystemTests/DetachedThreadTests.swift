@@ -27,9 +27,8 @@ struct DetachedThreadTests {
     @Test("A thread names itself without /proc", .enabled(if: geteuid() == 0, "chroot needs root"))
     func namingNeedsNoProc() async throws {
         var template = Array("/tmp/xsb-empty-root-XXXXXX".utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-        try #require(made != nil)
-        let emptyRoot = String(cString: template)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!).map { String(cString: $0) } }
+        let emptyRoot = try #require(made)
         defer { rmdir(emptyRoot) }
 
         let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
