@@ -194,9 +194,7 @@ final class DescriptorCloser: @unchecked Sendable {
         }
     }
 
-    /// Names the calling thread `xsb-fd-closer` (what ps and top show), through /proc:
-    /// `pthread_setname_np` is not visible to Swift without `_GNU_SOURCE`. Best effort.
-    /// A detached thread running ``work(untilEmpty:)``, with the asynchronous signals blocked (as
+    /// A detached thread named `xsb-fd-closer` (what ps and top show) running ``work(untilEmpty:)``, with the asynchronous signals blocked (as
     /// in the threads of the concurrency pool): the process's signals go to the threads that
     /// expect them. Returns whether it started.
     private func startThread() -> Bool {

@@ -1,4 +1,3 @@
-import CSupervisorSupport
 import SandboxSystem
 
 /// ``DetachedThread`` for the supervisor, whose failures are launch steps. The thread names
@@ -6,10 +5,7 @@ import SandboxSystem
 enum SupervisorThread {
     static func start(name: String, stackSize: Int = 8 << 20, _ body: @escaping @Sendable () -> Void) throws(SandboxError) {
         do {
-            try DetachedThread.start(name: nil, stackSize: stackSize) {
-                _ = xsb_set_thread_name(name)
-                body()
-            }
+            try DetachedThread.start(name: name, stackSize: stackSize, body)
         } catch {
             throw SandboxError(step: .control, errorNumber: error.code, detail: "pthread_create (\(name))")
         }

@@ -1,7 +1,6 @@
-// The supervisor's own helpers that Swift cannot express well: naming its threads, sealed copies
-// of programs, detached copies of mounts and container volumes. They run in the supervisor's
+// The supervisor's own helpers that Swift cannot express well: sealed copies of programs, detached copies of mounts and container volumes. They run in the supervisor's
 // threads, never between clone and exec: the code that does is CSandboxShim's. (The event
-// monitor's epoll helpers are the OS layer's: CSandboxSystem.)
+// monitor's epoll helpers and thread naming are the OS layer's: CSandboxSystem.)
 #ifndef XSB_SUPERVISOR_SUPPORT_H
 #define XSB_SUPERVISOR_SUPPORT_H
 
@@ -10,9 +9,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/// Names the calling thread (what ps and top show; at most 15 bytes). Returns 0 or an errno.
-int xsb_set_thread_name(const char *name);
 
 /// A sealed private copy of the regular file open as `source_fd` (read from offset 0), for
 /// exec by descriptor: a memfd named `name`, mode 0555, that nobody can write, grow or shrink,
