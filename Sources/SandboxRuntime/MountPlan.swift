@@ -55,6 +55,12 @@ struct MountPlan: Equatable {
             let (da, db) = (Self.depth(a.element), Self.depth(b.element))
             return da != db ? da < db : a.offset < b.offset
         }.map(\.element)
+        // A host symlink recreated at its own path (/etc/localtime) that a bind of the same host
+        // tree shows already (a policy adds /etc): the bind has it, and making it again fails.
+        operations = operations.filter { operation in
+            guard case .symlink(let target, _) = operation, let covering = coveringBind(of: target) else { return true }
+            return covering.source + target.dropFirst(covering.target.count) != target
+        }
         let boundTargets = Set(operations.compactMap { op -> String? in
             if case .bind(_, let target, _, _, _) = op { return target }
             return nil
