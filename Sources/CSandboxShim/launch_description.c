@@ -483,7 +483,9 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
         if (!plain_absolute(op->target)) rc = refuse("launch description: a mount's target");
         // XSB_MOUNT_F_DEVICE (a writable bind that keeps device nodes usable) is only for the
         // init's own /dev nodes (mounts.c), never one the description asks for.
-        else if ((m.flags & ~(XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DIRECTORY | XSB_MOUNT_F_NOEXEC | XSB_MOUNT_F_TREE)) != 0 || (m.mode & ~07777u) != 0)
+        // XSB_MOUNT_F_ABSENT only means something on a mask.
+        else if ((m.flags & ~(XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DIRECTORY | XSB_MOUNT_F_NOEXEC | XSB_MOUNT_F_TREE | XSB_MOUNT_F_ABSENT)) != 0 ||
+                 ((m.flags & XSB_MOUNT_F_ABSENT) && m.kind != XSB_MOUNT_MASK) || (m.mode & ~07777u) != 0)
             rc = refuse("launch description: a mount's flags or mode");
         // A detached mount is a bind's source, one the header lists; nothing else has one.
         else if ((m.flags & XSB_MOUNT_F_TREE) ? (m.kind != XSB_MOUNT_BIND || h.mount_tree_count < 0 ||

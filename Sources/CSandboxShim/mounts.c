@@ -624,6 +624,8 @@ static int apply_op(int root, const struct xsb_spawn_config *cfg, const struct x
         if (file_at(root, op->target, op->source, op->size, op->mode ? op->mode : 0644) == 0) return 0;
         break;
     case XSB_MOUNT_MASK: {
+        // Absent on the host: the split of the bind above left out whatever is there by now.
+        if (op->flags & XSB_MOUNT_F_ABSENT) return 0;
         // A directory becomes an empty read-only tmpfs; a file becomes /dev/null on a nodev
         // mount, which nobody can open (EACCES).
         int at_target;

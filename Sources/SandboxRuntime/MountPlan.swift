@@ -19,6 +19,11 @@ struct MountPlan: Equatable {
         /// Hide what a bind exposes at `target`. The shim binds that bind back entry by entry,
         /// so that no mount on the way to the mask sits on a host file (mounts.c).
         case mask(target: String, directory: Bool)
+        /// A masked path that does not exist on the host at the launch: nothing is placed there,
+        /// but the bind it lies under is bound back entry by entry as for ``mask(target:directory:)``,
+        /// so that nothing the host makes at that path later (or in a missing directory on the
+        /// way to it) appears in the sandbox.
+        case absentMask(target: String)
     }
 
     static let defaultTmpSize: UInt64 = 64 << 20
@@ -50,6 +55,12 @@ struct MountPlan: Equatable {
             let (da, db) = (Self.depth(a.element), Self.depth(b.element))
             return da != db ? da < db : a.offset < b.offset
         }.map(\.element)
+        // A host symlink recreated at its own path (/etc/localtime) that a bind of the same host
+        // tree shows already (a policy adds /etc): the bind has it, and making it again fails.
+        operations = operations.filter { operation in
+            guard case .symlink(let target, _) = operation, let covering = coveringBind(of: target) else { return true }
+            return covering.source + target.dropFirst(covering.target.count) != target
+        }
         let boundTargets = Set(operations.compactMap { op -> String? in
             if case .bind(_, let target, _, _, _) = op { return target }
             return nil
@@ -83,8 +94,10 @@ struct MountPlan: Equatable {
     /// by entry, so that no mount on the way to the mask sits on a host file (mounts.c).
     private func hasMask(below target: String) -> Bool {
         operations.contains { operation in
-            if case .mask(let maskTarget, _) = operation { return maskTarget.hasPrefix(target + "/") }
-            return false
+            switch operation {
+            case .mask(let maskTarget, _), .absentMask(let maskTarget): return maskTarget.hasPrefix(target + "/")
+            default: return false
+            }
         }
     }
 
@@ -151,13 +164,14 @@ struct MountPlan: Equatable {
     private static func depth(_ operation: Operation) -> Int {
         let target: String
         switch operation {
-        case .bind(_, let t, _, _, _), .tmpfs(let t, _), .symlink(let t, _), .file(let t, _), .mask(let t, _): target = t
+        case .bind(_, let t, _, _, _), .tmpfs(let t, _), .symlink(let t, _), .file(let t, _), .mask(let t, _), .absentMask(let t): target = t
         }
         return target.split(separator: "/").count
     }
 
     /// A masked path is hidden where a bind would show it; a path no bind shows is not visible
-    /// anyway (and one that does not exist on the host has nothing to hide).
+    /// anyway. One that does not exist on the host yet is kept out all the same: the host may
+    /// make it while the sandbox runs.
     private mutating func addMask(_ path: String) throws(SandboxError) {
         let target = try Self.checkedDestination(path)
         var best: (source: String, target: String)?
@@ -174,8 +188,12 @@ struct MountPlan: Equatable {
         let hostPath = best.source + target.dropFirst(best.target.count)
         var info = stat()
         guard lstat(hostPath, &info) == 0 else {
-            // Nothing to hide where nothing is; any other failure must not skip the mask.
-            if errno == ENOENT { return }
+            // Nothing to place where nothing is, but the way to it is still split, so that
+            // nothing the host makes there later shows; any other failure must not skip the mask.
+            if errno == ENOENT {
+                operations.append(.absentMask(target: target))
+                return
+            }
             throw SandboxError(step: .configuration, errorNumber: errno, detail: "masked path \(path) (host \(hostPath))")
         }
         operations.append(.mask(target: target, directory: (info.st_mode & S_IFMT) == S_IFDIR))
@@ -239,6 +257,10 @@ struct MountPlan: Equatable {
                 op.kind = Int32(XSB_MOUNT_MASK.rawValue)
                 op.target = UnsafePointer(arena.string(target))
                 op.flags = directory ? Int32(XSB_MOUNT_F_DIRECTORY) : 0
+            case .absentMask(let target):
+                op.kind = Int32(XSB_MOUNT_MASK.rawValue)
+                op.target = UnsafePointer(arena.string(target))
+                op.flags = Int32(XSB_MOUNT_F_ABSENT)
             case .file(let target, let contents):
                 op.kind = Int32(XSB_MOUNT_FILE.rawValue)
                 let bytes = Array(contents.utf8)

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 @testable import SandboxRuntime
+import SandboxSystem
 import Testing
 import TestSupport
 
@@ -70,6 +71,21 @@ struct BindSourceTests {
         let result = try await Fixtures.exec(["/bin/cat", "/x/secret"], options: ["--ro-bind", "\(tree.base)/link:/x"], as: caller)
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdout == "the private text\n")
+    }
+
+    @Test("a policy that adds /etc to standard's /etc/localtime (a host symlink) launches, and shows the link once")
+    func symlinkUnderAWholeBind() async throws {
+        guard let text = SystemFiles.linkTarget("/etc/localtime") else {
+            print("skipped: /etc/localtime is not a symlink on this host")
+            return
+        }
+        let output = OutputPipe()
+        var configuration = try SandboxPoolTests.shell("readlink /etc/localtime; echo end", stdout: output.writeFD)
+        configuration.policy.filesystem.mounts.append(.bind(source: "/etc", destination: "/etc", writable: false, optional: false))
+        let process = try await Supervisor().launch(configuration)
+        output.closeWriteEnd()
+        #expect(await output.waitFor("end\n") == "\(text)\nend\n")
+        #expect(await process.waitForExit() == .exited(code: 0))
     }
 
     @Test("the resolver follows root-owned links with .. and chains, and stops at loops")

@@ -83,6 +83,29 @@ struct MaskedPathTests {
         #expect(text == "hidden\nend\n", "the sandbox saw the host's new file")
     }
 
+    @Test("a masked file missing at the launch stays out when the host makes it later; its siblings stay")
+    func missingFileMadeLater() async throws {
+        let (directory, data) = try Self.tree("mask-missing-file")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        #expect(unlink(data + "/dir/secret") == 0)
+        let script = "cat /data/dir/secret 2>/dev/null || echo hidden; ls /data/dir; cat /data/top"
+        let text = try await Self.run(data, after: script) { Self.put("NEW\n", data + "/dir/secret") }
+        #expect(text == "hidden\nlink\nsibling\nTOP\nend\n", "the sandbox saw the host's new file")
+    }
+
+    @Test("a masked file whose directory is missing at the launch stays out when the host makes both later")
+    func missingDirectoryMadeLater() async throws {
+        let (directory, data) = try Self.tree("mask-missing-dir")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.removeItem(atPath: data + "/dir")
+        let script = "cat /data/dir/secret 2>/dev/null || echo hidden; ls /data"
+        let text = try await Self.run(data, after: script) {
+            #expect(mkdir(data + "/dir", 0o755) == 0)
+            Self.put("NEW\n", data + "/dir/secret")
+        }
+        #expect(text == "hidden\ntop\nend\n", "the sandbox saw the host's new directory")
+    }
+
     @Test("a bind the sandbox's own host ids cannot reach (the supervisor's detached tree) is bound back the same way")
     func detachedTree() async throws {
         let (directory, data) = try Self.tree("mask-tree")

@@ -247,6 +247,7 @@ struct SandboxInitTests {
             (RawMount(kind: XSB_MOUNT_BIND, source: "/usr/..", target: "/x"), "a mount's source"),
             (RawMount(kind: XSB_MOUNT_BIND, source: "/../newroot", target: "/x"), "a mount's source"),
             (RawMount(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DEVICE), source: "/dev/null", target: "/x"), "a mount's flags or mode"),
+            (RawMount(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_ABSENT), source: "/usr", target: "/x"), "a mount's flags or mode"),
             // A detached source the header does not list, or on a mount that is not a bind.
             (RawMount(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_TREE), source: "/usr", target: "/x"), "a mount's detached source"),
             (RawMount(kind: XSB_MOUNT_TMPFS, flags: Int32(XSB_MOUNT_F_TREE), source: "", target: "/x"), "a mount's detached source"),

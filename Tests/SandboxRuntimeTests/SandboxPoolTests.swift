@@ -151,7 +151,7 @@ struct SandboxPoolTests {
         defer { Task { await supervisor.drainPool() } }
         let output = OutputPipe()
         let configuration = try Self.maskedSecret(source, stdout: output.writeFD)
-        // Built while the masked file does not exist: nothing to mask in these.
+        // Built while the masked file does not exist: the mask leaves it out of these (absent).
         try await supervisor.prepare(configuration, count: 2)
         let before = Self.readyPIDs(supervisor)
         try "SECRET\n".write(toFile: source + "/secret", atomically: false, encoding: .utf8)

@@ -85,6 +85,10 @@ enum {
     /// (`source` names its host path for messages only): for host paths the sandbox's own host
     /// id may not traverse (a root caller's sandbox is nobody; a bundle under a 0700 home).
     XSB_MOUNT_F_TREE = 1 << 4,
+    /// A mask whose path did not exist on the host when the plan was made: nothing is placed at
+    /// `target`, but the bind above it is bound back entry by entry all the same, so whatever the
+    /// host makes there later (at the path, or in a missing directory on the way) stays out.
+    XSB_MOUNT_F_ABSENT = 1 << 5,
 };
 
 /// At most this many binds come from the supervisor's detached mounts (XSB_MOUNT_F_TREE).
