@@ -6,13 +6,13 @@ import Synchronization
 /// Waits for a started sandbox's init to report that its payload has exec'd (or which step
 /// failed), as events on the supervisor's monitor thread: no thread of its own per launch,
 /// none blocked while the sandbox is built, and the spawner thread goes straight on to the
-/// next clone. A timer task ends a build that takes longer than the setup timeout.
+/// next clone. A timer on the same thread (``EventMonitor/addTimer(milliseconds:handler:)``)
+/// ends a build that takes longer than the setup timeout.
 ///
 /// The registration is made under the watch's lock, so its handler (which takes the lock) never
 /// runs before the token is recorded. Whoever decides first (a decisive message, a failure, the
 /// timer) marks the watch done and removes the registration: from the handler on the monitor
-/// thread (no wait there), or from the timer outside the lock (``EventMonitor/remove(fd:token:)``
-/// waits for a running handler, which takes the lock).
+/// thread (no wait there; the timer's handler runs there too, outside the lock).
 final class LaunchSetupWait: Sendable {
     private enum Outcome: Sendable {
         case ready
@@ -50,19 +50,22 @@ final class LaunchSetupWait: Sendable {
             return result
         }
         let watch = LaunchSetupWait(started: started, monitor: monitor, control: control)
-        do {
-            try watch.state.withLock { (state: inout State) throws(EventMonitor.Failure) in
-                state.token = try monitor.add(fd: control) { _ in watch.controlReadable() }
+        let timer: EventMonitor.Timer
+        do throws(EventMonitor.Failure) {
+            timer = try monitor.addTimer(milliseconds: Int(timeoutMilliseconds)) { watch.timeUp() }
+            do {
+                try watch.state.withLock { (state: inout State) throws(EventMonitor.Failure) in
+                    state.token = try monitor.add(fd: control) { _ in watch.controlReadable() }
+                }
+            } catch {
+                timer.cancel()
+                throw error
             }
         } catch {
             _ = control.release()
             var result = started
             xsb_spawn_abandon(&result, Int32(XSB_STEP_HANDSHAKE.rawValue), error.errorNumber, "watching the control socket: \(error.operation)")
             return result
-        }
-        let timer = Task {
-            try? await Task.sleep(for: .milliseconds(Int(timeoutMilliseconds)))
-            if !Task.isCancelled { watch.timeUp() }
         }
         let decided = await watch.outcome.value
         timer.cancel()

@@ -68,8 +68,8 @@ public final class EventMonitor: Sendable {
     private let registrations = Mutex(Registrations())
     private let nextToken = Atomic<UInt64>(1)
     /// The monitor thread's `pthread_t` (0 until it has started): ``remove(fd:token:)`` called
-    /// from a handler must not wait for itself.
-    private let monitorThread = Atomic<UInt>(0)
+    /// from a handler must not wait for itself. (Internal: the tests read its CPU clock.)
+    let monitorThread = Atomic<UInt>(0)
 
     /// A monitor with its own thread (`xsb-monitor`), which runs for the life of the process.
     /// Throws the failed `epoll_create1` or `pthread_create`.
