@@ -14,7 +14,8 @@ import Synchronization
 /// per running sandbox. Each launch hands the thread the fds it passes on and gets the
 /// sandbox's control socket and pidfd back, so a launch costs the same with 10 or 10,000
 /// sandboxes running, and no host fd is ever in a sandbox's clone, not even until it closes
-/// them. Nothing else may run on this thread: an fd it opened would not be the host's, and a
+/// them. A launch is one C call there, `xsb_spawner_launch` (``start(_:remapsRoot:background:)``),
+/// and nothing else may run on this thread: an fd it opened would not be the host's, and a
 /// thread it created would share its table (a thread shares the table of the thread that
 /// creates it). So it never touches Swift concurrency or Dispatch either: resuming a task there
 /// could make libdispatch start a worker from it. A second thread, made from the host's table,

@@ -1,8 +1,9 @@
 // The C part of extsandbox: the code that runs between clone and exec.
 //
-// Swift prepares every string, array and buffer in an xsb_spawn_config before calling
-// xsb_spawn_start(), which writes it as a launch description (offsets, not pointers) into a sealed
-// memfd, and starts the sandbox init: a small static program of its own (xsb-init), exec'd in
+// Swift prepares every string, array and buffer in an xsb_spawn_config (LaunchPlan.swift) and hands
+// it to its spawner thread, whose one call, xsb_spawner_launch(), calls xsb_spawn_start(), which
+// writes it as a launch description (offsets, not pointers) into a sealed memfd, and starts the
+// sandbox init: a small static program of its own (xsb-init), exec'd in
 // the new namespaces straight from a vfork-style clone that shares the supervisor's memory, so
 // nothing of the supervisor's address space (or its fds) is copied into any sandbox.
 //
