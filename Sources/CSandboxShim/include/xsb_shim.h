@@ -73,7 +73,7 @@ enum xsb_mount_kind {
     XSB_MOUNT_TMPFS,     ///< tmpfs of `size` bytes on `target`
     XSB_MOUNT_SYMLINK,   ///< symlink at `target` pointing to `source`
     XSB_MOUNT_FILE,      ///< regular file at `target` with `size` bytes of `source` (read-only root)
-    XSB_MOUNT_MASK,      ///< hide `target`: an empty read-only tmpfs (directory) or an unopenable file
+    XSB_MOUNT_MASK,      ///< hide `target`: an empty read-only tmpfs (directory) or an unopenable file; a bind above it is bound back entry by entry
 };
 
 /// Flags of an xsb_mount_op.
