@@ -92,7 +92,7 @@ final class SandboxPool: Sendable {
         /// the namespaces and mounts with it; reaped, its fds closed and its cgroup removed.
         /// Blocks until the kernel has let go: never on the monitor thread.
         func discard() {
-            _ = xsb_pidfd_send_signal(started.pidfd, SIGKILL)
+            SandboxSignals.kill(pidfd: started.pidfd)
             control?.close()
             _ = xsb_pidfd_wait(started.pidfd)
             close(started.pidfd)

@@ -128,7 +128,7 @@ final class SpawnerThread: @unchecked Sendable {
             // ends the sandbox; it is this process's unreaped child, so its pid is still its own
             // (unless the kernel reaps children here: then it ends and goes by itself).
             if !InitProcess.kernelReapsChildren {
-                kill(out.pid, SIGKILL)
+                SandboxSignals.kill(unreapedChild: out.pid)
                 InitProcess.reapBlocking(out.pid)
             }
             return Self.failure(.fileDescriptors, -received, "receiving the sandbox's control socket and pidfd")

@@ -313,6 +313,7 @@ int xsb_send_msg(int control_fd, uint32_t type, int32_t value);
 int xsb_recv_msg(int control_fd, struct xsb_msg *msg);
 
 /// pidfd helpers (raw syscalls; glibc 2.36 has no wrappers for all of them).
+/// Sends `sig` to the process behind `pidfd` (signals.c). Returns 0 or -errno.
 int xsb_pidfd_send_signal(int pidfd, int sig);
 /// Reaps the process behind `pidfd`, waiting for it to end. Returns 0 or -errno.
 int xsb_pidfd_wait(int pidfd);
