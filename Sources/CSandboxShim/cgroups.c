@@ -1,8 +1,9 @@
-// cgroups, on the C side (the supervisor's Swift creates, limits and removes the sandbox's
-// cgroups: Sources/SandboxRuntime/Cgroups.swift). cgroup v2: clone3 starts the init in
-// the sandbox's cgroup (CLONE_INTO_CGROUP), so nothing is ever migrated. cgroup v1: the init
-// moves itself into each of its cgroups before anything of the program runs. Then the init
-// roots a cgroup namespace there.
+// cgroups, on the C side: joining them, and only that. Sources/SandboxRuntime/Cgroups.swift owns
+// a sandbox cgroup's life (its name, creation with the policy's limits, the fds handed to the
+// launch, removal, the sweep); spawner_table.c and launch_description.c only carry those fds
+// here. cgroup v2: clone3 starts the init in the sandbox's cgroup (CLONE_INTO_CGROUP), so
+// nothing is ever migrated. cgroup v1: the init moves itself into each of its cgroups before
+// anything of the program runs. Then the init roots a cgroup namespace there.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>

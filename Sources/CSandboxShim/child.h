@@ -148,6 +148,28 @@ void xsb_payload_reset_signals(int status_fd);
 /// Payload side: unblocks every signal, right before the filter and the exec.
 void xsb_payload_unblock_signals(int status_fd);
 
+// MARK: - The spawner thread's fd table (spawner_table.c; the host side is in xsb_shim.h)
+
+/// What xsb_spawner_take_over received (the spawner thread's copies).
+struct xsb_spawner_fds {
+    int received[XSB_SPAWNER_MAX_FDS];
+    int count;
+    int extra[XSB_MAX_EXTRA_FDS];    ///< xsb_spawner_apply's storage for cfg->extra_fds
+    int trees[XSB_MAX_MOUNT_TREES];  ///< and for cfg->mount_trees
+    int reply;  ///< the launch's own socket for xsb_spawner_send_result
+};
+/// Spawner side: receives the next hand-over (`expected` fds and the reply socket) from
+/// `inbox`. 0 or -errno (-EPROTO: another number of fds came: fail closed).
+int xsb_spawner_take_over(int inbox, int expected, struct xsb_spawner_fds *storage);
+/// Spawner side: points `cfg`'s fd fields (its extra fds into `storage`) at the copies
+/// received, in the order xsb_spawner_list_fds gave them. 0 or -errno.
+int xsb_spawner_apply(struct xsb_spawn_config *cfg, struct xsb_spawner_fds *storage);
+/// Spawner side: sends a started sandbox's control socket and pidfd over `reply`. 0 or -errno.
+int xsb_spawner_send_result(int reply, const struct xsb_spawn_result *out);
+/// Spawner side: closes every fd above 2 of the calling thread's table except `inbox` (after
+/// each launch).
+void xsb_spawner_table_clear(int inbox);
+
 /// A system call without glibc, for the init's receiver thread (a thread glibc does not know:
 /// no TLS of its own, so no errno) and what it calls. Returns the result or -errno.
 static inline long xsb_raw_syscall(long nr, long a, long b, long c, long d, long e) {
@@ -181,6 +203,11 @@ static inline long xsb_raw_syscall(long nr, long a, long b, long c, long d, long
 /// permissions), then the one-id uid and gid maps of process `pid`. Returns 0 or -errno with
 /// the file in `detail`.
 int xsb_userns_map_ids(pid_t pid, const struct xsb_spawn_config *cfg, char *detail, size_t size);
+/// Supervisor side: drops the calling thread's supplementary groups (only that thread's: a raw
+/// setgroups). The spawner thread of a root supervisor does this so that sandboxes, which
+/// cannot drop groups themselves (setgroups is denied in them), do not carry root's groups.
+/// Returns 0 or an errno.
+int xsb_clear_thread_groups(void);
 /// Init side: becomes the one id the user namespace maps (setresgid, setresuid, raw calls).
 void xsb_init_become_mapped_ids(const struct xsb_spawn_config *cfg, int control_fd);
 /// Init side: non-dumpable, so nothing in the sandbox reads the init's memory or fds via /proc.

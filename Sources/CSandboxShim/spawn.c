@@ -1,7 +1,8 @@
-// Parent side of a launch: write the launch description, clone3 into new namespaces and exec
-// the sandbox init there (xsb-init), map ids, release the init, and wait until its payload
-// has exec'd (or a step failed). The supervisor's table of contents: each step is in the file
-// of its mechanism.
+// Parent side of a launch, on the supervisor's spawner thread: take the launch's fds over,
+// write the launch description, clone3 into new namespaces and exec the sandbox init there
+// (xsb-init), map ids, release the init, and hand its control socket and pidfd back; later,
+// from the monitor thread, take its report that the payload has exec'd (or a step failed). The
+// supervisor's table of contents: each step is in the file of its mechanism.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -193,6 +194,33 @@ int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result 
     if (rc != 0) return abandon_launch(out, XSB_STEP_USERNS_MAP, -rc, detail);
     if ((rc = xsb_send_msg(sv[0], XSB_MSG_GO, 0)) != 0) return abandon_launch(out, XSB_STEP_HANDSHAKE, -rc, "release message");
     return 0;
+}
+
+int xsb_spawner_launch(int inbox, int expected, struct xsb_spawn_config *cfg, int clear_groups, struct xsb_spawn_result *out) {
+    memset(out, 0, sizeof *out);
+    out->pidfd = out->control_fd = -1;
+    out->early_violation = XSB_NO_VIOLATION;
+    struct xsb_spawner_fds storage;
+    int rc = xsb_spawner_take_over(inbox, expected, &storage);  // spawner_table.c
+    if (rc != 0) {
+        fail(out, XSB_STEP_FILE_DESCRIPTORS, -rc, "handing the launch's fds to the spawner thread");
+    } else if ((rc = xsb_spawner_apply(cfg, &storage)) != 0) {
+        fail(out, XSB_STEP_FILE_DESCRIPTORS, -rc, "placing the launch's fds on the spawner thread");
+    } else if (clear_groups && (rc = xsb_clear_thread_groups()) != 0 && rc != EPERM) {  // userns.c
+        // Root's supplementary groups would follow the sandbox (it cannot drop them). EPERM:
+        // setgroups is denied to this supervisor itself (it runs in a user namespace that
+        // denies it), so its groups are as fixed as an unprivileged caller's, which the sandbox
+        // keeps too.
+        fail(out, XSB_STEP_USERNS_MAP, rc, "setgroups (the spawner thread's supplementary groups)");
+    } else if (xsb_spawn_start(cfg, out) == 0 && (rc = xsb_spawner_send_result(storage.reply, out)) != 0) {
+        // Fail closed: no sandbox runs that its host cannot reach.
+        xsb_pidfd_send_signal(out->pidfd, SIGKILL);  // signals.c
+        (void)xsb_pidfd_wait(out->pidfd);
+        out->pidfd = out->control_fd = -1;  // closed with the rest of the table below
+        fail(out, XSB_STEP_FILE_DESCRIPTORS, -rc, "returning the sandbox's control socket and pidfd");
+    }
+    xsb_spawner_table_clear(inbox);  // spawner_table.c
+    return out->failed_step == XSB_STEP_NONE ? 0 : -1;
 }
 
 int xsb_spawn_poll(struct xsb_spawn_result *out, int *step, int *err, char *detail, size_t detail_size) {

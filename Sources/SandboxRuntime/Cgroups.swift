@@ -6,6 +6,14 @@ import SandboxPolicy
 /// Memory and process-count limits for a whole sandbox through cgroups, nested only under the
 /// supervisor's own cgroup (delegation rules: we never move a process anywhere else).
 ///
+/// This file owns a sandbox cgroup's whole life on the host: where cgroups may be made
+/// (``detect()``), a sandbox's name, creation with its policy's limits and the checks that fail
+/// a launch closed (``SandboxCgroup/make(for:hostUID:under:)``), the fds a launch hands on
+/// (``SandboxCgroup/launchDescriptors(of:)``), removal when the sandbox ends or its launch fails,
+/// and the sweep of what dead supervisors left. The C side only joins: `cgroups.c` starts the
+/// init in its cgroup (v2, `CLONE_INTO_CGROUP`) or moves the init there (v1 `tasks`); the
+/// spawner's fd table and the launch description carry the fds and nothing else.
+///
 /// v2 where the supervisor's cgroup delegates `memory` and `pids` to children; otherwise the
 /// v1 `memory` and `pids` hierarchies where they are writable. Where neither is available the
 /// sandbox still has its rlimits (address space per process, processes per sandbox).
@@ -124,6 +132,49 @@ struct CgroupSupport: Sendable {
     }
 }
 
+extension SandboxCgroup {
+    /// Numbers the sandboxes' cgroups: process-wide, as their names are (several supervisors may
+    /// run in one process, and ``CgroupSupport``'s sweep reads the pid in each name).
+    private static let counter = Atomic<Int>(0)
+
+    /// The cgroup of a sandbox with `limits` whose processes run as host uid `hostUID`, made
+    /// under `support` (nil: none writable here) when the limits need one; nil when they do not,
+    /// or when the sandbox may do without. Fails closed, with nothing left, when the limits
+    /// cannot hold: a whole-sandbox memory limit without a memory cgroup, or a process limit for
+    /// host uid 0 without a pids cgroup.
+    static func make(for limits: ResourceLimits, hostUID: uid_t, under support: CgroupSupport?) throws(SandboxError) -> SandboxCgroup? {
+        var cgroup: SandboxCgroup?
+        if let support, limits.memoryBytes != nil || limits.processes != nil {
+            let name = "extsandbox-\(getpid())-\(counter.add(1, ordering: .relaxed).newValue)"
+            cgroup = try support.makeSandboxCgroup(name: name, memoryBytes: limits.memoryBytes, processes: limits.processes)
+        }
+        // RLIMIT_AS bounds each process, not their sum (memfds, shared memory, many processes):
+        // a whole-sandbox memory limit needs a memory cgroup, or the policy's explicit opt-in.
+        if let memory = limits.memoryBytes, limits.memoryScope == .sandbox, !(cgroup?.limitsMemory ?? false) {
+            cgroup?.remove()
+            throw SandboxError(step: .cgroup, errorNumber: ENOTSUP, detail: CgroupSupport.noMemoryCgroupMessage(limitBytes: memory))
+        }
+        // The kernel never applies RLIMIT_NPROC to host uid 0 (whatever the namespace), so a
+        // sandbox that were host root could have its process limit only from a pids cgroup.
+        // HostIdentity never maps to 0; should that change, fail closed.
+        if limits.processes != nil && hostUID == 0 && !(cgroup?.limitsProcesses ?? false) {
+            cgroup?.remove()
+            throw SandboxError(step: .cgroup, errorNumber: ENOTSUP, detail: "the policy limits processes, but RLIMIT_NPROC does not apply to uid 0 and no pids cgroup is writable here")
+        }
+        return cgroup
+    }
+
+    /// What a launch hands the sandbox's init to join `cgroup`, in the C launch's terms (-1:
+    /// none): the v2 directory it is cloned into and the v1 `tasks` files it writes itself to.
+    /// They stay open until ``closeDescriptors()``, which the launch calls once the spawner
+    /// thread has its copies.
+    static func launchDescriptors(of cgroup: SandboxCgroup?) -> (directory: Int32, tasks: (Int32, Int32, Int32, Int32)) {
+        let tasks = cgroup?.tasksFileDescriptors.map(\.rawValue) ?? []
+        return (cgroup?.directoryDescriptor?.rawValue ?? -1,
+                (tasks.count > 0 ? tasks[0] : -1, tasks.count > 1 ? tasks[1] : -1, tasks.count > 2 ? tasks[2] : -1, -1))
+    }
+}
+
 /// The cgroup directories of one sandbox, removed when the sandbox has ended.
 ///
 /// What the launch decided (directories, limits) is fixed once built; what changes later (the
@@ -223,6 +274,16 @@ final class SandboxCgroup: Sendable {
         return false
     }
 
+    /// The memory the sandbox's processes hold now, charged to its memory cgroup (nil: none).
+    var memoryInUse: Int? {
+        for directory in directories {
+            for file in ["memory.current", "memory.usage_in_bytes"] {
+                if let text = SystemFiles.text(directory + "/" + file), let bytes = Int(text.filter(\.isNumber)) { return bytes }
+            }
+        }
+        return nil
+    }
+
     /// Tries once to remove every directory left (never blocks: for the monitor thread).
     /// Returns true when none is left. The processes are gone by then (the init's exit takes
     /// its whole PID namespace with it), but the kernel may need a moment to let go (EBUSY).
@@ -231,6 +292,25 @@ final class SandboxCgroup: Sendable {
         return remaining.withLock { left in
             left = left.reversed().filter { rmdir($0) != 0 && errno == EBUSY }.reversed()
             return left.isEmpty
+        }
+    }
+
+    /// Removes the directories as the sandbox's end is reported on the monitor thread, then
+    /// calls `done`: at once, on this thread, when one `rmdir` each does it (as it usually
+    /// does); otherwise the retries of ``remove()`` run on a thread of their own, which calls
+    /// `done` after them (nothing on the monitor thread may block).
+    func removeWithoutBlocking(then done: @escaping @Sendable () -> Void) {
+        guard !removeOnce() else { return done() }
+        do {
+            try SupervisorThread.start(name: "xsb-cgroup-rm", stackSize: 256 << 10) { [self] in
+                remove()
+                done()
+            }
+        } catch {
+            Task.detached { [self] in
+                remove()
+                done()
+            }
         }
     }
 

@@ -305,21 +305,10 @@ public final class SandboxedProcess: Sendable {
             monitor.remove(fd: watch.fd, token: watch.token)
             watch.fd.close()
         }
-        // The cgroups go before anyone hears of the end. rmdir usually succeeds at once; when
-        // the kernel still holds a cgroup (EBUSY) the retries run on a thread of their own:
-        // nothing on the monitor thread may block.
-        guard let cgroup, !cgroup.removeOnce() else { return finish(termination) }
-        do {
-            try SupervisorThread.start(name: "xsb-cgroup-rm", stackSize: 256 << 10) { [self] in
-                cgroup.remove()
-                finish(termination)
-            }
-        } catch {
-            Task.detached { [self] in
-                cgroup.remove()
-                finish(termination)
-            }
-        }
+        // The cgroups go before anyone hears of the end (off the monitor thread when the kernel
+        // still holds one: Cgroups.swift).
+        guard let cgroup else { return finish(termination) }
+        cgroup.removeWithoutBlocking { [self] in finish(termination) }
     }
 
     /// Everything of the sandbox is gone (processes, fds, cgroups): tell the waiters.

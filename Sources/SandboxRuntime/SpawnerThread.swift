@@ -14,7 +14,8 @@ import Synchronization
 /// per running sandbox. Each launch hands the thread the fds it passes on and gets the
 /// sandbox's control socket and pidfd back, so a launch costs the same with 10 or 10,000
 /// sandboxes running, and no host fd is ever in a sandbox's clone, not even until it closes
-/// them. Nothing else may run on this thread: an fd it opened would not be the host's, and a
+/// them. A launch is one C call there, `xsb_spawner_launch` (``start(_:remapsRoot:background:)``),
+/// and nothing else may run on this thread: an fd it opened would not be the host's, and a
 /// thread it created would share its table (a thread shares the table of the thread that
 /// creates it). So it never touches Swift concurrency or Dispatch either: resuming a task there
 /// could make libdispatch start a worker from it. A second thread, made from the host's table,
@@ -70,16 +71,19 @@ final class SpawnerThread: @unchecked Sendable {
         }
     }
 
-    /// Starts one sandbox: hands `fds` (``SpawnerThread/fds(of:)`` of its configuration) to
-    /// the spawner thread, runs `start` there with the thread's copies (for
-    /// `xsb_spawner_apply`), and brings back a started sandbox's control socket and pidfd
-    /// (`start` returns with `failed_step` set otherwise). `start` and what it captures are
-    /// handed over whole (`sending`).
+    /// Starts one sandbox from `description`: hands its fds to the spawner thread, which clones
+    /// the sandbox there (`xsb_spawner_launch`: the fds placed, a root caller's supplementary
+    /// groups dropped when `remapsRoot`, `xsb_spawn_start`), and brings back the started
+    /// sandbox's control socket and pidfd. Returns with `failed_step` set (and nothing of the
+    /// sandbox left) otherwise. The description and its arena are handed over whole
+    /// (`sending`). The sandbox is still being built: the caller waits for its init's report
+    /// (``LaunchSetupWait``).
     /// `background`: a pool's refill, which no caller waits for (see ``isLaunching``).
-    func launch<Extra: Sendable>(handing fds: [Int32], background: Bool = false, _ start: sending @escaping (inout xsb_spawner_fds) -> (xsb_spawn_result, Extra)) async -> (xsb_spawn_result, Extra?) {
+    func start(_ description: sending LaunchDescription, remapsRoot: Bool, background: Bool = false) async -> xsb_spawn_result {
+        let fds = description.handedFileDescriptors
         var reply: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &reply) == 0 else {
-            return (Self.failure(.socketPair, errno, "the launch's reply socket pair"), nil)
+            return Self.failure(.socketPair, errno, "the launch's reply socket pair")
         }
         defer { close(reply[0]) }
         // Room for the two fds that come back (the reply pair's second end and this one are
@@ -89,32 +93,15 @@ final class SpawnerThread: @unchecked Sendable {
         guard placeholder >= 0 else {
             let error = errno
             close(reply[1])
-            return (Self.failure(.socketPair, error, "the launch's reply socket pair"), nil)
+            return Self.failure(.socketPair, error, "the launch's reply socket pair")
         }
-        let result = OnceContinuation<(xsb_spawn_result, Extra?)>()
-        let inbox = inbox, expected = Int32(fds.count)
+        let result = OnceContinuation<xsb_spawn_result>()
+        let inbox = inbox, expected = Int32(fds.count), clearGroups: Int32 = remapsRoot ? 1 : 0
         let job = Job {
-            var storage = xsb_spawner_fds()
-            var out: xsb_spawn_result
-            var extra: Extra?
-            let taken = xsb_spawner_take_over(inbox, expected, &storage)
-            if taken != 0 {
-                out = Self.failure(.fileDescriptors, -taken, "handing the launch's fds to the spawner thread")
-            } else {
-                (out, extra) = start(&storage)
-                if out.failed_step == Int32(XSB_STEP_NONE.rawValue) {
-                    let sent = xsb_spawner_send_result(storage.reply, &out)
-                    if sent != 0 {
-                        // Fail closed: no sandbox runs that its host cannot reach.
-                        SandboxSignals.kill(pidfd: out.pidfd)
-                        _ = xsb_pidfd_wait(out.pidfd)
-                        out = Self.failure(.fileDescriptors, -sent, "returning the sandbox's control socket and pidfd")
-                    }
-                }
-            }
-            xsb_spawner_table_clear(inbox)
+            var out = xsb_spawn_result()
+            description.withConfiguration { config in _ = xsb_spawner_launch(inbox, expected, &config, clearGroups, &out) }
             if !background { self.foregroundJobs.subtract(1, ordering: .relaxed) }
-            self.finish { [out, extra] in result.resume((out, extra)) }
+            self.finish { [out] in result.resume(out) }
         }
         let handedOver = outbox.withLock { outbox -> Int32 in
             let rc = fds.withUnsafeBufferPointer { xsb_spawner_hand_over(outbox, $0.baseAddress, expected, reply[1]) }
@@ -128,12 +115,12 @@ final class SpawnerThread: @unchecked Sendable {
         guard handedOver == 0 else {
             close(reply[1])
             close(placeholder)
-            return (Self.failure(.fileDescriptors, -handedOver, "handing the launch's fds to the spawner thread"), nil)
+            return Self.failure(.fileDescriptors, -handedOver, "handing the launch's fds to the spawner thread")
         }
-        var (out, extra) = await result.value
+        var out = await result.value
         close(reply[1])
         close(placeholder)
-        guard out.failed_step == Int32(XSB_STEP_NONE.rawValue) else { return (out, extra) }
+        guard out.failed_step == Int32(XSB_STEP_NONE.rawValue) else { return out }
         let received = xsb_spawner_receive_result(reply[0], &out)
         if received != 0 {
             // The sandbox runs, but its fds did not arrive (another thread took the room kept
@@ -144,9 +131,9 @@ final class SpawnerThread: @unchecked Sendable {
                 SandboxSignals.kill(unreapedChild: out.pid)
                 InitProcess.reapBlocking(out.pid)
             }
-            return (Self.failure(.fileDescriptors, -received, "receiving the sandbox's control socket and pidfd"), extra)
+            return Self.failure(.fileDescriptors, -received, "receiving the sandbox's control socket and pidfd")
         }
-        return (out, extra)
+        return out
     }
 
     /// Whether a launch a caller waits for is queued or running: a pool's refill waits until
@@ -165,15 +152,6 @@ final class SpawnerThread: @unchecked Sendable {
             let resume = finished.withLock { $0.removeFirst() }
             resume()
         }
-    }
-
-    /// The fds a launch with `config` hands over, in `xsb_spawner_apply`'s order.
-    /// (nil: more extra fds than a launch takes.)
-    static func fds(of config: xsb_spawn_config) -> [Int32]? {
-        var config = config
-        var listed = [Int32](repeating: -1, count: Int(XSB_SPAWNER_MAX_FDS))
-        let count = listed.withUnsafeMutableBufferPointer { xsb_spawner_list_fds(&config, $0.baseAddress) }
-        return count >= 0 ? Array(listed.prefix(Int(count))) : nil
     }
 
     private static func failure(_ step: SandboxError.Step, _ errorNumber: Int32, _ detail: String) -> xsb_spawn_result {

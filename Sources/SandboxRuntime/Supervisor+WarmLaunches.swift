@@ -70,11 +70,7 @@ extension Supervisor {
     }
 
     private static func idleMemory(of ready: SandboxPool.Ready) -> Int {
-        for directory in ready.cgroup?.directories ?? [] {
-            for file in ["memory.current", "memory.usage_in_bytes"] {
-                if let text = SystemFiles.text(directory + "/" + file), let bytes = Int(text.filter(\.isNumber)) { return bytes }
-            }
-        }
+        if let bytes = ready.cgroup?.memoryInUse { return bytes }
         guard let text = SystemFiles.text("/proc/\(ready.started.pid)/smaps_rollup") else { return 0 }
         for line in text.split(separator: "\n") where line.hasPrefix("Pss:") {
             return (Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0) * 1024
@@ -85,13 +81,13 @@ extension Supervisor {
     /// Builds one sandbox of `configuration`'s shape for shelf `shelf` and shelves it (or
     /// discards it, when the pool no longer wants it).
     private func prebuild(onShelf shelf: UInt64, _ configuration: SandboxConfiguration, generation: Int) async throws(SandboxError) {
-        let shape: Shape
+        let shape: LaunchPlan.Shape
         let ready: SandboxPool.Ready
         do {
             shape = try self.shape(of: configuration)
             // Taken before the build: a source replaced while it is built is caught at the take.
             let sources = SandboxPool.BindSourceIdentity.of(shape.plan)
-            let (result, cgroup) = try await build(shape, configuration, stdio: (-1, -1, -1), prebuilt: true)
+            let (result, cgroup) = try await build(LaunchPlan(shape: shape, configuration: configuration, stdio: nil))
             ready = SandboxPool.Ready(started: result, key: shape.key, cgroup: cgroup, bindSources: sources)
         } catch {
             _ = pool.built(nil, onShelf: shelf, as: nil, generation: generation)
@@ -174,12 +170,10 @@ extension Supervisor {
             SandboxPool.discardInBackground([ready])
             return nil
         }
-        let arena = CArena()
-        var config = xsb_spawn_config()
-        Self.setPerLaunch(&config, configuration, executable: executable, stdio: stdio, in: arena)
+        let part = LaunchPlan.launchPart(configuration, executable: executable, stdio: stdio)
         var started = ready.started
         let control = ready.handOver()
-        let sent = withExtendedLifetime(arena) { xsb_prebuilt_launch(control, &config, &started) }
+        let sent = part.withConfiguration { xsb_prebuilt_launch(control, &$0, &started) }
         withExtendedLifetime(configuration.executableCopy) {}
         if sent != 0 { xsb_spawn_abandon(&started, started.failed_step, started.error_number, "handing the launch to the pre-built sandbox") }
         let result = sent == 0
@@ -187,8 +181,9 @@ extension Supervisor {
             : started
         let process: SandboxedProcess
         do {
-            process = try running(try Self.succeeded(result, cgroup: ready.cgroup), cgroup: ready.cgroup, limits: configuration.policy.limits)
+            process = try running(try Self.succeeded(result), cgroup: ready.cgroup, limits: configuration.policy.limits)
         } catch {
+            ready.cgroup?.remove()
             ready.mountNamespace?.close()
             throw error
         }

@@ -8,10 +8,10 @@ import Synchronization
 ///
 /// One supervisor serves any number of sandboxes with two threads: a spawner thread that
 /// clones (so the parent-death signal is tied to the process, not to a passing thread) and a
-/// monitor thread that watches every sandbox's pidfd and control socket (each sandbox's init
-/// reads its seccomp notifications itself and reports violations there). While a sandbox is
-/// being built, a short-lived thread of its own waits for its init's report, so that launches
-/// are built in parallel.
+/// monitor thread that watches every sandbox's control socket (each sandbox's init reads its
+/// seccomp notifications itself and reports violations there). The monitor thread also takes
+/// each building sandbox's report that its program has exec'd (``LaunchSetupWait``), so no
+/// thread waits per launch and sandboxes are built in parallel.
 /// When the supervisor's process dies, even by SIGKILL, every sandbox it started dies too.
 public final class Supervisor: Sendable {
     /// The process-wide supervisor.
@@ -23,8 +23,6 @@ public final class Supervisor: Sendable {
     /// The supervisor's event thread; the host API registers its connections here too.
     public let monitor: EventMonitor
     private let cgroups: CgroupSupport?
-    /// Numbers the sandboxes' cgroups: process-wide, as their names are (several supervisors may run in one process).
-    private static let launchCounter = Atomic<Int>(0)
     private let capLastCap: Int32
     /// The sandbox init (`xsb-init`), found and opened at the first launch; a failure to find it
     /// is reported by that launch and retried by the next.
@@ -81,38 +79,15 @@ public final class Supervisor: Sendable {
                 refill()  // a kept shape whose sandboxes are all taken (or whose refill failed)
             }
         }
-        let (result, cgroup) = try await build(shape, configuration, stdio: stdio, prebuilt: false)
+        let (result, cgroup) = try await build(LaunchPlan(shape: shape, configuration: configuration, stdio: stdio))
         return try running(result, cgroup: cgroup, limits: configuration.policy.limits)
     }
 
-    /// What fixes a launch's sandbox before its program runs, checked on the host: the filter,
-    /// the final mount plan (the program's own bind included), the host ids.
-    struct Shape {
-        let filter: CompiledSeccompFilter
-        let plan: MountPlan
-        /// The path exec'd inside (or, with a sealed copy, the one named in messages).
-        let executable: String
-        let identity: HostIdentity
-        let initExecutable: InitExecutable
-        let key: SandboxPool.Key
-    }
-
-    func shape(of configuration: SandboxConfiguration) throws(SandboxError) -> Shape {
+    /// The shape of `configuration`'s sandbox (``LaunchPlan/Shape``), with this supervisor's
+    /// filter and init.
+    func shape(of configuration: SandboxConfiguration) throws(SandboxError) -> LaunchPlan.Shape {
         let filter = if let given = configuration.compiledFilter { given } else { try compiledFilter(for: configuration.policy) }
-        let initExecutable = try self.initExecutable()
-        var plan = try MountPlan(
-            policy: configuration.policy, extraMounts: configuration.extraMounts, dataMounts: configuration.dataMounts,
-            hostname: configuration.hostname, uid: configuration.sandboxUID, gid: configuration.sandboxGID)
-        let executable = configuration.executableCopy == nil
-            ? try Self.visibleExecutable(configuration.executable, plan: &plan) : configuration.executable
-        guard executable.hasPrefix("/") else {
-            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(executable) is not an absolute path")
-        }
-        let identity = try HostIdentity.forCaller()
-        let key = SandboxPool.Key(
-            policy: configuration.policy, filter: filter, plan: plan, hostname: configuration.hostname,
-            audit: configuration.auditSeccomp, sandboxUID: configuration.sandboxUID, sandboxGID: configuration.sandboxGID, identity: identity)
-        return Shape(filter: filter, plan: plan, executable: executable, identity: identity, initExecutable: initExecutable, key: key)
+        return try LaunchPlan.Shape(configuration, filter: filter, initExecutable: try initExecutable())
     }
 
     /// The payload's fds 0, 1, 2 as host fds (-1: /dev/null), each open here, and at most 32 extra fds.
@@ -130,152 +105,40 @@ public final class Supervisor: Sendable {
         return stdio
     }
 
-    /// Builds a sandbox of `shape`: cold (`prebuilt` false: it runs `configuration`'s program)
-    /// or pre-built (it stops once its shape is built, and waits for ``SandboxPool``'s take).
+    /// Builds the sandbox `plan` describes: cold (it runs the configuration's program) or
+    /// pre-built (it stops once its shape is built, and waits for ``SandboxPool``'s take).
     /// Returns the init's report and the sandbox's cgroup; on failure nothing is left.
-    func build(
-        _ shape: Shape, _ configuration: SandboxConfiguration, stdio: (Int32, Int32, Int32), prebuilt: Bool
-    ) async throws(SandboxError) -> (xsb_spawn_result, SandboxCgroup?) {
-        let identity = shape.identity, plan = shape.plan, filter = shape.filter
-        let limits = configuration.policy.limits
-        var cgroup: SandboxCgroup?
-        if let cgroups, limits.memoryBytes != nil || limits.processes != nil {
-            let name = "extsandbox-\(getpid())-\(Self.launchCounter.add(1, ordering: .relaxed).newValue)"
-            cgroup = try cgroups.makeSandboxCgroup(name: name, memoryBytes: limits.memoryBytes, processes: limits.processes)
-        }
-        // RLIMIT_AS bounds each process, not their sum (memfds, shared memory, many processes):
-        // a whole-sandbox memory limit needs a memory cgroup, or the policy's explicit opt-in.
-        if let memory = limits.memoryBytes, limits.memoryScope == .sandbox, !(cgroup?.limitsMemory ?? false) {
-            cgroup?.remove()
-            throw SandboxError(step: .cgroup, errorNumber: ENOTSUP, detail: CgroupSupport.noMemoryCgroupMessage(limitBytes: memory))
-        }
-        // The kernel never applies RLIMIT_NPROC to host uid 0 (whatever the namespace), so a
-        // sandbox that were host root could have its process limit only from a pids cgroup.
-        // HostIdentity never maps to 0; should that change, fail closed.
-        if limits.processes != nil && identity.uid == 0 && !(cgroup?.limitsProcesses ?? false) {
-            cgroup?.remove()
-            throw SandboxError(step: .cgroup, errorNumber: ENOTSUP, detail: "the policy limits processes, but RLIMIT_NPROC does not apply to uid 0 and no pids cgroup is writable here")
-        }
-
-        let detached: DetachedBindSources
-        do {
-            detached = try DetachedBindSources(plan: plan, identity: identity)
+    func build(_ plan: LaunchPlan) async throws(SandboxError) -> (xsb_spawn_result, SandboxCgroup?) {
+        let identity = plan.shape.identity
+        let cgroup = try SandboxCgroup.make(for: plan.configuration.policy.limits, hostUID: identity.uid, under: cgroups)
+        do throws(SandboxError) {
+            let detached = try DetachedBindSources(plan: plan.shape.plan, identity: identity)
+            let description = try plan.description(
+                cgroup: cgroup, detached: detached, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
+            let started = await spawner.start(description, remapsRoot: identity.remapsRoot, background: plan.isPrebuilt)
+            // The spawner thread has its own copies of the fds now (or failed): the cgroup's,
+            // the program's copy and the detached mounts were open until then.
+            cgroup?.closeDescriptors()
+            withExtendedLifetime(plan.configuration.executableCopy) {}
+            withExtendedLifetime(detached.trees) {}
+            // The spawner thread only clones: the build is waited for on the monitor thread.
+            let result = started.failed_step == Int32(XSB_STEP_NONE.rawValue)
+                ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
+                : started
+            return (try Self.succeeded(result), cgroup)
         } catch {
             cgroup?.remove()
             throw error
         }
-        let arena = CArena()
-        var config = xsb_spawn_config()
-        // A pre-built sandbox gets what is per launch later (``SandboxPool``): nothing of it here.
-        config.hostname = UnsafePointer(arena.string(configuration.hostname))
-        config.uid_outside = identity.uid
-        config.gid_outside = identity.gid
-        config.uid_inside = configuration.sandboxUID
-        config.gid_inside = configuration.sandboxGID
-        let (ops, opCount) = plan.cOperations(in: arena, detached: detached)
-        config.mounts = UnsafePointer(ops)
-        config.mount_count = opCount
-        let trees = arena.array(of: Int32.self, count: detached.trees.count)
-        for (index, tree) in detached.trees.enumerated() { trees[index] = tree.rawValue }
-        config.mount_trees = UnsafePointer(trees)
-        config.mount_tree_count = detached.trees.count
-        config.tmp_size = plan.tmpSize
-        let rlimits = ResourceLimitPlan(limits).rlimits
-        let cLimits = arena.array(of: xsb_rlimit.self, count: rlimits.count)
-        for (index, limit) in rlimits.enumerated() { cLimits[index] = limit }
-        config.rlimits = UnsafePointer(cLimits)
-        config.rlimit_count = rlimits.count
-        let bpf = arena.bytes(filter.program)
-        config.bpf = UnsafeRawPointer(bpf)
-        config.bpf_instructions = filter.instructionCount
-        // (-1: none, in the C launch's terms; the cgroup keeps them open until closeDescriptors.)
-        let tasks = cgroup?.tasksFileDescriptors.map(\.rawValue) ?? []
-        config.cgroup_tasks_fds = (tasks.count > 0 ? tasks[0] : -1, tasks.count > 1 ? tasks[1] : -1, tasks.count > 2 ? tasks[2] : -1, -1)
-        config.cgroup_directory_fd = cgroup?.directoryDescriptor?.rawValue ?? -1
-        config.audit = configuration.auditSeccomp ? 1 : 0
-        config.memory_deny_write_execute = configuration.policy.seccomp.memoryDenyWriteExecute ? 1 : 0
-        config.supervise_first_exec = Self.filterSupervisesExec(configuration.policy) ? 1 : 0
-        config.cap_last_cap = capLastCap
-        config.setup_timeout_ms = setupTimeoutMilliseconds
-        config.init_fd = shape.initExecutable.fd
-        if prebuilt {
-            config.prebuilt = 1
-            config.path = UnsafePointer(arena.string(""))
-            config.cwd = UnsafePointer(arena.string(""))
-            config.argv = UnsafePointer(arena.stringArray([]))
-            config.envp = UnsafePointer(arena.stringArray([]))
-            config.stdio = (-1, -1, -1)
-            config.exec_fd = -1
-        } else {
-            Self.setPerLaunch(&config, configuration, executable: shape.executable, stdio: stdio, in: arena)
-            config.controlling_terminal = configuration.controllingTerminal ? 1 : 0
-        }
-
-        // The configuration and the arena it points into go to the spawner thread whole.
-        guard let handed = SpawnerThread.fds(of: config) else {
-            cgroup?.remove()
-            throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most \(XSB_MAX_EXTRA_FDS) extra file descriptors")
-        }
-        let request = config
-        let (started, _) = await spawner.launch(handing: handed, background: prebuilt) { received in
-            var out = xsb_spawn_result()
-            var config = request
-            let applied = xsb_spawner_apply(&config, &received)
-            guard applied == 0 else {
-                out.failed_step = Int32(XSB_STEP_FILE_DESCRIPTORS.rawValue)
-                out.error_number = -applied
-                return (out, ())
-            }
-            // Root's supplementary groups would follow the sandbox (it cannot drop them). EPERM:
-            // setgroups is denied to this supervisor itself (it runs in a user namespace that
-            // denies it), so its groups are as fixed as an unprivileged caller's, which the
-            // sandbox keeps too.
-            let groupsError = identity.remapsRoot ? xsb_clear_thread_groups() : 0
-            guard groupsError == 0 || groupsError == EPERM else {
-                out.failed_step = Int32(XSB_STEP_USERNS_MAP.rawValue)
-                out.error_number = groupsError
-                return (out, ())
-            }
-            withExtendedLifetime(arena) { _ = xsb_spawn_start(&config, &out) }
-            return (out, ())
-        }
-        cgroup?.closeDescriptors()
-        // The program's copy and the detached mounts were open until the spawner thread took
-        // its own copies of the fds.
-        withExtendedLifetime(configuration.executableCopy) {}
-        withExtendedLifetime(detached.trees) {}
-        // The spawner thread only clones: the build is waited for on the monitor thread.
-        let result = started.failed_step == Int32(XSB_STEP_NONE.rawValue)
-            ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
-            : started
-        return (try Self.succeeded(result, cgroup: cgroup), cgroup)
     }
 
-    /// `result`, or its failure as an error (the sandbox's cgroup removed).
-    static func succeeded(_ result: xsb_spawn_result, cgroup: SandboxCgroup?) throws(SandboxError) -> xsb_spawn_result {
+    /// `result`, or its failure as an error.
+    static func succeeded(_ result: xsb_spawn_result) throws(SandboxError) -> xsb_spawn_result {
         guard result.failed_step == Int32(XSB_STEP_NONE.rawValue) else {
-            cgroup?.remove()
             let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             throw SandboxError(step: SandboxError.Step(launchCode: result.failed_step), errorNumber: result.error_number, detail: detail)
         }
         return result
-    }
-
-    /// What is per launch, in `config`: the program, its arguments, environment, working
-    /// directory and fds. (A pre-built sandbox gets them in its launch part.)
-    static func setPerLaunch(
-        _ config: inout xsb_spawn_config, _ configuration: SandboxConfiguration, executable: String, stdio: (Int32, Int32, Int32), in arena: CArena
-    ) {
-        config.path = UnsafePointer(arena.string(executable))
-        config.argv = UnsafePointer(arena.stringArray(configuration.arguments))
-        config.envp = UnsafePointer(arena.stringArray(configuration.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }))
-        config.cwd = UnsafePointer(arena.string(configuration.workingDirectory))
-        config.stdio = stdio
-        let extra = arena.array(of: Int32.self, count: configuration.extraFileDescriptors.count)
-        for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd }
-        config.extra_fds = UnsafePointer(extra)
-        config.extra_fd_count = configuration.extraFileDescriptors.count
-        config.exec_fd = configuration.executableCopy?.descriptor.rawValue ?? -1
     }
 
     /// A started sandbox, watched from now on (its wall-clock limit counts from here).
@@ -309,35 +172,12 @@ public final class Supervisor: Sendable {
         }
     }
 
-    /// Whether the policy's filter notifies execve ("no exec after start"), so that the
-    /// sandbox init must let the launch's own exec through.
-    static func filterSupervisesExec(_ policy: Policy) -> Bool {
-        !policy.seccomp.allowExecAfterStart
-    }
-
     private static func fd(_ stream: SandboxConfiguration.StandardStream, _ number: Int32) -> Int32 {
         switch stream {
         case .inherit: return number
         case .null: return -1
         case .fileDescriptor(let fd): return fd
         }
-    }
-
-    /// The path to exec inside: the given one if a bind exposes it, else its real path, bound
-    /// read-only on its own when nothing covers it. The program is what the caller asked to
-    /// run, so it is always made visible; nothing else is.
-    static func visibleExecutable(_ path: String, plan: inout MountPlan) throws(SandboxError) -> String {
-        guard path.hasPrefix("/") else {
-            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(path) is not an absolute path")
-        }
-        guard let resolved = SystemFiles.realPath(path) else {
-            throw SandboxError(step: .exec, errorNumber: errno, detail: path)
-        }
-        if plan.exposes(hostPath: path) { return path }
-        if !plan.exposes(hostPath: resolved) {
-            plan.append(.bind(source: resolved, target: try MountPlan.checkedDestination(resolved), writable: false, directory: false))
-        }
-        return resolved
     }
 
     /// The process's policy store compiles each distinct seccomp policy once; later launches reuse the BPF.

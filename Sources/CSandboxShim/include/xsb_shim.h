@@ -1,8 +1,9 @@
 // The C part of extsandbox: the code that runs between clone and exec.
 //
-// Swift prepares every string, array and buffer in an xsb_spawn_config before calling
-// xsb_spawn_start(), which writes it as a launch description (offsets, not pointers) into a sealed
-// memfd, and starts the sandbox init: a small static program of its own (xsb-init), exec'd in
+// Swift prepares every string, array and buffer in an xsb_spawn_config (LaunchPlan.swift) and hands
+// it to its spawner thread, whose one call, xsb_spawner_launch(), calls xsb_spawn_start(), which
+// writes it as a launch description (offsets, not pointers) into a sealed memfd, and starts the
+// sandbox init: a small static program of its own (xsb-init), exec'd in
 // the new namespaces straight from a vfork-style clone that shares the supervisor's memory, so
 // nothing of the supervisor's address space (or its fds) is copied into any sandbox.
 //
@@ -283,38 +284,30 @@ int xsb_spawn_poll(struct xsb_spawn_result *out, int *step, int *err, char *deta
 /// sandbox), closes the launch's fds and sets `out->failed_step`, `error_number` and `detail`.
 void xsb_spawn_abandon(struct xsb_spawn_result *out, int step, int err, const char *why);
 
-/// The spawner thread's own fd table (spawner_table.c): a clone copies the cloning thread's
-/// table, and the host's grows with every sandbox it runs, so the spawner thread keeps only its
-/// inbox in a table of its own and each launch hands it just the fds it passes on.
+/// The spawner thread (SpawnerThread.swift) behind two calls on each side. The spawner thread
+/// has an fd table of its own (spawner_table.c): a clone copies the cloning thread's table, and
+/// the host's grows with every sandbox it runs, so the spawner thread keeps only its inbox there
+/// and each launch hands it just the fds it passes on.
 /// Makes the calling thread's fd table its own, holding only `inbox` (and /dev/null as 0–2).
-/// 0 or -errno.
+/// 0 or -errno. Once, when the spawner thread starts.
 int xsb_spawner_table_make_private(int inbox);
-/// Closes every fd above 2 of the calling thread's table except `inbox` (after each launch).
-void xsb_spawner_table_clear(int inbox);
 /// The most fds a launch hands over besides its reply socket: the init, the cgroup directory,
 /// stdio, the cgroup v1 tasks files, the extra fds, the program and the detached mounts.
 enum { XSB_SPAWNER_MAX_FDS = 2 + 3 + 4 + XSB_MAX_EXTRA_FDS + 1 + XSB_MAX_MOUNT_TREES };
 /// Host side: the fds `cfg` names (none of -1), in the order of a hand-over. Count or -errno.
 int xsb_spawner_list_fds(const struct xsb_spawn_config *cfg, int out[XSB_SPAWNER_MAX_FDS]);
-/// Host side: sends `reply` and `fds` (SCM_RIGHTS) over `outbox`. 0 or -errno.
+/// Host side, first call: sends `reply` and `fds` (SCM_RIGHTS) over `outbox`. 0 or -errno.
 int xsb_spawner_hand_over(int outbox, const int *fds, int count, int reply);
-/// What xsb_spawner_take_over received (the spawner thread's copies).
-struct xsb_spawner_fds {
-    int received[XSB_SPAWNER_MAX_FDS];
-    int count;
-    int extra[XSB_MAX_EXTRA_FDS];  ///< xsb_spawner_apply's storage for cfg->extra_fds
-    int trees[XSB_MAX_MOUNT_TREES];  ///< and for cfg->mount_trees
-    int reply;  ///< the launch's own socket for xsb_spawner_send_result
-};
-/// Spawner side: receives the next hand-over (`expected` fds and the reply socket) from
-/// `inbox`. 0 or -errno (-EPROTO: another number of fds came: fail closed).
-int xsb_spawner_take_over(int inbox, int expected, struct xsb_spawner_fds *storage);
-/// Spawner side: points `cfg`'s fd fields (its extra fds into `storage`) at the copies
-/// received, in the order xsb_spawner_list_fds gave them. 0 or -errno.
-int xsb_spawner_apply(struct xsb_spawn_config *cfg, struct xsb_spawner_fds *storage);
-/// Spawner side: sends a started sandbox's control socket and pidfd over `reply`. 0 or -errno.
-int xsb_spawner_send_result(int reply, const struct xsb_spawn_result *out);
-/// Host side: receives them, setting `out->control_fd` and `out->pidfd`. 0 or -errno.
+/// Spawner side, the one call per launch (spawn.c): receives the next hand-over (`expected`
+/// fds and the reply socket) from `inbox`, points `cfg`'s fd fields at the copies, drops the
+/// thread's supplementary groups when `clear_groups` (a root caller's), starts the sandbox
+/// (xsb_spawn_start) and sends its control socket and pidfd back over the reply socket; then
+/// closes everything of the launch in the thread's table. Returns 0 with `out->pid` set (the
+/// fds come over the reply socket: xsb_spawner_receive_result), or -1 with `out->failed_step`
+/// set and nothing left running.
+int xsb_spawner_launch(int inbox, int expected, struct xsb_spawn_config *cfg, int clear_groups, struct xsb_spawn_result *out);
+/// Host side, second call: receives the started sandbox's control socket and pidfd, setting
+/// `out->control_fd` and `out->pidfd`. 0 or -errno.
 int xsb_spawner_receive_result(int reply, struct xsb_spawn_result *out);
 
 /// Sends one control message (no fds). Returns 0 or -errno.
@@ -344,12 +337,6 @@ enum {
     XSB_RLIMIT_RTPRIO = RLIMIT_RTPRIO,
     XSB_RLIMIT_NICE = RLIMIT_NICE,
 };
-
-/// Drops the calling thread's supplementary groups (only that thread's: a raw setgroups).
-/// The spawner thread of a root supervisor does this so that sandboxes, which cannot drop
-/// groups themselves (setgroups is denied in them), do not carry root's groups. Returns 0 or
-/// an errno.
-int xsb_clear_thread_groups(void);
 
 /// The sandbox init's entry point (the xsb-init executable's main): never returns.
 __attribute__((noreturn)) void xsb_init_run(void);
