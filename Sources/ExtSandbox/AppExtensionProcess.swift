@@ -318,7 +318,7 @@ extension ExtensionProcessCore {
             throw .protocolError(error)
         }
         let sandboxConfiguration = authorization.sandboxConfiguration(
-            identity: identity, policy: policy, containers: containers, output: configuration.output.stream, extensionFD: extensionFD.rawValue)
+            identity: identity, policy: policy, containers: containers, output: configuration.output.stream, extensionFD: extensionFD)
         let sandbox: SandboxedProcess
         do throws(SandboxError) {
             sandbox = try await Supervisor.shared.launch(sandboxConfiguration)
@@ -378,7 +378,7 @@ extension ExtensionProcessCore {
                             case .wouldBlock: return
                             case .closed: once.resume(.closed); return
                             case .frame(let frame):
-                                UntrustedDescriptors.close(frame.fds)
+                                frame.closeFDs()
                                 guard frame.kind == .ready else {
                                     once.resume(.broken(.unexpectedFrame(kind: frame.kind, reason: "the launch expects READY")))
                                     return

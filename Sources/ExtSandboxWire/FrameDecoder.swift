@@ -1,3 +1,5 @@
+import SandboxSystem
+
 /// An incremental frame decoder: feed it the bytes and fds of each `recvmsg` as they arrive, get
 /// whole frames out.
 ///
@@ -207,7 +209,7 @@ public struct FrameDecoder: Sendable {
             if let frame { frames.append(frame) }
         }
         do { try endChunk() } catch {
-            UntrustedDescriptors.close(frames.flatMap(\.fds), untrusted: untrustedPeer)
+            for frame in frames { frame.closeFDs() }
             throw error
         }
         return frames
@@ -265,8 +267,7 @@ public struct FrameDecoder: Sendable {
                 initialized = size
             }
             offset += size
-            let frame = Frame(kind: header.kind, id: header.id, payload: payload, fds: frameFDs, flags: header.flags)
-            frameFDs = []
+            let frame = Frame(kind: header.kind, id: header.id, payload: payload, fds: takeFrameFDs(), flags: header.flags)
             return frame
         }
         current = header
@@ -283,12 +284,17 @@ public struct FrameDecoder: Sendable {
 
     private mutating func completeFrame() -> Frame {
         let header = current!
-        let frame = Frame(kind: header.kind, id: header.id, payload: payload, fds: frameFDs, flags: header.flags)
+        let frame = Frame(kind: header.kind, id: header.id, payload: payload, fds: takeFrameFDs(), flags: header.flags)
         current = nil
         payload = []
         payloadFill = 0
-        frameFDs = []
         return frame
+    }
+
+    /// The fds of the frame being completed, owned from here on by the frame.
+    private mutating func takeFrameFDs() -> [FileDescriptor] {
+        defer { frameFDs = [] }
+        return UntrustedDescriptors.adopt(frameFDs, untrusted: untrustedPeer)
     }
 
     private mutating func fail(_ error: WireError) -> WireError {

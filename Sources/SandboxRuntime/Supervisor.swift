@@ -120,13 +120,15 @@ public final class Supervisor: Sendable {
         guard configuration.extraFileDescriptors.count <= 32 else {
             throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most 32 extra file descriptors")
         }
-        let stdio = (Self.fd(configuration.standardInput, 0), Self.fd(configuration.standardOutput, 1), Self.fd(configuration.standardError, 2))
-        for fd in [stdio.0, stdio.1, stdio.2] + configuration.extraFileDescriptors where fd >= 0 {
-            // A number that is not open here would land, in the child, on whatever holds it there.
-            guard fcntl(fd, F_GETFD) >= 0 else {
-                throw SandboxError(step: .configuration, errorNumber: EBADF, detail: "file descriptor \(fd) for the sandbox is not open")
+        let streams = [configuration.standardInput, configuration.standardOutput, configuration.standardError]
+        for descriptor in streams.compactMap(\.descriptor) + configuration.extraFileDescriptors {
+            // A number no longer open here would land, in the child, on whatever holds it there.
+            guard descriptor.isOpen, fcntl(descriptor.rawValue, F_GETFD) >= 0 else {
+                throw SandboxError(step: .configuration, errorNumber: EBADF,
+                                   detail: "file descriptor \(descriptor.rawValue) for the sandbox is not open")
             }
         }
+        let stdio = (Self.fd(configuration.standardInput, 0), Self.fd(configuration.standardOutput, 1), Self.fd(configuration.standardError, 2))
         return stdio
     }
 
@@ -272,7 +274,7 @@ public final class Supervisor: Sendable {
         config.cwd = UnsafePointer(arena.string(configuration.workingDirectory))
         config.stdio = stdio
         let extra = arena.array(of: Int32.self, count: configuration.extraFileDescriptors.count)
-        for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd }
+        for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd.rawValue }
         config.extra_fds = UnsafePointer(extra)
         config.extra_fd_count = configuration.extraFileDescriptors.count
         config.exec_fd = configuration.executableCopy?.descriptor.rawValue ?? -1
@@ -319,7 +321,7 @@ public final class Supervisor: Sendable {
         switch stream {
         case .inherit: return number
         case .null: return -1
-        case .fileDescriptor(let fd): return fd
+        case .fileDescriptor(let fd): return fd.rawValue
         }
     }
 

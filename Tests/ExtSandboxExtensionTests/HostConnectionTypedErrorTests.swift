@@ -30,6 +30,39 @@ struct HostConnectionTypedErrorTests {
         }
     }
 
+    /// The case a failed request names, read by a switch over every case of `HostRequestError`
+    /// (it compiles only while `send` and `call` throw that type).
+    static func caseName(_ error: HostRequestError) -> String {
+        switch error {
+        case .remote: "remote"
+        case .connectionClosed: "connectionClosed"
+        case .messageTooLarge: "messageTooLarge"
+        case .cancelled: "cancelled"
+        }
+    }
+
+    @Test("a request to a host that is gone throws connectionClosed, typed")
+    func requestToAClosedHost() async throws {
+        let connection = try Self.connectionToAClosedHost()
+        do {
+            _ = try await connection.send(Message([1, 2, 3]))
+            Issue.record("a request was answered by a closed socket")
+        } catch {
+            #expect(Self.caseName(error) == "connectionClosed", "\(error)")
+        }
+    }
+
+    @Test("a distributed call's envelope to a host that is gone throws connectionClosed, typed")
+    func callToAClosedHost() async throws {
+        let connection = try Self.connectionToAClosedHost()
+        do {
+            _ = try await connection.call([1, 2, 3], followedBy: [4], fileDescriptors: [])
+            Issue.record("a call was answered by a closed socket")
+        } catch {
+            #expect(Self.caseName(error) == "connectionClosed", "\(error)")
+        }
+    }
+
     @Test("a call that is not a call envelope is answered with the ExtensionFailure of a malformed envelope")
     func malformedCallServed() async throws {
         let connection = try Self.connectionToAClosedHost()
