@@ -10,6 +10,8 @@
 #ifndef XSB_CHILD_H
 #define XSB_CHILD_H
 
+#include <signal.h>
+
 #include "xsb_shim.h"
 
 /// Fds the clone child keeps for itself live at or above this number (plus the extra-fd
@@ -99,22 +101,78 @@ void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd);
 
 // MARK: - Lifetime and exit (reaper.c; the pidfd helpers are in xsb_shim.h)
 
-/// Init side: the parent-death signal (SIGKILL when the supervisor's spawner thread ends).
-void xsb_init_bind_to_supervisor(int control_fd);
 /// Init side: serves the supervisor until the payload has ended. Then the sandbox ends: what
 /// the payload left is killed, and once the receiver thread has seen the last user of the
 /// filter go (so that a call it stopped in those last moments is still reported), the exit is
 /// reported and the init exits, which ends the PID namespace.
 __attribute__((noreturn)) void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener);
 
-// MARK: - Signals (signals.c)
+// MARK: - Signals (signals.c: every signal mechanism, both sides; xsb_pidfd_send_signal is in xsb_shim.h)
+
+/// Supervisor side: blocks every signal in the calling thread across the clone (no Swift or
+/// NIO handler may run in a child that shares our memory), keeping the old mask in `saved`.
+void xsb_signals_block_all(sigset_t *saved);
+/// Supervisor side: puts back the mask xsb_signals_block_all saved.
+void xsb_signals_restore(const sigset_t *saved);
 
 /// Init side: every signal back to its default action, and every signal blocked.
 void xsb_init_reset_signals(void);
+/// Init side: the parent-death signal (SIGKILL when the supervisor's spawner thread ends).
+void xsb_init_bind_to_supervisor(int control_fd);
+/// Init side: a signalfd (non-blocking, close-on-exec) that becomes readable when a child of
+/// the init changes state (SIGCHLD stays blocked and queues for it). -1 with errno.
+int xsb_signals_child_exits(void);
+/// Init side: reads every queued signal of the signalfd `signal_fd`.
+void xsb_signals_drain(int signal_fd);
+/// Init side, any thread (raw system call): SIGKILL to every other process of the PID namespace.
+void xsb_signals_kill_sandbox(void);
+/// Init side: SIGSTOP to every other process of the namespace, verified (each task seen
+/// stopped, or waiting uninterruptibly with its stop pending). Returns 0, EAGAIN when the
+/// sandbox would not stop, or another errno.
+int xsb_signals_stop_sandbox(void);
+/// Init side: SIGCONT to every other process of the namespace. Returns 0 or an errno.
+int xsb_signals_continue_sandbox(void);
+/// Init side: `sig` to the process group of the payload `payload` (it leads its own session).
+/// A number that is not a signal (≤ 0 or ≥ 65) sends nothing. Returns 0 or an errno.
+int xsb_signals_to_payload(pid_t payload, int sig);
+/// Init side: the handler of SIGUSR1, the receiver thread's wake-up (no SA_RESTART, so a
+/// blocked call returns EINTR). 0, or -1 with errno.
+int xsb_signals_install_wake(void);
+/// Init's receiver thread (raw system call): unblocks SIGUSR1 in the calling thread only.
+void xsb_signals_accept_wake(void);
+/// Init side: SIGUSR1 to the thread `tid` of this process (nothing when `tid` ≤ 0).
+void xsb_signals_wake(pid_t tid);
+
 /// Payload side: every signal back to its default action (ignored ones stay ignored across exec).
 void xsb_payload_reset_signals(int status_fd);
 /// Payload side: unblocks every signal, right before the filter and the exec.
 void xsb_payload_unblock_signals(int status_fd);
+
+/// A system call without glibc, for the init's receiver thread (a thread glibc does not know:
+/// no TLS of its own, so no errno) and what it calls. Returns the result or -errno.
+static inline long xsb_raw_syscall(long nr, long a, long b, long c, long d, long e) {
+#if defined(__x86_64__)
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                     : "rcx", "r11", "memory");
+    return ret;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = nr;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    register long x4 __asm__("x4") = e;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+    return x0;
+#else
+#error "xsb_raw_syscall needs an inline system call for this architecture"
+#endif
+}
 
 // MARK: - User namespace (userns.c)
 

@@ -27,7 +27,7 @@ void xsb_init_run(void) {
     xsb_init_reset_signals();                                        // signals.c
     // The parent-death signal is bound to the spawner thread, which lives as long as the
     // supervisor. If the parent died before this line, the handshake below reads EOF.
-    xsb_init_bind_to_supervisor(control_fd);                         // reaper.c
+    xsb_init_bind_to_supervisor(control_fd);                         // signals.c
     // What ps shows (exec by fd names the process after the fd's number).
     (void)prctl(PR_SET_NAME, "xsb-init", 0, 0, 0);
 
@@ -50,7 +50,7 @@ void xsb_init_run(void) {
     // A change of the effective ids (a root caller's: host uid 0 to 65534) clears the
     // parent-death signal: set it again. (Had the supervisor died in between, the control
     // socket's hang-up ends the sandbox in xsb_init_serve.)
-    xsb_init_bind_to_supervisor(control_fd);                         // reaper.c
+    xsb_init_bind_to_supervisor(control_fd);                         // signals.c
     // Non-dumpable before anything of the sandbox runs: the program inside cannot read the
     // init's memory or take its fds (the control socket, the listener) through /proc. Not
     // before GO: the supervisor writes our /proc/PID/uid_map, which non-dumpable would make

@@ -13,6 +13,7 @@
 // built detached (open_tree, fsmount), get their flags there, and are attached with move_mount
 // onto the fd of the exact target, so there is also no window in which a bind is writable.
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mount.h>
@@ -88,23 +89,19 @@ static int open_parent(int root, const char *target, char *leaf, size_t leaf_siz
     }
 }
 
-/// Creates (if needed) and opens the exact mount point `target` below `root`.
-static int open_mount_point(int root, const char *target, int directory) {
-    char leaf[256];
-    int parent = open_parent(root, target, leaf, sizeof leaf);
-    if (parent < 0) return -1;
+/// Creates (if needed) and opens the mount point `leaf` in the directory `parent`.
+static int open_point_in(int parent, const char *leaf, int directory) {
     if (directory) {
-        if (mkdirat(parent, leaf, 0755) != 0 && errno != EEXIST) return close_keeping_errno(parent);
+        if (mkdirat(parent, leaf, 0755) != 0 && errno != EEXIST) return -1;
     } else if (faccessat(parent, leaf, F_OK, AT_SYMLINK_NOFOLLOW) != 0) {
         // Create only what is missing: opening an existing file for writing could fail for
         // reasons that do not matter here (ETXTBSY for a program someone runs, EROFS).
-        if (errno != ENOENT) return close_keeping_errno(parent);
+        if (errno != ENOENT) return -1;
         int fd = openat(parent, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0) return close_keeping_errno(parent);
+        if (fd < 0) return -1;
         close(fd);
     }
     int point = openat(parent, leaf, O_PATH | O_NOFOLLOW | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-    close_keeping_errno(parent);
     if (point < 0) return -1;
     struct stat st;
     // O_PATH|O_NOFOLLOW opens a symlink itself: never mount onto one.
@@ -116,20 +113,35 @@ static int open_mount_point(int root, const char *target, int directory) {
     return point;
 }
 
+/// Creates (if needed) and opens the exact mount point `target` below `root`.
+static int open_mount_point(int root, const char *target, int directory) {
+    char leaf[256];
+    int parent = open_parent(root, target, leaf, sizeof leaf);
+    if (parent < 0) return -1;
+    int point = open_point_in(parent, leaf, directory);
+    close_keeping_errno(parent);
+    return point;
+}
+
 static int attach(int mount_fd, int point) {
     return (int)syscall(SYS_move_mount, mount_fd, "", point, "", XSB_MOVE_MOUNT_F_EMPTY_PATH | XSB_MOVE_MOUNT_T_EMPTY_PATH);
+}
+
+/// Gives the detached mount `tree` (and every mount below it) a bind's attributes.
+static int set_bind_attributes(int tree, int flags) {
+    uint64_t attrs = XSB_MOUNT_ATTR_NOSUID;
+    if (flags & (XSB_MOUNT_F_DEVICE | XSB_MOUNT_F_NOEXEC)) attrs |= XSB_MOUNT_ATTR_NOEXEC;
+    if (!(flags & XSB_MOUNT_F_DEVICE)) attrs |= XSB_MOUNT_ATTR_NODEV;
+    if (!(flags & (XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DEVICE))) attrs |= XSB_MOUNT_ATTR_RDONLY;
+    struct xsb_mount_attr attr = {.attr_set = attrs};
+    return (int)syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | XSB_AT_RECURSIVE, &attr, sizeof attr);
 }
 
 /// Gives the detached mount `tree` a bind's attributes and attaches it at `target` below
 /// `root`; closes `tree`. On failure `*at_target` tells whether the mount point was the problem.
 static int attach_bind(int root, int tree, const char *target, int flags, int *at_target) {
     *at_target = 0;
-    uint64_t attrs = XSB_MOUNT_ATTR_NOSUID;
-    if (flags & (XSB_MOUNT_F_DEVICE | XSB_MOUNT_F_NOEXEC)) attrs |= XSB_MOUNT_ATTR_NOEXEC;
-    if (!(flags & XSB_MOUNT_F_DEVICE)) attrs |= XSB_MOUNT_ATTR_NODEV;
-    if (!(flags & (XSB_MOUNT_F_WRITABLE | XSB_MOUNT_F_DEVICE))) attrs |= XSB_MOUNT_ATTR_RDONLY;
-    struct xsb_mount_attr attr = {.attr_set = attrs};
-    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | XSB_AT_RECURSIVE, &attr, sizeof attr) != 0) return close_keeping_errno(tree);
+    if (set_bind_attributes(tree, flags) != 0) return close_keeping_errno(tree);
     int point = open_mount_point(root, target, (flags & XSB_MOUNT_F_DIRECTORY) != 0);
     *at_target = 1;
     if (point < 0) return close_keeping_errno(tree);
@@ -139,10 +151,8 @@ static int attach_bind(int root, int tree, const char *target, int flags, int *a
     return rc;
 }
 
-/// Binds host path `source` (a real path: no symlink on the way) at `target` below `root`.
-/// On failure `*at_target` tells whether the mount point (not the source) was the problem.
-static int bind_at(int root, const char *source, const char *target, int flags, int *at_target) {
-    *at_target = 0;
+/// A detached recursive copy of host path `source` (a real path: no symlink on the way).
+static int host_tree(const char *source) {
     char src[PATH_SIZE];
     if (xsb_join_path(src, sizeof src, OLD, source) != 0) {
         errno = ENAMETOOLONG;
@@ -153,6 +163,14 @@ static int bind_at(int root, const char *source, const char *target, int flags, 
     if (src_fd < 0) return -1;
     int tree = (int)syscall(SYS_open_tree, src_fd, "", XSB_OPEN_TREE_CLONE | O_CLOEXEC | AT_EMPTY_PATH | XSB_AT_RECURSIVE);
     close_keeping_errno(src_fd);
+    return tree;
+}
+
+/// Binds host path `source` (a real path: no symlink on the way) at `target` below `root`.
+/// On failure `*at_target` tells whether the mount point (not the source) was the problem.
+static int bind_at(int root, const char *source, const char *target, int flags, int *at_target) {
+    *at_target = 0;
+    int tree = host_tree(source);
     if (tree < 0) return -1;
     return attach_bind(root, tree, target, flags, at_target);
 }
@@ -366,9 +384,220 @@ static int setup_proc(int root, int control_fd) {
     return 0;
 }
 
+// Masks that the host cannot detach from outside. A mount sits on a dentry; when the host
+// unlinks or renames over that dentry, the kernel detaches every mount on it in every mount
+// namespace, and a rename of it (or of a directory above it) carries the mount along. A mask
+// placed on a host file through a bind of its parent would then uncover the new file, or leave
+// the path bare, in a running sandbox. So a bind with a mask below it is not mounted whole: its
+// target and each directory on the way down to a mask (or to any other mount below it) become
+// directories of the sandbox's root tmpfs, and every other entry of the host directory is bound
+// back on its own, with the bind's attributes. Every mount point on a masked path is then a
+// dentry of the sandbox's own file system: a host rename detaches nothing there (a bound-back
+// file keeps showing the file it was), and entries the host adds later do not appear.
+
+/// A host directory on the way to a mask may have at most this many entries: each is a mount of
+/// its own, and a directory too large to bind back entry by entry fails the launch rather than
+/// leaving the mask detachable.
+#define XSB_MASKED_DIRECTORY_LIMIT 4096
+#define XSB_TEXT(x) #x
+#define XSB_NUMBER_TEXT(x) XSB_TEXT(x)
+
+/// Where the source of a bind with masks below it is attached while it is bound back entry by
+/// entry: a directory of the staging root, outside the new root.
+#define SPLIT_SOURCE_NAME "xsb-split-source"
+#define SPLIT_SOURCE "/" SPLIT_SOURCE_NAME
+
+struct split {
+    int root;
+    const struct xsb_spawn_config *cfg;
+    int flags;                   ///< the bind's flags, for each bound-back entry
+    char path[PATH_SIZE];        ///< the path inside being built (on failure: the one that failed)
+    size_t length;
+    char link[PATH_SIZE];        ///< a symlink's text being recreated
+};
+
+/// Whether `path` lies strictly below the directory `dir` (both normalized and absolute).
+static int is_below(const char *path, const char *dir) {
+    size_t n = xsb_string_length(dir);
+    for (size_t i = 0; i < n; i++)
+        if (path[i] != dir[i]) return 0;
+    return path[n] == '/';
+}
+
+static int same_path(const char *a, const char *b) {
+    while (*a != '\0' && *a == *b) a++, b++;
+    return *a == *b;
+}
+
+/// Whether a mask lies below the bind `op`: then it is bound back entry by entry (split_bind).
+static int has_mask_below(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op) {
+    if (op->kind != XSB_MOUNT_BIND || !(op->flags & XSB_MOUNT_F_DIRECTORY)) return 0;
+    for (size_t i = 0; i < cfg->mount_count; i++)
+        if (cfg->mounts[i].kind == XSB_MOUNT_MASK && is_below(cfg->mounts[i].target, op->target)) return 1;
+    return 0;
+}
+
+/// Whether a later bind of the same target covers the bind `op` whole (a later bind of a path
+/// wins): bound back entry by entry, `op` would only lie under it, and in its way.
+static int bound_again_later(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op) {
+    for (const struct xsb_mount_op *later = op + 1; later < cfg->mounts + cfg->mount_count; later++)
+        if (later->kind == XSB_MOUNT_BIND && same_path(later->target, op->target)) return 1;
+    return 0;
+}
+
+/// 1: another operation makes `path` (it is left out); 2: one makes something below it (it
+/// becomes a directory of the root, bound back entry by entry); 0: neither (it is bound back).
+static int planned_at(const struct xsb_spawn_config *cfg, const char *path) {
+    int below = 0;
+    for (size_t i = 0; i < cfg->mount_count; i++) {
+        if (same_path(cfg->mounts[i].target, path)) return 1;
+        if (is_below(cfg->mounts[i].target, path)) below = 2;
+    }
+    return below;
+}
+
+/// Binds back the host entry `name` of `host_dir` into `dir` (the root's directory at the
+/// entry's parent): a file or directory as a bind of its own, a symlink recreated; sockets,
+/// device nodes and FIFOs are left out (the bind's nodev leaves device nodes unusable anyway).
+static int bind_back_entry(struct split *s, int host_dir, int dir, const char *name, unsigned char type) {
+    if (type == DT_UNKNOWN) {
+        struct stat st;
+        if (fstatat(host_dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : S_ISLNK(st.st_mode) ? DT_LNK : DT_SOCK;
+    }
+    if (type == DT_LNK) {
+        ssize_t n = readlinkat(host_dir, name, s->link, sizeof s->link);
+        if (n < 0) return -1;
+        if ((size_t)n >= sizeof s->link) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        s->link[n] = '\0';
+        return symlinkat(s->link, dir, name);
+    }
+    if (type != DT_DIR && type != DT_REG) return 0;
+    int tree = (int)syscall(SYS_open_tree, host_dir, name, XSB_OPEN_TREE_CLONE | O_CLOEXEC | AT_SYMLINK_NOFOLLOW | XSB_AT_RECURSIVE);
+    if (tree < 0) return -1;
+    // What was opened decides, not the listing: the host may have replaced the entry meanwhile.
+    struct stat st;
+    if (fstat(tree, &st) != 0) return close_keeping_errno(tree);
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+        close(tree);
+        return 0;
+    }
+    int flags = (s->flags & ~XSB_MOUNT_F_DIRECTORY) | (S_ISDIR(st.st_mode) ? XSB_MOUNT_F_DIRECTORY : 0);
+    // The mount point is made in `dir` itself: no walk from the root for each entry.
+    int point = set_bind_attributes(tree, flags) == 0 ? open_point_in(dir, name, S_ISDIR(st.st_mode)) : -1;
+    int rc = point < 0 ? -1 : attach(tree, point);
+    if (point >= 0) close_keeping_errno(point);
+    close_keeping_errno(tree);
+    return rc;
+}
+
+/// Makes `s->path` a directory of the root with the entries of `host_dir` bound back, except
+/// what other operations make (masks among them), and directories on the way to those, which
+/// are made the same way.
+static int bind_back_directory(struct split *s, int host_dir) {
+    int point = open_mount_point(s->root, s->path, 1);
+    if (point < 0) return -1;
+    int dir = openat(point, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    close_keeping_errno(point);
+    if (dir < 0) return -1;
+    char entries[2048] __attribute__((aligned(8)));
+    size_t count = 0, length = s->length;
+    long n;
+    while ((n = syscall(SYS_getdents64, host_dir, entries, sizeof entries)) > 0) {
+        for (long at = 0; at < n;) {
+            // glibc's dirent64 has the kernel's linux_dirent64 layout.
+            const struct dirent64 *d = (const struct dirent64 *)(entries + at);
+            at += d->d_reclen;
+            const char *name = d->d_name;
+            if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
+            if (++count > XSB_MASKED_DIRECTORY_LIMIT) {
+                errno = E2BIG;
+                return close_keeping_errno(dir);
+            }
+            size_t name_length = xsb_string_length(name);
+            if (length + 1 + name_length >= sizeof s->path) {
+                errno = ENAMETOOLONG;
+                return close_keeping_errno(dir);
+            }
+            s->path[length] = '/';
+            xsb_copy_string(s->path + length + 1, sizeof s->path - length - 1, name);
+            s->length = length + 1 + name_length;
+            int planned = planned_at(s->cfg, s->path);
+            int rc = 0;
+            if (planned == 2) {
+                // A symlink here refuses (ENOTDIR), as a mount point behind one is refused.
+                int sub = openat(host_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                rc = sub < 0 ? -1 : bind_back_directory(s, sub);
+                if (sub >= 0) close_keeping_errno(sub);
+            } else if (planned == 0) {
+                rc = bind_back_entry(s, host_dir, dir, name, d->d_type);
+            }
+            if (rc != 0) return close_keeping_errno(dir);
+            s->path[length] = '\0';
+            s->length = length;
+        }
+    }
+    // The directory keeps the host's permission bits (the root is read-only before anything runs).
+    struct stat st;
+    int rc = n < 0 || fstat(host_dir, &st) != 0 || fchmod(dir, st.st_mode & 01777) != 0 ? -1 : 0;
+    close_keeping_errno(dir);
+    return rc;
+}
+
+/// The directory bind `op`, which has masks below it, bound back entry by entry (see above):
+/// its source is attached at SPLIT_SOURCE of the staging root with the bind's attributes, its
+/// entries cloned from there, then it is detached again. On failure `failed` names the path.
+static int split_bind(int root, const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, char *failed, size_t failed_size) {
+    xsb_copy_string(failed, failed_size, op->source);
+    int tree = (op->flags & XSB_MOUNT_F_TREE) ? cfg->mount_trees[op->tree] : host_tree(op->source);
+    if (tree < 0) return -1;
+    int flags = op->flags & ~XSB_MOUNT_F_TREE;
+    int stage = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (stage < 0) return close_keeping_errno(tree);
+    int at_target;
+    int rc = attach_bind(stage, tree, SPLIT_SOURCE, flags, &at_target);
+    int host_dir = rc == 0 ? openat(stage, SPLIT_SOURCE_NAME, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (host_dir >= 0) {
+        struct split s = {.root = root, .cfg = cfg, .flags = flags};
+        xsb_copy_string(s.path, sizeof s.path, op->target);
+        s.length = xsb_string_length(s.path);
+        rc = bind_back_directory(&s, host_dir);
+        xsb_copy_string(failed, failed_size, s.path);
+        close_keeping_errno(host_dir);
+    } else {
+        rc = -1;
+    }
+    int saved = errno;
+    if (rc == 0 && (umount2(SPLIT_SOURCE, MNT_DETACH) != 0 || unlinkat(stage, SPLIT_SOURCE_NAME, AT_REMOVEDIR) != 0)) {
+        xsb_copy_string(failed, failed_size, SPLIT_SOURCE);
+        saved = errno;
+        rc = -1;
+    }
+    close(stage);
+    errno = saved;
+    return rc;
+}
+
 static int apply_op(int root, const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, int control_fd) {
     switch (op->kind) {
     case XSB_MOUNT_BIND: {
+        if (has_mask_below(cfg, op) && bound_again_later(cfg, op)) {
+            if (op->flags & XSB_MOUNT_F_TREE) close(cfg->mount_trees[op->tree]);
+            return 0;
+        }
+        if (has_mask_below(cfg, op)) {
+            char failed[PATH_SIZE], detail[240];
+            if (split_bind(root, cfg, op, failed, sizeof failed) == 0) return 0;
+            int saved = errno;
+            // Say where: the entry (or the directory over the limit) under the masked bind.
+            if (xsb_join_path(detail, sizeof detail, saved == E2BIG ? "over " XSB_NUMBER_TEXT(XSB_MASKED_DIRECTORY_LIMIT) " entries beside a mask in " : "binding back beside a mask: ", failed) != 0)
+                xsb_copy_string(detail, sizeof detail, failed);
+            xsb_child_report(control_fd, XSB_STEP_BIND_MOUNT, saved, detail);
+            return -1;
+        }
         int at_target;
         // A source the supervisor opened as a detached mount (its host path may not be
         // reachable with the sandbox's ids), or a host path below the old root.

@@ -1,16 +1,13 @@
-// Lifetime and exit, both sides: the supervisor holds the init by a pidfd (signal, reap); the
-// init is bound to the supervisor (parent-death signal, the control socket's hang-up) and, as
-// PID 1 of the sandbox, reaps every process in it and reports the payload's exit. When the init
+// Lifetime and exit, both sides: the supervisor holds the init by a pidfd (reap; the signals
+// are signals.c's); the init is bound to the supervisor (the parent-death signal, signals.c,
+// and the control socket's hang-up) and, as PID 1 of the sandbox, reaps every process in it
+// and reports the payload's exit. When the init
 // exits, the kernel kills every other process of the namespace, so "the init is gone" always
 // means "the sandbox is gone".
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/signalfd.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,11 +28,6 @@ int xsb_pidfd_wait(int pidfd) {
     return 0;
 }
 
-int xsb_pidfd_send_signal(int pidfd, int sig) {
-    if (syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) == 0) return 0;
-    return -errno;
-}
-
 int xsb_pidfd_reap(int pidfd, int *wait_status) {
     siginfo_t info;
     memset(&info, 0, sizeof info);
@@ -49,10 +41,6 @@ int xsb_pidfd_reap(int pidfd, int *wait_status) {
 
 // MARK: - Init side
 
-void xsb_init_bind_to_supervisor(int control_fd) {
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) xsb_init_fail(control_fd, XSB_STEP_PARENT_DEATH_SIGNAL, errno, "prctl");
-}
-
 static int64_t monotonic_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -62,16 +50,12 @@ static int64_t monotonic_ms(void) {
 /// The supervisor is gone: take the sandbox down with it. SIGKILL first: our exit closes the
 /// seccomp listener, which would answer a waiting call with ENOSYS and let it run on.
 __attribute__((noreturn)) static void supervisor_gone(void) {
-    (void)kill(-1, SIGKILL);
+    xsb_signals_kill_sandbox();  // signals.c
     _exit(1);
 }
 
 void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener) {
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    // Every signal is still blocked (inherited from the parent), so SIGCHLD queues for the fd.
-    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    int sfd = xsb_signals_child_exits();  // signals.c
     if (sfd < 0) _exit(127);
 
     struct pollfd fds[4] = {
@@ -111,8 +95,7 @@ void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener
             fds[3].fd = -1;
         }
         if (fds[1].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {}
+            xsb_signals_drain(sfd);  // signals.c
             int status;
             pid_t p;
             while ((p = waitpid(-1, &status, WNOHANG | __WALL)) > 0) {
@@ -121,7 +104,7 @@ void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener
                     payload_status = status;
                     // The sandbox ends with its program. Kill what it left now, so that the
                     // filter's last user goes and the receiver can finish; wait at most 1 s.
-                    (void)kill(-1, SIGKILL);
+                    xsb_signals_kill_sandbox();  // signals.c
                     deadline = monotonic_ms() + 1000;
                     fds[3].fd = listener;
                 }

@@ -39,30 +39,6 @@
 #define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (1UL << 0)
 #endif
 
-static long raw_syscall(long nr, long a, long b, long c, long d, long e) {
-#if defined(__x86_64__)
-    long ret;
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    __asm__ volatile("syscall"
-                     : "=a"(ret)
-                     : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
-                     : "rcx", "r11", "memory");
-    return ret;
-#elif defined(__aarch64__)
-    register long x8 __asm__("x8") = nr;
-    register long x0 __asm__("x0") = a;
-    register long x1 __asm__("x1") = b;
-    register long x2 __asm__("x2") = c;
-    register long x3 __asm__("x3") = d;
-    register long x4 __asm__("x4") = e;
-    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
-    return x0;
-#else
-#error "the notification receiver needs an inline system call for this architecture"
-#endif
-}
-
 /// What the receiver works with; written by the init's main thread before the thread starts.
 static struct {
     int control_fd;
@@ -90,7 +66,7 @@ static void send_message(uint32_t type, int32_t step, int32_t value, const char 
     xsb_copy_string(msg.detail, sizeof msg.detail, detail);
     long n;
     do {
-        n = raw_syscall(SYS_sendto, receiver.control_fd, (long)&msg, sizeof msg, MSG_NOSIGNAL | flags, 0);
+        n = xsb_raw_syscall(SYS_sendto, receiver.control_fd, (long)&msg, sizeof msg, MSG_NOSIGNAL | flags, 0);
     } while (n == -EINTR);
 }
 
@@ -100,11 +76,11 @@ static void send_message(uint32_t type, int32_t step, int32_t value, const char 
 /// kernel kills the namespace, and closing it answers a waiting call with ENOSYS, so the
 /// program would run on for a moment (long enough to reply on a connection). With SIGKILL
 /// already pending, no task returns to its program: the stopped call never runs.
-static void kill_sandbox(void) { raw_syscall(SYS_kill, -1, SIGKILL, 0, 0, 0); }
+static void kill_sandbox(void) { xsb_signals_kill_sandbox(); }  // signals.c
 
 /// Ends the sandbox (after kill_sandbox and the report): the init's exit ends the namespace.
 __attribute__((noreturn)) static void end_sandbox(void) {
-    for (;;) raw_syscall(SYS_exit_group, 128 + 31, 0, 0, 0, 0);
+    for (;;) xsb_raw_syscall(SYS_exit_group, 128 + 31, 0, 0, 0, 0);
 }
 
 /// Whether the launch's own execve was let run ("no exec after start").
@@ -149,7 +125,7 @@ static void let_run(int listener, uint64_t id, int *answered) {
     zero(&resp, sizeof resp);
     resp.id = id;
     resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
-    long r = raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_SEND, (long)&resp, 0, 0);
+    long r = xsb_raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_SEND, (long)&resp, 0, 0);
     // ENOENT: the task was killed meanwhile (or, without WAIT_KILLABLE_RECV, a signal
     // withdrew the call: it restarts and is notified again).
     if (answered) *answered = (r == 0);
@@ -205,7 +181,7 @@ static void handle(int listener, const struct seccomp_notif *req) {
 static short poll_listener(int listener, long timeout_ns) {
     struct pollfd p = {.fd = listener, .events = POLLIN};
     struct timespec ts = {.tv_sec = 0, .tv_nsec = timeout_ns < 0 ? 0 : timeout_ns};
-    long n = raw_syscall(SYS_ppoll, (long)&p, 1, (long)&ts, 0, 8);
+    long n = xsb_raw_syscall(SYS_ppoll, (long)&p, 1, (long)&ts, 0, 8);
     return n > 0 ? p.revents : 0;
 }
 
@@ -218,26 +194,23 @@ __attribute__((noreturn)) static void withdrawn(int listener) {
         struct seccomp_notif req;
         zero(&req, sizeof req);
         // A queued notification holds a count: this RECV does not block.
-        if (raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_RECV, (long)&req, 0, 0) == 0) handle(listener, &req);
+        if (xsb_raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_RECV, (long)&req, 0, 0) == 0) handle(listener, &req);
     }
     violation(XSB_UNNAMED_VIOLATION);
 }
 
 static int receiver_tid;
 
-static void wake_up(int sig) { (void)sig; }
-
 static int receiver_main(void *unused) {
     (void)unused;
     // The one signal this thread takes: xsb_receiver_wake's.
-    uint64_t wake = 1ULL << (SIGUSR1 - 1);
-    raw_syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, (long)&wake, 0, 8, 0);
-    raw_syscall(SYS_prctl, PR_SET_NAME, (long)"xsb-notify", 0, 0, 0);
-    raw_syscall(SYS_prctl, PR_SET_TIMERSLACK, 1000, 0, 0, 0);  // its naps below are short
+    xsb_signals_accept_wake();  // signals.c
+    xsb_raw_syscall(SYS_prctl, PR_SET_NAME, (long)"xsb-notify", 0, 0, 0);
+    xsb_raw_syscall(SYS_prctl, PR_SET_TIMERSLACK, 1000, 0, 0, 0);  // its naps below are short
 
     // The payload announces the listener's number right before loading its filter.
     int32_t listener = -1;
-    long n = raw_syscall(SYS_read, receiver.announce_fd, (long)&listener, sizeof listener, 0, 0);
+    long n = xsb_raw_syscall(SYS_read, receiver.announce_fd, (long)&listener, sizeof listener, 0, 0);
     if (n == (long)sizeof listener && listener >= 0) {
         // The fd appears in the shared fd table microseconds later (or never, when loading
         // failed: then the payload's vfork returns and exec_done is set).
@@ -249,10 +222,10 @@ static int receiver_main(void *unused) {
                 break;
             }
             if (round < 200) {
-                raw_syscall(SYS_sched_yield, 0, 0, 0, 0, 0);
+                xsb_raw_syscall(SYS_sched_yield, 0, 0, 0, 0, 0);
             } else {
                 struct timespec nap = {.tv_sec = 0, .tv_nsec = 20000};
-                raw_syscall(SYS_nanosleep, (long)&nap, 0, 0, 0, 0);
+                xsb_raw_syscall(SYS_nanosleep, (long)&nap, 0, 0, 0, 0);
             }
         }
     } else {
@@ -263,11 +236,11 @@ static int receiver_main(void *unused) {
         // Wake this thread on the notifying task's CPU (Linux 6.6; optional): it runs at once,
         // which leaves a signal less time to withdraw the call before it is read.
         uint64_t flags = SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP;
-        raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_SET_FLAGS, (long)flags, 0, 0);
+        xsb_raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_SET_FLAGS, (long)flags, 0, 0);
         for (;;) {
             struct seccomp_notif req;
             zero(&req, sizeof req);
-            long r = raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_RECV, (long)&req, 0, 0);
+            long r = xsb_raw_syscall(SYS_ioctl, listener, (long)SECCOMP_IOCTL_NOTIF_RECV, (long)&req, 0, 0);
             if (r == 0) {
                 handle(listener, &req);
                 continue;
@@ -288,7 +261,7 @@ static int receiver_main(void *unused) {
     }
     // Tell the init's main thread that nothing more can come from the filter.
     char one = 1;
-    raw_syscall(SYS_write, receiver.finished_fd, (long)&one, 1, 0, 0);
+    xsb_raw_syscall(SYS_write, receiver.finished_fd, (long)&one, 1, 0, 0);
     return 0;  // glibc's clone ends just this thread
 }
 
@@ -299,13 +272,8 @@ static int receiver_start(const struct xsb_spawn_config *cfg, int control_fd, in
     receiver.audit = cfg->audit;
     receiver.supervise_first_exec = cfg->supervise_first_exec;
     __atomic_store_n(&receiver.exec_done, 0, __ATOMIC_RELEASE);
-    // SIGUSR1 interrupts a blocked RECV (no SA_RESTART). Only the receiver unblocks it; a
-    // process of the sandbox may send it to PID 1 too, which only costs the receiver a loop.
-    struct sigaction sa;
-    zero(&sa, sizeof sa);
-    sa.sa_handler = wake_up;
-    sigfillset(&sa.sa_mask);
-    if (sigaction(SIGUSR1, &sa, NULL) != 0) return -1;
+    // SIGUSR1 interrupts a blocked RECV. Only the receiver unblocks it.
+    if (xsb_signals_install_wake() != 0) return -1;  // signals.c
     // A thread glibc does not know: no TLS of its own (hence the raw syscalls), a static stack.
     // It inherits the main thread's signal mask (every signal blocked).
     receiver_tid = clone(receiver_main, receiver_stack + sizeof receiver_stack,
@@ -327,5 +295,5 @@ void xsb_receiver_launch(const struct xsb_spawn_config *cfg, int control_fd, str
 void xsb_receiver_exec_done(void) { __atomic_store_n(&receiver.exec_done, 1, __ATOMIC_RELEASE); }
 
 void xsb_receiver_wake(void) {
-    if (receiver_tid > 0) (void)syscall(SYS_tgkill, getpid(), receiver_tid, SIGUSR1);
+    xsb_signals_wake(receiver_tid);  // signals.c
 }

@@ -114,7 +114,7 @@ static int abandon_launch(struct xsb_spawn_result *out, int step, int err, const
     char detail[256];
     xsb_copy_string(detail, sizeof detail, why);
     if (step == XSB_STEP_HANDSHAKE) xsb_control_take_init_report(out->control_fd, &step, &err, detail, sizeof detail);  // control.c
-    xsb_pidfd_send_signal(out->pidfd, SIGKILL);
+    xsb_pidfd_send_signal(out->pidfd, SIGKILL);  // signals.c
     (void)xsb_pidfd_wait(out->pidfd);
     close(out->pidfd);
     close(out->control_fd);
@@ -145,9 +145,8 @@ int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result 
     // Block every signal across clone so no Swift or NIO handler runs in the child (it shares
     // our memory until its exec); the init keeps them blocked, the payload unblocks right
     // before its exec.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    sigset_t old;
+    xsb_signals_block_all(&old);  // signals.c
 
     struct init_start start = {
         .control_fd = sv[1], .description_fd = description, .init_fd = cfg->init_fd,
@@ -169,7 +168,7 @@ int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result 
     args.stack = (uint64_t)(uintptr_t)stack;
     args.stack_size = sizeof stack;
     long pid = cfg->init_fd > 2 ? xsb_clone3_on_stack(&args, sizeof args, start_init, &start) : -EBADF;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    xsb_signals_restore(&old);  // signals.c
     close(sv[1]);
     close(description);
     if (pid < 0) {

@@ -13,8 +13,9 @@ actor WarmLaunches {
         var identity: AppExtensionIdentity
         /// This preparation (a drain while it builds removes it: what it built is then ended).
         var token = UUID()
-        /// The shape as prepared (``Supervisor/prepare(_:count:)`` keys its pool by it).
-        var configuration: SandboxConfiguration
+        /// What the supervisor keeps for it, once built (``Supervisor/release(_:)`` ends it,
+        /// whatever its shape has become since).
+        var reservation: SandboxReservation?
     }
 
     private var kept: [String: [Kept]] = [:]
@@ -49,26 +50,28 @@ actor WarmLaunches {
         // Another shape kept for it before (a new version, another policy) is let go first.
         await drain(identity)
         // Listed while it builds, so that a drain meanwhile (a revocation) finds it.
-        let entry = Kept(identity: identity, configuration: configuration)
+        let entry = Kept(identity: identity)
         kept[identity.bundleIdentifier, default: []].append(entry)
+        let reservation: SandboxReservation
         do throws(SandboxError) {
-            try await Supervisor.shared.prepare(configuration, count: count)
+            reservation = try await Supervisor.shared.prepare(configuration, count: count)
         } catch {
             kept[identity.bundleIdentifier]?.removeAll { $0.token == entry.token }
             if kept[identity.bundleIdentifier]?.isEmpty == true { kept[identity.bundleIdentifier] = nil }
             throw .launch(error, securityLevel: identity.point.securityLevel)
         }
-        guard kept[identity.bundleIdentifier]?.contains(where: { $0.token == entry.token }) == true else {
-            await Self.end(configuration)  // drained while it was built
+        guard let index = kept[identity.bundleIdentifier]?.firstIndex(where: { $0.token == entry.token }) else {
+            await Supervisor.shared.release(reservation)  // drained while it was built
             return 0
         }
+        kept[identity.bundleIdentifier]?[index].reservation = reservation
         return count
     }
 
     /// Ends the idle pre-built sandboxes of every identity with `identifier` and keeps none for
     /// them from now on.
     func drain(identifier: String) async {
-        for entry in kept.removeValue(forKey: identifier) ?? [] { await Self.end(entry.configuration) }
+        for entry in kept.removeValue(forKey: identifier) ?? [] { await Self.end(entry) }
     }
 
     /// Ends those of discovered identities that a monitor of `host` following `points` no longer
@@ -98,18 +101,13 @@ actor WarmLaunches {
         let entries = kept[identity.bundleIdentifier] ?? []
         kept[identity.bundleIdentifier] = entries.filter { $0.identity != identity }
         if kept[identity.bundleIdentifier]?.isEmpty == true { kept[identity.bundleIdentifier] = nil }
-        for entry in entries where entry.identity == identity { await Self.end(entry.configuration) }
+        for entry in entries where entry.identity == identity { await Self.end(entry) }
     }
 
-    /// Stops keeping `configuration`'s shape; its idle sandboxes end before this returns. If
-    /// the shape cannot be computed any more (a policy or bundle file gone), every pre-built
-    /// sandbox is ended: none may outlive what it was built for.
-    private static func end(_ configuration: SandboxConfiguration) async {
-        do throws(SandboxError) {
-            try await Supervisor.shared.prepare(configuration, count: 0)
-        } catch {
-            await Supervisor.shared.drainPool()
-        }
+    /// Stops keeping `entry`'s sandboxes; its idle ones end before this returns (those of another
+    /// identity of the same shape stay). One still being built is ended when its build returns.
+    private static func end(_ entry: Kept) async {
+        if let reservation = entry.reservation { await Supervisor.shared.release(reservation) }
     }
 }
 

@@ -25,8 +25,13 @@ public struct CallEnvelope: Sendable, Hashable {
     public var target: String
     /// The method identifier (`RemoteCallTarget.identifier`; see docs/wire-protocol.md §12).
     public var method: String
-    /// Each argument's encoded value, in order (a decoded envelope's share its bytes).
+    /// Each argument's encoded value, in order (a decoded envelope's share its bytes). With
+    /// ``trailingBytes``, the last one is only the start of its value: a byte array's tag and length.
     public var arguments: [ArraySlice<UInt8>]
+    /// The bytes of the last argument's byte array, when they were received into an array of
+    /// their own (``init(decoding:followedBy:)``): the argument's value is the last of
+    /// ``arguments`` followed by these. Empty otherwise.
+    public var trailingBytes: [UInt8]
 
     /// An envelope to encode: a call of `method` on the object named `target`, with each
     /// argument's encoded value (``ValueCoding/encode(_:)``).
@@ -34,6 +39,7 @@ public struct CallEnvelope: Sendable, Hashable {
         self.target = target
         self.method = method
         self.arguments = arguments
+        trailingBytes = []
     }
 
     /// Why an envelope could not be read or written: the field and what was wrong with it.
@@ -48,8 +54,11 @@ public struct CallEnvelope: Sendable, Hashable {
     /// The envelope's bytes. Throws when a field is over its bound or the whole is over
     /// `maximumSize` (the peer's maximum frame size less the frame header, usually).
     public func encoded(maximumSize: Int = .max) throws(FormatError) -> [UInt8] {
-        try Self.encode(target: target, method: method, argumentSizes: arguments.map(\.count), maximumSize: maximumSize) { index, bytes in
+        var sizes = arguments.map(\.count)
+        if !trailingBytes.isEmpty, !sizes.isEmpty { sizes[sizes.count - 1] += trailingBytes.count }
+        return try Self.encode(target: target, method: method, argumentSizes: sizes, maximumSize: maximumSize) { index, bytes in
             bytes += arguments[index]
+            if index == arguments.count - 1 { bytes += trailingBytes }
         }
     }
 
@@ -122,6 +131,14 @@ public struct CallEnvelope: Sendable, Hashable {
 
     /// Reads an envelope, refusing anything the format does not allow (see the type's layout).
     public init(decoding bytes: [UInt8]) throws(FormatError) {
+        try self.init(decoding: bytes, followedBy: [])
+    }
+
+    /// Reads an envelope whose last bytes, `tail`, were received apart (a frame's
+    /// `payloadTail`): they must be all of the last argument's byte array, which
+    /// ``trailingBytes`` then holds as it is, not copied. With an empty `tail`, the same as
+    /// ``init(decoding:)``.
+    public init(decoding bytes: [UInt8], followedBy tail: [UInt8]) throws(FormatError) {
         var reader = BoundedReader(bytes[...])
         let version = try reader.byte("version")
         guard version == Self.version else { throw FormatError("version \(version) (this side reads \(Self.version))") }
@@ -137,10 +154,20 @@ public struct CallEnvelope: Sendable, Hashable {
         arguments.reserveCapacity(count)
         for index in 0..<count {
             let length = Int(try reader.uint32("length of argument \(index)"))
-            arguments.append(try reader.slice(length, "argument \(index)"))
+            let here = index == count - 1 ? length - tail.count : length
+            guard here >= 0 else { throw FormatError("argument \(index) of \(length) bytes, fewer than the \(tail.count) after the envelope") }
+            arguments.append(try reader.slice(here, "argument \(index)"))
         }
         guard reader.remaining == 0 else { throw FormatError("\(reader.remaining) bytes after the last argument") }
+        if !tail.isEmpty {
+            var header: [UInt8] = []
+            WireValue.writeBytesHeader(count: tail.count, to: &header)
+            guard let last = arguments.last, last.elementsEqual(header) else {
+                throw FormatError("the \(tail.count) bytes after the envelope are not its last argument's byte array")
+            }
+        }
         self.arguments = arguments
+        trailingBytes = tail
     }
 }
 

@@ -175,11 +175,18 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
     /// which this takes: those no argument takes are closed) on this side's exported object: the
     /// answer to send back. Never throws: every failure is an ERROR answer.
     public func serve(_ envelopeBytes: [UInt8], fileDescriptors: [Int32]) async -> CallAnswer {
+        await serve(envelopeBytes, followedBy: [], fileDescriptors: fileDescriptors)
+    }
+
+    /// ``serve(_:fileDescriptors:)`` of an envelope whose last bytes, `tail`, were received apart
+    /// (a frame's payload tail, ``CallEnvelope/trailingByteCount(payloadCount:prefix:)``): the last
+    /// argument's byte array, which a `[UInt8]` parameter then takes as it is.
+    public func serve(_ envelopeBytes: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) async -> CallAnswer {
         let descriptors = DescriptorTable(received: fileDescriptors)
         defer { descriptors.closeUntaken() }
         let envelope: CallEnvelope
         do {
-            envelope = try CallEnvelope(decoding: envelopeBytes)
+            envelope = try CallEnvelope(decoding: envelopeBytes, followedBy: tail)
         } catch {
             return .error(code: CallErrorCode.malformedEnvelope, message: error.reason)
         }
@@ -203,7 +210,8 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
         guard method.parameterCount == envelope.arguments.count else {
             return .error(code: CallErrorCode.undecodableArguments, message: "\(envelope.arguments.count) arguments for a method of \(method.parameterCount)")
         }
-        var decoder = InvocationDecoder(arguments: envelope.arguments, actorType: type(of: actor), descriptors: descriptors)
+        var decoder = InvocationDecoder(arguments: envelope.arguments, trailingBytes: envelope.trailingBytes, actorType: type(of: actor),
+                                        descriptors: descriptors)
         let handler = ResultHandler()
         do {
             try await method.execute(on: actor, decoder: &decoder, handler: handler)

@@ -11,6 +11,8 @@ public struct ExtensionInvocationDecoder: DistributedTargetInvocationDecoder {
     }
 
     private let arguments: [ArraySlice<UInt8>]
+    /// The last argument's byte array when it was received apart (``CallEnvelope/trailingBytes``).
+    private let trailingBytes: [UInt8]
     private let actorType: any DistributedActor.Type
     /// The call's file descriptors: those no argument takes are closed with the table.
     private let descriptors: DescriptorTable
@@ -18,8 +20,9 @@ public struct ExtensionInvocationDecoder: DistributedTargetInvocationDecoder {
 
     /// The arguments of a call on an actor of `actorType`: the `Self` of the contract's
     /// protocol, the only generic parameter a served method may have.
-    init(arguments: [ArraySlice<UInt8>], actorType: any DistributedActor.Type, descriptors: DescriptorTable) {
+    init(arguments: [ArraySlice<UInt8>], trailingBytes: [UInt8] = [], actorType: any DistributedActor.Type, descriptors: DescriptorTable) {
         self.arguments = arguments
+        self.trailingBytes = trailingBytes
         self.actorType = actorType
         self.descriptors = descriptors
     }
@@ -32,6 +35,9 @@ public struct ExtensionInvocationDecoder: DistributedTargetInvocationDecoder {
         }
         defer { next += 1 }
         do {
+            if next == arguments.count - 1, !trailingBytes.isEmpty {
+                return try ValueCoding.decode(Argument.self, fromByteArray: trailingBytes, descriptors: descriptors)
+            }
             return try ValueCoding.decode(Argument.self, from: arguments[next], descriptors: descriptors)
         } catch {
             throw ArgumentError(description: "argument \(next) is not a \(Argument.self): \(error)")

@@ -24,6 +24,6 @@ public enum SystemTarget {
         guard envelope.arguments.count == 1 else {
             return .error(code: CallErrorCode.undecodableArguments, message: "\(envelope.arguments.count) arguments for ping, which takes 1")
         }
-        return .reply(Array(envelope.arguments[0]), fileDescriptors: [])
+        return .reply(Array(envelope.arguments[0]) + envelope.trailingBytes, fileDescriptors: [])
     }
 }

@@ -25,4 +25,9 @@ public enum ValueCoding {
     static func decode<Value: Decodable>(_ type: Value.Type, from bytes: ArraySlice<UInt8>, descriptors: DescriptorTable?) throws -> Value {
         try WireValueDecoder(descriptors: descriptors).decode(type, from: WireValue(parsing: bytes))
     }
+
+    /// A byte array's value whose bytes are `bytes` (received apart: a `[UInt8]` takes them as they are).
+    static func decode<Value: Decodable>(_ type: Value.Type, fromByteArray bytes: [UInt8], descriptors: DescriptorTable?) throws -> Value {
+        try WireValueDecoder(descriptors: descriptors).decode(type, from: .bytes(bytes))
+    }
 }

@@ -97,9 +97,12 @@
         }
     }
 
+    /// The tag of a byte array.
+    static let bytesTag: UInt8 = 7
+
     /// What precedes a byte array's `count` bytes: its tag and length.
     static func writeBytesHeader(count: Int, to bytes: inout [UInt8]) {
-        bytes.append(7)
+        bytes.append(bytesTag)
         appendBigEndian(UInt32(count), to: &bytes)
     }
 

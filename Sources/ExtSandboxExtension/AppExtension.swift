@@ -4,12 +4,32 @@ import SandboxSystem
 
 /// Bytes and file descriptors, as an extension receives and answers them.
 public struct Message: Sendable {
-    public var payload: [UInt8]
+    /// The message's bytes.
+    public var payload: [UInt8] {
+        // A received call's large byte-array argument is held apart (so that the method gets
+        // it without a copy): only a handler that reads the bytes joins them.
+        get { tail.isEmpty ? head : head + tail }
+        set {
+            head = newValue
+            tail = []
+        }
+    }
     /// Received descriptors belong to the extension (close them); sent ones are closed once sent.
     public var fileDescriptors: [Int32]
+    /// The payload's bytes, but for `tail`.
+    private(set) var head: [UInt8]
+    /// The payload's last bytes, received into an array of their own (a frame's `payloadTail`).
+    private(set) var tail: [UInt8] = []
 
     public init(_ payload: [UInt8] = [], fileDescriptors: [Int32] = []) {
-        self.payload = payload
+        head = payload
+        self.fileDescriptors = fileDescriptors
+    }
+
+    /// A received payload in two parts: `head` then `tail`.
+    init(_ head: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) {
+        self.head = head
+        self.tail = tail
         self.fileDescriptors = fileDescriptors
     }
 

@@ -1,4 +1,5 @@
 import Dispatch
+import ExtSandboxActors
 import ExtSandboxWire
 import Glibc
 import SandboxSystem
@@ -60,7 +61,11 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
                 // goes out from here at once; a HELLO still to come is waited for in `serve`.
                 // The receiving direction is this thread's alone; the sending one is shared.
                 let connection = ConnectionWriter(descriptor: descriptor)
-                let receiver = FrameReceiver(descriptor: descriptor)
+                // A call's large byte-array argument is read into an array of its own, which the
+                // method then gets as it is.
+                let receiver = FrameReceiver(descriptor: descriptor) { kind, payloadCount, prefix in
+                    kind == .request ? CallEnvelope.trailingByteCount(payloadCount: payloadCount, prefix: prefix) : 0
+                }
                 var greeted = false
                 if case .frame(let first)? = try? receiver.receiveNext(wait: false) {
                     guard answer(hello: first, connection: connection) else {
@@ -195,7 +200,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         switch frame.kind {
         case .request:
             let id = frame.id, app = self.app
-            let message = Message(frame.payload, fileDescriptors: frame.fds.releaseAll())
+            let message = Message(frame.payload, followedBy: frame.payloadTail, fileDescriptors: frame.fds.releaseAll())
             let task = Task(executorPreference: executor) {
                 let answer: Frame
                 do {

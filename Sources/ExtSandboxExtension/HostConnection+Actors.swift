@@ -37,7 +37,7 @@ extension HostConnection: CallTransport {
     /// throws the ``ExtensionFailure`` its ERROR answer carries (the code and message the host
     /// turns into `DistributedCallError`).
     public func serveCall(_ request: Message) async throws(ExtensionFailure) -> Message {
-        switch await actorSystem.serve(request.payload, fileDescriptors: request.fileDescriptors) {
+        switch await actorSystem.serve(request.head, followedBy: request.tail, fileDescriptors: request.fileDescriptors) {
         case .reply(let result, let fds): return Message(result, fileDescriptors: fds)
         case .error(let code, let message): throw ExtensionFailure(code: code, message)
         }

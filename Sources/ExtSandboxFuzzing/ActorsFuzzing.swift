@@ -20,11 +20,23 @@ public enum ActorsFuzzing {
     /// envelope that decodes encodes back to exactly its bytes; each argument that parses as a
     /// value serializes back to exactly its bytes; decoding it as a string, bytes, an integer, an
     /// optional, a struct, an enum with payloads or a dictionary returns or throws, and what
-    /// decodes encodes again. The input itself parsed as a value too (a REPLY's payload).
+    /// decodes encodes again. The input itself parsed as a value too (a REPLY's payload). Where a
+    /// receiver would split the input (its last argument's byte array read apart), the two parts
+    /// decode exactly when the whole does, and encode back to the input.
     public static func callEnvelope(_ input: UnsafeRawBufferPointer) {
         let bytes = Array(input)
         checkValue(bytes)
-        guard let envelope = try? CallEnvelope(decoding: bytes) else { return }
+        let tailCount = CallEnvelope.trailingByteCount(payloadCount: bytes.count, prefix: input)
+        require((0...bytes.count).contains(tailCount), "the split point is outside the payload")
+        let split = tailCount == 0 ? nil : try? CallEnvelope(decoding: Array(bytes.dropLast(tailCount)), followedBy: Array(bytes.suffix(tailCount)))
+        guard let envelope = try? CallEnvelope(decoding: bytes) else {
+            require(split == nil, "an envelope decodes in two parts but not whole")
+            return
+        }
+        if tailCount > 0 {
+            guard let split else { fatalError("fuzz property violated: an envelope decodes whole but not in two parts") }
+            require((try? split.encoded()) == bytes, "an envelope in two parts re-encodes to other bytes")
+        }
         let again: [UInt8]
         do { again = try envelope.encoded() } catch {
             fatalError("fuzz property violated: a decoded envelope does not encode: \(error)")

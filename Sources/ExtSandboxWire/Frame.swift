@@ -116,7 +116,9 @@ public struct Frame: Sendable, Hashable {
     /// More payload, sent right after ``payload`` from its own storage: a sender that has a large
     /// block of bytes to put at the end of a small one (a call's byte-array argument after its
     /// envelope) sends both without first copying them into one array. On the wire the two are
-    /// one payload; a received frame's tail is always empty.
+    /// one payload. A received frame's tail is empty unless its decoder's
+    /// ``FrameDecoder/PayloadSplitter`` chose to receive the payload's last bytes into an array
+    /// of their own (the bytes are the same; two frames compare by their parts).
     public var payloadTail: [UInt8]
     /// File descriptors attached to the frame (at most 16); see the ownership rules above.
     public var fds: [FileDescriptor]

@@ -21,19 +21,41 @@ import SandboxSystem
 /// drops its buffers, and rethrows the same error from then on. Frames
 /// already returned are the caller's (see ``Frame`` for fd ownership).
 ///
+/// **Split payloads.** A decoder made with a ``PayloadSplitter`` asks it, for each payload of at
+/// least ``splitThreshold`` bytes, how many of the payload's last bytes to receive into an array
+/// of their own: the frame then has the rest as its ``Frame/payload`` and those as its
+/// ``Frame/payloadTail``, so a layer above can adopt them as they are (a call's large byte-array
+/// argument) instead of copying them out of the payload. The bytes are the same.
+///
 /// The decoder owns the fds it holds between chunks and frames: keep one copy of it per stream
 /// (copying a decoder mid-frame would copy those descriptor numbers, not the descriptors).
 public struct FrameDecoder: Sendable {
+    /// Decides where a received payload splits: given the frame's kind, its payload's size and the
+    /// first bytes of its payload already received (at most the whole payload), the number of
+    /// bytes at its end that become the frame's ``Frame/payloadTail``, or 0 for none. The decoder
+    /// splits only if everything before those bytes is in `prefix`; otherwise the payload is whole.
+    /// It runs on untrusted bytes: read only within `prefix`.
+    public typealias PayloadSplitter = @Sendable (_ kind: FrameKind, _ payloadCount: Int, _ prefix: UnsafeRawBufferPointer) -> Int
+
+    /// Smallest payload the decoder asks its ``PayloadSplitter`` about: below it, one more copy
+    /// costs less than the question.
+    public static let splitThreshold = 16 * 1024
+
     /// The largest length field accepted (header plus payload).
     public let maximumFrameSize: UInt32
+    /// Where a large payload splits (none: every payload is whole).
+    public let payloadSplitter: PayloadSplitter?
 
     // Length prefix and header of the frame in progress, while incomplete.
     private var headerBytes: [UInt8]
     private var headerFill = 0
     // The frame in progress once its header is complete.
     private var current: FrameHeader?
+    // The payload being filled: the whole payload, or the tail of a split one.
     private var payload: [UInt8] = []
     private var payloadFill = 0
+    // The first part of a split payload in progress (complete: split only when it is all here).
+    private var splitHead: [UInt8]?
     private var frameFDs: [Int32] = []
     private var frameStartChunk = 0
     // fds of the chunk `unclaimedChunk`, not yet claimed by a frame.
@@ -49,18 +71,22 @@ public struct FrameDecoder: Sendable {
     /// ``UntrustedDescriptors``).
     public let untrustedPeer: Bool
 
-    public init(maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize, untrustedPeer: Bool = false) {
+    public init(maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize, untrustedPeer: Bool = false,
+                payloadSplitter: PayloadSplitter? = nil) {
         self.maximumFrameSize = maximumFrameSize
         self.untrustedPeer = untrustedPeer
+        self.payloadSplitter = payloadSplitter
         headerBytes = [UInt8](repeating: 0, count: FrameHeader.encodedSize)
     }
 
     /// Bytes of the frame in progress held by the decoder (prefix, header and payload so far).
-    public var bufferedByteCount: Int { headerFill + (current == nil ? 0 : FrameHeader.encodedSize + payloadFill) }
+    public var bufferedByteCount: Int {
+        headerFill + (current == nil ? 0 : FrameHeader.encodedSize + (splitHead?.count ?? 0) + payloadFill)
+    }
 
     /// Bytes reserved for the payload of the frame in progress (0 until its header is complete
     /// and valid).
-    public var reservedByteCount: Int { payload.count }
+    public var reservedByteCount: Int { (splitHead?.count ?? 0) + payload.count }
 
     /// Payload bytes still missing from the frame in progress whose header is complete (else 0).
     public var remainingPayloadCount: Int { current == nil ? 0 : payload.count - payloadFill }
@@ -256,23 +282,27 @@ public struct FrameDecoder: Sendable {
     private mutating func startPayload(_ header: FrameHeader, from bytes: UnsafeRawBufferPointer,
                                        offset: inout Int) throws(WireError) -> Frame? {
         let size = header.payloadCount
+        let tailCount = splitTailCount(header, prefix: UnsafeRawBufferPointer(rebasing: bytes[offset..<min(bytes.count, offset + size)]))
+        var head: [UInt8]?
+        if tailCount > 0 {
+            head = Self.array(copying: bytes, from: offset, count: size - tailCount)
+            offset += size - tailCount
+        }
+        // What is left to receive: the whole payload, or the tail.
+        let rest = head == nil ? size : tailCount
         let available = bytes.count - offset
-        if size <= available {
+        if rest <= available {
             // Fast path: the whole payload is here.
-            let start = offset
-            let payload = [UInt8](unsafeUninitializedCapacity: size) { buffer, initialized in
-                if size > 0 {
-                    UnsafeMutableRawPointer(buffer.baseAddress!).copyMemory(from: bytes.baseAddress! + start, byteCount: size)
-                }
-                initialized = size
-            }
-            offset += size
-            let frame = Frame(kind: header.kind, id: header.id, payload: payload, fds: takeFrameFDs(), flags: header.flags)
+            let received = Self.array(copying: bytes, from: offset, count: rest)
+            offset += rest
+            let frame = Frame(kind: header.kind, id: header.id, payload: head ?? received, payloadTail: head == nil ? [] : received,
+                              fds: takeFrameFDs(), flags: header.flags)
             return frame
         }
         current = header
+        splitHead = head
         // UInt8 is trivial: the bytes are overwritten before the frame is handed out.
-        payload = [UInt8](unsafeUninitializedCapacity: size) { _, initialized in initialized = size }
+        payload = [UInt8](unsafeUninitializedCapacity: rest) { _, initialized in initialized = rest }
         payloadFill = 0
         if available > 0 {
             Self.copy(bytes, from: offset, count: available, into: &payload, at: 0)
@@ -282,11 +312,33 @@ public struct FrameDecoder: Sendable {
         return nil
     }
 
+    /// The splitter's answer for a payload whose first bytes are `prefix`, if the decoder can
+    /// follow it (all the bytes before the tail are there), else 0.
+    private func splitTailCount(_ header: FrameHeader, prefix: UnsafeRawBufferPointer) -> Int {
+        let size = header.payloadCount
+        guard let payloadSplitter, size >= Self.splitThreshold else { return 0 }
+        let tailCount = payloadSplitter(header.kind, size, prefix)
+        guard tailCount > 0, tailCount <= size, size - tailCount <= prefix.count else { return 0 }
+        return tailCount
+    }
+
+    /// A new array of `count` bytes of `bytes` from `offset`.
+    private static func array(copying bytes: UnsafeRawBufferPointer, from offset: Int, count: Int) -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            if count > 0 {
+                UnsafeMutableRawPointer(buffer.baseAddress!).copyMemory(from: bytes.baseAddress! + offset, byteCount: count)
+            }
+            initialized = count
+        }
+    }
+
     private mutating func completeFrame() -> Frame {
         let header = current!
-        let frame = Frame(kind: header.kind, id: header.id, payload: payload, fds: takeFrameFDs(), flags: header.flags)
+        let frame = Frame(kind: header.kind, id: header.id, payload: splitHead ?? payload, payloadTail: splitHead == nil ? [] : payload,
+                          fds: takeFrameFDs(), flags: header.flags)
         current = nil
         payload = []
+        splitHead = nil
         payloadFill = 0
         return frame
     }
@@ -303,6 +355,7 @@ public struct FrameDecoder: Sendable {
         carriedFDs = []
         frameFDs = []
         payload = []
+        splitHead = nil
         payloadFill = 0
         current = nil
         headerFill = 0

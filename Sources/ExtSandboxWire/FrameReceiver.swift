@@ -32,10 +32,12 @@ public final class FrameReceiver {
     /// - Parameters:
     ///   - maximumFrameSize: the largest frame this side accepts (advertise it in your HELLO).
     ///   - untrustedPeer: the fds it drops are closed with ``UntrustedDescriptors/close(_:)``.
+    ///   - payloadSplitter: where a large payload splits (``FrameDecoder/PayloadSplitter``): its
+    ///     tail is then read from the socket straight into an array of its own.
     public init(descriptor: FileDescriptor, maximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize,
-                untrustedPeer: Bool = false) {
+                untrustedPeer: Bool = false, payloadSplitter: FrameDecoder.PayloadSplitter? = nil) {
         self.descriptor = descriptor
-        decoder = FrameDecoder(maximumFrameSize: maximumFrameSize, untrustedPeer: untrustedPeer)
+        decoder = FrameDecoder(maximumFrameSize: maximumFrameSize, untrustedPeer: untrustedPeer, payloadSplitter: payloadSplitter)
         readBuffer = .allocate(byteCount: FrameSocket.initialReceiveBufferSize, alignment: 16)
         controlBuffer = .allocate(byteCount: FrameSocket.receiveControlBufferSize, alignment: 16)
     }

@@ -3,7 +3,8 @@ import CSeccomp
 import Glibc
 import SandboxSystem
 
-/// Signals and exit of a sandbox's init without holding a pidfd for its whole life.
+/// Exit of a sandbox's init without holding a pidfd for its whole life (its signals are
+/// ``SandboxSignals``').
 ///
 /// The host keeps one fd per sandbox: the init's control socket (issue 14: a host with
 /// thousands of extensions ran out of fds at 7 per extension). The socket tells everything a
@@ -16,25 +17,15 @@ import SandboxSystem
 ///   opened for those last moments only, and watched until it is reapable.
 /// - **Identity.** While the control socket has not hung up, the init has not exited, so its
 ///   pid is still its own (a pid is reused only after its process is reaped). A signal goes
-///   through a pidfd opened *before* that check, so it can never reach another process, even
-///   when the host reaps children it did not start (which it must not do: `wait(-1)`).
+///   through a pidfd opened *before* that check (``SandboxSignals/killInit(pid:controlFD:)``),
+///   so it can never reach another process, even when the host reaps children it did not
+///   start (which it must not do: `wait(-1)`).
 /// - **Reaping** is `waitpid(pid, WNOHANG)` on the supervisor's own child, once the socket has
 ///   hung up. It is safe while nobody else reaps the init: a host must not call `wait(-1)`
 ///   (or `waitpid(-1)`), the rule pidfds relieved us of only in part. With `SIGCHLD` set to
 ///   `SIG_IGN` (or `SA_NOCLDWAIT`) the kernel reaps by itself: then nothing is reaped here,
 ///   the hang-up alone ends the sandbox.
 enum InitProcess {
-    /// Sends `signal` to the init `pid` if it still runs (its control socket `controlFD` is
-    /// open and has not hung up). Returns false when it has ended (or is ending) already.
-    @discardableResult
-    static func signal(_ signal: Int32, pid: pid_t, controlFD: FileDescriptor?) -> Bool {
-        guard let pidfd = openPidfd(pid) else { return false }  // ESRCH: reaped already
-        defer { pidfd.close() }
-        // Checked after the open: the pidfd is the init's exactly when the init still ran then.
-        guard let controlFD, !hungUp(controlFD) else { return false }
-        return xsb_pidfd_send_signal(pidfd.rawValue, signal) == 0
-    }
-
     /// A pidfd for `pid` (close-on-exec), or nil with errno.
     static func openPidfd(_ pid: pid_t) -> FileDescriptor? {
         FileDescriptor(adopting: Int32(truncatingIfNeeded: xsb_raw_syscall6(Int(SYS_pidfd_open), UInt(pid), 0, 0, 0, 0, 0)))

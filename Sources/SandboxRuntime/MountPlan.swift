@@ -16,7 +16,8 @@ struct MountPlan: Equatable {
         case tmpfs(target: String, sizeBytes: UInt64)
         case symlink(target: String, linkText: String)
         case file(target: String, contents: String)
-        /// Hide what a bind exposes at `target`.
+        /// Hide what a bind exposes at `target`. The shim binds that bind back entry by entry,
+        /// so that no mount on the way to the mask sits on a host file (mounts.c).
         case mask(target: String, directory: Bool)
     }
 
@@ -24,11 +25,12 @@ struct MountPlan: Equatable {
 
     private(set) var operations: [Operation] = []
     private(set) var tmpSize: UInt64 = defaultTmpSize
-    /// Where on the host each mask and each bind nested in another bind is placed: a mount
-    /// sits on that host file, and when the file is unlinked or renamed over (as editors and
-    /// configuration writers do), the kernel detaches the mount in every namespace, so the
-    /// sandbox would see through it. Whoever keeps a sandbox built checks these are still the
-    /// same files before using it.
+    /// Where on the host each bind nested in another bind is placed, unless the shim binds that
+    /// other bind back entry by entry (it has a mask below it: then every mount point below it
+    /// is a file of the sandbox's own root). A nested bind sits on that host file, and when the
+    /// file is unlinked or renamed over (as editors and configuration writers do), the kernel
+    /// detaches the mount in every namespace. Whoever keeps a sandbox built checks these are
+    /// still the same files before using it.
     private(set) var nestedMountPoints: [String] = []
 
     init(policy: Policy, extraMounts: [MountEntry], dataMounts: [MountEntry] = [], hostname: String, uid: UInt32, gid: UInt32) throws(SandboxError) {
@@ -62,22 +64,28 @@ struct MountPlan: Equatable {
             operations.append(.file(target: path, contents: contents))
         }
         nestedMountPoints = operations.compactMap { operation -> String? in
-            switch operation {
-            case .bind(_, let target, _, _, _), .mask(let target, _): return hostPath(under: target)
-            default: return nil
-            }
+            guard case .bind(_, let target, _, _, _) = operation, let covering = coveringBind(of: target),
+                  !hasMask(below: covering.target) else { return nil }
+            return covering.source + target.dropFirst(covering.target.count)
         }
     }
 
-    /// The host path `target` is at through the deepest other bind that shows it (nil: none).
-    private func hostPath(under target: String) -> String? {
+    /// The deepest bind that shows `target` below its own target (nil: none).
+    private func coveringBind(of target: String) -> (source: String, target: String)? {
         var best: (source: String, target: String)?
-        for case .bind(let source, let bindTarget, _, _, _) in operations where target.hasPrefix(bindTarget + "/") || (bindTarget == "/" && target != "/") {
+        for case .bind(let source, let bindTarget, _, _, _) in operations where target.hasPrefix(bindTarget + "/") {
             if best == nil || bindTarget.count > best!.target.count { best = (source, bindTarget) }
         }
-        guard let best else { return nil }
-        let suffix = best.target == "/" ? target.dropFirst(0) : target.dropFirst(best.target.count)
-        return best.source + suffix
+        return best
+    }
+
+    /// Whether a mask lies below `target`: the shim then binds the bind at `target` back entry
+    /// by entry, so that no mount on the way to the mask sits on a host file (mounts.c).
+    private func hasMask(below target: String) -> Bool {
+        operations.contains { operation in
+            if case .mask(let maskTarget, _) = operation { return maskTarget.hasPrefix(target + "/") }
+            return false
+        }
     }
 
     private mutating func add(_ entry: MountEntry, executable: Bool = true) throws(SandboxError) {

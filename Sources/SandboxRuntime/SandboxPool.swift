@@ -49,8 +49,9 @@ final class SandboxPool: Sendable {
         /// Whether the same file is at the path still.
         var isCurrent: Bool { self == BindSourceIdentity(path) }
 
-        /// The identities of `plan`'s bind sources, and of the host files its masks and nested
-        /// binds sit on (replaced, the kernel detaches those mounts in the idle sandbox too).
+        /// The identities of `plan`'s bind sources, and of the host files its nested binds sit on
+        /// (replaced, the kernel detaches those mounts in the idle sandbox too; masks sit on the
+        /// sandbox's own files: ``MountPlan/nestedMountPoints``).
         static func of(_ plan: MountPlan) -> [BindSourceIdentity] {
             plan.operations.compactMap { operation -> BindSourceIdentity? in
                 if case .bind(let source, _, _, _, _) = operation { return BindSourceIdentity(source) }
@@ -91,7 +92,7 @@ final class SandboxPool: Sendable {
         /// the namespaces and mounts with it; reaped, its fds closed and its cgroup removed.
         /// Blocks until the kernel has let go: never on the monitor thread.
         func discard() {
-            _ = xsb_pidfd_send_signal(started.pidfd, SIGKILL)
+            SandboxSignals.kill(pidfd: started.pidfd)
             control?.close()
             _ = xsb_pidfd_wait(started.pidfd)
             close(started.pidfd)
@@ -106,13 +107,20 @@ final class SandboxPool: Sendable {
         }
     }
 
+    /// The sandboxes kept for one shape, however many callers reserved them.
     private struct Shelf {
+        /// Stable while the shelf lives, unlike its key: what a reservation names.
+        let id: UInt64
         var key: Key
         /// The shape, as a configuration: what a refill builds.
         let configuration: SandboxConfiguration
-        var target: Int
+        /// How many each reservation keeps: two callers of one shape keep the sum, and one's
+        /// release leaves the other's.
+        var reservations: [UInt64: Int] = [:]
         var ready: [Ready] = []
         var building = 0
+
+        var target: Int { reservations.values.reduce(0, +) }
     }
 
     private struct State {
@@ -120,6 +128,13 @@ final class SandboxPool: Sendable {
         var refilling = false
         /// Bumped by a drain: what was being built before it is discarded when done.
         var generation = 0
+        /// Numbers shelves and reservations.
+        var lastID: UInt64 = 0
+
+        mutating func nextID() -> UInt64 {
+            lastID += 1
+            return lastID
+        }
     }
 
     private let state = Mutex(State())
@@ -152,16 +167,34 @@ final class SandboxPool: Sendable {
             }
             return (nil, outdated)
         }
-        if !outdated.isEmpty {
-            for sandbox in outdated { stopWatching(sandbox) }
-            let body: @Sendable () -> Void = { for sandbox in outdated { sandbox.discard() } }
-            do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { body() }
-        }
+        for sandbox in outdated { stopWatching(sandbox) }
+        Self.discardInBackground(outdated)
         if let ready {
             warmLaunches.add(1, ordering: .relaxed)
             stopWatching(ready)
         }
         return ready
+    }
+
+    /// Discards `sandboxes` on a thread of their own (a discard blocks until the kernel has let
+    /// go), returning at once.
+    static func discardInBackground(_ sandboxes: [Ready]) {
+        guard !sandboxes.isEmpty else { return }
+        let body: @Sendable () -> Void = { for sandbox in sandboxes { sandbox.discard() } }
+        do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { body() }
+    }
+
+    /// Discards `sandboxes` on a thread of their own and returns once they are gone, leaving the
+    /// caller's thread (one of Swift's few cooperative ones) free meanwhile.
+    static func discard(_ sandboxes: [Ready]) async {
+        guard !sandboxes.isEmpty else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let body: @Sendable () -> Void = {
+                for sandbox in sandboxes { sandbox.discard() }
+                continuation.resume()
+            }
+            do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { body() }
+        }
     }
 
     /// A taken sandbox's launch has its answer (`READY`, a failure, or the sandbox discarded).
@@ -193,41 +226,57 @@ final class SandboxPool: Sendable {
     /// The monitor that watches idle sandboxes (the supervisor's), set at the first build.
     private let watchMonitor = Mutex<EventMonitor?>(nil)
 
-    /// Keeps `count` of `configuration`'s shape from now on. Returns how many more to build.
-    /// Those it no longer keeps are returned, unwatched, for the caller to discard.
-    func setTarget(_ key: Key, _ configuration: SandboxConfiguration, count: Int) throws(SandboxError) -> [Ready] {
-        let dropped = try state.withLock { (state: inout State) throws(SandboxError) -> [Ready] in
-            let others = state.shelves.filter { $0.key != key }.reduce(0) { $0 + $1.target }
-            guard count >= 0, others + count <= capacity else {
+    /// Keeps `count` more of `configuration`'s shape (built as `key`), until the reservation is
+    /// released.
+    func reserve(_ key: Key, _ configuration: SandboxConfiguration, count: Int) throws(SandboxError) -> SandboxReservation {
+        try state.withLock { (state: inout State) throws(SandboxError) -> SandboxReservation in
+            let kept = state.shelves.reduce(0) { $0 + $1.target }
+            guard count >= 1, kept + count <= capacity else {
                 throw SandboxError(
-                    step: .configuration, errorNumber: E2BIG,
-                    detail: "a pool of \(count) pre-built sandboxes for this shape, with \(others) kept for others, is more than the supervisor keeps (\(capacity))")
+                    step: .configuration, errorNumber: count >= 1 ? E2BIG : EINVAL,
+                    detail: count >= 1
+                        ? "a pool of \(count) more pre-built sandboxes, with \(kept) kept already, is more than the supervisor keeps (\(capacity))"
+                        : "a pool of \(count) pre-built sandboxes (release a reservation to keep fewer)")
             }
-            guard let index = state.shelves.firstIndex(where: { $0.key == key }) else {
-                if count > 0 { state.shelves.append(Shelf(key: key, configuration: configuration, target: count)) }
-                return []
+            let reservation = state.nextID()
+            if let index = state.shelves.firstIndex(where: { $0.key == key }) {
+                state.shelves[index].reservations[reservation] = count
+                return SandboxReservation(shelf: state.shelves[index].id, id: reservation)
             }
-            state.shelves[index].target = count
-            let surplus = max(0, state.shelves[index].ready.count - count)
+            var shelf = Shelf(id: state.nextID(), key: key, configuration: configuration)
+            shelf.reservations[reservation] = count
+            state.shelves.append(shelf)
+            return SandboxReservation(shelf: shelf.id, id: reservation)
+        }
+    }
+
+    /// Keeps what `reservation` kept no longer. Those its shelf no longer needs are returned,
+    /// unwatched, for the caller to discard. Found by the shelf's identity, not its shape: a shelf
+    /// that followed its shape since (``built(_:onShelf:as:generation:)``) is still released.
+    func release(_ reservation: SandboxReservation) -> [Ready] {
+        let dropped = state.withLock { state -> [Ready] in
+            guard let index = state.shelves.firstIndex(where: { $0.id == reservation.shelf }) else { return [] }
+            state.shelves[index].reservations[reservation.id] = nil
+            let surplus = max(0, state.shelves[index].ready.count - state.shelves[index].target)
             let dropped = Array(state.shelves[index].ready.prefix(surplus))
             state.shelves[index].ready.removeFirst(surplus)
-            if count == 0 && state.shelves[index].building == 0 { state.shelves.remove(at: index) }
+            if state.shelves[index].target == 0 && state.shelves[index].building == 0 { state.shelves.remove(at: index) }
             return dropped
         }
         for ready in dropped { stopWatching(ready) }
         return dropped
     }
 
-    /// The next shape short of its target (only `key`'s, when given), counted as being built
-    /// (nil: none; without `key`, the refill that asked ends).
-    func nextToBuild(only key: Key? = nil) -> (key: Key, configuration: SandboxConfiguration, generation: Int)? {
+    /// The next shelf short of its target (only shelf `only`, when given), counted as being
+    /// built (nil: none; without `only`, the refill that asked ends).
+    func nextToBuild(only shelf: UInt64? = nil) -> (shelf: UInt64, configuration: SandboxConfiguration, generation: Int)? {
         state.withLock { state in
-            guard let index = state.shelves.firstIndex(where: { (key == nil || $0.key == key) && $0.ready.count + $0.building < $0.target }) else {
-                if key == nil { state.refilling = false }
+            guard let index = state.shelves.firstIndex(where: { (shelf == nil || $0.id == shelf) && $0.ready.count + $0.building < $0.target }) else {
+                if shelf == nil { state.refilling = false }
                 return nil
             }
             state.shelves[index].building += 1
-            return (state.shelves[index].key, state.shelves[index].configuration, state.generation)
+            return (state.shelves[index].id, state.shelves[index].configuration, state.generation)
         }
     }
 
@@ -240,15 +289,15 @@ final class SandboxPool: Sendable {
         }
     }
 
-    /// A build for `key` ended: shelves `ready` (built as `built`) if its shelf still wants it.
-    /// Returns false when it must be discarded instead.
-    func built(_ ready: Ready?, for key: Key, as built: Key?, generation: Int) -> Bool {
+    /// A build for shelf `shelf` ended: shelves `ready` (built as `built`) if the shelf still
+    /// wants it. Returns false when it must be discarded instead.
+    func built(_ ready: Ready?, onShelf shelf: UInt64, as built: Key?, generation: Int) -> Bool {
         state.withLock { state in
-            guard let index = state.shelves.firstIndex(where: { $0.key == key }) else { return false }
+            guard let index = state.shelves.firstIndex(where: { $0.id == shelf }) else { return false }
             state.shelves[index].building -= 1
             // The world changed under the shape (a bind source is another file now): later
             // launches compute the new key, so the shelf follows it.
-            if let built, built != key { state.shelves[index].key = built }
+            if let built, built != state.shelves[index].key { state.shelves[index].key = built }
             guard let ready, state.generation == generation,
                   state.shelves[index].ready.count < state.shelves[index].target else {
                 // A shelf no longer kept goes once nothing is built for it.
@@ -269,7 +318,7 @@ final class SandboxPool: Sendable {
             let all = state.shelves.flatMap(\.ready)
             for index in state.shelves.indices {
                 state.shelves[index].ready = []
-                state.shelves[index].target = 0
+                state.shelves[index].reservations = [:]
             }
             state.shelves.removeAll { $0.building == 0 }
             return all
@@ -282,10 +331,10 @@ final class SandboxPool: Sendable {
         state.withLock { state in (state.shelves.flatMap(\.ready), state.shelves.reduce(0) { $0 + $1.building }) }
     }
 
-    /// Whether `key`'s shape has fewer ready than it keeps while some are being built.
-    func awaitsRefill(_ key: Key) -> Bool {
+    /// Whether shelf `shelf` has fewer ready than it keeps while some are being built.
+    func awaitsRefill(_ shelf: UInt64) -> Bool {
         state.withLock { state in
-            state.shelves.contains { $0.key == key && $0.ready.count < $0.target && $0.building > 0 }
+            state.shelves.contains { $0.id == shelf && $0.ready.count < $0.target && $0.building > 0 }
         }
     }
 
@@ -300,6 +349,14 @@ final class SandboxPool: Sendable {
     func setMonitor(_ monitor: EventMonitor) {
         watchMonitor.withLock { $0 = monitor }
     }
+}
+
+/// Pre-built sandboxes kept for one caller: what ``Supervisor/prepare(_:count:)`` returns and
+/// ``Supervisor/release(_:)`` ends. Callers that prepare the same shape share its sandboxes and
+/// keep the sum of their counts; each release takes back only its own.
+public struct SandboxReservation: Sendable, Hashable {
+    let shelf: UInt64
+    let id: UInt64
 }
 
 /// What the pool holds now and what it costs.

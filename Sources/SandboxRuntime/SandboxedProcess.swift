@@ -80,7 +80,7 @@ public final class SandboxedProcess: Sendable {
         }
         // The init is ending the sandbox already (the call never runs: its task is killed
         // while it waits for an answer); the SIGKILL makes sure.
-        if state.termination == nil { InitProcess.signal(SIGKILL, pid: pid, controlFD: state.controlFD) }
+        if state.termination == nil { SandboxSignals.killInit(pid: pid, controlFD: state.controlFD) }
     }
 
     /// Starts watching; until then nothing is delivered. Called once by the supervisor.
@@ -102,7 +102,7 @@ public final class SandboxedProcess: Sendable {
     /// Undoes a launch whose monitoring could not start: kill, reap, close, remove the cgroup.
     func abandon() {
         let (control, token) = state.withLock { state in
-            InitProcess.signal(SIGKILL, pid: pid, controlFD: state.controlFD)
+            SandboxSignals.killInit(pid: pid, controlFD: state.controlFD)
             state.termination = .killed
             defer { state.controlFD = nil; state.controlToken = nil }
             return (state.controlFD, state.controlToken)
@@ -150,24 +150,24 @@ public final class SandboxedProcess: Sendable {
         state.withLock { state in
             guard state.termination == nil else { return }
             if state.killCause == nil { state.killCause = cause }
-            InitProcess.signal(SIGKILL, pid: pid, controlFD: state.controlFD)
+            SandboxSignals.killInit(pid: pid, controlFD: state.controlFD)
         }
     }
 
     /// Stops every process in the sandbox (SIGSTOP from its init to the whole namespace, so a
     /// child the program forked stops too).
     public func suspend() async throws {
-        try await control(UInt32(XSB_MSG_SUSPEND.rawValue))
+        try await control(.suspend)
     }
 
     /// Continues every process in the sandbox.
     public func resume() async throws {
-        try await control(UInt32(XSB_MSG_RESUME.rawValue))
+        try await control(.resume)
     }
 
     /// Sends `signal` to the program's process group (it leads its own session).
     public func signal(_ signal: Int32) async throws {
-        try await control(UInt32(XSB_MSG_SIGNAL.rawValue), value: signal)
+        try await control(.signal(signal))
     }
 
     /// Host pids of every process in the sandbox, the init first. For diagnostics and tests.
@@ -186,15 +186,15 @@ public final class SandboxedProcess: Sendable {
         return result
     }
 
-    private func control(_ type: UInt32, value: Int32 = 0) async throws {
+    private func control(_ request: SandboxSignals.Request) async throws {
         let err: Int32 = try await withCheckedThrowingContinuation { continuation in
             state.withLock { state in
                 guard state.termination == nil else {
                     continuation.resume(throwing: SandboxError(step: .control, errorNumber: ESRCH, detail: "the sandbox has ended"))
                     return
                 }
-                state.ackWaiters.append((type, continuation))
-                let rc = state.controlFD.map { xsb_send_msg($0.rawValue, type, value) } ?? -EBADF
+                state.ackWaiters.append((request.messageType, continuation))
+                let rc = state.controlFD.map { SandboxSignals.send(request, on: $0) } ?? -EBADF
                 if rc != 0 {
                     state.ackWaiters.removeLast()
                     continuation.resume(throwing: SandboxError(step: .control, errorNumber: -rc, detail: "control message"))

@@ -106,7 +106,7 @@ final class SpawnerThread: @unchecked Sendable {
                     let sent = xsb_spawner_send_result(storage.reply, &out)
                     if sent != 0 {
                         // Fail closed: no sandbox runs that its host cannot reach.
-                        _ = xsb_pidfd_send_signal(out.pidfd, SIGKILL)
+                        SandboxSignals.kill(pidfd: out.pidfd)
                         _ = xsb_pidfd_wait(out.pidfd)
                         out = Self.failure(.fileDescriptors, -sent, "returning the sandbox's control socket and pidfd")
                     }
@@ -141,7 +141,7 @@ final class SpawnerThread: @unchecked Sendable {
             // ends the sandbox; it is this process's unreaped child, so its pid is still its own
             // (unless the kernel reaps children here: then it ends and goes by itself).
             if !InitProcess.kernelReapsChildren {
-                kill(out.pid, SIGKILL)
+                SandboxSignals.kill(unreapedChild: out.pid)
                 InitProcess.reapBlocking(out.pid)
             }
             return (Self.failure(.fileDescriptors, -received, "receiving the sandbox's control socket and pidfd"), extra)

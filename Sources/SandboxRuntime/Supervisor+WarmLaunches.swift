@@ -10,8 +10,8 @@ extension Supervisor {
     /// Keeps `count` pre-built sandboxes of `configuration`'s shape ready, so that launches of
     /// that shape are warm: they skip the clone, the namespaces, the id maps and the file system,
     /// and only hand the waiting sandbox their program, arguments, environment, working
-    /// directory and fds. Returns once they are built (the first failure is thrown; nothing
-    /// is kept for the shape then).
+    /// directory and fds. Returns once they are built, with the reservation that
+    /// ``release(_:)`` ends (the first failure is thrown; nothing is kept for it then).
     ///
     /// The shape is everything in a configuration but what is per launch (``SandboxConfiguration/arguments``,
     /// ``SandboxConfiguration/environment``, ``SandboxConfiguration/workingDirectory``, the standard
@@ -23,41 +23,43 @@ extension Supervisor {
     /// Each sandbox runs one program, ever; a launch that takes one starts building its
     /// replacement in the background, behind every launch a caller waits for. A sandbox whose
     /// bind sources changed since it was built (another file at a source's path) is discarded
-    /// and the launch is cold. `count` 0 stops keeping the shape. The supervisor keeps at most
-    /// 64 in all; each idle one holds memory (``poolStatus``), so a host sizes the pool for the
-    /// launches it expects, not for every extension it has.
-    public func prepare(_ configuration: SandboxConfiguration, count: Int) async throws(SandboxError) {
+    /// and the launch is cold. Callers that prepare the same shape share its sandboxes and keep
+    /// the sum of their counts. The supervisor keeps at most 64 in all; each idle one holds
+    /// memory (``poolStatus``), so a host sizes the pool for the launches it expects, not for
+    /// every extension it has.
+    @discardableResult
+    public func prepare(_ configuration: SandboxConfiguration, count: Int) async throws(SandboxError) -> SandboxReservation {
         guard !configuration.controllingTerminal else {
             throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "a launch with a controlling terminal is never pre-built")
         }
         pool.setMonitor(monitor)
         let shape = try self.shape(of: configuration)
-        let dropped = try pool.setTarget(shape.key, configuration, count: count)
-        for ready in dropped { ready.discard() }
-        while let next = pool.nextToBuild(only: shape.key) {
+        let reservation = try pool.reserve(shape.key, configuration, count: count)
+        while let next = pool.nextToBuild(only: reservation.shelf) {
             do {
-                try await prebuild(next.key, next.configuration, generation: next.generation)
+                try await prebuild(onShelf: next.shelf, next.configuration, generation: next.generation)
             } catch {
-                for ready in (try? pool.setTarget(next.key, next.configuration, count: 0)) ?? [] { ready.discard() }
+                await SandboxPool.discard(pool.release(reservation))
                 throw error
             }
         }
         // What a refill under way builds counts too: wait for it (not past the caller's cancellation).
-        while pool.awaitsRefill(shape.key), !Task.isCancelled { try? await Task.sleep(for: .milliseconds(1)) }
+        while pool.awaitsRefill(reservation.shelf), !Task.isCancelled { try? await Task.sleep(for: .milliseconds(1)) }
+        return reservation
     }
 
-    /// Ends every pre-built sandbox and keeps none from now on (until the next
-    /// ``prepare(_:count:)``). Returns once their processes, fds and cgroups are gone.
+    /// Keeps what `reservation` kept no longer: the idle sandboxes no other reservation of the
+    /// shape needs end before this returns (their processes, fds and cgroups gone). It finds them
+    /// even when the shape changed since ``prepare(_:count:)`` (a bind source replaced, a
+    /// masked path that appeared). Releasing twice does nothing.
+    public func release(_ reservation: SandboxReservation) async {
+        await SandboxPool.discard(pool.release(reservation))
+    }
+
+    /// Ends every pre-built sandbox and keeps none from now on (every reservation is released,
+    /// until the next ``prepare(_:count:)``). Returns once their processes, fds and cgroups are gone.
     public func drainPool() async {
-        let taken = pool.emptyAll()
-        guard !taken.isEmpty else { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let body: @Sendable () -> Void = {
-                for ready in taken { ready.discard() }
-                continuation.resume()
-            }
-            do { try SupervisorThread.start(name: "xsb-pool-drain", stackSize: 256 << 10, body) } catch { body() }
-        }
+        await SandboxPool.discard(pool.emptyAll())
     }
 
     /// How many pre-built sandboxes are ready or being built, and the memory the ready ones hold.
@@ -80,9 +82,9 @@ extension Supervisor {
         return 0
     }
 
-    /// Builds one sandbox of `key`'s shape and shelves it (or discards it, when the pool no
-    /// longer wants it).
-    private func prebuild(_ key: SandboxPool.Key, _ configuration: SandboxConfiguration, generation: Int) async throws(SandboxError) {
+    /// Builds one sandbox of `configuration`'s shape for shelf `shelf` and shelves it (or
+    /// discards it, when the pool no longer wants it).
+    private func prebuild(onShelf shelf: UInt64, _ configuration: SandboxConfiguration, generation: Int) async throws(SandboxError) {
         let shape: Shape
         let ready: SandboxPool.Ready
         do {
@@ -92,7 +94,7 @@ extension Supervisor {
             let (result, cgroup) = try await build(shape, configuration, stdio: (-1, -1, -1), prebuilt: true)
             ready = SandboxPool.Ready(started: result, key: shape.key, cgroup: cgroup, bindSources: sources)
         } catch {
-            _ = pool.built(nil, for: key, as: nil, generation: generation)
+            _ = pool.built(nil, onShelf: shelf, as: nil, generation: generation)
             throw error
         }
         // Its death while idle (killed from outside) is the control socket's end: dropped, refilled.
@@ -108,14 +110,14 @@ extension Supervisor {
                 }
             }
         } catch {
-            _ = pool.built(nil, for: key, as: nil, generation: generation)
-            ready.discard()
+            _ = pool.built(nil, onShelf: shelf, as: nil, generation: generation)
+            await SandboxPool.discard([ready])
             throw error
         }
-        if !pool.built(ready, for: key, as: shape.key, generation: generation) {
+        if !pool.built(ready, onShelf: shelf, as: shape.key, generation: generation) {
             let token = ready.watch.withLock { $0 }
             if let token, let control = ready.control { monitor.remove(fd: control, token: token) }
-            ready.discard()
+            await SandboxPool.discard([ready])
         }
     }
 
@@ -128,6 +130,7 @@ extension Supervisor {
             return token
         }
         if let token, let control = ready.control { monitor.remove(fd: control, token: token) }
+        // Discarded before the refill starts, so that the two never compete for the CPU.
         let body: @Sendable () -> Void = { [self] in
             ready.discard()
             refill()
@@ -144,7 +147,7 @@ extension Supervisor {
             while let next = pool.nextToBuild() {
                 while spawner.isLaunching || pool.isLaunching { try? await Task.sleep(for: .milliseconds(1)) }
                 do {
-                    try await prebuild(next.key, next.configuration, generation: next.generation)
+                    try await prebuild(onShelf: next.shelf, next.configuration, generation: next.generation)
                 } catch {
                     // Tried again at the next take, not in a loop here.
                     pool.stopRefilling()
@@ -168,8 +171,7 @@ extension Supervisor {
         var poller = pollfd(fd: ready.started.control_fd, events: 0, revents: 0)
         let ended = poll(&poller, 1, 0) == 1 && poller.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
         guard !ended, ready.bindSources.allSatisfy(\.isCurrent) else {
-            let body: @Sendable () -> Void = { ready.discard() }
-            do { try SupervisorThread.start(name: "xsb-pool-drop", stackSize: 256 << 10, body) } catch { body() }
+            SandboxPool.discardInBackground([ready])
             return nil
         }
         let arena = CArena()

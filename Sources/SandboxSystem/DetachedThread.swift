@@ -1,3 +1,4 @@
+import CSandboxSystem
 import Glibc
 
 /// Starts the long-lived POSIX threads of the supervisor, the host API and the SDK (the spawner,
@@ -49,13 +50,19 @@ package enum DetachedThread {
         }
     }
 
-    /// What `ps` and `top` show for the calling thread. Through /proc (no GNU extension is
-    /// visible to Swift here); a failure leaves the inherited name.
+    /// What `ps` and `top` show for the calling thread (its first 15 bytes); a failure leaves
+    /// the inherited name. With prctl, not by writing /proc/thread-self/comm: that lookup leaves
+    /// dentries under /proc/PID/task/TID, and when the process exits, whoever reaps it waits in
+    /// the kernel while the exiting thread's own flush of those dentries runs (the parent of
+    /// every one-shot `extsandbox exec`; docs/performance.md).
     static func nameThisThread(_ name: String) {
-        let file = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-        guard file >= 0 else { return }
-        let bytes = Array(name.utf8.prefix(15))
-        _ = bytes.withUnsafeBytes { write(file, $0.baseAddress, $0.count) }
-        _ = close(file)
+        _ = xsb_name_this_thread(name)
+    }
+
+    /// The calling thread's name (for tests).
+    static func nameOfThisThread() -> String {
+        var buffer = [CChar](repeating: 0, count: 16)
+        _ = xsb_this_thread_name(&buffer)
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

@@ -241,7 +241,7 @@ struct ExecCommand: AsyncParsableCommand {
         if request.verbose {
             Self.complain("launched \(executable) in a '\(loadedPolicy.name)' sandbox (init pid \(process.pid), program pid \(process.payloadPIDInside) inside)")
         }
-        let forwarders = Self.forwardSignals(to: process)
+        let forwarders = ForwardedSignals.forward(to: process)
         do {
             try streams.launched()  // raw mode from here: the CLI now outlives the forwarded signals
         } catch {
@@ -304,18 +304,6 @@ struct ExecCommand: AsyncParsableCommand {
         let searchPath = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable(), environment: environment)
         let store = PolicyStore(diskLayer: PolicyDiskCache.forCurrentUser(environment: environment))
         return try store.compiled(nameOrPath: nameOrPath, searchPath: searchPath)
-    }
-
-    /// Terminal signals go to the sandbox's program: it lives in its own session, so the
-    /// terminal's Ctrl-C reaches only us.
-    private static func forwardSignals(to process: SandboxedProcess) -> [DispatchSourceSignal] {
-        [SIGINT, SIGTERM, SIGHUP, SIGQUIT].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { Task { try? await process.signal(number) } }
-            source.resume()
-            return source
-        }
     }
 
     static func bind(_ spec: String, writable: Bool) throws -> MountEntry {

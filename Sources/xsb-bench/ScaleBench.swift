@@ -53,6 +53,9 @@ struct ScaleBench: Sendable {
     /// At most this many bubblewrap sandboxes for the memory reference (BwrapMemoryReference), as
     /// many as the largest step below it had alive; 0: none.
     var bwrapReferenceLimit = 1_000
+    /// Pre-built sandboxes kept for the launches (`--scale-pool N`; 0: every launch is cold).
+    /// Every burst and every "one more launch" then starts from a full pool.
+    var poolSize = 0
 
     /// One running extension: its handle and an open connection (so that it is neither suspended
     /// nor ended while the bench holds it), and the host pids of its sandbox init and program.
@@ -103,6 +106,26 @@ struct ScaleBench: Sendable {
     private var point: AppExtensionPoint { AppExtensionPoint(name: "xsb-bench.scale", securityLevel: policyPath) }
 
     // MARK: Launching and ending
+
+    /// Keeps ``poolSize`` pre-built sandboxes of the extensions' shape (every identity of the
+    /// bench has the same one). Returns the memory each idle one holds, in KiB.
+    func preparePool() async throws -> Double? {
+        guard poolSize > 0 else { return nil }
+        let identity = AppExtensionIdentity.developmentOnly(
+            bundleIdentifier: "xsb-bench.scale.pool", executablePath: extensionPath, point: point, arguments: extensionArguments)
+        try await AppExtensionProcess.prepareWarmLaunches(of: identity, count: poolSize)
+        let status = Supervisor.shared.poolStatus
+        return status.ready > 0 ? Double(status.idleMemoryBytes) / 1024 / Double(status.ready) : nil
+    }
+
+    /// Waits (up to 10 s) until the pool is full again, so that a measurement starts from it.
+    func awaitFullPool() async {
+        guard poolSize > 0 else { return }
+        let start = now()
+        while Supervisor.shared.poolStatus.ready < poolSize && now() - start < 10 {
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+    }
 
     /// Launches one extension, connects, and checks its answer to a first request.
     func launch(_ name: String) async throws -> Running {

@@ -196,6 +196,7 @@ extension ScaleBench {
         var singles: [Double] = []
         var extra: [Running] = []
         for index in 0..<singleLaunches {
+            await awaitFullPool()
             let start = now()
             do {
                 extra.append(try await launch("xsb-bench.scale.one-more-\(total)-\(index)"))
@@ -212,6 +213,7 @@ extension ScaleBench {
         // (so N stays where it is), is steadier.
         var rates: [Double] = []
         for round in 0..<burstRounds {
+            await awaitFullPool()
             let burst = await launchBatch(count: burstLaunches, width: concurrency, prefix: "xsb-bench.scale.burst-\(total)-\(round)", failures: &failures)
             rates.append(Double(burst.running.count) / burst.seconds)
             await Self.end(burst.running)

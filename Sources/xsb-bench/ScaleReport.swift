@@ -61,6 +61,8 @@ struct ScaleReport {
         json["bwrap_reference"] = outcome.bwrapReference?.json ?? NSNull()
         put("launch_rate_ratio_1000_vs_10", rateRatio)
         put("rtt_p99_vs_median_1000", rttRatio)
+        json["scale_pool_size"] = bench.poolSize
+        put("pool_kib_per_sandbox", outcome.poolKiBPerSandbox)
         var failureMessages: [[String: Any]] = []
         for (message, count) in outcome.failures.messages.sorted(by: { $0.value > $1.value }).prefix(20) {
             failureMessages.append(["message": message, "count": count])

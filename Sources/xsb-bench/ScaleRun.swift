@@ -19,6 +19,8 @@ extension ScaleBench {
         var emptyMemoryCgroupKiB: Double?
         /// bubblewrap's sandboxes measured the same way, as many as the step they are compared with.
         var bwrapReference: BwrapMemoryReference?
+        /// What one idle pre-built sandbox holds (`--scale-pool`), in KiB.
+        var poolKiBPerSandbox: Double?
     }
 
     /// Waits (up to `limit` seconds) until MemAvailable moves less than 16 MiB a second three
@@ -50,6 +52,7 @@ extension ScaleBench {
         outcome.emptyMemoryCgroupKiB = ScaleSystem.emptyMemoryCgroupKiB()
         // Warm up (page cache, policy compilation, the runtime's threads), then the baseline.
         await Self.end([try await launch("xsb-bench.scale.warmup")])
+        outcome.poolKiBPerSandbox = try await preparePool()
         try? await Task.sleep(for: .seconds(1))
         let base = ScaleSystem.HostSample.now()
         let baseThreadNames = ScaleSystem.threadNames()
@@ -173,7 +176,9 @@ extension ScaleBench {
         alive = []
         heap.release()
 
-        // Nothing may be left: processes, fds, cgroups, zombies.
+        // Nothing may be left: processes, fds, cgroups, zombies (nor the pool, whose idle
+        // sandboxes were there at the baseline).
+        await AppExtensionProcess.endWarmLaunches()
         await settle(base: base)
         let after = ScaleSystem.HostSample.now()
         let ownThreads = { (names: [String]) in names.filter { !ScaleFaults.CycleOutcome.isDispatchWorker($0) }.count }

@@ -107,9 +107,10 @@ struct WarmLaunchBench {
         var status: Int32 = 0
         for check in checks {
             let arguments = check.split(separator: " ").map(String.init)
-            try await warm.prepare(configuration([], output: .inherit), count: 1)
+            let reservation = try await warm.prepare(configuration([], output: .inherit), count: 1)
             let before = warm.poolStatus.ready
             let warmOutcome = try await run(warm, arguments)
+            await warm.release(reservation)
             let wasWarm = before == 1
             let coldOutcome = try await run(cold, arguments)
             if warmOutcome != coldOutcome || !wasWarm {

@@ -11,7 +11,7 @@ import SandboxSystem
 ///     xsb-bench [--json] [--iterations N] [--rounds N] [--only launch|container|ipc|discovery] [--breakdown]
 ///               [--policy PATH] [--cli PATH] [--extension PATH] [--pingpong PATH]
 ///     xsb-bench --only ipc (--profile-rtt N | --profile-connect N | --profile-tp N | --profile-distributed N) [--policy PATH] [--extension PATH]
-///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N] [--memory-floor-mib N]] [--faults [--cycles N]] [--json]
+///     xsb-bench [--scale [--scale-steps 10,100,1000,10000] [--big-host N] [--memory-floor-mib N] [--scale-pool N]] [--faults [--cycles N]] [--json]
 ///               [--scale-policy PATH] [--extension PATH] [--scale-c-extension]
 ///     xsb-bench --pooled-probe PROBE [--policy PATH] -- CHECK...    (for PooledIsolationTests)
 ///     xsb-bench --cycles-only N [--cycle-workers N] [--cycle-time-limit SECONDS] | --child-host N    (for ScaleFaultTests)
@@ -102,6 +102,14 @@ struct XsbBench {
                     exit(2)
                 }
                 bench.bwrapReferenceLimit = limit
+            }
+            // --scale-pool N: every launch of the scale run from a pool of N pre-built sandboxes.
+            if let text = option("--scale-pool") {
+                guard let size = Int(text), (1...64).contains(size) else {
+                    FileHandle.standardError.write(Data("xsb-bench: --scale-pool takes a number of pre-built sandboxes, 1 to 64\n".utf8))
+                    exit(2)
+                }
+                bench.poolSize = size
             }
             // --memory-floor-mib: how much MemAvailable a step leaves the machine (4 GiB unless
             // said; at least 1 GiB, so that the machine itself keeps working).

@@ -74,6 +74,24 @@ struct MountTests {
         ])
     }
 
+    @Test("a directory on the way to a mask with more entries than are bound back one by one fails the step, naming it")
+    func maskedDirectoryLimit() throws {
+        let out = try Self.withDataDirectory { data -> xsbt_outcome in
+            try FileManager.default.createDirectory(atPath: data + "/big", withIntermediateDirectories: false)
+            for index in 0...4096 {
+                let fd = open(data + "/big/\(index)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+                if fd >= 0 { close(fd) }
+            }
+            return try Self.build([
+                Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data, target: "/data"),
+                Op(kind: XSB_MOUNT_MASK, target: "/data/big/0"),
+            ])
+        }
+        #expect(out.ranThrough && out.result == 1 << 8, "xsb_setup_mounts returned -1: \(out.failure); grandchild status \(out.result)")
+        #expect(out.failed_step == Int32(XSB_STEP_BIND_MOUNT.rawValue) && out.failed_errno == E2BIG
+                && out.detail == "over 4096 entries beside a mask in /data/big", "\(out.failure)")
+    }
+
     struct Failure: Sendable, CustomTestStringConvertible {
         let testDescription: String
         let step: xsb_step

@@ -133,6 +133,23 @@ struct DistributedCallTests {
         #expect(seen == 1)
     }
 
+    @Test("byte arrays large and small, as arguments and results, arrive exactly; so does a system ping's large value")
+    func byteArrays() async throws {
+        try await Self.withFilter(level: "standard", exportingNotes: false) { connection, filter in
+            let large = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 10) }
+            for bytes in [large, Array(large.prefix(16 << 10)), Array(large.prefix((16 << 10) - 1)), [7], []] {
+                #expect(try await filter.echo(bytes) == bytes, "\(bytes.count) bytes")
+                #expect(try await filter.count(bytes) == bytes.count)
+            }
+            // The value's bytes, read apart by the extension, come back as they were sent.
+            let value = try ValueCoding.encode(large)
+            let reply = try await connection.send(ExtensionMessage(SystemTarget.pingEnvelope(value)))
+            #expect(reply.payload == value)
+            // The connection carries on with small calls.
+            #expect(try await filter.apply("after", options: FilterOptions()) == "AFTER")
+        }
+    }
+
     @Test("file descriptors as arguments and results travel as SCM_RIGHTS")
     func fileDescriptors() async throws {
         try await Self.withFilter(level: "standard", exportingNotes: false) { _, filter in try await Self.fileDescriptors(filter) }

@@ -72,7 +72,7 @@ enum xsb_mount_kind {
     XSB_MOUNT_TMPFS,     ///< tmpfs of `size` bytes on `target`
     XSB_MOUNT_SYMLINK,   ///< symlink at `target` pointing to `source`
     XSB_MOUNT_FILE,      ///< regular file at `target` with `size` bytes of `source` (read-only root)
-    XSB_MOUNT_MASK,      ///< hide `target`: an empty read-only tmpfs (directory) or an unopenable file
+    XSB_MOUNT_MASK,      ///< hide `target`: an empty read-only tmpfs (directory) or an unopenable file; a bind above it is bound back entry by entry
 };
 
 /// Flags of an xsb_mount_op.
@@ -320,6 +320,7 @@ int xsb_send_msg(int control_fd, uint32_t type, int32_t value);
 int xsb_recv_msg(int control_fd, struct xsb_msg *msg);
 
 /// pidfd helpers (raw syscalls; glibc 2.36 has no wrappers for all of them).
+/// Sends `sig` to the process behind `pidfd` (signals.c). Returns 0 or -errno.
 int xsb_pidfd_send_signal(int pidfd, int sig);
 /// Reaps the process behind `pidfd`, waiting for it to end. Returns 0 or -errno.
 int xsb_pidfd_wait(int pidfd);

@@ -1,6 +1,7 @@
 // The OS layer's C helpers (SandboxSystem's): epoll with a 64-bit token per registration
 // (struct epoll_event is packed on x86_64, which Swift imports awkwardly) and a bounded wait for
-// readability. Plain system calls, no state: the host API, the supervisor and the CLI share them.
+// readability; the calling thread's name. Plain system calls, no state: the host API, the
+// supervisor and the CLI share them.
 #ifndef XSB_SYSTEM_H
 #define XSB_SYSTEM_H
 
@@ -37,6 +38,12 @@ int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int ti
 /// Waits up to `timeout_ns` for `fd` to become readable (ppoll). Returns 1 when it is, 0 on
 /// timeout, -errno on error.
 int xsb_wait_readable(int fd, long timeout_ns);
+
+/// Names the calling thread (the first 15 bytes of `name`) with prctl(PR_SET_NAME), touching no
+/// file under /proc. Returns 0 or -errno.
+int xsb_name_this_thread(const char *name);
+/// Writes the calling thread's name, NUL-terminated, into `name` (16 bytes). Returns 0 or -errno.
+int xsb_this_thread_name(char name[16]);
 
 #ifdef __cplusplus
 }

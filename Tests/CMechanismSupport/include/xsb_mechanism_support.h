@@ -120,9 +120,18 @@ enum xsbt_signal_step {
     XSBT_INIT_RESET,              ///< xsb_init_reset_signals
     XSBT_PAYLOAD_RESET,           ///< xsb_payload_reset_signals
     XSBT_PAYLOAD_RESET_UNBLOCK,   ///< xsb_payload_reset_signals, then xsb_payload_unblock_signals
+    XSBT_SUPERVISOR_BLOCK,        ///< xsb_signals_block_all (the supervisor's, across its clone)
+    XSBT_SUPERVISOR_BLOCK_RESTORE,  ///< xsb_signals_block_all, then xsb_signals_restore
 };
 /// `values` hold the child's status fields after `step`.
 int xsbt_signals(enum xsbt_signal_step step, struct xsbt_outcome *out);
+/// As the init, PID 1 of a PID namespace of its own (the test runs as root): starts a payload
+/// (a session leader with a child) and another process, then stops, continues and signals the
+/// sandbox (xsb_signals_stop_sandbox, _continue_sandbox, _to_payload, _kill_sandbox) with
+/// SIGCHLD read from xsb_signals_child_exits. `text`: one line per step, "STEP RESULT" and the
+/// state letters of the processes still there (from the namespace's /proc). `result`: the
+/// init's wait status (0: it ran through).
+int xsbt_signal_sandbox(struct xsbt_outcome *out);
 
 // MARK: - seccomp, the payload's side (seccomp.c)
 

@@ -20,6 +20,8 @@ public protocol TextFilter: DistributedActor where ActorSystem == ExtensionActor
     distributed func size(of file: TransferredFileDescriptor) async throws -> Int
     /// How many bytes it was given (the benchmark's bulk call).
     distributed func count(_ bytes: [UInt8]) async throws -> Int
+    /// The bytes it was given (an exact round trip of an argument and a result of any size).
+    distributed func echo(_ bytes: [UInt8]) async throws -> [UInt8]
     /// The read end of a pipe that holds `text` (its write end closed).
     distributed func file(containing text: String) async throws -> TransferredFileDescriptor
 }

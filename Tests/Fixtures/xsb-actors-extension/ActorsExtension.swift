@@ -54,6 +54,8 @@ distributed actor Filter: TextFilter {
 
     distributed func count(_ bytes: [UInt8]) -> Int { bytes.count }
 
+    distributed func echo(_ bytes: [UInt8]) -> [UInt8] { bytes }
+
     distributed func size(of file: TransferredFileDescriptor) -> Int {
         var info = stat()
         guard let descriptor = file.rawValue, fstat(descriptor, &info) == 0 else { return -1 }
