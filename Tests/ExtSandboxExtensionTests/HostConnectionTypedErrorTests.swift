@@ -41,25 +41,28 @@ struct HostConnectionTypedErrorTests {
         }
     }
 
+    /// Runs `request`, which must fail with `connectionClosed`: typed as `HostRequestError`, so
+    /// only a `send` or `call` that throws that type compiles in it.
+    static func expectConnectionClosed(_ request: () async throws(HostRequestError) -> Void) async {
+        do {
+            try await request()
+            Issue.record("a closed socket answered")
+        } catch {
+            #expect(caseName(error) == "connectionClosed", "\(error)")
+        }
+    }
+
     @Test("a request to a host that is gone throws connectionClosed, typed")
     func requestToAClosedHost() async throws {
         let connection = try Self.connectionToAClosedHost()
-        do {
-            _ = try await connection.send(Message([1, 2, 3]))
-            Issue.record("a request was answered by a closed socket")
-        } catch {
-            #expect(Self.caseName(error) == "connectionClosed", "\(error)")
-        }
+        await Self.expectConnectionClosed { () throws(HostRequestError) in _ = try await connection.send(Message([1, 2, 3])) }
     }
 
     @Test("a distributed call's envelope to a host that is gone throws connectionClosed, typed")
     func callToAClosedHost() async throws {
         let connection = try Self.connectionToAClosedHost()
-        do {
+        await Self.expectConnectionClosed { () throws(HostRequestError) in
             _ = try await connection.call([1, 2, 3], followedBy: [4], fileDescriptors: [])
-            Issue.record("a call was answered by a closed socket")
-        } catch {
-            #expect(Self.caseName(error) == "connectionClosed", "\(error)")
         }
     }
 
