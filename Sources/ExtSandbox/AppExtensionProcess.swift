@@ -378,7 +378,7 @@ extension ExtensionProcessCore {
                             case .wouldBlock: return
                             case .closed: once.resume(.closed); return
                             case .frame(let frame):
-                                frame.closeFDs()
+                                UntrustedDescriptors.close(frame.fds)
                                 guard frame.kind == .ready else {
                                     once.resume(.broken(.unexpectedFrame(kind: frame.kind, reason: "the launch expects READY")))
                                     return

@@ -180,7 +180,7 @@ extension ExtensionConnection {
                 answer = .handshake(handshake, .failure(ExtensionError.rejected(message)))
                 return .rejected(message)
             default:
-                frame.closeFDs()
+                UntrustedDescriptors.close(frame.fds)
                 let reason = ExtensionError.protocolError(.unexpectedFrame(kind: frame.kind, reason: "the handshake expects HELLO"))
                 answer = .handshake(handshake, .failure(reason))
                 return reason
@@ -189,14 +189,14 @@ extension ExtensionConnection {
         switch frame.kind {
         case .reply, .error:
             guard let continuation = state.pending.removeValue(forKey: frame.id) else {
-                frame.closeFDs()
+                UntrustedDescriptors.close(frame.fds)
                 // A late answer to a request we cancelled is fine; any other is a broken peer.
                 if state.cancelled.remove(frame.id) != nil { return nil }
                 return .protocolError(.unknownRequestID(kind: frame.kind, id: frame.id))
             }
             if state.invalidating {
                 // Given up by the host: the extension's answer to our GOODBYE (ERROR 3) included.
-                frame.closeFDs()
+                UntrustedDescriptors.close(frame.fds)
                 answer = .reply(continuation, .failure(ExtensionError.invalidated))
             } else if frame.kind == .reply {
                 answer = .reply(continuation, .success(ExtensionMessage(frame.payload, fileDescriptors: frame.fds)))
@@ -208,11 +208,11 @@ extension ExtensionConnection {
         case .request:
             let id = frame.id
             guard state.incoming[id] == nil else {
-                frame.closeFDs()
+                UntrustedDescriptors.close(frame.fds)
                 return .protocolError(.unexpectedFrame(kind: .request, reason: "request id \(id) reused while it was outstanding"))
             }
             guard let onRequest = handlers.onRequest else {
-                frame.closeFDs()
+                UntrustedDescriptors.close(frame.fds)
                 // Answered like any request: counted, and written within the send queue's bounds.
                 state.incoming[id] = Task { [weak self] in
                     await self?.answer(id, with: .error(id: id, code: .unknownRequest, message: "the host has no handler for requests"))
@@ -243,7 +243,7 @@ extension ExtensionConnection {
             let message = ExtensionMessage(frame.payload, fileDescriptors: frame.fds)
             // Without a handler it is dropped (§3); with one, handled in order.
             guard let onOneWay = handlers.onOneWay else {
-                frame.closeFDs()
+                UntrustedDescriptors.close(frame.fds)
                 return nil
             }
             let previous = state.lastOneWay
@@ -261,7 +261,7 @@ extension ExtensionConnection {
         case .goodbye:
             return .connectionClosed(detail: "the extension said goodbye")
         default:
-            frame.closeFDs()
+            UntrustedDescriptors.close(frame.fds)
             return .protocolError(.unexpectedFrame(kind: frame.kind, reason: "not allowed on a connection"))
         }
     }

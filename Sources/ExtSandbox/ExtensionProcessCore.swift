@@ -473,7 +473,7 @@ final class ExtensionProcessCore: Sendable {
             case .closed:
                 return stopWatchingControl(&state)
             case .frame(let frame):
-                frame.closeFDs()
+                UntrustedDescriptors.close(frame.fds)
                 guard frame.kind == .goodbye else {
                     return stopWatchingControl(&state)
                 }
