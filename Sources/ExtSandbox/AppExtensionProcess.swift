@@ -318,7 +318,7 @@ extension ExtensionProcessCore {
             throw .protocolError(error)
         }
         let sandboxConfiguration = authorization.sandboxConfiguration(
-            identity: identity, policy: policy, containers: containers, output: configuration.output.stream, extensionFD: extensionFD.rawValue)
+            identity: identity, policy: policy, containers: containers, output: configuration.output.stream, extensionFD: extensionFD)
         let sandbox: SandboxedProcess
         do throws(SandboxError) {
             sandbox = try await Supervisor.shared.launch(sandboxConfiguration)

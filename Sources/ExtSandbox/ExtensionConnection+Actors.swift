@@ -1,5 +1,7 @@
 @_exported import Distributed
 @_exported import ExtSandboxActors
+import Glibc
+import SandboxSystem
 
 // The host's side of distributed actors: a connection carries the calls (each a REQUEST whose
 // payload is a call envelope, docs/wire-protocol.md §12), and serves the host's exported object.
@@ -44,10 +46,11 @@ extension ExtensionConnection: CallTransport {
     /// ``call(_:fileDescriptors:)`` of the envelope `envelope` followed by `tail`: one REQUEST whose
     /// payload is written from the two arrays as they are (a large argument is not copied).
     public func call(_ envelope: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) async throws(ExtensionError) -> CallAnswer {
-        defer { Self.close(fileDescriptors) }
+        let owned = fileDescriptors.compactMap { FileDescriptor(adopting: $0) }
+        defer { owned.forEach { $0.close() } }
         do throws(ExtensionError) {
-            let reply = try await send(ExtensionMessage(envelope, fileDescriptors: fileDescriptors), payloadTail: tail)
-            return .reply(reply.payload, fileDescriptors: reply.fileDescriptors)
+            let reply = try await send(ExtensionMessage(envelope, fileDescriptors: owned), payloadTail: tail)
+            return .reply(reply.payload, fileDescriptors: reply.fileDescriptors.releaseAll())
         } catch .remote(let code, let message) {
             return .error(code: code, message: message)
         }
@@ -77,12 +80,12 @@ extension AppExtensionProcess {
         system.export(exported)
         let connection = try await makeConnection(handlers: ExtensionConnection.Handlers(onRequest: { message in
             // The handler holds the object: the system holds it (and the connection) weakly.
-            let answer = await system.serve(message.payload, fileDescriptors: message.fileDescriptors)
+            let answer = await system.serve(message.payload, fileDescriptors: message.fileDescriptors.releaseAll())
             withExtendedLifetime(exported) {}
             switch answer {
             case .reply(_, let fds) where !fds.isEmpty:
                 // The connection sends copies of a reply's fds and nothing would close these.
-                ExtensionConnection.close(fds)
+                for fd in fds { _ = Glibc.close(fd) }
                 throw ExtensionConnection.ExtensionFailure(code: CallErrorCode.thrownError, "the host's methods cannot return file descriptors")
             case .reply(let result, _): return ExtensionMessage(result)
             case .error(let code, let text): throw ExtensionConnection.ExtensionFailure(code: code, text)

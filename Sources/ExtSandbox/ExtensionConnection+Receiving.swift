@@ -281,7 +281,7 @@ extension ExtensionConnection {
             return (true, resumesReading(&state))
         }
         guard outstanding else {
-            UntrustedDescriptors.close(frame.fds)
+            frame.closeFDs()
             return
         }
         let failure: ExtensionError? = output.withLock { output in

@@ -36,13 +36,13 @@ extension ExtensionConnection {
                         return nil
                     }
                     if let refused {
-                        Self.close(fds)
+                        fds.forEach { $0.close() }
                         return (continuation, refused)
                     }
                     let failure: ExtensionError?
                     if Task.isCancelled {
                         // Cancelled before the handler below was installed: it found nothing to cancel.
-                        Self.close(fds)
+                        fds.forEach { $0.close() }
                         failure = .cancelled
                     } else {
                         // `write` owns the copies from here on (it closes them once sent, or on failure).
@@ -84,11 +84,11 @@ extension ExtensionConnection {
         let failure: ExtensionError? = output.withLock { output in
             do throws(ExtensionError) {
                 guard try hasRoom(bytes: frameBytes, fds: fds.count, output) else {
-                    Self.close(fds)
+                    fds.forEach { $0.close() }
                     return .sendQueueFull(bytes: sendQueueLimit.bytes, fileDescriptors: sendQueueLimit.fileDescriptors)
                 }
             } catch {
-                Self.close(fds)
+                fds.forEach { $0.close() }
                 return error
             }
             return write(.oneway(payload: message.payload, fds: fds), &output)

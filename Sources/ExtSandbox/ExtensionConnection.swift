@@ -254,20 +254,17 @@ public final class ExtensionConnection: Sendable {
         if let number = descriptor.release() { UntrustedDescriptors.close([number]) }
     }
 
-    static func duplicate(_ fds: [Int32]) throws(ExtensionError) -> [Int32] {
-        var copies: [Int32] = []
+    /// Copies of `fds` (close-on-exec), owned by the send that writes them: the caller's stay
+    /// open. A descriptor already closed (or released) cannot be sent.
+    static func duplicate(_ fds: [FileDescriptor]) throws(ExtensionError) -> [FileDescriptor] {
+        var copies: [FileDescriptor] = []
         for fd in fds {
-            let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-            guard copy >= 0 else {
-                close(copies)
-                throw .coding("file descriptor \(fd) cannot be sent: \(String(cString: strerror(errno)))")
+            guard fd.isOpen else { throw .coding("file descriptor \(fd.rawValue) cannot be sent: it was closed") }
+            guard let copy = FileDescriptor(adopting: fcntl(fd.rawValue, F_DUPFD_CLOEXEC, 0)) else {
+                throw .coding("file descriptor \(fd.rawValue) cannot be sent: \(String(cString: strerror(errno)))")
             }
             copies.append(copy)
         }
         return copies
-    }
-
-    static func close(_ fds: [Int32]) {
-        for fd in fds { Glibc.close(fd) }
     }
 }

@@ -41,7 +41,7 @@ public enum ExtensionOutput: Sendable, Equatable {
     var stream: SandboxConfiguration.StandardStream {
         switch self {
         case .discard: .null
-        case .descriptor(let descriptor): descriptor.isOpen ? .fileDescriptor(descriptor.rawValue) : .null
+        case .descriptor(let descriptor): descriptor.isOpen ? .fileDescriptor(descriptor) : .null
         }
     }
 }

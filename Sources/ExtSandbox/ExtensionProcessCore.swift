@@ -251,16 +251,16 @@ final class ExtensionProcessCore: Sendable {
                 }
                 // Its HELLO could not be written: it has closed (and reported it) already.
                 // (The connection never takes this lock while holding its own.)
-                guard connection.isOpen, let handedOn = extensionFD.release() else {
+                guard connection.isOpen else {
                     extensionFD.close()
                     return .failed(.connectionClosed(detail: "the HELLO could not be written"))
                 }
                 // An interruption from now on fails the handshake with its reason.
                 state.slots[connectionID]?.connection.connection = connection
                 do throws(WireError) {
-                    // enqueue takes the fd; a control socket that does not drain means an
-                    // extension that does not accept: refuse rather than block the host.
-                    try control.enqueue(.connect(id: connectionID, descriptor: handedOn))
+                    // enqueue takes the fd over (closes it once written); a control socket that does
+                    // not drain means an extension that does not accept: refuse rather than block.
+                    try control.enqueue(.connect(id: connectionID, descriptor: extensionFD))
                     if control.hasPendingOutput { return .failed(.connectionClosed(detail: "the extension is not accepting connections")) }
                     return nil
                 } catch .connectionClosed {

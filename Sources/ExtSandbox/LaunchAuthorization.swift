@@ -130,7 +130,7 @@ extension LaunchAuthorization {
     /// sandboxes (``AppExtensionProcess/prepareWarmLaunches(of:count:)``) are both described
     /// here, so that a pre-built sandbox has exactly the shape a cold launch would build.
     func sandboxConfiguration(identity: AppExtensionIdentity, policy: Policy, containers: ContainerGrant,
-                              output: SandboxConfiguration.StandardStream, extensionFD: Int32?) -> SandboxConfiguration {
+                              output: SandboxConfiguration.StandardStream, extensionFD: FileDescriptor?) -> SandboxConfiguration {
         var configuration = SandboxConfiguration(
             executable: executable, arguments: [executable] + identity.arguments,
             environment: SandboxEnvironment.compose(

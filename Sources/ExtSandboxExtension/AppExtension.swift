@@ -1,5 +1,6 @@
 import ExtSandboxWire
 import Glibc
+import SandboxSystem
 
 /// Bytes and file descriptors, as an extension receives and answers them.
 public struct Message: Sendable {
@@ -31,6 +32,10 @@ public struct Message: Sendable {
         self.tail = tail
         self.fileDescriptors = fileDescriptors
     }
+
+    /// ``fileDescriptors`` taken over as owned descriptors, for the frame that sends (and then
+    /// closes) them: where a message being sent hands its numbers over. Once per message.
+    func takeFileDescriptors() -> [FileDescriptor] { fileDescriptors.compactMap { FileDescriptor(adopting: $0) } }
 }
 
 /// What the extension learns about a connection before it accepts it.

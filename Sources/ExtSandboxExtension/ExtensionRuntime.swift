@@ -56,11 +56,10 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     private func lead(_ control: ControlSocket) {
         // The host hands over each new connection as a CONNECT with its socket.
         while let frame = control.socket.withLock({ try? $0.receive() }) {
-            if frame.kind == .connect, frame.fds.count == 1 {
+            if frame.kind == .connect, frame.fds.count == 1, let descriptor = frame.fds.first {
                 // The host writes its HELLO before it hands the socket over, so the answer usually
                 // goes out from here at once; a HELLO still to come is waited for in `serve`.
                 // The receiving direction is this thread's alone; the sending one is shared.
-                guard let descriptor = FileDescriptor(adopting: frame.fds[0]) else { continue }
                 let connection = ConnectionWriter(descriptor: descriptor)
                 // A call's large byte-array argument is read into an array of its own, which the
                 // method then gets as it is.
@@ -201,12 +200,12 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         switch frame.kind {
         case .request:
             let id = frame.id, app = self.app
-            let message = Message(frame.payload, followedBy: frame.payloadTail, fileDescriptors: frame.fds)
+            let message = Message(frame.payload, followedBy: frame.payloadTail, fileDescriptors: frame.fds.releaseAll())
             let task = Task(executorPreference: executor) {
                 let answer: Frame
                 do {
                     let reply = try await HostConnection.$current.withValue(host) { try await app.handle(request: message) }
-                    answer = .reply(id: id, payload: reply.payload, fds: reply.fileDescriptors)
+                    answer = .reply(id: id, payload: reply.payload, fds: reply.takeFileDescriptors())
                 } catch let failure as ExtensionFailure {
                     answer = .error(id: id, code: ErrorCode(rawValue: failure.code), message: failure.message)
                 } catch is CancellationError {
@@ -225,7 +224,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             connection.tasks.withLock { $0[id] = task }
         case .oneway:
             let app = self.app
-            let message = Message(frame.payload, fileDescriptors: frame.fds)
+            let message = Message(frame.payload, fileDescriptors: frame.fds.releaseAll())
             Task(executorPreference: executor) { await HostConnection.$current.withValue(host) { await app.handle(oneWay: message) } }
         case .cancel:
             connection.tasks.withLock { $0[frame.id] }?.cancel()

@@ -15,18 +15,19 @@ extension HostConnection: CallTransport {
     }
 
     /// Sends a call envelope as a request (taking `fileDescriptors`: closed once sent): the
-    /// REPLY's payload and fds, or the ERROR's code and message.
-    public func call(_ envelope: [UInt8], fileDescriptors: [Int32]) async throws -> CallAnswer {
+    /// REPLY's payload and fds, or the ERROR's code and message. Throws what ``send(_:)`` throws
+    /// but ``HostRequestError/remote(code:message:)``, which is the `.error` answer.
+    public func call(_ envelope: [UInt8], fileDescriptors: [Int32]) async throws(HostRequestError) -> CallAnswer {
         try await call(envelope, followedBy: [], fileDescriptors: fileDescriptors)
     }
 
     /// ``call(_:fileDescriptors:)`` of the envelope `envelope` followed by `tail`: one REQUEST whose
     /// payload is written from the two arrays as they are (a large argument is not copied).
-    public func call(_ envelope: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) async throws -> CallAnswer {
+    public func call(_ envelope: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) async throws(HostRequestError) -> CallAnswer {
         do {
             let reply = try await send(Message(envelope, fileDescriptors: fileDescriptors), payloadTail: tail)
             return .reply(reply.payload, fileDescriptors: reply.fileDescriptors)
-        } catch HostRequestError.remote(let code, let message) {
+        } catch .remote(let code, let message) {
             return .error(code: code, message: message)
         }
     }

@@ -44,7 +44,9 @@ public final class HostConnection: Sendable {
     /// The connection of the request or one-way message being handled (a task-local value).
     @TaskLocal public static var current: HostConnection?
 
-    private typealias Reply = UnsafeContinuation<Message, any Error>
+    // The continuation carries the typed outcome: `withUnsafeThrowingContinuation` and
+    // `withTaskCancellationHandler` would widen the error to `any Error`.
+    private typealias Reply = UnsafeContinuation<Result<Message, HostRequestError>, Never>
     private struct State {
         var pending: [UInt64: Reply] = [:]
         /// Requests cancelled: a late answer to one of them is no protocol error.
@@ -75,19 +77,19 @@ public final class HostConnection: Sendable {
 
     /// Sends a request to the host and waits for its one answer. Cancelling the task sends a
     /// CANCEL and throws ``HostRequestError/cancelled`` at once.
-    public func send(_ message: Message) async throws -> Message {
+    public func send(_ message: Message) async throws(HostRequestError) -> Message {
         try await send(message, payloadTail: [])
     }
 
     /// ``send(_:)`` of a request whose payload is `message`'s followed by `payloadTail`, each
     /// written from its own storage.
-    func send(_ message: Message, payloadTail: [UInt8]) async throws -> Message {
+    func send(_ message: Message, payloadTail: [UInt8]) async throws(HostRequestError) -> Message {
         let id = state.withLock { state -> UInt64 in
             defer { state.nextID += 1 }
             return state.nextID
         }
-        return try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { (continuation: Reply) in
+        let outcome = await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: Reply) in
                 let refused = state.withLock { state -> Bool in
                     guard !state.closed else { return true }
                     state.pending[id] = continuation
@@ -95,16 +97,16 @@ public final class HostConnection: Sendable {
                 }
                 if refused {
                     closeDescriptors(message.fileDescriptors)
-                    continuation.resume(throwing: HostRequestError.connectionClosed)
+                    continuation.resume(returning: .failure(.connectionClosed))
                     return
                 }
                 // The frame's fds are closed once sent (the caller's are sent, like a reply's).
-                let failure: HostRequestError? = switch writer.write(.request(id: id, payload: message.payload, payloadTail: payloadTail, fds: message.fileDescriptors)) {
+                let failure: HostRequestError? = switch writer.write(.request(id: id, payload: message.payload, payloadTail: payloadTail, fds: message.takeFileDescriptors())) {
                 case .sent: nil
                 case .overTheHostsLimits: .messageTooLarge
                 case .closed: .connectionClosed
                 }
-                if let failure { state.withLock { $0.pending.removeValue(forKey: id) }?.resume(throwing: failure) }
+                if let failure { state.withLock { $0.pending.removeValue(forKey: id) }?.resume(returning: .failure(failure)) }
             }
         } onCancel: {
             let continuation = state.withLock { state -> Reply? in
@@ -114,16 +116,17 @@ public final class HostConnection: Sendable {
             }
             if let continuation {
                 _ = writer.write(.cancel(id: id))
-                continuation.resume(throwing: HostRequestError.cancelled)
+                continuation.resume(returning: .failure(.cancelled))
             }
         }
+        return try outcome.get()
     }
 
     /// Sends a one-way message to the host (dropped there unless it has a handler for them).
     /// Throws ``HostRequestError/messageTooLarge`` or ``HostRequestError/connectionClosed``;
     /// nothing was sent then.
     public func sendOneWay(_ message: Message) throws(HostRequestError) {
-        switch writer.write(.oneway(payload: message.payload, fds: message.fileDescriptors)) {
+        switch writer.write(.oneway(payload: message.payload, fds: message.takeFileDescriptors())) {
         case .sent: return
         case .overTheHostsLimits: throw HostRequestError.messageTooLarge
         case .closed: throw HostRequestError.connectionClosed
@@ -142,10 +145,10 @@ public final class HostConnection: Sendable {
             return known
         }
         if frame.kind == .reply {
-            continuation.resume(returning: Message(frame.payload, fileDescriptors: frame.fds))
+            continuation.resume(returning: .success(Message(frame.payload, fileDescriptors: frame.fds.releaseAll())))
         } else {
             let payload = try? frame.errorPayload()
-            continuation.resume(throwing: HostRequestError.remote(code: payload?.code.rawValue ?? 0, message: payload?.message ?? ""))
+            continuation.resume(returning: .failure(.remote(code: payload?.code.rawValue ?? 0, message: payload?.message ?? "")))
         }
         return true
     }
@@ -158,6 +161,6 @@ public final class HostConnection: Sendable {
             defer { state.pending.removeAll() }
             return Array(state.pending.values)
         }
-        for continuation in waiting { continuation.resume(throwing: HostRequestError.connectionClosed) }
+        for continuation in waiting { continuation.resume(returning: .failure(.connectionClosed)) }
     }
 }

@@ -58,7 +58,7 @@ public enum WireFuzzing {
         for frame in withFDs.frames {
             require(frame.fds.count <= ExtSandboxWire.maximumFDsPerFrame && frame.kind.allowedFDCounts.contains(frame.fds.count),
                     "frame \(frame) carries a number of fds its kind does not allow")
-            for fd in frame.fds {
+            for fd in frame.fdNumbers {
                 require(returned.insert(fd).inserted, "fd \(fd) returned twice")
                 require(fcntl(fd, F_GETFD) >= 0, "frame \(frame) returned fd \(fd), which is not open")
             }

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import SandboxSystem
 
 /// The fixed 16-byte header that follows a frame's 4-byte length prefix.
 ///
@@ -93,16 +94,18 @@ public struct FrameHeader: Sendable, Hashable {
 
 /// One frame: a kind, an id, a payload and the file descriptors attached to it.
 ///
-/// **File descriptor ownership.** A frame's ``fds`` are owned by whoever holds the frame:
-/// - A frame returned by ``FrameDecoder`` or ``FrameSocket/receive()`` hands its fds to the caller,
-///   who must close them or keep them (e.g. a CONNECT's socket). Fds from a peer that is not
-///   trusted are closed with ``UntrustedDescriptors/close(_:)``, not ``closeFDs()``: their close
-///   can be made to block.
-/// - ``FrameSocket/send(_:)`` does *not* close them: the kernel holds its own reference to each
-///   fd in flight, so the caller may close its copies as soon as `send` returns.
-/// - ``FrameSocket/enqueue(_:)`` takes ownership: the socket closes the fds once the frame is
-///   written, or when it is dropped unsent.
-/// A `Frame` is a value: copies share the same descriptor numbers, so close them once.
+/// **File descriptor ownership.** A frame's ``fds`` are owned descriptors (`FileDescriptor`):
+/// each is closed once, when its last holder lets it go or someone calls its `close()`; a copy
+/// of a frame shares them, it does not duplicate them.
+/// - A frame returned by ``FrameDecoder`` or ``FrameSocket/receive()`` holds the fds that came
+///   with it: keep the `FileDescriptor` to keep one, `release()` it to hand its number to an owner
+///   of another kind; the ones nobody keeps are closed when the frame goes. Fds from a peer that
+///   is not trusted are closed the way ``UntrustedDescriptors/close(_:)`` closes them (their close
+///   can be made to block).
+/// - ``FrameSocket/send(_:)`` closes none: the kernel takes its own reference to each fd as it
+///   is written, so the caller's stay open, and close when the caller lets them go.
+/// - ``FrameSocket/enqueue(_:)`` takes the frame's fds over: it closes them (`close()`) once the
+///   frame is written, or when it is dropped unsent. Do not `close()` one while it is queued.
 public struct Frame: Sendable, Hashable {
     public var kind: FrameKind
     /// Always 0 in protocol version 1.
@@ -118,9 +121,9 @@ public struct Frame: Sendable, Hashable {
     /// of their own (the bytes are the same; two frames compare by their parts).
     public var payloadTail: [UInt8]
     /// File descriptors attached to the frame (at most 16); see the ownership rules above.
-    public var fds: [Int32]
+    public var fds: [FileDescriptor]
 
-    public init(kind: FrameKind, id: UInt64 = 0, payload: [UInt8] = [], payloadTail: [UInt8] = [], fds: [Int32] = [], flags: UInt8 = 0) {
+    public init(kind: FrameKind, id: UInt64 = 0, payload: [UInt8] = [], payloadTail: [UInt8] = [], fds: [FileDescriptor] = [], flags: UInt8 = 0) {
         self.kind = kind
         self.flags = flags
         self.id = id
@@ -138,19 +141,38 @@ public struct Frame: Sendable, Hashable {
                     payloadCount: payloadCount)
     }
 
-    /// Closes every fd of the frame (ignoring errors). Call it once, on one copy.
-    public func closeFDs() { closeDescriptors(fds) }
+    /// The numbers of ``fds``, for system calls while the frame holds them.
+    public var fdNumbers: [Int32] { fds.map(\.rawValue) }
+
+    /// Closes every fd of the frame now rather than when it goes (each once, whichever copy
+    /// of the frame calls it, and however often).
+    public func closeFDs() {
+        for fd in fds { fd.close() }
+    }
+
+    // Equal frames carry the same descriptor numbers (descriptors are not values).
+    public static func == (lhs: Frame, rhs: Frame) -> Bool {
+        lhs.kind == rhs.kind && lhs.flags == rhs.flags && lhs.id == rhs.id && lhs.payload == rhs.payload
+            && lhs.payloadTail == rhs.payloadTail && lhs.fdNumbers == rhs.fdNumbers
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(kind)
+        hasher.combine(id)
+        hasher.combine(payload)
+        hasher.combine(fdNumbers)
+    }
 
     // MARK: Constructors for each kind
 
     /// A HELLO frame carrying `hello`.
     public static func hello(_ hello: Hello) -> Frame { Frame(kind: .hello, payload: hello.payload) }
     /// A REQUEST with a nonzero `id`.
-    public static func request(id: UInt64, payload: [UInt8], payloadTail: [UInt8] = [], fds: [Int32] = []) -> Frame {
+    public static func request(id: UInt64, payload: [UInt8], payloadTail: [UInt8] = [], fds: [FileDescriptor] = []) -> Frame {
         Frame(kind: .request, id: id, payload: payload, payloadTail: payloadTail, fds: fds)
     }
     /// The REPLY to request `id`.
-    public static func reply(id: UInt64, payload: [UInt8], fds: [Int32] = []) -> Frame {
+    public static func reply(id: UInt64, payload: [UInt8], fds: [FileDescriptor] = []) -> Frame {
         Frame(kind: .reply, id: id, payload: payload, fds: fds)
     }
     /// An ERROR answering request `id` (0: a connection-level error).
@@ -158,7 +180,7 @@ public struct Frame: Sendable, Hashable {
         Frame(kind: .error, id: id, payload: ErrorPayload(code: code, message: message).payload)
     }
     /// A ONEWAY message.
-    public static func oneway(payload: [UInt8], fds: [Int32] = []) -> Frame {
+    public static func oneway(payload: [UInt8], fds: [FileDescriptor] = []) -> Frame {
         Frame(kind: .oneway, payload: payload, fds: fds)
     }
     /// A CANCEL of request `id`.
@@ -166,7 +188,7 @@ public struct Frame: Sendable, Hashable {
     /// A GOODBYE.
     public static var goodbye: Frame { Frame(kind: .goodbye) }
     /// A CONNECT (control socket) handing over `descriptor` as connection `id`.
-    public static func connect(id: UInt64, descriptor: Int32) -> Frame {
+    public static func connect(id: UInt64, descriptor: FileDescriptor) -> Frame {
         Frame(kind: .connect, id: id, fds: [descriptor])
     }
     /// A READY (control socket) from the extension named `identifier`.
@@ -244,7 +266,7 @@ extension Frame: CustomStringConvertible {
     /// A short summary: kind, id, payload size, fds (not the payload itself).
     public var description: String {
         var text = "\(kind) id \(id), \(payloadCount) byte\(payloadCount == 1 ? "" : "s")"
-        if !fds.isEmpty { text += ", fds \(fds)" }
+        if !fds.isEmpty { text += ", fds \(fdNumbers)" }
         if flags != 0 { text += ", flags 0x\(String(flags, radix: 16))" }
         return text
     }

@@ -1,3 +1,5 @@
+import SandboxSystem
+
 /// An incremental frame decoder: feed it the bytes and fds of each `recvmsg` as they arrive, get
 /// whole frames out.
 ///
@@ -233,7 +235,7 @@ public struct FrameDecoder: Sendable {
             if let frame { frames.append(frame) }
         }
         do { try endChunk() } catch {
-            UntrustedDescriptors.close(frames.flatMap(\.fds), untrusted: untrustedPeer)
+            for frame in frames { frame.closeFDs() }
             throw error
         }
         return frames
@@ -294,8 +296,7 @@ public struct FrameDecoder: Sendable {
             let received = Self.array(copying: bytes, from: offset, count: rest)
             offset += rest
             let frame = Frame(kind: header.kind, id: header.id, payload: head ?? received, payloadTail: head == nil ? [] : received,
-                              fds: frameFDs, flags: header.flags)
-            frameFDs = []
+                              fds: takeFrameFDs(), flags: header.flags)
             return frame
         }
         current = header
@@ -334,13 +335,18 @@ public struct FrameDecoder: Sendable {
     private mutating func completeFrame() -> Frame {
         let header = current!
         let frame = Frame(kind: header.kind, id: header.id, payload: splitHead ?? payload, payloadTail: splitHead == nil ? [] : payload,
-                          fds: frameFDs, flags: header.flags)
+                          fds: takeFrameFDs(), flags: header.flags)
         current = nil
         payload = []
         splitHead = nil
         payloadFill = 0
-        frameFDs = []
         return frame
+    }
+
+    /// The fds of the frame being completed, owned from here on by the frame.
+    private mutating func takeFrameFDs() -> [FileDescriptor] {
+        defer { frameFDs = [] }
+        return UntrustedDescriptors.adopt(frameFDs, untrusted: untrustedPeer)
     }
 
     private mutating func fail(_ error: WireError) -> WireError {

@@ -116,7 +116,7 @@ public final class FrameReceiver {
                     readStart = 0
                     readEnd = 0
                     do { try decoder.endChunk() } catch {
-                        UntrustedDescriptors.close(frame?.fds ?? [], untrusted: decoder.untrustedPeer)
+                        frame?.closeFDs()
                         throw error
                     }
                 }
@@ -146,7 +146,8 @@ public final class FrameReceiver {
                 }
                 if let failure { throw decoder.abort(failure) }
                 if !fds.isEmpty {
-                    UntrustedDescriptors.close(fds + (frame?.fds ?? []), untrusted: decoder.untrustedPeer)
+                    UntrustedDescriptors.close(fds, untrusted: decoder.untrustedPeer)
+                    frame?.closeFDs()
                     throw decoder.abort(.unexpectedFDs(count: fds.count))
                 }
                 if let frame { return .frame(frame) }

@@ -65,7 +65,7 @@ public final class FrameSender {
     /// is written are closed at once: the kernel holds them in flight.
     public func detach() {
         descriptor = nil
-        UntrustedDescriptors.close(queue[queueHead...].flatMap(\.frame.fds), untrusted: untrustedPeer)
+        for item in queue[queueHead...] { closeUnsent(item.frame) }
         queue = []
         queueHead = 0
         pendingOutputBytes = 0
@@ -88,7 +88,7 @@ public final class FrameSender {
                     var sent = 0
                     let total = FrameHeader.encodedSize + payload.count + tail.count
                     while sent < total {
-                        let n = try write(header: headerBytes, payload: payload, tail: tail, fds: sent == 0 ? frame.fds : [], from: sent, flags: 0)
+                        let n = try write(header: headerBytes, payload: payload, tail: tail, fds: sent == 0 ? frame.fdNumbers : [], from: sent, flags: 0)
                         if n < 0 { try waitUntilReady(descriptor, for: Int16(POLLOUT)) } else { sent += n }
                     }
                 }
@@ -102,11 +102,11 @@ public final class FrameSender {
     public func enqueue(_ frame: Frame) throws(WireError) {
         let header: FrameHeader
         do { header = try encoder.validate(frame) } catch {
-            UntrustedDescriptors.close(frame.fds, untrusted: untrustedPeer)
+            closeUnsent(frame)
             throw error
         }
         guard descriptor != nil else {
-            UntrustedDescriptors.close(frame.fds, untrusted: untrustedPeer)
+            closeUnsent(frame)
             throw .connectionClosed
         }
         var sent = 0
@@ -120,13 +120,13 @@ public final class FrameSender {
                 let headerBytes = UnsafeRawBufferPointer(rebasing: raw[..<FrameHeader.encodedSize])
                 return frame.withPayloadBytes { payload, tail in
                     Result { () throws(WireError) in
-                        try write(header: headerBytes, payload: payload, tail: tail, fds: frame.fds, from: 0, flags: Int32(MSG_DONTWAIT))
+                        try write(header: headerBytes, payload: payload, tail: tail, fds: frame.fdNumbers, from: 0, flags: Int32(MSG_DONTWAIT))
                     }
                 }
             }
             let written: Int
             do { written = try attempt.get() } catch {
-                UntrustedDescriptors.close(frame.fds, untrusted: untrustedPeer)
+                closeUnsent(frame)
                 throw error
             }
             if written == FrameHeader.encodedSize + frame.payloadCount {
@@ -154,8 +154,19 @@ public final class FrameSender {
         let item = queue.remove(at: index)
         pendingOutputBytes -= item.total
         pendingOutputFDs -= item.frame.fds.count
-        UntrustedDescriptors.close(item.frame.fds, untrusted: untrustedPeer)
+        closeUnsent(item.frame)
         return true
+    }
+
+    /// Closes the fds of a frame that will not be written: with
+    /// ``UntrustedDescriptors/close(_:)`` for an untrusted peer's socket (they may be the last
+    /// references to what another peer sent, forwarded), else each its own way.
+    private func closeUnsent(_ frame: Frame) {
+        if untrustedPeer {
+            UntrustedDescriptors.close(frame.fds.releaseAll())
+        } else {
+            frame.closeFDs()
+        }
     }
 
     /// Whether frames queued by ``enqueue(_:)`` are still (partly) unwritten.
@@ -171,7 +182,7 @@ public final class FrameSender {
             let n = try item.header.withUnsafeBytes { header in
                 item.frame.withPayloadBytes { payload, tail in
                     Result { () throws(WireError) in
-                        try write(header: header, payload: payload, tail: tail, fds: item.sent == 0 ? item.frame.fds : [], from: item.sent,
+                        try write(header: header, payload: payload, tail: tail, fds: item.sent == 0 ? item.frame.fdNumbers : [], from: item.sent,
                                   flags: Int32(MSG_DONTWAIT))
                     }
                 }

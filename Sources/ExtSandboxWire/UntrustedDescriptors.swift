@@ -50,6 +50,21 @@ public enum UntrustedDescriptors {
         if untrusted { close(fds) } else { closeDescriptors(fds) }
     }
 
+    /// ``close(_:)`` of owned descriptors a peer that is not trusted sent (a frame's, dropped),
+    /// in one batch: each one still open is released to the closing threads. A frame's own
+    /// `closeFDs()` would hand them over one at a time, which a flood of fds makes costly.
+    public static func close(_ descriptors: [FileDescriptor]) {
+        close(descriptors.releaseAll())
+    }
+
+    /// Owned descriptors for `fds`, which a peer sent: closed with ``close(_:)`` when the peer is
+    /// `untrusted`, else with `close(2)`. Takes ownership of the numbers (negative ones skipped).
+    static func adopt(_ fds: [Int32], untrusted: Bool) -> [FileDescriptor] {
+        fds.compactMap { fd in
+            untrusted ? FileDescriptor(adopting: fd, closingWith: { close([$0]) }) : FileDescriptor(adopting: fd)
+        }
+    }
+
     /// Returns once every descriptor handed to ``close(_:)`` so far (and meanwhile) is closed:
     /// for tests and tools that count descriptors. It waits as long as those closes take.
     public static func waitUntilClosed() {

@@ -148,7 +148,7 @@ struct LaunchPlan {
         config.cwd = UnsafePointer(arena.string(configuration.workingDirectory))
         config.stdio = stdio
         let extra = arena.array(of: Int32.self, count: configuration.extraFileDescriptors.count)
-        for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd }
+        for (index, fd) in configuration.extraFileDescriptors.enumerated() { extra[index] = fd.rawValue }
         config.extra_fds = UnsafePointer(extra)
         config.extra_fd_count = configuration.extraFileDescriptors.count
         config.exec_fd = configuration.executableCopy?.descriptor.rawValue ?? -1

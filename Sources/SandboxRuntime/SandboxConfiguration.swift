@@ -1,4 +1,5 @@
 import SandboxPolicy
+import SandboxSystem
 
 /// Everything a launch needs: the program, its arguments and environment, the policy that
 /// confines it, and what the caller adds to the policy's file system.
@@ -10,8 +11,23 @@ public struct SandboxConfiguration: Sendable {
         case inherit
         /// /dev/null inside the sandbox.
         case null
-        /// A file descriptor of the supervisor (it stays owned by the caller).
-        case fileDescriptor(Int32)
+        /// A descriptor of the supervisor's process: the configuration holds it (it closes when
+        /// the caller and every copy of the configuration let it go); the sandbox gets its own
+        /// copy at launch, so the caller may let it go once the launch returns.
+        case fileDescriptor(FileDescriptor)
+
+        public static func == (lhs: StandardStream, rhs: StandardStream) -> Bool {
+            switch (lhs, rhs) {
+            case (.inherit, .inherit), (.null, .null): true
+            case (.fileDescriptor(let x), .fileDescriptor(let y)): x === y
+            default: false
+            }
+        }
+
+        /// The descriptor of ``fileDescriptor(_:)``, else nil.
+        var descriptor: FileDescriptor? {
+            if case .fileDescriptor(let descriptor) = self { descriptor } else { nil }
+        }
     }
 
     /// Absolute path of the program. It is exec'd at the same path inside the sandbox, unless
@@ -43,8 +59,9 @@ public struct SandboxConfiguration: Sendable {
     public var standardInput: StandardStream
     public var standardOutput: StandardStream
     public var standardError: StandardStream
-    /// Supervisor fds that become the payload's fds 3, 4, … in order (at most 32).
-    public var extraFileDescriptors: [Int32]
+    /// Descriptors of the supervisor's process that become the payload's fds 3, 4, … in order
+    /// (at most 32), held as ``StandardStream/fileDescriptor(_:)`` holds its one.
+    public var extraFileDescriptors: [FileDescriptor]
     /// Audit mode: calls the filter would kill are allowed and recorded instead (see
     /// ``SandboxedProcess/auditedSyscalls``). The namespaces, mounts, capabilities and limits
     /// stay as strict as ever; only the seccomp kills become reports. For writing policies.
@@ -63,7 +80,7 @@ public struct SandboxConfiguration: Sendable {
         policy: Policy, extraMounts: [MountEntry] = [], workingDirectory: String = "/",
         hostname: String = "extsandbox",
         standardInput: StandardStream = .null, standardOutput: StandardStream = .null,
-        standardError: StandardStream = .null, extraFileDescriptors: [Int32] = [], auditSeccomp: Bool = false,
+        standardError: StandardStream = .null, extraFileDescriptors: [FileDescriptor] = [], auditSeccomp: Bool = false,
         sandboxUID: UInt32 = 1000, sandboxGID: UInt32 = 1000
     ) {
         self.executable = executable

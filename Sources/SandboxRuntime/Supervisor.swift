@@ -95,13 +95,15 @@ public final class Supervisor: Sendable {
         guard configuration.extraFileDescriptors.count <= 32 else {
             throw SandboxError(step: .configuration, errorNumber: EMFILE, detail: "at most 32 extra file descriptors")
         }
-        let stdio = (Self.fd(configuration.standardInput, 0), Self.fd(configuration.standardOutput, 1), Self.fd(configuration.standardError, 2))
-        for fd in [stdio.0, stdio.1, stdio.2] + configuration.extraFileDescriptors where fd >= 0 {
-            // A number that is not open here would land, in the child, on whatever holds it there.
-            guard fcntl(fd, F_GETFD) >= 0 else {
-                throw SandboxError(step: .configuration, errorNumber: EBADF, detail: "file descriptor \(fd) for the sandbox is not open")
+        let streams = [configuration.standardInput, configuration.standardOutput, configuration.standardError]
+        for descriptor in streams.compactMap(\.descriptor) + configuration.extraFileDescriptors {
+            // A number no longer open here would land, in the child, on whatever holds it there.
+            guard descriptor.isOpen, fcntl(descriptor.rawValue, F_GETFD) >= 0 else {
+                throw SandboxError(step: .configuration, errorNumber: EBADF,
+                                   detail: "file descriptor \(descriptor.rawValue) for the sandbox is not open")
             }
         }
+        let stdio = (Self.fd(configuration.standardInput, 0), Self.fd(configuration.standardOutput, 1), Self.fd(configuration.standardError, 2))
         return stdio
     }
 
@@ -176,7 +178,7 @@ public final class Supervisor: Sendable {
         switch stream {
         case .inherit: return number
         case .null: return -1
-        case .fileDescriptor(let fd): return fd
+        case .fileDescriptor(let fd): return fd.rawValue
         }
     }
 

@@ -216,16 +216,15 @@ final class ConformanceRun: Sendable {
         } catch {
             return (.fail, "no connection: \(error)", nil)
         }
-        var fds: [Int32] = []
+        var fds: [FileDescriptor] = []
         if fileDescriptor {
             // The read end of a pipe with a few bytes in it (the write end is closed).
             var ends: [Int32] = [0, 0]
             guard pipe(&ends) == 0 else { return (.fail, "pipe: \(String(cString: strerror(errno)))", nil) }
             _ = write(ends[1], "extsandbox-test", 15)
             close(ends[1])
-            fds = [ends[0]]
+            fds = FileDescriptor(adopting: ends[0]).map { [$0] } ?? []
         }
-        defer { fds.forEach { close($0) } }
         let message = ExtensionMessage(Array(payload.utf8), fileDescriptors: fds)
         let outcome = await Self.send(message, on: connection, timeout: timeout)
         let what = fileDescriptor ? "a request with a file descriptor" : "a request"

@@ -1,5 +1,6 @@
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 
 /// Why the sandbox's standard streams could not be set up (the launch then does not happen).
 struct StreamSetupError: Error, CustomStringConvertible {
@@ -148,7 +149,8 @@ final class SandboxStreams {
 
     /// The configuration's stream for the program's `fd`.
     func stream(_ fd: Int) -> SandboxConfiguration.StandardStream {
-        sandboxFDs[fd].map { .fileDescriptor($0) } ?? .null
+        // Borrowed: this object's bookkeeping closes them (``launched()``, ``finish()``).
+        sandboxFDs[fd].flatMap(FileDescriptor.init(borrowing:)).map { .fileDescriptor($0) } ?? .null
     }
 
     /// After the launch: drops the CLI's copies of what the sandbox got, puts the caller's

@@ -43,7 +43,7 @@ struct Breakdown {
         /// CONNECT and the HELLO exchange; the caller owns the socket.
         func connect() throws -> FrameSocket {
             let (host, ext) = try FrameSocket.makeSocketPair()
-            try control.send(.connect(id: nextConnection, descriptor: ext.rawValue))
+            try control.send(.connect(id: nextConnection, descriptor: ext))
             ext.close()
             nextConnection += 1
             let socket = FrameSocket(descriptor: host)
@@ -59,7 +59,7 @@ struct Breakdown {
             executable: executable, arguments: [executable] + arguments,
             environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
             policy: policy, standardInput: .null, standardOutput: .inherit, standardError: .inherit,
-            extraFileDescriptors: [extFD.rawValue])
+            extraFileDescriptors: [extFD])
         let sandbox = try await Supervisor.shared.launch(configuration)
         extFD.close()
         let host = DirectHost(control: FrameSocket(descriptor: hostFD), sandbox: sandbox)

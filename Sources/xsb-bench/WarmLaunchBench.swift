@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
+import SandboxSystem
 
 /// Warm launches (``Supervisor/prepare(_:count:)``): a launch of /bin/true from a ready pool of
 /// pre-built sandboxes, interleaved with the cold variants of ``XsbBench/launchBench``; the idle
@@ -85,27 +86,28 @@ struct WarmLaunchBench {
     /// whose outcomes differ, or that did not run warm. Returns the exit status: 0 when none did.
     static func probeWarmAndCold(probe: String, policy: Policy, checks: [String]) async throws -> Int32 {
         let warm = try Supervisor(), cold = try Supervisor()
-        func configuration(_ arguments: [String], output: Int32) -> SandboxConfiguration {
+        func configuration(_ arguments: [String], output: SandboxConfiguration.StandardStream) -> SandboxConfiguration {
             SandboxConfiguration(
                 executable: probe, arguments: ["xsb-probe"] + arguments,
                 environment: SandboxEnvironment.compose(policy: policy, caller: ProcessInfo.processInfo.environment),
-                policy: policy, standardOutput: .fileDescriptor(output))
+                policy: policy, standardOutput: output)
         }
         func run(_ supervisor: Supervisor, _ arguments: [String]) async throws -> String {
             var ends: [Int32] = [-1, -1]
-            guard pipe(&ends) == 0 else { throw POSIXError(.EMFILE) }
-            defer { close(ends[0]) }
-            let process = try await supervisor.launch(configuration(arguments, output: ends[1]))
-            close(ends[1])
+            guard pipe(&ends) == 0, let readEnd = FileDescriptor(adopting: ends[0]), let writeEnd = FileDescriptor(adopting: ends[1]) else {
+                throw POSIXError(.EMFILE)
+            }
+            let process = try await supervisor.launch(configuration(arguments, output: .fileDescriptor(writeEnd)))
+            writeEnd.close()
             let termination = await process.waitForExit()
             var output = [UInt8](), buffer = [UInt8](repeating: 0, count: 4096)
-            while case let n = read(ends[0], &buffer, buffer.count), n > 0 { output += buffer[0..<n] }
+            while case let n = read(readEnd.rawValue, &buffer, buffer.count), n > 0 { output += buffer[0..<n] }
             return "\(termination) \(String(decoding: output, as: UTF8.self))"
         }
         var status: Int32 = 0
         for check in checks {
             let arguments = check.split(separator: " ").map(String.init)
-            let reservation = try await warm.prepare(configuration([], output: 1), count: 1)
+            let reservation = try await warm.prepare(configuration([], output: .inherit), count: 1)
             let before = warm.poolStatus.ready
             let warmOutcome = try await run(warm, arguments)
             await warm.release(reservation)

@@ -30,6 +30,42 @@ struct HostConnectionTypedErrorTests {
         }
     }
 
+    /// The case a failed request names, read by a switch over every case of `HostRequestError`
+    /// (it compiles only while `send` and `call` throw that type).
+    static func caseName(_ error: HostRequestError) -> String {
+        switch error {
+        case .remote: "remote"
+        case .connectionClosed: "connectionClosed"
+        case .messageTooLarge: "messageTooLarge"
+        case .cancelled: "cancelled"
+        }
+    }
+
+    /// Runs `request`, which must fail with `connectionClosed`: typed as `HostRequestError`, so
+    /// only a `send` or `call` that throws that type compiles in it.
+    static func expectConnectionClosed(_ request: () async throws(HostRequestError) -> Void) async {
+        do {
+            try await request()
+            Issue.record("a closed socket answered")
+        } catch {
+            #expect(caseName(error) == "connectionClosed", "\(error)")
+        }
+    }
+
+    @Test("a request to a host that is gone throws connectionClosed, typed")
+    func requestToAClosedHost() async throws {
+        let connection = try Self.connectionToAClosedHost()
+        await Self.expectConnectionClosed { () throws(HostRequestError) in _ = try await connection.send(Message([1, 2, 3])) }
+    }
+
+    @Test("a distributed call's envelope to a host that is gone throws connectionClosed, typed")
+    func callToAClosedHost() async throws {
+        let connection = try Self.connectionToAClosedHost()
+        await Self.expectConnectionClosed { () throws(HostRequestError) in
+            _ = try await connection.call([1, 2, 3], followedBy: [4], fileDescriptors: [])
+        }
+    }
+
     @Test("a call that is not a call envelope is answered with the ExtensionFailure of a malformed envelope")
     func malformedCallServed() async throws {
         let connection = try Self.connectionToAClosedHost()

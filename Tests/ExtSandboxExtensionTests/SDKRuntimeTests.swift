@@ -25,7 +25,7 @@ struct SDKRuntimeTests {
             let executable = TestPaths.echoExtension
             let sandbox = try await Supervisor.shared.launch(SandboxConfiguration(
                 executable: executable, environment: SandboxEnvironment.compose(policy: policy, caller: [:]),
-                policy: policy, standardInput: .null, extraFileDescriptors: [ext.rawValue]))
+                policy: policy, standardInput: .null, extraFileDescriptors: [ext]))
             ext.close()
             self.sandbox = sandbox
             control = FrameSocket(descriptor: host)
@@ -43,7 +43,7 @@ struct SDKRuntimeTests {
             let (host, ext) = try FrameSocket.makeSocketPair()
             let socket = FrameSocket(descriptor: host)
             if helloFirst { try socket.send(.hello(Hello(name: "test"))) }
-            try control.send(.connect(id: nextConnection, descriptor: ext.rawValue))
+            try control.send(.connect(id: nextConnection, descriptor: ext))
             ext.close()
             nextConnection += 1
             if !helloFirst {
@@ -80,7 +80,7 @@ struct SDKRuntimeTests {
         // would exceed it.
         let limit = ExtSandboxWire.minimumMaximumFrameSize
         try socket.send(.hello(Hello(maximumFrameSize: limit, name: "small")))
-        try echo.control.send(.connect(id: 99, descriptor: ext.rawValue))
+        try echo.control.send(.connect(id: 99, descriptor: ext))
         ext.close()
         #expect(try socket.receive()?.kind == .hello)
         try socket.send(.request(id: 1, payload: [UInt8](repeating: 7, count: Int(limit) * 2)))

@@ -95,7 +95,7 @@ struct ChannelTests {
             guard let process = try? await AppExtensionProcess(configuration: .init(
                 identity: ChannelTests.pythonIdentity("no-read"), sendQueueLimit: limit)),
                   let connection = try? await process.makeConnection() else { fail("no connection") }
-            let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            guard let devNull = FileDescriptor(adopting: open("/dev/null", O_RDONLY | O_CLOEXEC)) else { fail("no /dev/null") }
             try? await Task.sleep(for: .milliseconds(200))
             let fdsBefore = fds(), memoryBefore = residentKiB()
             // 128 requests of 512 KiB each (64 MiB in all), each with an fd, to a reader that
@@ -127,7 +127,7 @@ struct ChannelTests {
             if fdsAfter > fdsBefore + 2 { fail("fds \(fdsBefore) -> \(fdsAfter) after cancelling") }
             if memoryAfter - memoryBefore > 16 << 10 { fail("resident memory \(memoryBefore) KiB -> \(memoryAfter) KiB") }
             if !connection.isOpen { fail("the connection closed") }
-            close(devNull)
+            devNull.close()
             connection.invalidate()
             process.invalidate()
             exit(0)

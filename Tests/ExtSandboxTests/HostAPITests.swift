@@ -208,11 +208,9 @@ struct HostConnectionTests {
         defer { connection.invalidate() }
         // An unlinked temporary file stands in for a memfd here: any descriptor travels alike.
         var template = Array("/tmp/xsb-payload-XXXXXX".utf8CString)
-        let fd = mkstemp(&template)
-        #expect(fd >= 0)
+        let fd = try #require(FileDescriptor(adopting: mkstemp(&template)))
         template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
-        defer { close(fd) }
-        #expect(ftruncate(fd, 3 << 20) == 0)
+        #expect(ftruncate(fd.rawValue, 3 << 20) == 0)
         let reply = try await connection.send(HostFixtures.message("memfd", fds: [fd]))
         #expect(HostFixtures.text(reply) == "\(3 << 20)")
     }

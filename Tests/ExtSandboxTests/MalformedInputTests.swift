@@ -147,10 +147,9 @@ struct PythonExtensionTests {
         try connection.sendOneWay(HostFixtures.message("two"))
         #expect(HostFixtures.text(try await connection.send(HostFixtures.message("count"))) == "2")
         var template = Array("/tmp/xsb-py-XXXXXX".utf8CString)
-        let fd = mkstemp(&template)
+        let fd = try #require(FileDescriptor(adopting: mkstemp(&template)))
         template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
-        defer { close(fd) }
-        #expect(ftruncate(fd, 12345) == 0)
+        #expect(ftruncate(fd.rawValue, 12345) == 0)
         #expect(HostFixtures.text(try await connection.send(HostFixtures.message("memfd:size", fds: [fd]))) == "12345")
         await #expect(throws: ExtensionError.self) { _ = try await connection.send(HostFixtures.message("fail:on purpose")) }
     }

@@ -80,7 +80,7 @@ enum HostFixtures {
     }
 
     static func text(_ message: ExtensionMessage) -> String { String(decoding: message.payload, as: UTF8.self) }
-    static func message(_ text: String, fds: [Int32] = []) -> ExtensionMessage { ExtensionMessage(Array(text.utf8), fileDescriptors: fds) }
+    static func message(_ text: String, fds: [FileDescriptor] = []) -> ExtensionMessage { ExtensionMessage(Array(text.utf8), fileDescriptors: fds) }
 
     static func processState(_ pid: pid_t) -> String? {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return nil }

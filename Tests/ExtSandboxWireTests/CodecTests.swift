@@ -1,4 +1,5 @@
 import Glibc
+import SandboxSystem
 import Testing
 @testable import ExtSandboxWire
 import TestSupport
@@ -26,13 +27,13 @@ struct CodecTests {
 
     @Test("REQUEST with one fd encodes to the documented bytes")
     func requestLayout() throws {
-        let frame = Frame.request(id: 7, payload: Array("ping".utf8), fds: [42])
+        let frame = Frame.request(id: 7, payload: Array("ping".utf8), fds: [borrowed(42)])
         #expect(try FrameEncoder().encode(frame) == Self.requestExample)
         let probe = Probe()
         defer { probe.dispose() }
         var decoder = FrameDecoder()
         let frames = try decoder.append(Self.requestExample, fds: [probe.writeEnd])
-        #expect(frames == [Frame.request(id: 7, payload: Array("ping".utf8), fds: [probe.writeEnd])])
+        #expect(frames == [Frame.request(id: 7, payload: Array("ping".utf8), fds: [borrowed(probe.writeEnd)])])
         frames[0].closeFDs()
         #expect(probe.isClosed)
     }
@@ -84,19 +85,19 @@ struct CodecTests {
         let probes = (0..<3).map { _ in Probe() }
         defer { probes.forEach { $0.dispose() } }
         let plain = try FrameEncoder().encode(.oneway(payload: [1, 2, 3]))
-        let withFDs = try FrameEncoder().encode(.request(id: 5, payload: [9], fds: [0, 0]))
+        let withFDs = try FrameEncoder().encode(.request(id: 5, payload: [9], fds: [borrowed(0), borrowed(0)]))
         var decoder = FrameDecoder()
         // One recvmsg: an fd-less frame, then the frame the fds belong to (the kernel glues them).
         let frames = try decoder.append(plain + withFDs, fds: [probes[0].writeEnd, probes[1].writeEnd])
-        #expect(frames.map(\.fds) == [[], [probes[0].writeEnd, probes[1].writeEnd]])
+        #expect(frames.map(\.fdNumbers) == [[], [probes[0].writeEnd, probes[1].writeEnd]])
         frames.forEach { $0.closeFDs() }
 
         // The fd-bearing frame's header split across chunks: fds arrive with its first 4 bytes.
-        let one = try FrameEncoder().encode(.reply(id: 8, payload: [7], fds: [0]))
+        let one = try FrameEncoder().encode(.reply(id: 8, payload: [7], fds: [borrowed(0)]))
         var split = FrameDecoder()
         #expect(try split.append(Array(one[..<4]), fds: [probes[2].writeEnd]).isEmpty)
         let out = try split.append(Array(one[4...]))
-        #expect(out.map(\.fds) == [[probes[2].writeEnd]])
+        #expect(out.map(\.fdNumbers) == [[probes[2].writeEnd]])
         out[0].closeFDs()
         #expect(probes.allSatisfy { $0.isClosed })
     }
@@ -135,7 +136,7 @@ struct CodecTests {
             _ = try encoder.encode(.request(id: 1, payload: [UInt8](repeating: 0, count: 4081)))
         }
         #expect(throws: WireError.tooManyFDs(kind: .request, count: 17, maximum: 16)) {
-            _ = try encoder.encode(.request(id: 1, payload: [], fds: Array(repeating: 0, count: 17)))
+            _ = try encoder.encode(.request(id: 1, payload: [], fds: (0..<17).map { _ in borrowed(0) }))
         }
         #expect(throws: WireError.invalidID(kind: .request, id: 0)) {
             _ = try encoder.encode(.request(id: 0, payload: []))

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SandboxSystem
 import Testing
 @testable import ExtSandboxWire
 import TestSupport
@@ -36,7 +37,7 @@ struct PythonExampleTests {
         /// Sends CONNECT with a new socketpair end; returns the host's end.
         func connect(id: UInt64) throws -> FrameSocket {
             let (host, ext) = try FrameSocket.makeSocketPair()
-            try control.send(.connect(id: id, descriptor: ext.rawValue))
+            try control.send(.connect(id: id, descriptor: ext))
             ext.close()
             return FrameSocket(descriptor: host)
         }
@@ -85,7 +86,7 @@ struct PythonExampleTests {
 
         // A memfd: the extension replies with its size.
         let memfd = makeMemfd(size: 54_321)
-        try connection.send(.request(id: 3, payload: Array("memfd:size".utf8), fds: [memfd]))
+        try connection.send(.request(id: 3, payload: Array("memfd:size".utf8), fds: [borrowed(memfd)]))
         close(memfd)
         #expect(try connection.receive() == .reply(id: 3, payload: Array("54321".utf8)))
 

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SandboxSystem
 import Testing
 @testable import ExtSandboxWire
 import TestSupport
@@ -10,15 +11,15 @@ struct SocketTests {
     func memfdPassing() throws {
         let (a, b) = try FrameSocket.makePair()
         let memfd = makeMemfd(size: 123_456)
-        try a.send(.request(id: 1, payload: Array("memfd:".utf8), fds: [memfd]))
+        try a.send(.request(id: 1, payload: Array("memfd:".utf8), fds: [borrowed(memfd)]))
         close(memfd)  // the kernel holds its own reference while the fd is in flight
         try a.send(.oneway(payload: [1, 2, 3]))
         let request = try #require(try b.receive())
         #expect(request.kind == .request && request.id == 1 && request.fds.count == 1)
-        #expect(request.fds[0] != memfd || fileSize(request.fds[0]) == 123_456)
-        #expect(fileSize(request.fds[0]) == 123_456)
+        #expect(request.fds[0].rawValue != memfd || fileSize(request.fds[0].rawValue) == 123_456)
+        #expect(fileSize(request.fds[0].rawValue) == 123_456)
         // MSG_CMSG_CLOEXEC: the received fd is close-on-exec.
-        #expect(fcntl(request.fds[0], F_GETFD) & FD_CLOEXEC != 0)
+        #expect(fcntl(request.fds[0].rawValue, F_GETFD) & FD_CLOEXEC != 0)
         request.closeFDs()
         #expect(try b.receive() == .oneway(payload: [1, 2, 3]))
         a.close()
@@ -35,7 +36,7 @@ struct SocketTests {
             let a = FrameSocket(descriptor: x)
             for (index, fd) in writeEnds.enumerated() {
                 try! a.send(.oneway(payload: [UInt8(index % 256)]))
-                try! a.send(.request(id: UInt64(index + 1), payload: [UInt8(index % 256)], fds: [fd]))
+                try! a.send(.request(id: UInt64(index + 1), payload: [UInt8(index % 256)], fds: [borrowed(fd)]))
                 close(fd)
             }
         }
@@ -90,10 +91,10 @@ struct SocketTests {
         let sender = TestThread {
             let socket = FrameSocket(descriptor: x)
             let memfd = makeMemfd(size: 4096)
-            try! socket.send(.reply(id: 9, payload: payload, fds: [memfd]))
+            try! socket.send(.reply(id: 9, payload: payload, fds: [borrowed(memfd)]))
             // Non-blocking: enqueue, then flush whenever writable.
             try! socket.setNonBlocking(true)
-            try! socket.enqueue(.oneway(payload: payload, fds: [memfd]))   // takes ownership of memfd
+            try! socket.enqueue(.oneway(payload: payload, fds: [FileDescriptor(adopting: memfd)!]))   // takes memfd over
             try! socket.enqueue(.request(id: 10, payload: payload))
             while !(try! socket.flush()) {
                 var entry = pollfd(fd: socket.descriptor!.rawValue, events: Int16(POLLOUT), revents: 0)
@@ -104,7 +105,7 @@ struct SocketTests {
         let receiver = FrameSocket(descriptor: y)
         let first = try #require(try receiver.receive())
         #expect(first.kind == .reply && first.id == 9 && first.payload == payload)
-        #expect(first.fds.count == 1 && fileSize(first.fds[0]) == 4096)
+        #expect(first.fds.count == 1 && fileSize(first.fds[0].rawValue) == 4096)
         first.closeFDs()
         let second = try #require(try receiver.receive())
         #expect(second.kind == .oneway && second.payload == payload && second.fds.count == 1)
@@ -150,11 +151,11 @@ struct SocketTests {
         guard case .wouldBlock = try b.receiveNext(wait: false) else { Issue.record("expected wouldBlock"); return }
         // A frame with an fd, then end of stream; wait: true blocks like tryReceive.
         let memfd = makeMemfd(size: 77)
-        try a.send(.reply(id: 3, payload: [], fds: [memfd]))
+        try a.send(.reply(id: 3, payload: [], fds: [borrowed(memfd)]))
         close(memfd)
         a.close()
         guard case .frame(let three) = try b.receiveNext(wait: true), three.fds.count == 1 else { Issue.record("expected frame 3"); return }
-        #expect(fileSize(three.fds[0]) == 77)
+        #expect(fileSize(three.fds[0].rawValue) == 77)
         three.closeFDs()
         guard case .closed = try b.receiveNext(wait: true) else { Issue.record("expected closed"); return }
     }
@@ -178,7 +179,7 @@ struct SocketTests {
         let sender = TestThread {
             for id in 1...rounds {
                 // Every tenth with an fd; alternately blocking and queued.
-                let fds = id % 10 == 0 ? [fcntl(writeEnd, F_DUPFD_CLOEXEC, 0)] : []
+                let fds = id % 10 == 0 ? [FileDescriptor(adopting: fcntl(writeEnd, F_DUPFD_CLOEXEC, 0))!] : []
                 let frame = Frame.request(id: UInt64(id), payload: [UInt8(id % 256)], fds: fds)
                 if id % 2 == 0 {
                     try! shared.value.send(frame)
@@ -212,7 +213,7 @@ struct SocketTests {
         let (a, b) = try FrameSocket.makePair()
         let probe = Probe()
         defer { probe.dispose() }
-        try a.enqueue(.request(id: 1, payload: [1, 2, 3], fds: [probe.writeEnd]))
+        try a.enqueue(.request(id: 1, payload: [1, 2, 3], fds: [FileDescriptor(adopting: probe.writeEnd)!]))
         #expect(!a.hasPendingOutput)
         let frame = try #require(try b.receive())
         #expect(frame.id == 1 && frame.fds.count == 1)

@@ -85,6 +85,14 @@ def serve(sock):
         send_lingering(sock, frame(3, id, b"late", 1))
         echo(sock)
         return
+    if behaviour == "fd-reply":          # a reply with a pipe's write end; says when the host closed it
+        r, w = os.pipe()
+        socket.send_fds(sock, [frame(3, id, b"with fd", 1)], [w])
+        os.close(w)
+        os.read(r, 1)                    # end of file: no copy of the write end is left
+        sock.sendall(frame(5, 0, b"closed"))
+        echo(sock)
+        return
     if behaviour == "linger-reply":      # a reply the host hands to its caller
         send_lingering(sock, frame(3, id, b'"ok"', 1))
         echo(sock)

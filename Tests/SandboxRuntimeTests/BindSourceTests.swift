@@ -146,7 +146,7 @@ struct BindSourceTests {
             var config = try Fixtures.probeConfiguration(["exit", "0"])
             config.executable = "/bin/cat"
             config.arguments = ["cat", "/x/secret"]
-            config.standardOutput = .fileDescriptor(pipe.writeFD)
+            config.standardOutput = .fileDescriptor(borrowed(pipe.writeFD))
             config.extraMounts = [.bind(source: x, destination: "/x", writable: false, optional: false)]
             do {
                 let process = try await Supervisor.shared.launch(config)

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import SandboxPolicy
 @testable import SandboxRuntime
+import SandboxSystem
 import Testing
 import TestSupport
 
@@ -140,7 +141,21 @@ struct HardeningTests {
         // Above the fd limit: no other test running beside this one can have it open.
         var limit = rlimit()
         getrlimit(__rlimit_resource_t(XSB_RLIMIT_NOFILE), &limit)
-        config.extraFileDescriptors = [Int32(min(limit.rlim_cur, 1 << 30)) + 1]
+        config.extraFileDescriptors = [borrowed(Int32(min(limit.rlim_cur, 1 << 30)) + 1)]
+        let error = await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
+        #expect(error?.errorNumber == EBADF)
+    }
+
+    /// A descriptor its owner has closed: its number may be open again by now, for something
+    /// else, which the sandbox must not get.
+    @Test("a file descriptor closed by its owner is refused, though its number is open again")
+    func closedFD() async throws {
+        var config = try Fixtures.probeConfiguration(["exit", "0"])
+        let closed = try #require(FileDescriptor(adopting: open("/dev/null", O_RDONLY | O_CLOEXEC)))
+        closed.close()
+        let reused = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        defer { close(reused) }
+        config.standardInput = .fileDescriptor(closed)
         let error = await #expect(throws: SandboxError.self) { _ = try await Supervisor.shared.launch(config) }
         #expect(error?.errorNumber == EBADF)
     }

@@ -33,7 +33,7 @@ struct MaskedPathTests {
         configuration.policy.filesystem.mounts.append(.bind(source: data, destination: "/data", writable: writable, optional: false))
         configuration.policy.filesystem.mounts += extraMounts
         configuration.policy.filesystem.masked.append("/data/dir/secret")
-        configuration.standardInput = .fileDescriptor(input.readFD)
+        configuration.standardInput = .fileDescriptor(borrowed(input.readFD))
         let supervisor = try Supervisor()
         let process = try await supervisor.launch(configuration)
         output.closeWriteEnd()

@@ -18,7 +18,7 @@ extension Fixtures {
             executable: probe, arguments: ["xsb-probe"] + arguments,
             environment: SandboxEnvironment.compose(policy: policy, caller: ProcessInfo.processInfo.environment),
             policy: policy, standardInput: .null,
-            standardOutput: stdout.map { .fileDescriptor($0) } ?? .null)
+            standardOutput: stdout.map { .fileDescriptor(borrowed($0)) } ?? .null)
     }
 }
 

@@ -18,7 +18,7 @@ struct SandboxPoolTests {
         return SandboxConfiguration(
             executable: "/bin/sh", arguments: ["sh", "-c", script, "sh"] + arguments,
             environment: SandboxEnvironment.compose(policy: policy, caller: ProcessInfo.processInfo.environment),
-            policy: policy, standardOutput: stdout.map { .fileDescriptor($0) } ?? .null)
+            policy: policy, standardOutput: stdout.map { .fileDescriptor(borrowed($0)) } ?? .null)
     }
 
     /// A fresh directory with an empty `data` in it (the caller removes `directory`).
@@ -62,8 +62,8 @@ struct SandboxPoolTests {
         var configuration = try Self.shell(#"echo "$1|$FOO|$(pwd)"; cat; echo err >&2"#, stdout: output.writeFD, arguments: ["first arg"])
         configuration.environment["FOO"] = "bar"
         configuration.workingDirectory = "/tmp"
-        configuration.standardInput = .fileDescriptor(input.readFD)
-        configuration.standardError = .fileDescriptor(output.writeFD)
+        configuration.standardInput = .fileDescriptor(borrowed(input.readFD))
+        configuration.standardError = .fileDescriptor(borrowed(output.writeFD))
         pids = Self.readyPIDs(supervisor)
         let process = try await supervisor.launch(configuration)
         output.closeWriteEnd()

@@ -161,7 +161,7 @@ struct ScaleFaultTests {
             sandbox = try await Supervisor.shared.launch(SandboxConfiguration(
                 executable: Self.probe, arguments: ["xsb-probe"] + bomb.arguments,
                 environment: SandboxEnvironment.compose(policy: policy, caller: ProcessInfo.processInfo.environment),
-                policy: policy, standardInput: .null, standardOutput: .fileDescriptor(pipeFDs[1]), standardError: .null))
+                policy: policy, standardInput: .null, standardOutput: .fileDescriptor(borrowed(pipeFDs[1])), standardError: .null))
         } catch {
             close(pipeFDs[1])
             throw error
