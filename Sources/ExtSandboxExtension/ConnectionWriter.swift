@@ -21,7 +21,8 @@ final class ConnectionWriter: Sendable {
     /// Takes ownership of `descriptor`, a connected socket.
     init(descriptor: FileDescriptor) {
         self.descriptor = descriptor
-        writer = Mutex(Writer(sender: FrameSender(descriptor: descriptor)))
+        // An extension's request tasks may wait for room for their fds: it delays only this extension.
+        writer = Mutex(Writer(sender: FrameSender(descriptor: descriptor, waitsForDescriptorRoom: true)))
     }
 
     /// Sends whole frames one at a time, then closes their fds; a failed send shuts the socket

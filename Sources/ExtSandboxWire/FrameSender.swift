@@ -36,6 +36,8 @@ public final class FrameSender {
 
     /// Whether the fds of frames it drops unsent are closed with ``UntrustedDescriptors/close(_:)``.
     private let untrustedPeer: Bool
+    /// Whether a send whose fds the kernel refuses for now is retried (``init(descriptor:peerMaximumFrameSize:untrustedPeer:waitsForDescriptorRoom:)``).
+    private let waitsForDescriptorRoom: Bool
 
     /// Sends on `descriptor` (a connected stream socket that stays its owner's).
     /// - Parameters:
@@ -43,10 +45,17 @@ public final class FrameSender {
     ///     HELLO is known).
     ///   - untrustedPeer: the fds of frames dropped unsent are closed with
     ///     ``UntrustedDescriptors/close(_:)``: they may be another peer's, forwarded.
+    ///   - waitsForDescriptorRoom: a frame with fds that the kernel refuses for now
+    ///     (`ETOOMANYREFS`: the sending user has as many fds in flight as its fd limit, which
+    ///     another process of the same user can cause, such as another extension running as the
+    ///     same host uid) is tried again for up to a second, sleeping between tries, in the
+    ///     caller's thread. Only for a sender whose waiting delays nobody else (an extension's own
+    ///     requests); a host fails the send at once instead.
     public init(descriptor: FileDescriptor, peerMaximumFrameSize: UInt32 = ExtSandboxWire.defaultMaximumFrameSize,
-                untrustedPeer: Bool = false) {
+                untrustedPeer: Bool = false, waitsForDescriptorRoom: Bool = false) {
         self.descriptor = descriptor
         self.untrustedPeer = untrustedPeer
+        self.waitsForDescriptorRoom = waitsForDescriptorRoom
         encoder = FrameEncoder(maximumFrameSize: peerMaximumFrameSize)
         sendControlBuffer = .allocate(byteCount: FrameSocket.controlBufferSize, alignment: 16)
     }
@@ -224,7 +233,24 @@ public final class FrameSender {
             }
         }
         let control = sendControlBuffer
-        let result: Int = withUnsafeMutablePointer(to: &iov) { iovPointer in
+        var result = -1
+        for attempt in 0..<1_000 {
+            if attempt > 0 { usleep(1_000) }
+            result = sendOnce(&iov, iovCount: iovCount, fds: fds, control: control, socket: socket, flags: flags)
+            guard result < 0, errno == ETOOMANYREFS, !fds.isEmpty, waitsForDescriptorRoom else { break }
+        }
+        if result >= 0 { return result }
+        switch errno {
+        case EAGAIN, EWOULDBLOCK: return -1
+        case EPIPE, ECONNRESET: throw .connectionClosed
+        case let code: throw .systemCall("sendmsg", errno: code)
+        }
+    }
+
+    /// One `sendmsg` of the iovecs in `iov` with `fds` attached (none: no ancillary data).
+    private func sendOnce(_ iov: inout (iovec, iovec, iovec), iovCount: Int, fds: [Int32], control: UnsafeMutableRawBufferPointer,
+                          socket: Int32, flags: Int32) -> Int {
+        withUnsafeMutablePointer(to: &iov) { iovPointer in
             iovPointer.withMemoryRebound(to: iovec.self, capacity: 3) { iovs in
                 var message = msghdr()
                 message.msg_iov = iovs
@@ -244,12 +270,6 @@ public final class FrameSender {
                 }
                 return retryingInterrupts { sendmsg(socket, &message, Int32(MSG_NOSIGNAL) | flags) }
             }
-        }
-        if result >= 0 { return result }
-        switch errno {
-        case EAGAIN, EWOULDBLOCK: return -1
-        case EPIPE, ECONNRESET: throw .connectionClosed
-        case let code: throw .systemCall("sendmsg", errno: code)
         }
     }
 }
