@@ -16,8 +16,8 @@ func printError(_ message: String, hint: String?) {
 /// step; the advice is the line after it.
 enum ErrorAdvice {
     /// For a policy that could not be found, trusted or loaded (`nameOrPath` as the user gave it).
-    static func policy(_ error: any Error, nameOrPath: String) -> String {
-        let message = (error as? PolicyError)?.message ?? "\(error)"
+    static func policy(_ error: PolicyError, nameOrPath: String) -> String {
+        let message = error.message
         if message.contains("refused: ") {
             return "make the directory named above (and every one above it) owned by you or root and not writable by "
                 + "group or others (chmod go-w DIR), or move the policy to one that is; `extsandbox policy list` shows "

@@ -189,7 +189,7 @@ struct ExecCommand: AsyncParsableCommand {
 
         let loadedPolicy: Policy
         let filter: CompiledSeccompFilter
-        do {
+        do throws(PolicyError) {
             (loadedPolicy, filter) = try Self.loadPolicy(request.policy, environment: callerEnvironment)
         } catch {
             printError("policy: \(error)", hint: ErrorAdvice.policy(error, nameOrPath: request.policy))
@@ -300,7 +300,7 @@ struct ExecCommand: AsyncParsableCommand {
 
     /// The policy and its filter: from the user's cache when nothing they were made from
     /// changed, else loaded and compiled (and cached for next time).
-    static func loadPolicy(_ nameOrPath: String, environment: [String: String]) throws -> (Policy, CompiledSeccompFilter) {
+    static func loadPolicy(_ nameOrPath: String, environment: [String: String]) throws(PolicyError) -> (Policy, CompiledSeccompFilter) {
         let searchPath = PolicySearchPath.default(executablePath: PolicySearchPath.currentExecutable(), environment: environment)
         let store = PolicyStore(diskLayer: PolicyDiskCache.forCurrentUser(environment: environment))
         return try store.compiled(nameOrPath: nameOrPath, searchPath: searchPath)

@@ -320,16 +320,17 @@ struct PolicyCommand: ParsableCommand {
         var json = false
 
         func run() throws {
-            do {
-                let loaded = try PolicyLoader.load(nameOrPath: policy, searchPath: PolicyCommand.searchPath)
-                if json {
-                    try JSONOutput.print(PolicyJSON(loaded))
-                } else {
-                    print(PolicyReport.show(loaded, everySyscall: all), terminator: "")
-                }
+            let loaded: Policy
+            do throws(PolicyError) {
+                loaded = try PolicyLoader.load(nameOrPath: policy, searchPath: PolicyCommand.searchPath)
             } catch {
                 printError("\(error)", hint: ErrorAdvice.policy(error, nameOrPath: policy))
                 throw ExitCode(1)
+            }
+            if json {
+                try JSONOutput.print(PolicyJSON(loaded))
+            } else {
+                print(PolicyReport.show(loaded, everySyscall: all), terminator: "")
             }
         }
     }
