@@ -291,7 +291,7 @@ extension ExtensionProcessCore {
             authorization = try LaunchAuthorization.authorize(identity)
         } catch {
             // No longer launchable (revoked, disabled, removed, changed): nothing stays built for it.
-            await WarmLaunches.shared.drain(identifier: identity.bundleIdentifier)
+            await WarmLaunches.shared.drain(refused: identity)
             throw error
         }
         let hostIdentity: HostIdentity

@@ -42,7 +42,7 @@ actor WarmLaunches {
         do throws(ExtensionError) {
             authorization = try LaunchAuthorization.authorize(identity)
         } catch {
-            await drain(identifier: identity.bundleIdentifier)
+            await drain(refused: identity)
             throw error
         }
         let configuration = authorization.sandboxConfiguration(
@@ -72,6 +72,27 @@ actor WarmLaunches {
     /// them from now on.
     func drain(identifier: String) async {
         for entry in kept.removeValue(forKey: identifier) ?? [] { await Self.end(entry) }
+    }
+
+    /// Ends those of every identity with `refused`'s identifier in its world (the same host and,
+    /// for discovered ones, the same approvals): a version of it may no longer launch there.
+    /// Another host's extension that happens to share the identifier keeps its own.
+    func drain(refused: AppExtensionIdentity) async {
+        let entries = kept[refused.bundleIdentifier] ?? []
+        let ending = entries.filter { Self.sameWorld($0.identity, refused) }
+        kept[refused.bundleIdentifier] = entries.filter { !Self.sameWorld($0.identity, refused) }
+        if kept[refused.bundleIdentifier]?.isEmpty == true { kept[refused.bundleIdentifier] = nil }
+        for entry in ending { await Self.end(entry) }
+    }
+
+    /// Whether two identities are decided by the same host and approvals.
+    private static func sameWorld(_ one: AppExtensionIdentity, _ other: AppExtensionIdentity) -> Bool {
+        guard one.hostIdentifier == other.hostIdentifier else { return false }
+        switch (one.origin, other.origin) {
+        case (.discovered(let first), .discovered(let second)): return first.stateFile == second.stateFile
+        case (.discovered, _), (_, .discovered): return false
+        default: return true
+        }
     }
 
     /// Ends those of discovered identities that a monitor of `host` following `points` no longer

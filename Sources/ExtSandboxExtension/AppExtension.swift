@@ -14,28 +14,27 @@ public struct Message: Sendable {
             tail = []
         }
     }
-    /// Received descriptors belong to the extension (close them); sent ones are closed once sent.
-    public var fileDescriptors: [Int32]
+    /// The message's descriptors, owned: a received one is closed when the last reference to it
+    /// goes (keep it, or take its number with `release()`); a sent one is closed once sent.
+    public var fileDescriptors: [FileDescriptor]
+    /// The numbers of ``fileDescriptors``, for system calls (valid while the message holds them).
+    public var fileDescriptorNumbers: [Int32] { fileDescriptors.map(\.rawValue) }
     /// The payload's bytes, but for `tail`.
     private(set) var head: [UInt8]
     /// The payload's last bytes, received into an array of their own (a frame's `payloadTail`).
     private(set) var tail: [UInt8] = []
 
-    public init(_ payload: [UInt8] = [], fileDescriptors: [Int32] = []) {
+    public init(_ payload: [UInt8] = [], fileDescriptors: [FileDescriptor] = []) {
         head = payload
         self.fileDescriptors = fileDescriptors
     }
 
     /// A received payload in two parts: `head` then `tail`.
-    init(_ head: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) {
+    init(_ head: [UInt8], followedBy tail: [UInt8], fileDescriptors: [FileDescriptor]) {
         self.head = head
         self.tail = tail
         self.fileDescriptors = fileDescriptors
     }
-
-    /// ``fileDescriptors`` taken over as owned descriptors, for the frame that sends (and then
-    /// closes) them: where a message being sent hands its numbers over. Once per message.
-    func takeFileDescriptors() -> [FileDescriptor] { fileDescriptors.compactMap { FileDescriptor(adopting: $0) } }
 }
 
 /// What the extension learns about a connection before it accepts it.
@@ -130,7 +129,7 @@ extension AppExtension {
     public func exportedObject(_ system: ExtensionActorSystem) -> ExportedObject? { nil }
 
     public func handle(oneWay message: Message) async {
-        closeDescriptors(message.fileDescriptors)
+        for descriptor in message.fileDescriptors { descriptor.close() }
     }
 
     public func connected(_ host: HostConnection) {}
@@ -143,8 +142,4 @@ extension AppExtension {
     @MainActor public static func main() async {
         await ExtensionRuntime(extension: Self()).run()
     }
-}
-
-func closeDescriptors(_ fds: [Int32]) {
-    for fd in fds { _ = Glibc.close(fd) }
 }

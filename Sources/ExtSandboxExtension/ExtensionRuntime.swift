@@ -200,12 +200,12 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         switch frame.kind {
         case .request:
             let id = frame.id, app = self.app
-            let message = Message(frame.payload, followedBy: frame.payloadTail, fileDescriptors: frame.fds.releaseAll())
+            let message = Message(frame.payload, followedBy: frame.payloadTail, fileDescriptors: frame.fds)
             let task = Task(executorPreference: executor) {
                 let answer: Frame
                 do {
                     let reply = try await HostConnection.$current.withValue(host) { try await app.handle(request: message) }
-                    answer = .reply(id: id, payload: reply.payload, fds: reply.takeFileDescriptors())
+                    answer = .reply(id: id, payload: reply.payload, fds: reply.fileDescriptors)
                 } catch let failure as ExtensionFailure {
                     answer = .error(id: id, code: ErrorCode(rawValue: failure.code), message: failure.message)
                 } catch is CancellationError {
@@ -224,7 +224,7 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
             connection.tasks.withLock { $0[id] = task }
         case .oneway:
             let app = self.app
-            let message = Message(frame.payload, fileDescriptors: frame.fds.releaseAll())
+            let message = Message(frame.payload, fileDescriptors: frame.fds)
             Task(executorPreference: executor) { await HostConnection.$current.withValue(host) { await app.handle(oneWay: message) } }
         case .cancel:
             connection.tasks.withLock { $0[frame.id] }?.cancel()

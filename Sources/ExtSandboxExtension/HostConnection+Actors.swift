@@ -25,8 +25,8 @@ extension HostConnection: CallTransport {
     /// payload is written from the two arrays as they are (a large argument is not copied).
     public func call(_ envelope: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) async throws(HostRequestError) -> CallAnswer {
         do {
-            let reply = try await send(Message(envelope, fileDescriptors: fileDescriptors), payloadTail: tail)
-            return .reply(reply.payload, fileDescriptors: reply.fileDescriptors)
+            let reply = try await send(Message(envelope, fileDescriptors: fileDescriptors.compactMap(FileDescriptor.init(adopting:))), payloadTail: tail)
+            return .reply(reply.payload, fileDescriptors: reply.fileDescriptors.releaseAll())
         } catch .remote(let code, let message) {
             return .error(code: code, message: message)
         }
@@ -37,8 +37,8 @@ extension HostConnection: CallTransport {
     /// throws the ``ExtensionFailure`` its ERROR answer carries (the code and message the host
     /// turns into `DistributedCallError`).
     public func serveCall(_ request: Message) async throws(ExtensionFailure) -> Message {
-        switch await actorSystem.serve(request.head, followedBy: request.tail, fileDescriptors: request.fileDescriptors) {
-        case .reply(let result, let fds): return Message(result, fileDescriptors: fds)
+        switch await actorSystem.serve(request.head, followedBy: request.tail, fileDescriptors: request.fileDescriptors.releaseAll()) {
+        case .reply(let result, let fds): return Message(result, fileDescriptors: fds.compactMap(FileDescriptor.init(adopting:)))
         case .error(let code, let message): throw ExtensionFailure(code: code, message)
         }
     }

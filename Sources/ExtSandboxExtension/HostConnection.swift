@@ -96,12 +96,12 @@ public final class HostConnection: Sendable {
                     return false
                 }
                 if refused {
-                    closeDescriptors(message.fileDescriptors)
+                    for descriptor in message.fileDescriptors { descriptor.close() }
                     continuation.resume(returning: .failure(.connectionClosed))
                     return
                 }
                 // The frame's fds are closed once sent (the caller's are sent, like a reply's).
-                let failure: HostRequestError? = switch writer.write(.request(id: id, payload: message.payload, payloadTail: payloadTail, fds: message.takeFileDescriptors())) {
+                let failure: HostRequestError? = switch writer.write(.request(id: id, payload: message.payload, payloadTail: payloadTail, fds: message.fileDescriptors)) {
                 case .sent: nil
                 case .overTheHostsLimits: .messageTooLarge
                 case .closed: .connectionClosed
@@ -126,7 +126,7 @@ public final class HostConnection: Sendable {
     /// Throws ``HostRequestError/messageTooLarge`` or ``HostRequestError/connectionClosed``;
     /// nothing was sent then.
     public func sendOneWay(_ message: Message) throws(HostRequestError) {
-        switch writer.write(.oneway(payload: message.payload, fds: message.takeFileDescriptors())) {
+        switch writer.write(.oneway(payload: message.payload, fds: message.fileDescriptors)) {
         case .sent: return
         case .overTheHostsLimits: throw HostRequestError.messageTooLarge
         case .closed: throw HostRequestError.connectionClosed
@@ -145,7 +145,7 @@ public final class HostConnection: Sendable {
             return known
         }
         if frame.kind == .reply {
-            continuation.resume(returning: .success(Message(frame.payload, fileDescriptors: frame.fds.releaseAll())))
+            continuation.resume(returning: .success(Message(frame.payload, fileDescriptors: frame.fds)))
         } else {
             let payload = try? frame.errorPayload()
             continuation.resume(returning: .failure(.remote(code: payload?.code.rawValue ?? 0, message: payload?.message ?? "")))

@@ -77,3 +77,25 @@ struct HostConnectionTypedErrorTests {
         }
     }
 }
+
+/// A message's descriptors are owned: one nobody takes is closed with the message, one released
+/// stays open for its new owner.
+@Suite("The SDK's messages own their descriptors")
+struct MessageDescriptorTests {
+    static func isOpen(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) >= 0 }
+
+    @Test("a descriptor left in a dropped message is closed; a released one is not")
+    func ownedDescriptors() throws {
+        var ends: [Int32] = [-1, -1]
+        #expect(pipe(&ends) == 0)
+        let (kept, dropped) = (ends[0], ends[1])
+        do {
+            let message = Message([1], fileDescriptors: [try #require(FileDescriptor(adopting: kept)), try #require(FileDescriptor(adopting: dropped))])
+            #expect(message.fileDescriptorNumbers == [kept, dropped])
+            #expect(message.fileDescriptors[0].release() == kept)
+        }
+        #expect(Self.isOpen(kept), "the released number is its new owner's")
+        #expect(!Self.isOpen(dropped), "the one nobody took went with the message")
+        close(kept)
+    }
+}

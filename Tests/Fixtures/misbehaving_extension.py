@@ -3,6 +3,18 @@
 # connection's host name asks for. Run as `python3 -c "$(cat this file)"` with fd 3.
 import errno, os, select, signal, socket, struct, sys, threading, time
 
+
+def send_fds_waiting(sock, buffers, fds):
+    """send_fds, waiting while the kernel refuses the fds for now: fds in flight are bounded per
+    user, and every sandbox of a root host runs as the same host uid (another test's fd flood)."""
+    while True:
+        try:
+            return socket.send_fds(sock, buffers, fds)
+        except OSError as e:
+            if e.errno != errno.ETOOMANYREFS:
+                raise
+            time.sleep(0.001)
+
 def frame(kind, id=0, payload=b"", nfds=0, flags=0):
     return struct.pack(">IBBHIQ", 16 + len(payload), kind, flags, nfds, 0, id) + payload
 
@@ -87,7 +99,7 @@ def serve(sock):
         return
     if behaviour == "fd-reply":          # a reply with a pipe's write end; says when the host closed it
         r, w = os.pipe()
-        socket.send_fds(sock, [frame(3, id, b"with fd", 1)], [w])
+        send_fds_waiting(sock, [frame(3, id, b"with fd", 1)], [w])
         os.close(w)
         os.read(r, 1)                    # end of file: no copy of the write end is left
         sock.sendall(frame(5, 0, b"closed"))
@@ -171,14 +183,7 @@ def serve(sock):
     elif behaviour == "fd-flood":
         r, w = os.pipe()
         for _ in range(1000):
-            while True:                  # fds in flight are bounded per user: wait for the host
-                try:
-                    socket.send_fds(sock, [frame(5, 0, b"", 16)], [r] * 16)
-                    break
-                except OSError as e:
-                    if e.errno != errno.ETOOMANYREFS:
-                        raise
-                    time.sleep(0.001)
+            send_fds_waiting(sock, [frame(5, 0, b"", 16)], [r] * 16)
         sock.sendall(frame(3, id, b"flooded"))
     threading.Event().wait()  # keep the socket open: the host must act on its own
 

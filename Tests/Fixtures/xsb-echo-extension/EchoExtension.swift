@@ -36,9 +36,9 @@ struct EchoExtension: AppExtension {
             var size = -1
             if let fd = request.fileDescriptors.first {
                 var info = stat()
-                if fstat(fd, &info) == 0 { size = Int(info.st_size) }
+                if fstat(fd.rawValue, &info) == 0 { size = Int(info.st_size) }
             }
-            for fd in request.fileDescriptors { close(fd) }
+            for fd in request.fileDescriptors { fd.close() }
             return Message(Array("\(size)".utf8))
         case "fail":
             throw ExtensionFailure(code: 123, "asked to fail")
@@ -69,7 +69,7 @@ struct EchoExtension: AppExtension {
         default:
             break
         }
-        for fd in request.fileDescriptors { close(fd) }
+        for fd in request.fileDescriptors { fd.close() }
         return Message(request.payload)
     }
 }
