@@ -181,13 +181,20 @@ extension ScaleBench {
         await AppExtensionProcess.endWarmLaunches()
         await settle(base: base)
         let after = ScaleSystem.HostSample.now()
-        let ownThreads = { (names: [String]) in names.filter { !ScaleFaults.CycleOutcome.isDispatchWorker($0) }.count }
+        // The descriptor closers are a pool of their own that stays (as the fault runs count them).
+        let ownThreads = { (names: [String]) in
+            names.filter { !ScaleFaults.CycleOutcome.isDispatchWorker($0) && !ScaleFaults.CycleOutcome.isDescriptorCloser($0) }.count
+        }
+        let closers = { (names: [String]) in names.filter(ScaleFaults.CycleOutcome.isDescriptorCloser).count }
         outcome.leftBehind = [
             "sandboxes_not_ended": notEnded + notEndedBig,
             "fds": after.fileDescriptors - base.fileDescriptors,
             // libdispatch's workers come and go with load (ScaleFaults.dispatchWorkerSlack).
             "threads_not_dispatch_workers": ownThreads(ScaleSystem.threadNames()) - ownThreads(baseThreadNames),
-            "dispatch_workers": (after.threads - base.threads) - (ownThreads(ScaleSystem.threadNames()) - ownThreads(baseThreadNames)),
+            // Idle closers stay by design, up to their pool's bound (UntrustedDescriptors).
+            "descriptor_closers": closers(ScaleSystem.threadNames()) - closers(baseThreadNames),
+            "dispatch_workers": (after.threads - base.threads) - (ownThreads(ScaleSystem.threadNames()) - ownThreads(baseThreadNames))
+                - (closers(ScaleSystem.threadNames()) - closers(baseThreadNames)),
             "cgroups": after.cgroups,
             "zombies": after.zombies,
             "mounts": after.mounts - base.mounts,
