@@ -64,10 +64,13 @@ struct FileDescriptorLimitTests {
             return 11
         }
         // A host that holds 100 fds already (the sandbox init needs numbers up to 64 plus its
-        // extra fds: below that every launch fails), with room for about 20 sandboxes.
+        // extra fds: below that every launch fails), with room for about 20 sandboxes. Every
+        // number below the highest open one is filled: this process may have inherited a few
+        // scattered high ones from the test runner, whose holes would otherwise hold sandboxes.
+        let highest = Fixtures.openFileDescriptors().max() ?? 0
         var filler = open("/dev/null", O_RDONLY | O_CLOEXEC)
-        while filler >= 0 && filler < 100 { filler = open("/dev/null", O_RDONLY | O_CLOEXEC) }
-        let ceiling = UInt(max(filler, Fixtures.openFileDescriptors().max() ?? 0)) + 24
+        while filler >= 0 && filler < max(100, highest) { filler = open("/dev/null", O_RDONLY | O_CLOEXEC) }
+        let ceiling = UInt(max(filler, highest)) + 24
         var limit = rlimit(rlim_cur: ceiling, rlim_max: ceiling)
         guard setrlimit(__rlimit_resource_t(XSB_RLIMIT_NOFILE), &limit) == 0 else { return 10 }
         let base = Fixtures.openFileDescriptors()
