@@ -27,7 +27,7 @@
 
 /// The launch description's format (launch_description.c). Bumped with any change to it, to
 /// struct xsb_msg or to the steps, so that an init from another build refuses the launch.
-#define XSB_LAUNCH_FORMAT_VERSION 5
+#define XSB_LAUNCH_FORMAT_VERSION 6
 
 /// Init side: maps the description behind `fd`, checks every offset, length, count and value,
 /// and fills `cfg` with pointers into it. Returns 0, or -1 with errno set and `*what` naming
@@ -93,11 +93,35 @@ int xsb_control_serve_request(int control_fd, pid_t payload);
 
 // MARK: - Pre-built sandboxes (prebuilt.c)
 
-/// Init side, in a pre-built sandbox once its shape is built: keeps only the control socket,
-/// reports XSB_MSG_PREBUILT and waits for XSB_MSG_LAUNCH, whose launch part it checks and
-/// loads into `cfg`. A malformed launch fails at the step "launch description"; the supervisor
-/// closing the socket instead (the pool drained) ends the sandbox quietly.
-void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd);
+/// Init side, in a pre-built sandbox once its shape is built: keeps only the control socket
+/// (and the `also_count` fds of `also_keep`: a waiting payload's), reports XSB_MSG_PREBUILT and
+/// waits for XSB_MSG_LAUNCH, whose launch part it checks and loads into `cfg`. A malformed
+/// launch fails at the step "launch description"; the supervisor closing the socket instead
+/// (the pool drained) ends the sandbox quietly.
+void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd, const int *also_keep, size_t also_count);
+
+// MARK: - A pre-built sandbox's waiting payload (waiting_payload.c)
+
+struct xsb_receiver_pipes;
+
+/// The most fds xsb_waiting_payload_fds lists.
+#define XSB_WAITING_PAYLOAD_MAX_FDS 9
+/// Init side, in a pre-built sandbox whose description asks for it, once its shape is built:
+/// keeps only the control socket and lifts it above the payload's fds, starts the receiver
+/// thread (`pipes`) and then the payload, which does every step that depends only on the
+/// shape, loads its filter and waits; returns once it waits (the control socket's new number).
+int xsb_waiting_payload_start(struct xsb_spawn_config *cfg, int control_fd, struct xsb_receiver_pipes *pipes);
+/// Init side: the fds the waiting payload and the receiver need until the launch (into `fds`,
+/// at most XSB_WAITING_PAYLOAD_MAX_FDS). Returns how many.
+size_t xsb_waiting_payload_fds(const struct xsb_receiver_pipes *pipes, int *fds);
+/// Init side, while the pre-built sandbox is idle: returns once the control socket is readable
+/// (the launch, or the supervisor letting go); a waiting payload ended meanwhile (killed from
+/// outside) ends the sandbox, which the supervisor then replaces.
+void xsb_waiting_payload_idle(int control_fd);
+/// Init side, with the launch loaded into `cfg`: places the payload's fds, lets it go and waits
+/// until it has exec'd or failed (a failure fails the launch at its step). Returns its pid;
+/// `*listener` is its filter's listener.
+pid_t xsb_waiting_payload_go(const struct xsb_spawn_config *cfg, int control_fd, int *listener);
 
 // MARK: - Lifetime and exit (reaper.c; the pidfd helpers are in xsb_shim.h)
 
@@ -248,6 +272,9 @@ void xsb_init_keep_only_sources(const struct xsb_spawn_config *cfg, int control_
 /// Returns the fd to exec the program by (a script's at 3 + extra fd count, kept across the
 /// exec), or -1 when the program is exec'd by path.
 int xsb_payload_arrange_fds(const struct xsb_spawn_config *cfg, int status_fd);
+/// Init side: the same placement for a waiting payload (waiting_payload.c), which shares the
+/// init's fd table; a failure is the init's (xsb_init_fail).
+int xsb_init_place_payload_fds(const struct xsb_spawn_config *cfg, int control_fd);
 /// Payload side: when asked, the first of fds 0–2 that is a terminal becomes the controlling one.
 void xsb_payload_take_controlling_terminal(const struct xsb_spawn_config *cfg, int status_fd);
 
@@ -268,7 +295,7 @@ void xsb_payload_set_no_new_privs(int status_fd);
 /// Payload side: memory-deny-write-execute (PR_SET_MDWE), when the launch asks for it.
 void xsb_payload_deny_write_execute(const struct xsb_spawn_config *cfg, int status_fd);
 /// Payload side: checks the filter, and announces the listener's fd number-to-be on the status
-/// pipe (to the init) and on `announce_fd` (to the receiver). Returns that number.
+/// pipe (to the init) and on `announce_fd` (to the receiver; -1: not here). Returns that number.
 int xsb_payload_announce_listener(const struct xsb_spawn_config *cfg, int status_fd, int announce_fd);
 /// Payload side: loads the filter with a notification listener, which must get `expected_listener`.
 void xsb_payload_load_filter(const struct xsb_spawn_config *cfg, int status_fd, int expected_listener);

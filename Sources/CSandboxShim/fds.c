@@ -4,7 +4,8 @@
 //     itself) and closes every other fd of the supervisor's before its exec;
 //   init: keeps its own fds far above the payload's 0, 1, 2, 3…, and nothing else;
 //   payload: places the caller's fds at 0, 1, 2, 3… and marks the rest close-on-exec (it shares
-//     the init's fd table until its exec, so it never closes one: that would close the init's too).
+//     the init's fd table until its exec, so it never closes one: that would close the init's too);
+//     for a payload that waits in a pre-built sandbox the init places them, in the table they share.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -114,36 +115,69 @@ static int is_script(int fd) {
     return pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && head[0] == '#' && head[1] == '!';
 }
 
-int xsb_payload_arrange_fds(const struct xsb_spawn_config *cfg, int status_fd) {
+/// Places the caller's chosen fds at 0, 1, 2, 3… and marks every other fd close-on-exec, in
+/// the fd table the payload will exec with. Sources first move above every target so that no
+/// dup2 overwrites a later source. Returns the fd to exec the program by (or -1: by path), or
+/// -2 with errno set and `*failed` naming what failed.
+static int place_payload_fds(const struct xsb_spawn_config *cfg, const char **failed) {
     size_t count = 3 + cfg->extra_fd_count;
     int floor = XSB_FD_FLOOR + (int)cfg->extra_fd_count;
     int moved[3 + XSB_MAX_EXTRA_FDS];
     if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS) {
         errno = EMFILE;
-        xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "too many extra fds");
+        *failed = "too many extra fds";
+        return -2;
     }
     for (size_t i = 0; i < count; i++) {
         int src = i < 3 ? cfg->stdio[i] : cfg->extra_fds[i - 3];
-        if (src < 0) src = open("/dev/null", O_RDWR | O_CLOEXEC);
-        if (src < 0) xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "/dev/null");
-        moved[i] = fcntl(src, F_DUPFD_CLOEXEC, floor);
-        if (moved[i] < 0) xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup");
+        if (src < 0 && (src = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
+            *failed = "/dev/null";
+            return -2;
+        }
+        if ((moved[i] = fcntl(src, F_DUPFD_CLOEXEC, floor)) < 0) {
+            *failed = "dup";
+            return -2;
+        }
     }
     // The program's own fd goes out of the way too (its number may be one of the targets).
     int program = -1;
-    if (cfg->exec_fd >= 0 && (program = fcntl(cfg->exec_fd, F_DUPFD_CLOEXEC, floor)) < 0)
-        xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup of the program");
-    for (size_t i = 0; i < count; i++) {
-        if (dup2(moved[i], (int)i) < 0) xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup2");
+    if (cfg->exec_fd >= 0 && (program = fcntl(cfg->exec_fd, F_DUPFD_CLOEXEC, floor)) < 0) {
+        *failed = "dup of the program";
+        return -2;
     }
-    if (syscall(SYS_close_range, (unsigned)count, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
-        xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "close_range");
+    for (size_t i = 0; i < count; i++) {
+        if (dup2(moved[i], (int)i) < 0) {
+            *failed = "dup2";
+            return -2;
+        }
+    }
+    if (syscall(SYS_close_range, (unsigned)count, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+        *failed = "close_range";
+        return -2;
+    }
     // A script's interpreter reads it as /dev/fd/N after the exec: the fd must survive the exec,
     // at a number that comes right after the payload's own. A binary's stays close-on-exec.
     if (program >= 0 && is_script(program)) {
-        if (dup2(program, (int)count) < 0) xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, "dup2 of the script");
+        if (dup2(program, (int)count) < 0) {
+            *failed = "dup2 of the script";
+            return -2;
+        }
         program = (int)count;
     }
+    return program;
+}
+
+int xsb_payload_arrange_fds(const struct xsb_spawn_config *cfg, int status_fd) {
+    const char *failed = NULL;
+    int program = place_payload_fds(cfg, &failed);
+    if (program == -2) xsb_payload_fail(status_fd, XSB_STEP_FILE_DESCRIPTORS, failed);
+    return program;
+}
+
+int xsb_init_place_payload_fds(const struct xsb_spawn_config *cfg, int control_fd) {
+    const char *failed = NULL;
+    int program = place_payload_fds(cfg, &failed);
+    if (program == -2) xsb_init_fail(control_fd, XSB_STEP_FILE_DESCRIPTORS, errno, failed);
     return program;
 }
 

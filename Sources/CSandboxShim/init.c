@@ -62,27 +62,38 @@ void xsb_init_run(void) {
     // The cgroup namespace is rooted in the sandbox's cgroup, which the init joined above.
     // Kernels without cgroup namespaces say EINVAL: that one step is optional by design.
     xsb_init_enter_cgroup_namespace(control_fd);                     // cgroups.c
-    // A pre-built sandbox stops here, its shape built, until a launch hands it what is per
-    // launch (the program, its arguments, environment, working directory and fds); from then on
-    // it goes on as a cold launch does. It runs one payload, ever.
-    if (cfg->prebuilt) xsb_init_await_launch(&config, control_fd);  // prebuilt.c
-
-    // The payload shares our fd table until exec and places its fds at 0, 1, 2, 3…: keep the
-    // control socket far above them.
-    control_fd = xsb_init_lift_control_socket(cfg, control_fd);      // fds.c
-    // Before the payload starts, keep only the control socket and the fds the payload will
-    // receive (the cgroup `tasks` files are done with), so nothing else can reach it and none
-    // counts against its limits.
-    xsb_init_keep_only_sources(cfg, control_fd);                     // fds.c
-
-    // The receiver thread: it must be reading the payload's listener before the payload's
-    // execve, which the filter may hand to it. The last thing created before the payload:
-    // the init's own cgroup moves and namespace changes above need a single thread.
-    struct xsb_receiver_pipes pipes;
-    xsb_receiver_launch(cfg, control_fd, &pipes);                    // receiver.c
-
     int listener = -1;
-    pid_t payload = xsb_payload_start(cfg, control_fd, pipes.announce[1], &listener);  // payload.c
+    pid_t payload;
+    struct xsb_receiver_pipes pipes;
+    if (cfg->prebuilt && cfg->waiting_payload) {
+        // A pre-built sandbox whose payload waits: started now, every step of it that depends
+        // only on the shape done (the filter loaded), it needs only its fds, working directory
+        // and exec when the launch comes.
+        control_fd = xsb_waiting_payload_start(&config, control_fd, &pipes);  // waiting_payload.c
+        int waiting[XSB_WAITING_PAYLOAD_MAX_FDS];
+        size_t count = xsb_waiting_payload_fds(&pipes, waiting);              // waiting_payload.c
+        xsb_init_await_launch(&config, control_fd, waiting, count);           // prebuilt.c
+        payload = xsb_waiting_payload_go(cfg, control_fd, &listener);          // waiting_payload.c
+    } else {
+        // A pre-built sandbox stops here, its shape built, until a launch hands it what is per
+        // launch (the program, its arguments, environment, working directory and fds); from
+        // then on it goes on as a cold launch does. It runs one payload, ever.
+        if (cfg->prebuilt) xsb_init_await_launch(&config, control_fd, NULL, 0);  // prebuilt.c
+
+        // The payload shares our fd table until exec and places its fds at 0, 1, 2, 3…: keep
+        // the control socket far above them.
+        control_fd = xsb_init_lift_control_socket(cfg, control_fd);      // fds.c
+        // Before the payload starts, keep only the control socket and the fds the payload will
+        // receive (the cgroup `tasks` files are done with), so nothing else can reach it and
+        // none counts against its limits.
+        xsb_init_keep_only_sources(cfg, control_fd);                     // fds.c
+
+        // The receiver thread: it must be reading the payload's listener before the payload's
+        // execve, which the filter may hand to it. The last thing created before the payload:
+        // the init's own cgroup moves and namespace changes above need a single thread.
+        xsb_receiver_launch(cfg, control_fd, &pipes);                    // receiver.c
+        payload = xsb_payload_start(cfg, control_fd, pipes.announce[1], &listener);  // payload.c
+    }
     // The init must not hold the caller's stdio (or the payload's copies of it) or anything
     // else for the lifetime of the sandbox: only the control socket, the receiver's pipes and
     // the listener stay. Nothing else may stay open: fail closed.

@@ -82,7 +82,9 @@ struct xsb_wire_header {
     int32_t exec_fd;  ///< the program to exec by fd, or -1: exec `path`
     int32_t mount_tree_count;
     int32_t mount_trees[XSB_MAX_MOUNT_TREES];  ///< passed fds: detached mounts to attach
-    int32_t prebuilt;  ///< 1: nothing per launch here; a launch part comes with XSB_MSG_LAUNCH
+    /// Bit 0: nothing per launch here; a launch part comes with XSB_MSG_LAUNCH. Bit 1 (with
+    /// bit 0): the payload waits for it, started with the shape.
+    int32_t prebuilt;
 };
 
 /// What is per launch in a pre-built sandbox. Fds are indexes into the fds passed beside it
@@ -239,7 +241,7 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     h.memory_deny_write_execute = cfg->memory_deny_write_execute != 0;
     h.controlling_terminal = cfg->controlling_terminal != 0;
     h.cap_last_cap = cfg->cap_last_cap;
-    h.prebuilt = cfg->prebuilt != 0;
+    h.prebuilt = (cfg->prebuilt != 0) | (cfg->prebuilt != 0 && cfg->waiting_payload != 0) << 1;
     memcpy(blob, &h, sizeof h);
     return sealed_memfd("xsb-launch", blob, size, fd_out);
 }
@@ -448,7 +450,7 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     else if (h.version != XSB_LAUNCH_FORMAT_VERSION)
         rc = refuse("launch description: another version (the sandbox init and the supervisor come from different builds)");
     else if (h.size != size) rc = refuse("launch description: size");
-    else if ((h.prebuilt & ~1) != 0) rc = refuse("launch description: flags");
+    else if ((h.prebuilt & ~3) != 0 || h.prebuilt == 2) rc = refuse("launch description: flags");
     if (rc == 0) {
         cfg->path = string_at(base, size, &h.path);
         cfg->cwd = string_at(base, size, &h.cwd);
@@ -572,7 +574,8 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     cfg->memory_deny_write_execute = h.memory_deny_write_execute;
     cfg->controlling_terminal = h.controlling_terminal;
     cfg->cap_last_cap = h.cap_last_cap;
-    cfg->prebuilt = h.prebuilt;
+    cfg->prebuilt = h.prebuilt & 1;
+    cfg->waiting_payload = (h.prebuilt & 2) != 0;
     return 0;
 }
 

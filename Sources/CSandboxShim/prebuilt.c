@@ -61,14 +61,18 @@ int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, stru
 
 // MARK: - Init side
 
-void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd) {
+void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd, const int *also_keep, size_t also_count) {
     // What built the shape (cgroup `tasks` files, detached mounts) is done with: while it waits,
-    // the init holds its control socket only.
-    int keep[1] = {control_fd};
-    xsb_init_keep_only(control_fd, keep, 1);                          // fds.c
+    // the init holds its control socket only (and a waiting payload's fds).
+    int keep[1 + XSB_WAITING_PAYLOAD_MAX_FDS];
+    size_t kept = 0;
+    keep[kept++] = control_fd;
+    for (size_t i = 0; i < also_count && i < XSB_WAITING_PAYLOAD_MAX_FDS; i++) keep[kept++] = also_keep[i];
+    xsb_init_keep_only(control_fd, keep, kept);                       // fds.c
     cfg->cgroup_tasks_fds[0] = cfg->cgroup_tasks_fds[1] = cfg->cgroup_tasks_fds[2] = cfg->cgroup_tasks_fds[3] = -1;
     cfg->mount_tree_count = 0;
     xsb_control_send(control_fd, XSB_MSG_PREBUILT, 0, 0);            // control.c
+    if (cfg->waiting_payload) xsb_waiting_payload_idle(control_fd);   // waiting_payload.c
 
     struct xsb_msg msg;
     struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};

@@ -72,11 +72,12 @@ int xsb_payload_announce_listener(const struct xsb_spawn_config *cfg, int status
     // listener before our execve, which the filter may hand to it for a decision. The init's
     // main thread learns the number from the status pipe (which it reads when the vfork
     // returns), the receiver from its own pipe (at once).
-    int expected = fcntl(0, F_DUPFD_CLOEXEC, 0);
+    int expected = fcntl(status_fd, F_DUPFD_CLOEXEC, 0);  // the lowest free number
     if (expected < 0 && errno == EMFILE) listener_has_no_room(status_fd);
     if (expected < 0) xsb_payload_fail(status_fd, XSB_STEP_SECCOMP, "listener slot");
     close(expected);
     xsb_payload_record(status_fd, XSB_STEP_NONE, expected, "listener");
+    if (announce_fd < 0) return expected;  // a waiting payload's: the init announces it (waiting_payload.c)
     int32_t announcement = expected;
     if (write(announce_fd, &announcement, sizeof announcement) != (ssize_t)sizeof announcement)
         xsb_payload_fail(status_fd, XSB_STEP_SECCOMP, "listener announcement");

@@ -116,6 +116,7 @@ struct LaunchPlan {
             config.controlling_terminal = configuration.controllingTerminal ? 1 : 0
         } else {
             config.prebuilt = 1
+            config.waiting_payload = Self.payloadCanWait(under: filter) ? 1 : 0
             config.path = UnsafePointer(arena.string(""))
             config.cwd = UnsafePointer(arena.string(""))
             config.argv = UnsafePointer(arena.stringArray([]))
@@ -158,6 +159,20 @@ struct LaunchPlan {
     /// sandbox init must let the launch's own exec through.
     static func filterSupervisesExec(_ policy: Policy) -> Bool {
         !policy.seccomp.allowExecAfterStart
+    }
+
+    /// Whether a pre-built sandbox's payload may wait for its launch with its filter loaded
+    /// (`waiting_payload.c`): the filter must let it make the two calls it makes besides the
+    /// exec (which every policy allows, or lets the init supervise): `read` of its go-ahead pipe
+    /// and `chdir`, whatever their pointers. Otherwise the payload is started at the launch, as
+    /// in a cold one, and waiting never depends on what a policy lets the program do.
+    static func payloadCanWait(under filter: CompiledSeccompFilter) -> Bool {
+        guard let read = Syscalls.number(of: "read"), let chdir = Syscalls.number(of: "chdir") else { return false }
+        let pointers: [UInt64] = [0, 0x4c_0000, 0x7ffd_1234_5678, 0xffff_ffff_ffff_f000]
+        return pointers.allSatisfy { pointer in
+            filter.evaluate(syscall: read, arguments: [UInt64(XSB_WAITING_PAYLOAD_GO_FD), pointer, 1]) == SeccompReturn.allow
+                && filter.evaluate(syscall: chdir, arguments: [pointer]) == SeccompReturn.allow
+        }
     }
 
     /// The fds a launch with `config` hands to the spawner thread, in the order the spawner

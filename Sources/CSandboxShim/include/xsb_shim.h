@@ -182,7 +182,17 @@ struct xsb_spawn_config {
     /// per launch: no program, arguments, environment, working directory or fds, and never a
     /// controlling terminal.
     int prebuilt;
+    /// 1 (pre-built only): the payload is started with the shape and waits for the launch with
+    /// every step that depends only on the shape done, its filter loaded (waiting_payload.c).
+    /// Only for a filter that lets it wait and change directory: `read` of
+    /// XSB_WAITING_PAYLOAD_GO_FD and `chdir`, both allowed whatever their pointers.
+    int waiting_payload;
 };
+
+/// The fd number a waiting payload reads its go-ahead from (waiting_payload.c): below the
+/// init's own fds, above every fd a launch places for the payload (0 … 3 + XSB_MAX_EXTRA_FDS).
+/// Fixed, so that the supervisor can check what the filter does with that very call.
+#define XSB_WAITING_PAYLOAD_GO_FD 63
 
 /// Values of xsb_spawn_result.early_violation and of an XSB_MSG_VIOLATION's value besides a
 /// syscall number.
