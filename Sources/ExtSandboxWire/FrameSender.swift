@@ -35,7 +35,7 @@ public final class FrameSender {
     public private(set) var pendingOutputFDs = 0
 
     /// Whether the fds of frames it drops unsent are closed on the closing threads
-    /// (``UntrustedDescriptors/closeOffThread(_:)``).
+    /// (`UntrustedDescriptors.closeOffThread`).
     private let untrustedPeer: Bool
     /// Whether a send whose fds the kernel refuses for now is retried (``init(descriptor:peerMaximumFrameSize:untrustedPeer:waitsForDescriptorRoom:)``).
     private let waitsForDescriptorRoom: Bool
@@ -45,7 +45,7 @@ public final class FrameSender {
     ///   - peerMaximumFrameSize: the largest frame the peer accepts (update ``encoder`` once its
     ///     HELLO is known).
     ///   - untrustedPeer: the fds of frames dropped unsent are closed on the closing threads,
-    ///     each its own way (``UntrustedDescriptors/closeOffThread(_:)``): the peer may have
+    ///     each its own way (`UntrustedDescriptors.closeOffThread`): the peer may have
     ///     queued descriptors in one whose last reference this is.
     ///   - waitsForDescriptorRoom: a frame with fds that the kernel refuses for now
     ///     (`ETOOMANYREFS`: the sending user has as many fds in flight as its fd limit, which
@@ -71,7 +71,7 @@ public final class FrameSender {
     /// still queued. Later sends throw ``WireError/connectionClosed``.
     ///
     /// With `untrustedPeer`, fds never sent are closed on the closing threads (here, in
-    /// ``removeUnsent(kind:id:)`` and when ``enqueue(_:)`` fails; see ``closeUnsent(_:)``). A
+    /// ``removeUnsent(kind:id:)`` and when ``enqueue(_:)`` fails; see `closeUnsent`). A
     /// frame's fds once it is written are closed at once: the kernel holds them in flight.
     public func detach() {
         descriptor = nil

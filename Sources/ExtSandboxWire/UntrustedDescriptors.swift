@@ -29,7 +29,7 @@ import SandboxSystem
 /// every descriptor it received and does not hand out (the fds of a malformed frame, fds no frame
 /// declares, a frame's fds when its connection breaks mid-frame) this way. The fds of frames a
 /// ``FrameSender`` never sent are the sender's own, usually copies of its caller's: those are
-/// only closed on these threads (``closeOffThread(_:)``), never abandoned.
+/// only closed on these threads (`closeOffThread`), never abandoned.
 public enum UntrustedDescriptors {
     /// The most threads that close at once. Another starts when descriptors wait and none is idle
     /// (one is held by a close that the measures above did not defuse).
@@ -77,8 +77,9 @@ public enum UntrustedDescriptors {
         DescriptorCloser.shared.enqueue(open.map { .close($0) })
     }
 
-    /// Returns once every descriptor handed to ``close(_:)`` (or ``closeOffThread(_:)``) so far (and meanwhile) is closed:
-    /// for tests and tools that count descriptors. It waits as long as those closes take.
+    /// Returns once every descriptor handed to ``close(_:)`` (or `closeOffThread`) so far (and
+    /// meanwhile) is closed: for tests and tools that count descriptors. It waits as long as those
+    /// closes take.
     public static func waitUntilClosed() {
         DescriptorCloser.shared.waitUntilIdle()
     }
