@@ -34,7 +34,8 @@ public final class FrameSender {
     /// held, and closed once written).
     public private(set) var pendingOutputFDs = 0
 
-    /// Whether the fds of frames it drops unsent are closed with ``UntrustedDescriptors/close(_:)``.
+    /// Whether the fds of frames it drops unsent are closed on the closing threads
+    /// (`UntrustedDescriptors.closeOffThread`).
     private let untrustedPeer: Bool
     /// Whether a send whose fds the kernel refuses for now is retried (``init(descriptor:peerMaximumFrameSize:untrustedPeer:waitsForDescriptorRoom:)``).
     private let waitsForDescriptorRoom: Bool
@@ -43,8 +44,9 @@ public final class FrameSender {
     /// - Parameters:
     ///   - peerMaximumFrameSize: the largest frame the peer accepts (update ``encoder`` once its
     ///     HELLO is known).
-    ///   - untrustedPeer: the fds of frames dropped unsent are closed with
-    ///     ``UntrustedDescriptors/close(_:)``: they may be another peer's, forwarded.
+    ///   - untrustedPeer: the fds of frames dropped unsent are closed on the closing threads,
+    ///     each its own way (`UntrustedDescriptors.closeOffThread`): the peer may have
+    ///     queued descriptors in one whose last reference this is.
     ///   - waitsForDescriptorRoom: a frame with fds that the kernel refuses for now
     ///     (`ETOOMANYREFS`: the sending user has as many fds in flight as its fd limit, which
     ///     another process of the same user can cause, such as another extension running as the
@@ -68,10 +70,9 @@ public final class FrameSender {
     /// Stops using the descriptor (before its owner closes it) and closes the fds of the frames
     /// still queued. Later sends throw ``WireError/connectionClosed``.
     ///
-    /// With `untrustedPeer`, fds never sent are closed with ``UntrustedDescriptors/close(_:)``
-    /// (here, in ``removeUnsent(kind:id:)`` and when ``enqueue(_:)`` fails): they may be the last
-    /// references to descriptors another peer sent, which this one forwards. A frame's fds once it
-    /// is written are closed at once: the kernel holds them in flight.
+    /// With `untrustedPeer`, fds never sent are closed on the closing threads (here, in
+    /// ``removeUnsent(kind:id:)`` and when ``enqueue(_:)`` fails; see `closeUnsent`). A
+    /// frame's fds once it is written are closed at once: the kernel holds them in flight.
     public func detach() {
         descriptor = nil
         for item in queue[queueHead...] { closeUnsent(item.frame) }
@@ -167,12 +168,16 @@ public final class FrameSender {
         return true
     }
 
-    /// Closes the fds of a frame that will not be written: with
-    /// ``UntrustedDescriptors/close(_:)`` for an untrusted peer's socket (they may be the last
-    /// references to what another peer sent, forwarded), else each its own way.
+    /// Closes the fds of a frame that will not be written, each its own way. They are the
+    /// sender's own (a host sends `dup`s of its caller's descriptors), so nothing is shut down or
+    /// made non-lingering: that would act on the socket the caller still uses. For an untrusted
+    /// peer's socket the closes run on the closing threads: with the caller's original gone, a
+    /// copy is the last reference, and the last close of a Unix socket releases in the closing
+    /// thread what was queued in it, which the peer may have put there (through another end the
+    /// caller sent it).
     private func closeUnsent(_ frame: Frame) {
         if untrustedPeer {
-            UntrustedDescriptors.close(frame.fds.releaseAll())
+            UntrustedDescriptors.closeOffThread(frame.fds)
         } else {
             frame.closeFDs()
         }

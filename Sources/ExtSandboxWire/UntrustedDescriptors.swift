@@ -25,10 +25,11 @@ import SandboxSystem
 /// descriptor that refers to it. Do not pass one whose socket is also reached through a
 /// descriptor that is kept (a `dup` of it).
 ///
-/// A ``FrameSocket`` (or ``FrameReceiver``, ``FrameSender``, ``FrameDecoder``) made with
-/// `untrustedPeer` closes every descriptor it received and does not hand out (the fds of a
-/// malformed frame, fds no frame declares, a frame's fds when its connection breaks mid-frame),
-/// and the fds of frames it never sent, this way.
+/// A ``FrameSocket`` (or ``FrameReceiver``, ``FrameDecoder``) made with `untrustedPeer` closes
+/// every descriptor it received and does not hand out (the fds of a malformed frame, fds no frame
+/// declares, a frame's fds when its connection breaks mid-frame) this way. The fds of frames a
+/// ``FrameSender`` never sent are the sender's own, usually copies of its caller's: those are
+/// only closed on these threads (`closeOffThread`), never abandoned.
 public enum UntrustedDescriptors {
     /// The most threads that close at once. Another starts when descriptors wait and none is idle
     /// (one is held by a close that the measures above did not defuse).
@@ -40,7 +41,7 @@ public enum UntrustedDescriptors {
     public static func close(_ fds: [Int32]) {
         let owned = fds.filter { $0 >= 0 }
         guard !owned.isEmpty else { return }
-        DescriptorCloser.shared.enqueue(owned)
+        DescriptorCloser.shared.enqueue(owned.map { .abandon($0) })
     }
 
     /// Closes what a peer sent (or what may be a peer's, forwarded): with ``close(_:)`` when the
@@ -65,8 +66,20 @@ public enum UntrustedDescriptors {
         }
     }
 
-    /// Returns once every descriptor handed to ``close(_:)`` so far (and meanwhile) is closed:
-    /// for tests and tools that count descriptors. It waits as long as those closes take.
+    /// Closes `descriptors` on the closing threads, each its own way (``FileDescriptor/close()``):
+    /// a plain `close(2)` for the sender's own copies, whose socket the caller's descriptors
+    /// share, so it is neither shut down nor made non-lingering; ``close(_:)`` for one that
+    /// carries it. The caller never waits: the copy may be the last reference to a Unix socket
+    /// in which a peer queued descriptors, and that close releases them in the closing thread.
+    static func closeOffThread(_ descriptors: [FileDescriptor]) {
+        let open = descriptors.filter(\.isOpen)
+        guard !open.isEmpty else { return }
+        DescriptorCloser.shared.enqueue(open.map { .close($0) })
+    }
+
+    /// Returns once every descriptor handed to ``close(_:)`` (or `closeOffThread`) so far (and
+    /// meanwhile) is closed: for tests and tools that count descriptors. It waits as long as those
+    /// closes take.
     public static func waitUntilClosed() {
         DescriptorCloser.shared.waitUntilIdle()
     }
@@ -133,6 +146,14 @@ final class DrainBuffers {
 final class DescriptorCloser: @unchecked Sendable {
     static let shared = DescriptorCloser()
 
+    /// One descriptor to close, and how.
+    enum Closing {
+        /// What a peer sent: ``UntrustedDescriptors/abandon(_:_:)``.
+        case abandon(Int32)
+        /// The owner's own: closed its own way, nothing changed on its socket.
+        case close(FileDescriptor)
+    }
+
     /// A closing thread's stack: it runs a loop and a few system calls.
     private static let stackSize = 256 << 10
 
@@ -140,7 +161,7 @@ final class DescriptorCloser: @unchecked Sendable {
     private let workAvailable = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
     private let becameIdle = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
     // Under `lock`.
-    private var queue: [Int32] = []
+    private var queue: [Closing] = []
     private var head = 0
     private var threads = 0
     private var idleThreads = 0
@@ -153,7 +174,7 @@ final class DescriptorCloser: @unchecked Sendable {
         pthread_cond_init(becameIdle, nil)
     }
 
-    func enqueue(_ fds: [Int32]) {
+    func enqueue(_ fds: [Closing]) {
         pthread_mutex_lock(lock)
         queue.append(contentsOf: fds)
         unclosed += fds.count
@@ -177,7 +198,7 @@ final class DescriptorCloser: @unchecked Sendable {
         pthread_mutex_unlock(lock)
     }
 
-    /// Takes descriptors from the queue and abandons them, one at a time, outside the lock; waits
+    /// Takes descriptors from the queue and closes them (abandons what a peer sent), one at a time, outside the lock; waits
     /// for more when it is empty (or returns, `untilEmpty`).
     private func work(untilEmpty: Bool) {
         let scratch = DrainBuffers()
@@ -192,7 +213,7 @@ final class DescriptorCloser: @unchecked Sendable {
                 pthread_cond_wait(workAvailable, lock)
                 idleThreads -= 1
             }
-            let fd = queue[head]
+            let item = queue[head]
             head += 1
             if head == queue.count {
                 queue.removeAll(keepingCapacity: queue.count <= 1024)
@@ -202,7 +223,10 @@ final class DescriptorCloser: @unchecked Sendable {
                 head = 0
             }
             pthread_mutex_unlock(lock)
-            UntrustedDescriptors.abandon(fd, scratch)
+            switch item {
+            case .abandon(let fd): UntrustedDescriptors.abandon(fd, scratch)
+            case .close(let descriptor): descriptor.close()
+            }
             pthread_mutex_lock(lock)
             unclosed -= 1
             if unclosed == 0 { pthread_cond_broadcast(becameIdle) }
