@@ -1,0 +1,142 @@
+import CSandboxShim
+import Foundation
+import Glibc
+import SandboxPolicy
+@testable import SandboxRuntime
+import SandboxSystem
+import TestSupport
+import Testing
+
+/// A pre-built sandbox's payload that waits for its launch with its filter loaded
+/// (`waiting_payload.c`), and the filters that do not let it wait.
+@Suite("Waiting payloads of pre-built sandboxes", .offThePool)
+struct WaitingPayloadTests {
+    /// The processes whose parent is `pid` (its main thread's children).
+    static func children(of pid: pid_t) -> [pid_t] {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+        return text.split(separator: " ").compactMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+
+    /// `field` of /proc/PID/status ("Seccomp", "NoNewPrivs", "CapEff"…).
+    static func status(_ pid: pid_t, _ field: String) -> String? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
+            return line.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces)
+        }
+        return nil
+    }
+
+    /// Its command line, arguments separated by spaces.
+    static func commandLine(_ pid: pid_t) -> String? {
+        (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))).map { String(decoding: $0.map { $0 == 0 ? 32 : $0 }, as: UTF8.self) }
+    }
+
+    /// The standard policy with `edit` applied.
+    static func policy(_ edit: (inout Policy) -> Void = { _ in }) throws -> Policy {
+        var policy = try Fixtures.standardPolicy()
+        edit(&policy)
+        return policy
+    }
+
+    @Test("an idle pre-built sandbox's payload already waits, filtered and without privileges, and the launch execs that very process")
+    func waitsFilteredAndRuns() async throws {
+        let supervisor = try SandboxPoolTests.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let input = OutputPipe()
+        var configuration = try SandboxPoolTests.shell("read line; exit 4")
+        configuration.standardInput = .fileDescriptor(borrowed(input.readFD))
+        try await supervisor.prepare(configuration, count: 1)
+        let initPID = try #require(SandboxPoolTests.readyPIDs(supervisor).first)
+        let waiting = try #require(Self.children(of: initPID).first, "the idle init has a child: the waiting payload")
+        #expect(Self.status(waiting, "Seccomp") == "2", "its filter is loaded")
+        #expect(Self.status(waiting, "NoNewPrivs") == "1")
+        #expect(Self.status(waiting, "CapEff") == "0000000000000000")
+        #expect(Self.status(waiting, "CapBnd") == "0000000000000000")
+        #expect(Self.commandLine(waiting)?.contains("read line") == false, "nothing of the program runs before the launch")
+
+        let process = try await supervisor.launch(configuration)
+        #expect(process.pid == initPID, "the launch took the pre-built sandbox")
+        #expect(await Fixtures.eventually { Self.commandLine(waiting)?.contains("read line") == true }, "the waiting payload exec'd the program")
+        _ = write(input.writeFD, "go\n", 3)
+        input.closeWriteEnd()
+        #expect(await process.waitForExit() == .exited(code: 4))
+    }
+
+    @Test("the payload waits only under a filter that allows its read of the go-ahead fd and its chdir, whatever their pointers")
+    func whichFiltersLetItWait() throws {
+        func canWait(_ policy: Policy) throws -> Bool { LaunchPlan.payloadCanWait(under: try policy.compileSeccompFilter()) }
+        #expect(try canWait(Self.policy()))
+        #expect(try !canWait(Self.policy { $0.seccomp.rules.removeAll { $0.syscall == "chdir" } }))
+        #expect(try !canWait(Self.policy { $0.seccomp.rules.removeAll { $0.syscall == "read" } }))
+        let readOnlyStandardInput = try Self.policy {
+            $0.seccomp.rules.removeAll { $0.syscall == "read" }
+            $0.seccomp.rules.append(SyscallRule(syscall: "read", action: .allow, conditions: [ArgumentCondition(index: 0, op: .equal, value: 0)]))
+        }
+        #expect(try !canWait(readOnlyStandardInput), "a read the filter allows for fd 0 only would stop it")
+        let chdirBelowSomeAddress = try Self.policy {
+            $0.seccomp.rules.removeAll { $0.syscall == "chdir" }
+            $0.seccomp.rules.append(SyscallRule(syscall: "chdir", action: .allow, conditions: [ArgumentCondition(index: 0, op: .less, value: 0x1000_0000)]))
+        }
+        #expect(try !canWait(chdirBelowSomeAddress), "a rule on the pointer may stop it at some address")
+    }
+
+    @Test("under a filter that would stop the waiting, the sandbox is pre-built without it and its launch runs")
+    func noWaitingUnderAStricterFilter() async throws {
+        let supervisor = try SandboxPoolTests.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        var configuration = try SandboxPoolTests.shell("exit 5")
+        configuration.policy = try Self.policy { $0.seccomp.rules.removeAll { $0.syscall == "chdir" } }
+        try await supervisor.prepare(configuration, count: 1)
+        let initPID = try #require(SandboxPoolTests.readyPIDs(supervisor).first)
+        #expect(Self.children(of: initPID).isEmpty, "nothing waits in it")
+        let process = try await supervisor.launch(configuration)
+        #expect(process.pid == initPID)
+        #expect(await process.waitForExit() == .exited(code: 5))
+    }
+
+    @Test("a waiting payload's launch fails at the step a cold launch fails at")
+    func failsLikeACold() async throws {
+        let directory = try TestPaths.makePolicyDirectory("waiting-payload-failures").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let script = directory + "/no-interpreter"
+        try "#!/nonexistent/interpreter\n".write(toFile: script, atomically: true, encoding: .utf8)
+        chmod(script, 0o755)
+        var noDirectory = try SandboxPoolTests.shell("exit 0")
+        noDirectory.workingDirectory = "/nonexistent-directory"
+        var noInterpreter = try SandboxPoolTests.shell("exit 0")
+        noInterpreter.executable = script
+        noInterpreter.arguments = ["no-interpreter"]
+
+        for configuration in [noDirectory, noInterpreter] {
+            let cold = try Supervisor(), warm = try SandboxPoolTests.supervisor()
+            defer { Task { await warm.drainPool() } }
+            var coldError: SandboxError?
+            do { _ = try await cold.launch(configuration) } catch { coldError = error }
+            try await warm.prepare(configuration, count: 1)
+            let initPID = try #require(SandboxPoolTests.readyPIDs(warm).first)
+            #expect(!Self.children(of: initPID).isEmpty, "its payload waits")
+            var warmError: SandboxError?
+            do { _ = try await warm.launch(configuration) } catch { warmError = error }
+            let expected = try #require(coldError, "the cold launch fails")
+            #expect(warmError?.step == expected.step, "warm: \(String(describing: warmError)), cold: \(expected)")
+            #expect(warmError?.errorNumber == expected.errorNumber)
+            #expect(await Fixtures.eventually { Fixtures.processState(initPID) == nil }, "the failed sandbox is gone")
+        }
+    }
+
+    @Test("a waiting payload killed while its sandbox is idle ends that sandbox, which is replaced; the launch runs")
+    func killedWhileWaiting() async throws {
+        let supervisor = try SandboxPoolTests.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let shape = try SandboxPoolTests.shell("exit 6")
+        try await supervisor.prepare(shape, count: 1)
+        let initPID = try #require(SandboxPoolTests.readyPIDs(supervisor).first)
+        let waiting = try #require(Self.children(of: initPID).first)
+        #expect(kill(waiting, SIGKILL) == 0)
+        #expect(await Fixtures.eventually { Fixtures.processState(initPID) == nil }, "the sandbox ended")
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 && !SandboxPoolTests.readyPIDs(supervisor).contains(initPID) },
+                "and was replaced")
+        let process = try await supervisor.launch(shape)
+        #expect(await process.waitForExit() == .exited(code: 6))
+    }
+}
