@@ -13,9 +13,9 @@
 // calls only: the init runs again then, and glibc's state (errno) is the init's.
 //
 // Whether a shape's payload may wait is the supervisor's decision (LaunchPlan.swift): only when
-// the filter allows the two calls it makes after loading it besides the exec, `read` of
-// XSB_WAITING_PAYLOAD_GO_FD and `chdir`, so that waiting never depends on what the policy lets
-// the program do.
+// the filter allows the calls it makes after loading it besides the exec, `read` of
+// XSB_WAITING_PAYLOAD_GO_FD and (for a working directory other than "/") `chdir`, so that
+// waiting never depends on what the policy lets the program do.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -101,8 +101,12 @@ static int waiting_payload_main(void *unused) {
         n = xsb_raw_syscall(SYS_read, XSB_WAITING_PAYLOAD_GO_FD, (long)&go, 1, 0, 0);
     } while (n == -EINTR);
     if (n != 1) fail_raw(XSB_STEP_SPAWN_PAYLOAD, n < 0 ? n : -EPIPE, "waiting for the launch");
-    n = xsb_raw_syscall(SYS_chdir, (long)cfg->cwd, 0, 0, 0, 0);
-    if (n < 0) fail_raw(XSB_STEP_WORKING_DIRECTORY, n, cfg->cwd);
+    // Its working directory is the sandbox's root already (it was started after the pivot):
+    // "/" needs no call, which a filter without `chdir` relies on (LaunchPlan.swift).
+    if (!(cfg->cwd[0] == '/' && cfg->cwd[1] == '\0')) {
+        n = xsb_raw_syscall(SYS_chdir, (long)cfg->cwd, 0, 0, 0, 0);
+        if (n < 0) fail_raw(XSB_STEP_WORKING_DIRECTORY, n, cfg->cwd);
+    }
     if (payload.program >= 0)
         n = xsb_raw_syscall(SYS_execveat, payload.program, (long)"", (long)cfg->argv, (long)cfg->envp, AT_EMPTY_PATH);
     else

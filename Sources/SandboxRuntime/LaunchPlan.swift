@@ -20,6 +20,9 @@ struct LaunchPlan {
         let executable: String
         let identity: HostIdentity
         let initExecutable: InitExecutable
+        /// A pre-built sandbox of this shape starts its payload with the shape, to wait for the
+        /// launch with its filter loaded (``LaunchPlan/payloadCanWait(under:workingDirectory:)``).
+        let payloadWaits: Bool
         let key: SandboxPool.Key
 
         /// The shape of `configuration`, with the filter and the init the supervisor found for it.
@@ -38,9 +41,11 @@ struct LaunchPlan {
             self.executable = executable
             self.identity = identity
             self.initExecutable = initExecutable
+            payloadWaits = LaunchPlan.payloadCanWait(under: filter, workingDirectory: configuration.workingDirectory)
             key = SandboxPool.Key(
                 policy: configuration.policy, filter: filter, plan: plan, hostname: configuration.hostname,
-                audit: configuration.auditSeccomp, sandboxUID: configuration.sandboxUID, sandboxGID: configuration.sandboxGID, identity: identity)
+                audit: configuration.auditSeccomp, sandboxUID: configuration.sandboxUID, sandboxGID: configuration.sandboxGID, identity: identity,
+                payloadWaits: payloadWaits)
         }
 
         /// The path to exec inside: the given one if a bind exposes it, else its real path, bound
@@ -116,7 +121,7 @@ struct LaunchPlan {
             config.controlling_terminal = configuration.controllingTerminal ? 1 : 0
         } else {
             config.prebuilt = 1
-            config.waiting_payload = Self.payloadCanWait(under: filter) ? 1 : 0
+            config.waiting_payload = shape.payloadWaits ? 1 : 0
             config.path = UnsafePointer(arena.string(""))
             config.cwd = UnsafePointer(arena.string(""))
             config.argv = UnsafePointer(arena.stringArray([]))
@@ -162,17 +167,20 @@ struct LaunchPlan {
     }
 
     /// Whether a pre-built sandbox's payload may wait for its launch with its filter loaded
-    /// (`waiting_payload.c`): the filter must let it make the two calls it makes besides the
-    /// exec (which every policy allows, or lets the init supervise): `read` of its go-ahead pipe
-    /// and `chdir`, whatever their pointers. Otherwise the payload is started at the launch, as
-    /// in a cold one, and waiting never depends on what a policy lets the program do.
-    static func payloadCanWait(under filter: CompiledSeccompFilter) -> Bool {
+    /// (`waiting_payload.c`): the filter must let it make the calls it makes besides the exec
+    /// (which every policy allows, or lets the init supervise): `read` of its go-ahead pipe and,
+    /// unless the launch's working directory is the root it already has, `chdir`, whatever their
+    /// pointers. Otherwise the payload is started at the launch, as in a cold one, so waiting
+    /// never depends on what a policy lets the program do. The answer is part of the shape: a
+    /// launch elsewhere than `/` under a filter without `chdir` takes sandboxes of its own.
+    static func payloadCanWait(under filter: CompiledSeccompFilter, workingDirectory: String) -> Bool {
         guard let read = Syscalls.number(of: "read"), let chdir = Syscalls.number(of: "chdir") else { return false }
         let pointers: [UInt64] = [0, 0x4c_0000, 0x7ffd_1234_5678, 0xffff_ffff_ffff_f000]
-        return pointers.allSatisfy { pointer in
-            filter.evaluate(syscall: read, arguments: [UInt64(XSB_WAITING_PAYLOAD_GO_FD), pointer, 1]) == SeccompReturn.allow
-                && filter.evaluate(syscall: chdir, arguments: [pointer]) == SeccompReturn.allow
+        let readAllowed = pointers.allSatisfy {
+            filter.evaluate(syscall: read, arguments: [UInt64(XSB_WAITING_PAYLOAD_GO_FD), $0, 1]) == SeccompReturn.allow
         }
+        let chdirAllowed = pointers.allSatisfy { filter.evaluate(syscall: chdir, arguments: [$0]) == SeccompReturn.allow }
+        return readAllowed && (chdirAllowed || workingDirectory == "/")
     }
 
     /// The fds a launch with `config` hands to the spawner thread, in the order the spawner

@@ -28,6 +28,8 @@ final class SandboxPool: Sendable {
         let sandboxUID: UInt32
         let sandboxGID: UInt32
         let identity: HostIdentity
+        /// Its payload waits for the launch, started with the shape (`waiting_payload.c`).
+        let payloadWaits: Bool
     }
 
     /// A bind source as it was when a sandbox was built: a different file there now means the

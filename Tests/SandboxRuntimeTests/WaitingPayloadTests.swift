@@ -62,17 +62,27 @@ struct WaitingPayloadTests {
         #expect(await process.waitForExit() == .exited(code: 4))
     }
 
-    @Test("the payload waits only under a filter that allows its read of the go-ahead fd and its chdir, whatever their pointers")
-    func whichFiltersLetItWait() throws {
-        func canWait(_ policy: Policy) throws -> Bool { LaunchPlan.payloadCanWait(under: try policy.compileSeccompFilter()) }
-        #expect(try canWait(Self.policy()))
-        #expect(try !canWait(Self.policy { $0.seccomp.rules.removeAll { $0.syscall == "chdir" } }))
-        #expect(try !canWait(Self.policy { $0.seccomp.rules.removeAll { $0.syscall == "read" } }))
-        let readOnlyStandardInput = try Self.policy {
+    /// Read allowed only below the go-ahead fd's number: every program works, the waiting does not.
+    static func readBelowTheGoAheadFD() throws -> Policy {
+        try policy {
             $0.seccomp.rules.removeAll { $0.syscall == "read" }
-            $0.seccomp.rules.append(SyscallRule(syscall: "read", action: .allow, conditions: [ArgumentCondition(index: 0, op: .equal, value: 0)]))
+            $0.seccomp.rules.append(SyscallRule(syscall: "read", action: .allow,
+                                                conditions: [ArgumentCondition(index: 0, op: .less, value: UInt64(XSB_WAITING_PAYLOAD_GO_FD))]))
         }
-        #expect(try !canWait(readOnlyStandardInput), "a read the filter allows for fd 0 only would stop it")
+    }
+
+    @Test("the payload waits only under a filter that allows its read of the go-ahead fd, and its chdir unless it stays at /, whatever their pointers")
+    func whichFiltersLetItWait() throws {
+        func canWait(_ policy: Policy, in directory: String = "/tmp") throws -> Bool {
+            LaunchPlan.payloadCanWait(under: try policy.compileSeccompFilter(), workingDirectory: directory)
+        }
+        let noChdir = try Self.policy { $0.seccomp.rules.removeAll { $0.syscall == "chdir" } }
+        #expect(try canWait(Self.policy()))
+        #expect(try canWait(Self.policy(), in: "/"))
+        #expect(try !canWait(noChdir))
+        #expect(try canWait(noChdir, in: "/"), "at / it makes no chdir")
+        #expect(try !canWait(Self.policy { $0.seccomp.rules.removeAll { $0.syscall == "read" } }, in: "/"))
+        #expect(try !canWait(Self.readBelowTheGoAheadFD(), in: "/"), "a read the filter allows for low fds only would stop it")
         let chdirBelowSomeAddress = try Self.policy {
             $0.seccomp.rules.removeAll { $0.syscall == "chdir" }
             $0.seccomp.rules.append(SyscallRule(syscall: "chdir", action: .allow, conditions: [ArgumentCondition(index: 0, op: .less, value: 0x1000_0000)]))
@@ -85,13 +95,37 @@ struct WaitingPayloadTests {
         let supervisor = try SandboxPoolTests.supervisor()
         defer { Task { await supervisor.drainPool() } }
         var configuration = try SandboxPoolTests.shell("exit 5")
-        configuration.policy = try Self.policy { $0.seccomp.rules.removeAll { $0.syscall == "chdir" } }
+        configuration.policy = try Self.readBelowTheGoAheadFD()
         try await supervisor.prepare(configuration, count: 1)
         let initPID = try #require(SandboxPoolTests.readyPIDs(supervisor).first)
         #expect(Self.children(of: initPID).isEmpty, "nothing waits in it")
         let process = try await supervisor.launch(configuration)
         #expect(process.pid == initPID)
         #expect(await process.waitForExit() == .exited(code: 5))
+    }
+
+    @Test("under a filter without chdir the payload waits for launches at / only; one elsewhere takes a sandbox of its own shape")
+    func noChdirWaitsAtTheRootOnly() async throws {
+        let supervisor = try SandboxPoolTests.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let output = OutputPipe()
+        var atRoot = try SandboxPoolTests.shell("pwd", stdout: output.writeFD)
+        atRoot.policy = try Self.policy { $0.seccomp.rules.removeAll { $0.syscall == "chdir" } }
+        var inTmp = atRoot
+        inTmp.workingDirectory = "/tmp"
+        try await supervisor.prepare(atRoot, count: 1)
+        try await supervisor.prepare(inTmp, count: 1)
+        let pids = SandboxPoolTests.readyPIDs(supervisor)
+        #expect(pids.count == 2)
+        #expect(pids.filter { !Self.children(of: $0).isEmpty }.count == 1, "one waits: the one for /")
+        let first = try await supervisor.launch(atRoot)
+        #expect(pids.contains(first.pid))
+        #expect(await first.waitForExit() == .exited(code: 0))
+        let second = try await supervisor.launch(inTmp)
+        #expect(pids.contains(second.pid))
+        #expect(await second.waitForExit() == .exited(code: 0))
+        output.closeWriteEnd()
+        #expect(await output.waitFor("/tmp\n") == "/\n/tmp\n")
     }
 
     @Test("a waiting payload's launch fails at the step a cold launch fails at")

@@ -185,7 +185,8 @@ struct xsb_spawn_config {
     /// 1 (pre-built only): the payload is started with the shape and waits for the launch with
     /// every step that depends only on the shape done, its filter loaded (waiting_payload.c).
     /// Only for a filter that lets it wait and change directory: `read` of
-    /// XSB_WAITING_PAYLOAD_GO_FD and `chdir`, both allowed whatever their pointers.
+    /// XSB_WAITING_PAYLOAD_GO_FD and, unless the working directory is "/", `chdir`, both
+    /// allowed whatever their pointers.
     int waiting_payload;
 };
 
