@@ -194,8 +194,8 @@ int xsb_spawner_send_result(int reply, const struct xsb_spawn_result *out);
 /// each launch).
 void xsb_spawner_table_clear(int inbox);
 
-/// A system call without glibc, for the init's receiver thread (a thread glibc does not know:
-/// no TLS of its own, so no errno) and what it calls. Returns the result or -errno.
+/// A system call without the C runtime, for the init's receiver thread (a thread the runtime
+/// does not know, sharing the init's errno) and what it calls. Returns the result or -errno.
 static inline long xsb_raw_syscall(long nr, long a, long b, long c, long d, long e) {
 #if defined(__x86_64__)
     long ret;

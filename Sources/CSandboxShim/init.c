@@ -44,7 +44,7 @@ void xsb_init_run(void) {
     xsb_init_join_cgroups(cfg, control_fd);                          // cgroups.c
     // Become the one id the user namespace maps (a no-op for an unprivileged caller): a root
     // caller's init is still host uid 0, which maps to nothing here and must never create a
-    // file. Raw calls, as everywhere the receiver thread (which glibc does not know) may run.
+    // file. Raw calls, as everywhere the receiver thread (which the C runtime does not know) may run.
     // Capabilities stay (uid 0 of this namespace is unmapped, so no root-to-user transition).
     xsb_init_become_mapped_ids(cfg, control_fd);                     // userns.c
     // A change of the effective ids (a root caller's: host uid 0 to 65534) clears the

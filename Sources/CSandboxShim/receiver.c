@@ -12,9 +12,10 @@
 // there is no host thread and no fd passing in the way, and on a kill the init simply exits,
 // which ends the PID namespace.
 //
-// The thread shares the init's memory, fd table and signal handlers but not its TLS (glibc
-// knows nothing of it), so it must not call anything that touches errno or other libc state:
-// every system call below is an inline `syscall` instruction.
+// The thread shares the init's memory, fd table and signal handlers, and so the init's one
+// errno (the init's C runtime, Sources/xsb-init/runtime, has no TLS), so it must not call
+// anything that touches errno or other C runtime state: every system call below is an inline
+// `syscall` instruction.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -262,7 +263,7 @@ static int receiver_main(void *unused) {
     // Tell the init's main thread that nothing more can come from the filter.
     char one = 1;
     xsb_raw_syscall(SYS_write, receiver.finished_fd, (long)&one, 1, 0, 0);
-    return 0;  // glibc's clone ends just this thread
+    return 0;  // clone ends just this thread (exit, not exit_group)
 }
 
 static int receiver_start(const struct xsb_spawn_config *cfg, int control_fd, int announce_fd, int finished_fd) {
@@ -274,7 +275,7 @@ static int receiver_start(const struct xsb_spawn_config *cfg, int control_fd, in
     __atomic_store_n(&receiver.exec_done, 0, __ATOMIC_RELEASE);
     // SIGUSR1 interrupts a blocked RECV. Only the receiver unblocks it.
     if (xsb_signals_install_wake() != 0) return -1;  // signals.c
-    // A thread glibc does not know: no TLS of its own (hence the raw syscalls), a static stack.
+    // A thread the C runtime does not know (hence the raw syscalls), on a static stack.
     // It inherits the main thread's signal mask (every signal blocked).
     receiver_tid = clone(receiver_main, receiver_stack + sizeof receiver_stack,
                          CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM, NULL);

@@ -10,7 +10,7 @@
 // Why it shares the init's memory (CLONE_VM): the launch's program, arguments and environment
 // arrive in the init's memory after the payload started; shared, it reads them where they are.
 // Shared memory is also why, once it has reported itself waiting, the payload makes raw system
-// calls only: the init runs again then, and glibc's state (errno) is the init's.
+// calls only: the init runs again then, and the C runtime's state (errno) is the init's.
 //
 // Whether a shape's payload may wait is the supervisor's decision (LaunchPlan.swift): only when
 // the filter allows the calls it makes after loading it besides the exec, `read` of
@@ -124,7 +124,7 @@ static int place_at(int fd, int target, int control_fd, const char *what) {
 }
 
 /// Takes the payload's records without blocking: 1 once it waits, 0 for nothing yet; a
-/// failure it reports fails the build. Raw calls: the payload runs glibc code in our memory now.
+/// failure it reports fails the build. Raw calls: the payload runs C runtime code in our memory now.
 static int take_records(int control_fd, int status_read, int *listener) {
     for (;;) {
         struct xsb_payload_status record;
