@@ -195,15 +195,17 @@ int xsb_spawner_send_result(int reply, const struct xsb_spawn_result *out);
 void xsb_spawner_table_clear(int inbox);
 
 /// A system call without the C runtime, for the init's receiver thread (a thread the runtime
-/// does not know, sharing the init's errno) and what it calls. Returns the result or -errno.
-static inline long xsb_raw_syscall(long nr, long a, long b, long c, long d, long e) {
+/// does not know, sharing the init's errno) and what it calls, and for the init's own C runtime
+/// (Sources/xsb-init/runtime), which needs all six arguments. Returns the result or -errno.
+static inline long xsb_inline_syscall6(long nr, long a, long b, long c, long d, long e, long f) {
 #if defined(__x86_64__)
     long ret;
     register long r10 __asm__("r10") = d;
     register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
     __asm__ volatile("syscall"
                      : "=a"(ret)
-                     : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                     : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
                      : "rcx", "r11", "memory");
     return ret;
 #elif defined(__aarch64__)
@@ -213,11 +215,17 @@ static inline long xsb_raw_syscall(long nr, long a, long b, long c, long d, long
     register long x2 __asm__("x2") = c;
     register long x3 __asm__("x3") = d;
     register long x4 __asm__("x4") = e;
-    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+    register long x5 __asm__("x5") = f;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
     return x0;
 #else
 #error "xsb_raw_syscall needs an inline system call for this architecture"
 #endif
+}
+
+/// xsb_inline_syscall6 with up to five arguments.
+static inline long xsb_raw_syscall(long nr, long a, long b, long c, long d, long e) {
+    return xsb_inline_syscall6(nr, a, b, c, d, e, 0);
 }
 
 // MARK: - User namespace (userns.c)

@@ -30,7 +30,7 @@ extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden")));
 
 /// A relocation this runtime does not apply: end as the init does when it cannot start.
 __attribute__((noreturn)) static void unsupported(void) {
-    for (;;) xsb_rt_syscall(SYS_exit_group, 127, 0, 0, 0, 0, 0);
+    for (;;) xsb_inline_syscall6(SYS_exit_group, 127, 0, 0, 0, 0, 0);
 }
 
 void xsb_rt_relocate(void) {
@@ -67,6 +67,6 @@ void xsb_rt_relocate(void) {
     if (relro != NULL) {
         uintptr_t start = (base + relro->p_vaddr) & ~(uintptr_t)4095;
         uintptr_t end = (base + relro->p_vaddr + relro->p_memsz) & ~(uintptr_t)4095;
-        if (end > start) (void)xsb_rt_syscall(SYS_mprotect, (long)start, (long)(end - start), PROT_READ, 0, 0, 0);
+        if (end > start) (void)xsb_inline_syscall6(SYS_mprotect, (long)start, (long)(end - start), PROT_READ, 0, 0, 0);
     }
 }

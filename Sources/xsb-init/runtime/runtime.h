@@ -9,34 +9,13 @@
 #error "the init's runtime (Sources/xsb-init/runtime) needs porting to this architecture"
 #endif
 
+// The shim's internal header, for its raw system call (xsb_inline_syscall6): this runtime exists
+// for the shim's objects.
+#include "../../CSandboxShim/child.h"
+
 #define XSB_RT_STRING(x) #x
 /// A macro's value as a string literal (a system call number in assembly).
 #define XSB_RT_STRINGIFY(x) XSB_RT_STRING(x)
-
-/// One system call with up to six arguments; returns the kernel's result (-errno on failure).
-static inline long xsb_rt_syscall(long nr, long a, long b, long c, long d, long e, long f) {
-#if defined(__x86_64__)
-    long ret;
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    register long r9 __asm__("r9") = f;
-    __asm__ volatile("syscall"
-                     : "=a"(ret)
-                     : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
-    return ret;
-#else
-    register long x8 __asm__("x8") = nr;
-    register long x0 __asm__("x0") = a;
-    register long x1 __asm__("x1") = b;
-    register long x2 __asm__("x2") = c;
-    register long x3 __asm__("x3") = d;
-    register long x4 __asm__("x4") = e;
-    register long x5 __asm__("x5") = f;
-    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
-    return x0;
-#endif
-}
 
 /// glibc's convention for a kernel result: -1 with errno set for -4095…-1, the value otherwise.
 long xsb_rt_result(long ret);

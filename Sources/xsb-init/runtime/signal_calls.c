@@ -40,17 +40,17 @@ int sigaddset(sigset_t *set, int sig) {
 }
 
 int sigprocmask(int how, const sigset_t *restrict set, sigset_t *restrict old) {
-    return (int)xsb_rt_result(xsb_rt_syscall(SYS_rt_sigprocmask, how, (long)set, (long)old, KERNEL_SIGSET_SIZE, 0, 0));
+    return (int)xsb_rt_result(xsb_inline_syscall6(SYS_rt_sigprocmask, how, (long)set, (long)old, KERNEL_SIGSET_SIZE, 0, 0));
 }
 
 int pthread_sigmask(int how, const sigset_t *restrict set, sigset_t *restrict old) {
     // The error number itself, not -1 and errno.
-    long ret = xsb_rt_syscall(SYS_rt_sigprocmask, how, (long)set, (long)old, KERNEL_SIGSET_SIZE, 0, 0);
+    long ret = xsb_inline_syscall6(SYS_rt_sigprocmask, how, (long)set, (long)old, KERNEL_SIGSET_SIZE, 0, 0);
     return ret < 0 ? (int)-ret : 0;
 }
 
 int signalfd(int fd, const sigset_t *mask, int flags) {
-    return (int)xsb_rt_result(xsb_rt_syscall(SYS_signalfd4, fd, (long)mask, KERNEL_SIGSET_SIZE, flags, 0, 0));
+    return (int)xsb_rt_result(xsb_inline_syscall6(SYS_signalfd4, fd, (long)mask, KERNEL_SIGSET_SIZE, flags, 0, 0));
 }
 
 /// The kernel's struct sigaction (x86_64 and aarch64 alike).
@@ -89,7 +89,7 @@ int sigaction(int sig, const struct sigaction *restrict action, struct sigaction
         new_k.restorer = (void *)xsb_rt_restore;
 #endif
     }
-    long ret = xsb_rt_syscall(SYS_rt_sigaction, sig, action != NULL ? (long)&new_k : 0, old != NULL ? (long)&old_k : 0,
+    long ret = xsb_inline_syscall6(SYS_rt_sigaction, sig, action != NULL ? (long)&new_k : 0, old != NULL ? (long)&old_k : 0,
                               KERNEL_SIGSET_SIZE, 0, 0);
     if (ret < 0) return (int)xsb_rt_result(ret);
     if (old != NULL) {

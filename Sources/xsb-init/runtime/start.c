@@ -15,7 +15,7 @@ void xsb_rt_relocate(void);
 __attribute__((noreturn, used)) void xsb_rt_start(void) {
     xsb_rt_relocate();
     int status = main();
-    for (;;) xsb_rt_syscall(SYS_exit_group, status, 0, 0, 0, 0, 0);
+    for (;;) xsb_inline_syscall6(SYS_exit_group, status, 0, 0, 0, 0, 0);
 }
 
 #if defined(__x86_64__)

@@ -37,19 +37,19 @@ long xsb_rt_result(long ret) {
     return ret;
 }
 
-#define SYS0(nr) xsb_rt_result(xsb_rt_syscall(nr, 0, 0, 0, 0, 0, 0))
-#define SYS1(nr, a) xsb_rt_result(xsb_rt_syscall(nr, (long)(a), 0, 0, 0, 0, 0))
-#define SYS2(nr, a, b) xsb_rt_result(xsb_rt_syscall(nr, (long)(a), (long)(b), 0, 0, 0, 0))
-#define SYS3(nr, a, b, c) xsb_rt_result(xsb_rt_syscall(nr, (long)(a), (long)(b), (long)(c), 0, 0, 0))
-#define SYS4(nr, a, b, c, d) xsb_rt_result(xsb_rt_syscall(nr, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0))
-#define SYS5(nr, a, b, c, d, e) xsb_rt_result(xsb_rt_syscall(nr, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0))
+#define SYS0(nr) xsb_rt_result(xsb_inline_syscall6(nr, 0, 0, 0, 0, 0, 0))
+#define SYS1(nr, a) xsb_rt_result(xsb_inline_syscall6(nr, (long)(a), 0, 0, 0, 0, 0))
+#define SYS2(nr, a, b) xsb_rt_result(xsb_inline_syscall6(nr, (long)(a), (long)(b), 0, 0, 0, 0))
+#define SYS3(nr, a, b, c) xsb_rt_result(xsb_inline_syscall6(nr, (long)(a), (long)(b), (long)(c), 0, 0, 0))
+#define SYS4(nr, a, b, c, d) xsb_rt_result(xsb_inline_syscall6(nr, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0))
+#define SYS5(nr, a, b, c, d, e) xsb_rt_result(xsb_inline_syscall6(nr, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0))
 #define SYS6(nr, a, b, c, d, e, f) \
-    xsb_rt_result(xsb_rt_syscall(nr, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f)))
+    xsb_rt_result(xsb_inline_syscall6(nr, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f)))
 
 // MARK: - Processes
 
 void _exit(int status) {
-    for (;;) xsb_rt_syscall(SYS_exit_group, status, 0, 0, 0, 0, 0);
+    for (;;) xsb_inline_syscall6(SYS_exit_group, status, 0, 0, 0, 0, 0);
 }
 
 long syscall(long nr, ...) {
@@ -145,26 +145,26 @@ int munmap(void *address, size_t size) { return (int)SYS2(SYS_munmap, address, s
 
 // MARK: - Files and directories
 
+/// The mode argument of open and openat: passed only when the call may create the file.
+static int open_at(int dir, const char *path, int flags, va_list more) {
+    int mode = (flags & (O_CREAT | __O_TMPFILE)) ? va_arg(more, int) : 0;
+    return (int)SYS4(SYS_openat, dir, path, flags, mode);
+}
+
 int open(const char *path, int flags, ...) {
-    int mode = 0;
-    if (flags & (O_CREAT | __O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, int);
-        va_end(ap);
-    }
-    return (int)SYS4(SYS_openat, AT_FDCWD, path, flags, mode);
+    va_list more;
+    va_start(more, flags);
+    int fd = open_at(AT_FDCWD, path, flags, more);
+    va_end(more);
+    return fd;
 }
 
 int openat(int dir, const char *path, int flags, ...) {
-    int mode = 0;
-    if (flags & (O_CREAT | __O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, int);
-        va_end(ap);
-    }
-    return (int)SYS4(SYS_openat, dir, path, flags, mode);
+    va_list more;
+    va_start(more, flags);
+    int fd = open_at(dir, path, flags, more);
+    va_end(more);
+    return fd;
 }
 
 int access(const char *path, int mode) {
@@ -178,7 +178,7 @@ int access(const char *path, int mode) {
 int faccessat(int dir, const char *path, int mode, int flags) {
     // The kernel's faccessat has no flags; faccessat2 (Linux 5.8) has. Without it, "exists
     // (without following a symbolic link)" is what a stat says; other checks need no flags here.
-    long ret = xsb_rt_syscall(SYS_faccessat2, dir, (long)path, mode, flags, 0, 0);
+    long ret = xsb_inline_syscall6(SYS_faccessat2, dir, (long)path, mode, flags, 0, 0);
     if (ret == -ENOSYS) {
         if (flags == 0) return (int)SYS3(SYS_faccessat, dir, path, mode);
         if (mode == F_OK) {
