@@ -201,9 +201,10 @@ static inline long xsb_raw_syscall(long nr, long a, long b, long c, long d, long
     long ret;
     register long r10 __asm__("r10") = d;
     register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = 0;  // the sixth argument: a filter sees it, so never garbage
     __asm__ volatile("syscall"
                      : "=a"(ret)
-                     : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                     : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
                      : "rcx", "r11", "memory");
     return ret;
 #elif defined(__aarch64__)
