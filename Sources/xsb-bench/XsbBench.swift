@@ -209,9 +209,11 @@ struct XsbBench {
                 return
             }
             if let count = Int(option("--profile-rtt") ?? "") {
-                let samples = try await bench.roundTripsOnly(count: count)
+                let (samples, host, ext) = try await bench.roundTripsOnly(count: count)
                 let sorted = samples.sorted(), p99 = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
-                print(String(format: "%d host-API round trips, median %.1f us, p99 %.1f us", count, median(samples) * 1e6, p99 * 1e6))
+                let n = Double(max(count, 1))
+                print(String(format: "%d host-API round trips, median %.1f us, p99 %.1f us, host cpu %.1f us, %.2f cs; extension cpu %.1f us, %.2f cs per round trip",
+                             count, median(samples) * 1e6, p99 * 1e6, host.cpu / n * 1e6, host.switches / n, ext.cpu / n * 1e6, ext.switches / n))
                 return
             }
             let results = try await bench.run()
