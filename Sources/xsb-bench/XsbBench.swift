@@ -20,7 +20,7 @@ import SandboxSystem
 /// 30; see ``IPCBench``). `--breakdown` adds where a round trip's time goes (see
 /// ``Breakdown``). The extension (`xsb-echo-extension`) and the raw C reference
 /// (`xsb-pingpong`) default to the files next to this executable. `--profile-rtt N` only runs N
-/// host-API round trips, `--profile-connect N` only N connects (each followed by its first reply),
+/// host-API round trips (with CPU time and context switches per round trip), `--profile-connect N` only N connects (each followed by its first reply),
 /// `--profile-tp N` only N throughput samples, `--profile-distributed N` only N small distributed
 /// calls and N/10 1 MiB ones (`--profile-distributed-bulk M`: M) (with CPU time and context switches per call), and prints their median: for `perf record`
 /// sessions and A/B runs. `--scale` and `--faults` measure scale and host-level faults over the
