@@ -223,7 +223,7 @@ static inline long xsb_inline_syscall6(long nr, long a, long b, long c, long d, 
 #endif
 }
 
-/// xsb_inline_syscall6 with up to five arguments.
+/// xsb_inline_syscall6 with up to five arguments: the sixth is 0 (a filter sees it, so never garbage).
 static inline long xsb_raw_syscall(long nr, long a, long b, long c, long d, long e) {
     return xsb_inline_syscall6(nr, a, b, c, d, e, 0);
 }

@@ -1,6 +1,6 @@
 // The payload: started by the sandbox init (xsb_payload_start), and its last steps before exec
-// (xsb_payload_main), in the order that matters: session, signals, fds, working directory,
-// rlimits, capabilities, no_new_privs, memory-deny-write-execute, seccomp (last), execve. Each
+// (xsb_payload_main), in the order that matters: session, signals, fds, rlimits, capabilities,
+// working directory, no_new_privs, memory-deny-write-execute, seccomp (last), execve. Each
 // step is in the file of its mechanism; this file is their order.
 //
 // It runs in a vfork child of the sandbox init that shares the init's fd table, so it never
@@ -74,9 +74,11 @@ void xsb_payload_main(const struct xsb_spawn_config *cfg, int announce_fd, int s
     // Ctrl-C, Ctrl-\ and window size changes then reach the program's foreground process group,
     // and a shell inside gets job control. The caller's own terminal never gets here.
     xsb_payload_take_controlling_terminal(cfg, status_fd);           // fds.c
-    if (chdir(cfg->cwd) != 0) xsb_payload_fail(status_fd, XSB_STEP_WORKING_DIRECTORY, cfg->cwd);
     xsb_payload_apply_rlimits(cfg, status_fd);                       // rlimits.c
     xsb_payload_drop_capabilities(cfg, status_fd);                   // capabilities.c
+    // With the program's own rights: a directory only the capabilities dropped above could
+    // enter is refused, as it is for a waiting payload (waiting_payload.c).
+    if (chdir(cfg->cwd) != 0) xsb_payload_fail(status_fd, XSB_STEP_WORKING_DIRECTORY, cfg->cwd);
     // Checked now, with the sandbox's own rights, so the common exec failures are reported
     // precisely before the filter is in place. (A program given as an fd is the supervisor's
     // own sealed copy, executable by everyone.)

@@ -31,8 +31,10 @@
 void xsb_payload_deny_write_execute(const struct xsb_spawn_config *cfg, int status_fd) {
     // Memory-deny-write-execute: no mapping may be writable and executable, and none may gain
     // PROT_EXEC later. It is a property of the mm, kept across execve (the new mm inherits it;
-    // PR_MDWE_NO_INHERIT is not set) and fork, and cannot be cleared. This payload has its own mm
-    // (the vfork shares only the fd table), so the init is not affected. Fail closed: a kernel
+    // PR_MDWE_NO_INHERIT is not set) and fork, and cannot be cleared. A cold launch's payload has
+    // its own mm (the vfork shares only the fd table), so the init is not affected; a waiting
+    // payload shares the init's (waiting_payload.c), so the init gets it too, which is harmless:
+    // it never maps anything executable after its start. Fail closed: a kernel
     // without it (before 6.3) refuses with EINVAL and the launch stops here.
     if (cfg->memory_deny_write_execute) {
         if (prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0L, 0L, 0L) != 0)

@@ -13,9 +13,10 @@
 // calls only: the init runs again then, and the C runtime's state (errno) is the init's.
 //
 // Whether a shape's payload may wait is the supervisor's decision (LaunchPlan.swift): only when
-// the filter allows the calls it makes after loading it besides the exec, `read` of
-// XSB_WAITING_PAYLOAD_GO_FD and (for a working directory other than "/") `chdir`, so that
-// waiting never depends on what the policy lets the program do.
+// the filter allows every call it makes after loading it besides the exec (`read` of
+// XSB_WAITING_PAYLOAD_GO_FD, a record's `write` to XSB_WAITING_PAYLOAD_STATUS_FD, `exit_group`,
+// and for a working directory other than "/" `chdir`), so that waiting never depends on what
+// the policy lets the program do, and nothing it does is ever notified before the receiver reads.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -25,12 +26,18 @@
 #include <stdint.h>
 #include <time.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "child.h"
 
 /// The value of the record that says the payload waits (after the one naming its listener).
 #define XSB_WAITING_RECORD (-1)
+
+_Static_assert(sizeof(struct xsb_payload_status) == XSB_PAYLOAD_STATUS_RECORD_SIZE, "the record size the supervisor's check assumes");
+_Static_assert(3 + XSB_MAX_EXTRA_FDS + 1 < XSB_WAITING_PAYLOAD_STATUS_FD, "the payload's fds (a script's too) stay below the waiting payload's");
+_Static_assert(XSB_WAITING_PAYLOAD_STATUS_FD < XSB_WAITING_PAYLOAD_GO_FD && XSB_WAITING_PAYLOAD_GO_FD < XSB_FD_FLOOR,
+               "the waiting payload's fds stay below the init's own");
 
 /// What the payload works with: written by the init before it starts the payload, and
 /// `program` before the go-ahead.
@@ -116,11 +123,21 @@ static int waiting_payload_main(void *unused) {
 
 // MARK: - Init side
 
-/// Moves `fd` to exactly `target` (close-on-exec), closing the original.
+/// Moves `fd` to exactly `target` (close-on-exec), closing the original; `target` must be free.
 static int place_at(int fd, int target, int control_fd, const char *what) {
+    if (fcntl(target, F_GETFD) >= 0) xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, EBUSY, what);
     if (syscall(SYS_dup3, fd, target, O_CLOEXEC) < 0) xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, what);
     close(fd);
     return target;
+}
+
+/// Whether the payload has ended or been stopped (from outside: nothing in the sandbox may
+/// signal it), without reaping it: either way it will never exec.
+static int payload_gone_or_stopped(void) {
+    if (__atomic_load_n(&payload_tid, __ATOMIC_ACQUIRE) == 0) return 1;
+    siginfo_t info;
+    info.si_pid = 0;
+    return waitid(P_PID, (id_t)init_side.pid, &info, WEXITED | WSTOPPED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0;
 }
 
 /// Takes the payload's records without blocking: 1 once it waits, 0 for nothing yet; a
@@ -174,7 +191,8 @@ int xsb_waiting_payload_start(struct xsb_spawn_config *cfg, int control_fd, stru
     int status[2], go[2];
     if (pipe2(status, O_CLOEXEC | O_NONBLOCK) != 0 || pipe2(go, O_CLOEXEC) != 0)
         xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "pipe2");
-    for (int i = 0; i < 2; i++) status[i] = xsb_init_move_high(cfg, control_fd, status[i], "status pipe");
+    status[0] = xsb_init_move_high(cfg, control_fd, status[0], "status pipe");
+    status[1] = place_at(status[1], XSB_WAITING_PAYLOAD_STATUS_FD, control_fd, "status pipe");
     go[1] = xsb_init_move_high(cfg, control_fd, go[1], "go-ahead pipe");
     go[0] = place_at(go[0], XSB_WAITING_PAYLOAD_GO_FD, control_fd, "go-ahead pipe");
 
@@ -188,13 +206,13 @@ int xsb_waiting_payload_start(struct xsb_spawn_config *cfg, int control_fd, stru
     int pid = clone(waiting_payload_main, payload_stack + sizeof payload_stack,
                     CLONE_VM | CLONE_FILES | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, NULL, &payload_tid, NULL, &payload_tid);
     if (pid < 0) xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "clone");
+    init_side.pid = pid;
     int listener = await_waiting(control_fd, status[0]);
     listener = xsb_init_move_high(cfg, control_fd, listener, "seccomp listener");
     int32_t announcement = listener;
     if (write(pipes->announce[1], &announcement, sizeof announcement) != (ssize_t)sizeof announcement)
         xsb_init_fail(control_fd, XSB_STEP_SECCOMP, errno, "listener announcement");
 
-    init_side.pid = pid;
     init_side.listener = listener;
     init_side.status_read = status[0];
     init_side.go_write = go[1];
@@ -224,20 +242,26 @@ void xsb_waiting_payload_idle(int control_fd) {
             if (errno == EINTR) continue;
             xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, errno, "poll");
         }
-        // Killed from outside while idle: this sandbox can run nothing any more. Its end tells
-        // the supervisor's watch of idle sandboxes, which replaces it.
-        if (__atomic_load_n(&payload_tid, __ATOMIC_ACQUIRE) == 0) _exit(1);
         if (watch[1].revents & POLLIN) xsb_signals_drain(exits);
+        // Killed or stopped from outside while idle: this sandbox can run nothing any more. Its
+        // end tells the supervisor's watch of idle sandboxes, which replaces it (a record the
+        // payload wrote before it ended names why).
+        if (payload_gone_or_stopped()) {
+            int ignored = -1;
+            (void)take_records(control_fd, init_side.status_read, &ignored);
+            xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, ECHILD, "the waiting payload ended or stopped while idle");
+        }
         if (watch[0].revents != 0) break;
     }
     close(exits);
 }
 
 pid_t xsb_waiting_payload_go(const struct xsb_spawn_config *cfg, int control_fd, int *listener) {
-    // Killed from outside while it waited: this sandbox fails its launch (the supervisor then
-    // launches cold) rather than report a program that never ran.
-    if (__atomic_load_n(&payload_tid, __ATOMIC_ACQUIRE) == 0)
-        xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, ECHILD, "the waiting payload ended before its launch");
+    // Killed or stopped from outside since the idle watch last looked: this sandbox fails its
+    // launch (the supervisor then launches cold, as after any failure of a pre-built sandbox)
+    // rather than report a program that never ran or wait for it for good.
+    if (payload_gone_or_stopped())
+        xsb_init_fail(control_fd, XSB_STEP_SPAWN_PAYLOAD, ECHILD, "the waiting payload ended or stopped before its launch");
     payload.program = xsb_init_place_payload_fds(cfg, control_fd);   // fds.c
     char go = 1;
     ssize_t n;

@@ -54,7 +54,7 @@ public struct CallEnvelope: Sendable, Hashable {
     /// The envelope's bytes. Throws when a field is over its bound or the whole is over
     /// `maximumSize` (the peer's maximum frame size less the frame header, usually).
     public func encoded(maximumSize: Int = .max) throws(FormatError) -> [UInt8] {
-        var sizes = arguments.map(\.count)
+        var sizes = arguments.map { $0.count }
         if !trailingBytes.isEmpty, !sizes.isEmpty { sizes[sizes.count - 1] += trailingBytes.count }
         return try Self.encode(target: target, method: method, argumentSizes: sizes, maximumSize: maximumSize) { index, bytes in
             bytes += arguments[index]
@@ -65,7 +65,7 @@ public struct CallEnvelope: Sendable, Hashable {
     /// An envelope whose arguments are values, each written straight into the envelope's bytes
     /// (a large argument is copied once).
     static func encode(target: String, method: String, values: [WireValue]) throws(FormatError) -> [UInt8] {
-        try encode(target: target, method: method, argumentSizes: values.map(\.serializedSize), maximumSize: .max) { index, bytes in
+        try encode(target: target, method: method, argumentSizes: values.map { $0.serializedSize }, maximumSize: .max) { index, bytes in
             values[index].write(to: &bytes)
         }
     }
@@ -84,7 +84,7 @@ public struct CallEnvelope: Sendable, Hashable {
             return (try encode(target: target, method: method, values: values), [])
         }
         let last = values.count - 1
-        let head = try encode(target: target, method: method, argumentSizes: values.map(\.serializedSize), maximumSize: .max,
+        let head = try encode(target: target, method: method, argumentSizes: values.map { $0.serializedSize }, maximumSize: .max,
                               leftOut: large.count) { index, bytes in
             if index == last {
                 WireValue.writeBytesHeader(count: large.count, to: &bytes)
@@ -98,7 +98,8 @@ public struct CallEnvelope: Sendable, Hashable {
     /// `leftOut`: bytes at the end that `writeArgument` does not write (the caller sends them).
     private static func encode(target: String, method: String, argumentSizes: [Int], maximumSize: Int, leftOut: Int = 0,
                                writeArgument: (Int, inout [UInt8]) -> Void) throws(FormatError) -> [UInt8] {
-        let targetBytes = Array(target.utf8), methodBytes = Array(method.utf8)
+        // Written from the strings' own UTF-8 (a native string knows its count): no copies.
+        let targetBytes = target.utf8, methodBytes = method.utf8
         guard (1...Self.maximumTargetLength).contains(targetBytes.count) else {
             throw FormatError("target of \(targetBytes.count) bytes (1–\(Self.maximumTargetLength))")
         }

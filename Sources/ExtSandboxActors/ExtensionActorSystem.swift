@@ -173,15 +173,17 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
 
     /// Serves one call envelope the peer sent (a REQUEST's payload, with its `fileDescriptors`,
     /// which this takes: those no argument takes are closed) on this side's exported object: the
-    /// answer to send back. Never throws: every failure is an ERROR answer.
-    public func serve(_ envelopeBytes: [UInt8], fileDescriptors: [Int32]) async -> CallAnswer {
+    /// answer to send back. Never throws: every failure is an ERROR answer. Runs on the caller's
+    /// executor (`nonisolated(nonsending)`) until the hop into the served actor: a server's reader
+    /// thread keeps it, and no hop of its own is made on the way in or out.
+    public nonisolated(nonsending) func serve(_ envelopeBytes: [UInt8], fileDescriptors: [Int32]) async -> CallAnswer {
         await serve(envelopeBytes, followedBy: [], fileDescriptors: fileDescriptors)
     }
 
     /// ``serve(_:fileDescriptors:)`` of an envelope whose last bytes, `tail`, were received apart
     /// (a frame's payload tail, ``CallEnvelope/trailingByteCount(payloadCount:prefix:)``): the last
     /// argument's byte array, which a `[UInt8]` parameter then takes as it is.
-    public func serve(_ envelopeBytes: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) async -> CallAnswer {
+    public nonisolated(nonsending) func serve(_ envelopeBytes: [UInt8], followedBy tail: [UInt8], fileDescriptors: [Int32]) async -> CallAnswer {
         let descriptors = DescriptorTable(received: fileDescriptors)
         defer { descriptors.closeUntaken() }
         let envelope: CallEnvelope
@@ -213,11 +215,7 @@ public final class ExtensionActorSystem: DistributedActorSystem, Sendable {
         var decoder = InvocationDecoder(arguments: envelope.arguments, trailingBytes: envelope.trailingBytes, actorType: type(of: actor),
                                         descriptors: descriptors)
         let handler = ResultHandler()
-        do {
-            try await method.execute(on: actor, decoder: &decoder, handler: handler)
-        } catch {
-            return ResultHandler.answer(for: error)
-        }
+        await method.execute(on: actor, decoder: &decoder, handler: handler)
         return handler.answer ?? .error(code: CallErrorCode.thrownError, message: "the method produced no result")
     }
 }

@@ -12,6 +12,21 @@ public final class ExtensionResultHandler: DistributedTargetInvocationResultHand
     var answer: CallAnswer? { outcome.withLock { $0 } }
 
     public func onReturn<Success: Codable>(value: Success) async throws {
+        record(value: value)
+    }
+
+    public func onReturnVoid() async throws {
+        recordVoid()
+    }
+
+    public func onThrow<Err: Error>(error: Err) async throws {
+        record(error: error)
+    }
+
+    // The synchronous forms, which `ResolvedMethod` calls: each `await` of an async function on
+    // the serving path is a check of the task's executor preference under its status lock.
+
+    func record<Success: Codable>(value: Success) {
         let answer: CallAnswer
         do {
             let descriptors = DescriptorTable()
@@ -23,11 +38,11 @@ public final class ExtensionResultHandler: DistributedTargetInvocationResultHand
         outcome.withLock { $0 = answer }
     }
 
-    public func onReturnVoid() async throws {
+    func recordVoid() {
         outcome.withLock { $0 = .reply([], fileDescriptors: []) }
     }
 
-    public func onThrow<Err: Error>(error: Err) async throws {
+    func record(error: any Error) {
         outcome.withLock { $0 = Self.answer(for: error) }
     }
 

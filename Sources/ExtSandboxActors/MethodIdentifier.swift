@@ -31,7 +31,9 @@ struct MethodIdentifier {
     /// `contract`; nil if not (another type's, or no method at all). Throws when it is a
     /// compiled method whose types do not resolve for `actorType`.
     func resolved(in contract: Contract, for actorType: any DistributedActor.Type) throws(ExecuteDistributedTargetError) -> ResolvedMethod? {
-        guard text.hasPrefix(contract.prefix), text.hasSuffix("TE") else { return nil }
+        // Compared as bytes: `hasPrefix` on `String` walks grapheme boundaries, and a mangled
+        // name is ASCII (an identifier equal only up to Unicode equivalence is no accessor's).
+        guard text.utf8.starts(with: contract.prefix.utf8), text.utf8.suffix(2).elementsEqual("TE".utf8) else { return nil }
         let key = Key(actorType: ObjectIdentifier(actorType), name: text)
         if let known = Self.resolved.withLock({ $0[key] }) { return known }
         guard isCompiledAccessor else { return nil }

@@ -115,7 +115,7 @@ final class ResolvedMethod: @unchecked Sendable {
 
     /// Calls the method on `actor` (of the type it was resolved for) with `decoder`'s arguments,
     /// and gives its result or error to `handler`, as `executeDistributedTarget` does.
-    func execute(on actor: AnyObject, decoder: inout ExtensionInvocationDecoder, handler: ExtensionResultHandler) async throws {
+    func execute(on actor: AnyObject, decoder: inout ExtensionInvocationDecoder, handler: ExtensionResultHandler) async {
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: max(result.size, 1), alignment: result.alignment)
         defer { buffer.deallocate() }
         do {
@@ -126,15 +126,11 @@ final class ResolvedMethod: @unchecked Sendable {
                 numWitnessTables: UInt(buffers.witnessTableCount))
         } catch {
             // The method threw (or an argument did not decode): the buffer holds nothing.
-            try await handler.onThrow(error: error)
+            handler.record(error: error)
             return
         }
         // The buffer now holds the result, which delivering moves out of it.
-        do {
-            try await result.deliver(from: buffer, to: handler)
-        } catch {
-            try await handler.onThrow(error: error)
-        }
+        result.deliver(from: buffer, to: handler)
     }
 }
 
@@ -144,21 +140,21 @@ private protocol ResultDelivery {
     static var size: Int { get }
     static var alignment: Int { get }
     /// Moves the result out of `buffer` (left uninitialized) and hands it to `handler`.
-    static func deliver(from buffer: UnsafeMutableRawPointer, to handler: ExtensionResultHandler) async throws
+    static func deliver(from buffer: UnsafeMutableRawPointer, to handler: ExtensionResultHandler)
 }
 
 private enum VoidDelivery: ResultDelivery {
     static var size: Int { 0 }
     static var alignment: Int { 1 }
-    static func deliver(from buffer: UnsafeMutableRawPointer, to handler: ExtensionResultHandler) async throws {
-        try await handler.onReturnVoid()
+    static func deliver(from buffer: UnsafeMutableRawPointer, to handler: ExtensionResultHandler) {
+        handler.recordVoid()
     }
 }
 
 private enum ValueDelivery<Result: Codable>: ResultDelivery {
     static var size: Int { MemoryLayout<Result>.size }
     static var alignment: Int { MemoryLayout<Result>.alignment }
-    static func deliver(from buffer: UnsafeMutableRawPointer, to handler: ExtensionResultHandler) async throws {
-        try await handler.onReturn(value: buffer.assumingMemoryBound(to: Result.self).move())
+    static func deliver(from buffer: UnsafeMutableRawPointer, to handler: ExtensionResultHandler) {
+        handler.record(value: buffer.assumingMemoryBound(to: Result.self).move())
     }
 }

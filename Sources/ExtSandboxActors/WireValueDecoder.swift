@@ -40,34 +40,35 @@ enum ValueReading {
         }
     }
 
-    static func integer<T: FixedWidthInteger>(_ type: T.Type, _ value: WireValue, _ codingPath: [any CodingKey]) throws -> T {
+    // The coding path is only made for an error: a keyed container's costs an array per field.
+    static func integer<T: FixedWidthInteger>(_ type: T.Type, _ value: WireValue, _ codingPath: @autoclosure () -> [any CodingKey]) throws -> T {
         let result: T? = switch value {
         case .int(let integer): T(exactly: integer)
         case .uint(let integer): T(exactly: integer)
-        default: throw mismatch("an integer", value, codingPath)
+        default: throw mismatch("an integer", value, codingPath())
         }
         guard let result else {
-            throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "the integer does not fit \(T.self)"))
+            throw DecodingError.dataCorrupted(.init(codingPath: codingPath(), debugDescription: "the integer does not fit \(T.self)"))
         }
         return result
     }
 
-    static func double(_ value: WireValue, _ codingPath: [any CodingKey]) throws -> Double {
+    static func double(_ value: WireValue, _ codingPath: @autoclosure () -> [any CodingKey]) throws -> Double {
         switch value {
         case .double(let number): number
         case .int(let integer): Double(integer)
         case .uint(let integer): Double(integer)
-        default: throw mismatch("a number", value, codingPath)
+        default: throw mismatch("a number", value, codingPath())
         }
     }
 
-    static func bool(_ value: WireValue, _ codingPath: [any CodingKey]) throws -> Bool {
-        guard case .bool(let flag) = value else { throw mismatch("a boolean", value, codingPath) }
+    static func bool(_ value: WireValue, _ codingPath: @autoclosure () -> [any CodingKey]) throws -> Bool {
+        guard case .bool(let flag) = value else { throw mismatch("a boolean", value, codingPath()) }
         return flag
     }
 
-    static func string(_ value: WireValue, _ codingPath: [any CodingKey]) throws -> String {
-        guard case .string(let text) = value else { throw mismatch("a string", value, codingPath) }
+    static func string(_ value: WireValue, _ codingPath: @autoclosure () -> [any CodingKey]) throws -> String {
+        guard case .string(let text) = value else { throw mismatch("a string", value, codingPath()) }
         return text
     }
 }

@@ -5,6 +5,9 @@ struct WireValueEncoder {
     var descriptors: DescriptorTable?
 
     func encode<Value: Encodable>(_ value: Value) throws -> WireValue {
+        // A string or byte array, the commonest arguments and results, needs no node.
+        if Value.self == String.self, let text = value as? String { return .string(text) }
+        if Value.self == [UInt8].self, let bytes = value as? [UInt8] { return .bytes(bytes) }
         let node = EncodingNode(descriptors: descriptors)
         try node.store(value, codingPath: [])
         return node.resolved()

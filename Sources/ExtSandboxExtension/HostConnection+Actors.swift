@@ -35,8 +35,9 @@ extension HostConnection: CallTransport {
     /// Serves one request as a call on the extension's exported object (what
     /// ``AppExtension/handle(request:)`` does by default). A call the extension could not serve
     /// throws the ``ExtensionFailure`` its ERROR answer carries (the code and message the host
-    /// turns into `DistributedCallError`).
-    public func serveCall(_ request: Message) async throws(ExtensionFailure) -> Message {
+    /// turns into `DistributedCallError`). Runs on the caller's executor, as
+    /// `ExtensionActorSystem/serve(_:fileDescriptors:)` does.
+    public nonisolated(nonsending) func serveCall(_ request: Message) async throws(ExtensionFailure) -> Message {
         switch await actorSystem.serve(request.head, followedBy: request.tail, fileDescriptors: request.fileDescriptors.releaseAll()) {
         case .reply(let result, let fds): return Message(result, fileDescriptors: fds.compactMap(FileDescriptor.init(adopting:)))
         case .error(let code, let message): throw ExtensionFailure(code: code, message)

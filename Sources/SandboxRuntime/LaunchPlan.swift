@@ -167,20 +167,27 @@ struct LaunchPlan {
     }
 
     /// Whether a pre-built sandbox's payload may wait for its launch with its filter loaded
-    /// (`waiting_payload.c`): the filter must let it make the calls it makes besides the exec
-    /// (which every policy allows, or lets the init supervise): `read` of its go-ahead pipe and,
-    /// unless the launch's working directory is the root it already has, `chdir`, whatever their
-    /// pointers. Otherwise the payload is started at the launch, as in a cold one, so waiting
-    /// never depends on what a policy lets the program do. The answer is part of the shape: a
-    /// launch elsewhere than `/` under a filter without `chdir` takes sandboxes of its own.
+    /// (`waiting_payload.c`): the filter must allow every call it makes after loading it besides
+    /// the exec (which every policy allows, or lets the init supervise), whatever their
+    /// pointers: `read` of its go-ahead pipe, a status record's `write`, `exit_group` and,
+    /// unless the launch's working directory is the root it already has, `chdir`. Otherwise the
+    /// payload is started at the launch, as in a cold one, so waiting never depends on what a
+    /// policy lets the program do, and nothing the payload does is notified before the init
+    /// reads the filter's notifications. The answer is part of the shape: a launch elsewhere
+    /// than `/` under a filter without `chdir` takes sandboxes of its own.
     static func payloadCanWait(under filter: CompiledSeccompFilter, workingDirectory: String) -> Bool {
-        guard let read = Syscalls.number(of: "read"), let chdir = Syscalls.number(of: "chdir") else { return false }
-        let pointers: [UInt64] = [0, 0x4c_0000, 0x7ffd_1234_5678, 0xffff_ffff_ffff_f000]
-        let readAllowed = pointers.allSatisfy {
-            filter.evaluate(syscall: read, arguments: [UInt64(XSB_WAITING_PAYLOAD_GO_FD), $0, 1]) == SeccompReturn.allow
+        guard let read = Syscalls.number(of: "read"), let write = Syscalls.number(of: "write"),
+              let exitGroup = Syscalls.number(of: "exit_group"), let chdir = Syscalls.number(of: "chdir") else { return false }
+        func allows(_ number: Int32, _ arguments: [UInt64]) -> Bool {
+            filter.evaluate(syscall: number, arguments: arguments) == SeccompReturn.allow
         }
-        let chdirAllowed = pointers.allSatisfy { filter.evaluate(syscall: chdir, arguments: [$0]) == SeccompReturn.allow }
-        return readAllowed && (chdirAllowed || workingDirectory == "/")
+        let pointers: [UInt64] = [0, 0x4c_0000, 0x7ffd_1234_5678, 0xffff_ffff_ffff_f000]
+        let waits = pointers.allSatisfy { pointer in
+            allows(read, [UInt64(XSB_WAITING_PAYLOAD_GO_FD), pointer, 1])
+                && allows(write, [UInt64(XSB_WAITING_PAYLOAD_STATUS_FD), pointer, UInt64(XSB_PAYLOAD_STATUS_RECORD_SIZE)])
+        } && allows(exitGroup, [127])
+        let changesDirectory = pointers.allSatisfy { allows(chdir, [$0]) }
+        return waits && (changesDirectory || workingDirectory == "/")
     }
 
     /// The fds a launch with `config` hands to the spawner thread, in the order the spawner

@@ -71,7 +71,37 @@ final class LaunchSetupWait: Sendable {
         timer.cancel()
         // The registration is removed by whoever decided: the number is the launch's again.
         _ = control.release()
-        var result = watch.state.withLock { $0.result }
+        return concluded(watch.state.withLock { $0.result }, decided)
+    }
+
+    /// ``wait(for:on:timeoutMilliseconds:)`` on the calling thread, which blocks (in `poll`)
+    /// until the init reports or the timeout passes: for a one-shot caller with nothing else to
+    /// do meanwhile, which then wakes straight from the kernel, not through the monitor thread.
+    static func waitBlocking(for started: xsb_spawn_result, timeoutMilliseconds: Int32) -> xsb_spawn_result {
+        var result = started
+        guard result.control_fd >= 0 else {
+            xsb_spawn_abandon(&result, Int32(XSB_STEP_HANDSHAKE.rawValue), EBADF, "the launch returned no control socket")
+            return result
+        }
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: .milliseconds(timeoutMilliseconds))
+        while true {
+            if let decided = poll(&result) { return concluded(result, decided) }
+            let left = clock.now.duration(to: deadline)
+            guard left > .zero else { return concluded(result, .timedOut) }
+            // Rounded up: a wait never ends just short of the deadline and spins.
+            let milliseconds = left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1
+            var readable = pollfd(fd: result.control_fd, events: Int16(POLLIN), revents: 0)
+            if Glibc.poll(&readable, 1, Int32(clamping: milliseconds)) < 0 && errno != EINTR {
+                return concluded(result, .failed(step: Int32(XSB_STEP_HANDSHAKE.rawValue), errorNumber: errno, detail: "waiting for the sandbox's report"))
+            }
+        }
+    }
+
+    /// `result` as the launch returns it once `decided`: a failure or a timeout abandons the
+    /// sandbox (killed, reaped, its fds closed).
+    private static func concluded(_ result: xsb_spawn_result, _ decided: Outcome) -> xsb_spawn_result {
+        var result = result
         switch decided {
         case .ready:
             break
@@ -83,17 +113,22 @@ final class LaunchSetupWait: Sendable {
         return result
     }
 
+    /// Takes the init's reports so far into `result`: nil while it has not decided.
+    private static func poll(_ result: inout xsb_spawn_result) -> Outcome? {
+        var step: Int32 = 0, errorNumber: Int32 = 0
+        var detail = [CChar](repeating: 0, count: 256)
+        let taken = xsb_spawn_poll(&result, &step, &errorNumber, &detail, detail.count)
+        guard taken != 0 else { return nil }
+        return taken > 0 ? .ready : .failed(step: step, errorNumber: errorNumber, detail: String(decoding: detail.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+    }
+
     /// On the monitor thread: takes the init's reports so far.
     private func controlReadable() {
         let decided: Outcome? = state.withLock { state in
-            guard !state.done else { return nil }
-            var step: Int32 = 0, errorNumber: Int32 = 0
-            var detail = [CChar](repeating: 0, count: 256)
-            let taken = xsb_spawn_poll(&state.result, &step, &errorNumber, &detail, detail.count)
-            guard taken != 0 else { return nil }
+            guard !state.done, let decided = Self.poll(&state.result) else { return nil }
             state.done = true
             if let token = state.token { monitor.remove(fd: control, token: token) }
-            return taken > 0 ? .ready : .failed(step: step, errorNumber: errorNumber, detail: String(decoding: detail.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            return decided
         }
         if let decided { outcome.resume(decided) }
     }

@@ -124,6 +124,15 @@ public final class SandboxedProcess: Sendable {
         }
     }
 
+    /// ``waitForExit()`` for a caller that blocks its thread meanwhile (a one-shot command's
+    /// main thread): woken by the thread that saw the end, with no task to resume. Never call
+    /// it on a thread of the concurrency pool: it would block that thread until the end.
+    package func waitForExitBlocking() -> Termination {
+        let ended = BlockingValue<Termination>()
+        whenEnded { ended.set($0) }
+        return ended.wait()
+    }
+
     /// Calls `handler` once the sandbox has ended, with how (at once, on this thread, if it has
     /// ended already), on the thread that saw the end: it must not block. A host that watches
     /// each of thousands of extensions for its end keeps one closure per sandbox this way rather
@@ -168,6 +177,16 @@ public final class SandboxedProcess: Sendable {
     /// Sends `signal` to the program's process group (it leads its own session).
     public func signal(_ signal: Int32) async throws {
         try await control(.signal(signal))
+    }
+
+    /// ``signal(_:)`` without waiting for the init's acknowledgement (which is then dropped),
+    /// from any thread and without a task: for relaying the caller's own signals. Does nothing
+    /// once the sandbox has ended.
+    package func signalWithoutWaiting(_ signal: Int32) {
+        state.withLock { state in
+            guard state.termination == nil, let control = state.controlFD else { return }
+            _ = SandboxSignals.send(.signal(signal), on: control)
+        }
     }
 
     /// Host pids of every process in the sandbox, the init first. For diagnostics and tests.

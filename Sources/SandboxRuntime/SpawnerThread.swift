@@ -19,7 +19,8 @@ import Synchronization
 /// thread it created would share its table (a thread shares the table of the thread that
 /// creates it). So it never touches Swift concurrency or Dispatch either: resuming a task there
 /// could make libdispatch start a worker from it. A second thread, made from the host's table,
-/// resumes each finished launch (``relay()``).
+/// resumes each finished launch (``relay()``); it starts with the first asynchronous launch (a
+/// blocking launch, ``startBlocking(_:remapsRoot:)``, is woken without it).
 /// `@unchecked`: the semaphores are thread-safe by design and live as long as the threads.
 final class SpawnerThread: @unchecked Sendable {
     private let jobs = Mutex<[Job]>([])
@@ -33,6 +34,8 @@ final class SpawnerThread: @unchecked Sendable {
     /// Finished launches, for the relay thread to resume, and their count.
     private let finished = Mutex<[@Sendable () -> Void]>([])
     private let finishedCount: UnsafeMutablePointer<sem_t>
+    /// Whether the relay thread has been started.
+    private let relayStarted = Mutex(false)
     /// Launches queued or running that a caller waits for (not a pool's refills).
     private let foregroundJobs = Atomic<Int>(0)
 
@@ -47,17 +50,16 @@ final class SpawnerThread: @unchecked Sendable {
         sem_init(pending, 0, 0)
         finishedCount = .allocate(capacity: 1)
         sem_init(finishedCount, 0, 0)
-        let made = OnceValue()
+        let made = BlockingValue<Int32>()
         do {
-            // The relay first: both start from this thread's table, the host's.
-            try SupervisorThread.start(name: "xsb-spawn-done", stackSize: 256 << 10) { [self] in relay() }
-            try SupervisorThread.start(name: "xsb-spawner", stackSize: 1 << 20) { [self] in
+            // No signal handler ever runs here: a handler writes to fds by their numbers in the
+            // host's table (a wake-up pipe), which in this thread's table are other files.
+            try SupervisorThread.start(name: "xsb-spawner", stackSize: 1 << 20, blockingAsyncSignals: true) { [self] in
                 let rc = xsb_spawner_table_make_private(inbox)
                 made.set(rc)
                 if rc == 0 { loop() }
             }
         } catch {
-            // (A relay already started waits for good: it holds no fd.)
             close(ends[0])
             close(ends[1])
             throw error
@@ -80,28 +82,68 @@ final class SpawnerThread: @unchecked Sendable {
     /// (``LaunchSetupWait``).
     /// `background`: a pool's refill, which no caller waits for (see ``isLaunching``).
     func start(_ description: sending LaunchDescription, remapsRoot: Bool, background: Bool = false) async -> xsb_spawn_result {
+        do {
+            try startRelay()
+        } catch {
+            return Self.failure(error.step, error.errorNumber, error.detail)
+        }
+        let result = OnceContinuation<xsb_spawn_result>()
+        let handOver = handOver(description, remapsRoot: remapsRoot, background: background) { [self] out in
+            // Resuming a task here could make libdispatch start a worker from this thread.
+            finish { result.resume(out) }
+        }
+        guard case .handedOver(let reply) = handOver else { return handOver.failure }
+        return receive(await result.value, reply: reply)
+    }
+
+    /// ``start(_:remapsRoot:background:)`` for a caller that blocks its thread until the clone
+    /// is done (a one-shot command): the spawner thread wakes it directly, without the relay
+    /// thread's hop, since waking a blocked thread touches neither Swift concurrency nor
+    /// Dispatch.
+    func startBlocking(_ description: sending LaunchDescription, remapsRoot: Bool) -> xsb_spawn_result {
+        let done = BlockingValue<xsb_spawn_result>()
+        let handOver = handOver(description, remapsRoot: remapsRoot, background: false) { out in done.set(out) }
+        guard case .handedOver(let reply) = handOver else { return handOver.failure }
+        return receive(done.wait(), reply: reply)
+    }
+
+    /// A launch handed to the spawner thread (the reply socket's end to read and the fd kept
+    /// for what comes back), or the failure that kept it from being handed over.
+    private enum HandOver {
+        case handedOver(reply: (read: Int32, write: Int32, placeholder: Int32))
+        case failed(xsb_spawn_result)
+
+        var failure: xsb_spawn_result {
+            guard case .failed(let result) = self else { preconditionFailure("the launch was handed over") }
+            return result
+        }
+    }
+
+    /// Queues the launch for the spawner thread, which calls `completed` with its result there
+    /// (so `completed` must not block nor touch Swift concurrency or Dispatch).
+    private func handOver(_ description: sending LaunchDescription, remapsRoot: Bool, background: Bool,
+                          completed: @escaping @Sendable (xsb_spawn_result) -> Void) -> HandOver {
         let fds = description.handedFileDescriptors
         var reply: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &reply) == 0 else {
-            return Self.failure(.socketPair, errno, "the launch's reply socket pair")
+            return .failed(Self.failure(.socketPair, errno, "the launch's reply socket pair"))
         }
-        defer { close(reply[0]) }
         // Room for the two fds that come back (the reply pair's second end and this one are
         // closed right before they do), taken now: a host at its fd limit fails here, before
         // anything of the sandbox exists.
         let placeholder = fcntl(reply[0], F_DUPFD_CLOEXEC, 0)
         guard placeholder >= 0 else {
             let error = errno
+            close(reply[0])
             close(reply[1])
-            return Self.failure(.socketPair, error, "the launch's reply socket pair")
+            return .failed(Self.failure(.socketPair, error, "the launch's reply socket pair"))
         }
-        let result = OnceContinuation<xsb_spawn_result>()
         let inbox = inbox, expected = Int32(fds.count), clearGroups: Int32 = remapsRoot ? 1 : 0
         let job = Job {
             var out = xsb_spawn_result()
             description.withConfiguration { config in _ = xsb_spawner_launch(inbox, expected, &config, clearGroups, &out) }
             if !background { self.foregroundJobs.subtract(1, ordering: .relaxed) }
-            self.finish { [out] in result.resume(out) }
+            completed(out)
         }
         let handedOver = outbox.withLock { outbox -> Int32 in
             let rc = fds.withUnsafeBufferPointer { xsb_spawner_hand_over(outbox, $0.baseAddress, expected, reply[1]) }
@@ -113,15 +155,23 @@ final class SpawnerThread: @unchecked Sendable {
             return rc
         }
         guard handedOver == 0 else {
+            close(reply[0])
             close(reply[1])
             close(placeholder)
-            return Self.failure(.fileDescriptors, -handedOver, "handing the launch's fds to the spawner thread")
+            return .failed(Self.failure(.fileDescriptors, -handedOver, "handing the launch's fds to the spawner thread"))
         }
-        var out = await result.value
-        close(reply[1])
-        close(placeholder)
+        return .handedOver(reply: (reply[0], reply[1], placeholder))
+    }
+
+    /// The spawner thread's result `out` completed with the control socket and pidfd it sent
+    /// back on `reply` (whose fds this closes).
+    private func receive(_ result: xsb_spawn_result, reply: (read: Int32, write: Int32, placeholder: Int32)) -> xsb_spawn_result {
+        var out = result
+        defer { close(reply.read) }
+        close(reply.write)
+        close(reply.placeholder)
         guard out.failed_step == Int32(XSB_STEP_NONE.rawValue) else { return out }
-        let received = xsb_spawner_receive_result(reply[0], &out)
+        let received = xsb_spawner_receive_result(reply.read, &out)
         if received != 0 {
             // The sandbox runs, but its fds did not arrive (another thread took the room kept
             // for them at the fd limit). Its control socket is closed everywhere now, so its init
@@ -144,6 +194,16 @@ final class SpawnerThread: @unchecked Sendable {
     private func finish(_ resume: @escaping @Sendable () -> Void) {
         finished.withLock { $0.append(resume) }
         sem_post(finishedCount)
+    }
+
+    /// Starts the relay thread unless it runs: from the host's table, as every thread but the
+    /// spawner's.
+    private func startRelay() throws(SandboxError) {
+        try relayStarted.withLock { (started: inout Bool) throws(SandboxError) in
+            guard !started else { return }
+            try SupervisorThread.start(name: "xsb-spawn-done", stackSize: 256 << 10) { [self] in relay() }
+            started = true
+        }
     }
 
     private func relay() -> Never {
@@ -182,29 +242,6 @@ final class SpawnerThread: @unchecked Sendable {
                 work?()
                 work = nil
             }
-        }
-    }
-
-    /// The thread's first result (its table made private, or the errno), waited for once.
-    private final class OnceValue: @unchecked Sendable {
-        private var value: Int32 = 0
-        /// A semaphore needs a stable address.
-        private let done: UnsafeMutablePointer<sem_t> = .allocate(capacity: 1)
-
-        init() { sem_init(done, 0, 0) }
-        deinit {
-            sem_destroy(done)
-            done.deallocate()
-        }
-
-        func set(_ value: Int32) {
-            self.value = value
-            sem_post(done)
-        }
-
-        func wait() -> Int32 {
-            while sem_wait(done) != 0 {}  // EINTR
-            return value
         }
     }
 

@@ -118,11 +118,7 @@ public final class Supervisor: Sendable {
             let description = try plan.description(
                 cgroup: cgroup, detached: detached, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
             let started = await spawner.start(description, remapsRoot: identity.remapsRoot, background: plan.isPrebuilt)
-            // The spawner thread has its own copies of the fds now (or failed): the cgroup's,
-            // the program's copy and the detached mounts were open until then.
-            cgroup?.closeDescriptors()
-            withExtendedLifetime(plan.configuration.executableCopy) {}
-            withExtendedLifetime(detached.trees) {}
+            Self.cloned(plan, cgroup: cgroup, detached: detached)
             // The spawner thread only clones: the build is waited for on the monitor thread.
             let result = started.failed_step == Int32(XSB_STEP_NONE.rawValue)
                 ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
@@ -132,6 +128,42 @@ public final class Supervisor: Sendable {
             cgroup?.remove()
             throw error
         }
+    }
+
+    /// ``launch(_:)`` for a caller that blocks its thread until the program has been exec'd
+    /// (a one-shot command such as `extsandbox exec`): always cold (a pool's pre-built
+    /// sandboxes are for hosts, which launch asynchronously). The calling thread waits for the
+    /// spawner thread and then for the init's report itself, so no other thread takes part:
+    /// neither Swift concurrency's nor Dispatch's threads, nor the monitor thread, start or
+    /// wake for the launch. Never call it on a thread of the concurrency pool (from a task
+    /// there): it would block that thread for the whole build.
+    package func launchBlocking(_ configuration: SandboxConfiguration) throws(SandboxError) -> SandboxedProcess {
+        let plan = try LaunchPlan(shape: shape(of: configuration), configuration: configuration, stdio: Self.checkedStandardStreams(configuration))
+        let identity = plan.shape.identity
+        let cgroup = try SandboxCgroup.make(for: configuration.policy.limits, hostUID: identity.uid, under: cgroups)
+        let result: xsb_spawn_result
+        do throws(SandboxError) {
+            let detached = try DetachedBindSources(plan: plan.shape.plan, identity: identity)
+            let description = try plan.description(
+                cgroup: cgroup, detached: detached, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
+            let started = spawner.startBlocking(description, remapsRoot: identity.remapsRoot)
+            Self.cloned(plan, cgroup: cgroup, detached: detached)
+            result = try Self.succeeded(started.failed_step == Int32(XSB_STEP_NONE.rawValue)
+                ? LaunchSetupWait.waitBlocking(for: started, timeoutMilliseconds: setupTimeoutMilliseconds)
+                : started)
+        } catch {
+            cgroup?.remove()
+            throw error
+        }
+        return try running(result, cgroup: cgroup, limits: configuration.policy.limits)
+    }
+
+    /// After the spawner thread's clone (done or failed): it has its own copies of the fds
+    /// now, so the cgroup's, the program's copy and the detached mounts, open until then, go.
+    private static func cloned(_ plan: LaunchPlan, cgroup: SandboxCgroup?, detached: DetachedBindSources) {
+        cgroup?.closeDescriptors()
+        withExtendedLifetime(plan.configuration.executableCopy) {}
+        withExtendedLifetime(detached.trees) {}
     }
 
     /// `result`, or its failure as an error.

@@ -1,6 +1,7 @@
 import Dispatch
 import Glibc
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 // The CLI's own signal handlers, all of them: what `exec` forwards to the program, what ends
@@ -9,13 +10,81 @@ import Synchronization
 
 /// `exec`'s forwarding: ``SandboxSignals/forwardedToProgram`` go to the sandbox's program (its
 /// process group): it lives in its own session, so the terminal's Ctrl-C reaches only us.
+///
+/// Without Dispatch signal sources (they start Dispatch's manager thread, one more thread to
+/// wake in every run): a plain handler writes the signal's number to a pipe, and the
+/// supervisor's monitor thread, which watches the pipe, tells the sandbox's init. So a run that
+/// gets no signal costs one pipe and no thread.
 enum ForwardedSignals {
-    /// Forwards until each returned source is cancelled.
-    static func forward(to process: SandboxedProcess) -> [DispatchSourceSignal] {
-        SandboxSignals.forwardedToProgram.map { number in
-            handledSignal(number) { Task { try? await process.signal(number) } }
+    /// The pipe's ends (read, write), made once and kept for the process's life: a handler may
+    /// still be writing on another thread when forwarding stops, so the write end never closes
+    /// (its number could then belong to another file). The handlers reach it through this
+    /// pointer, set up before they are installed (no Swift global access, no allocation there).
+    nonisolated(unsafe) private static let pipe: UnsafeMutablePointer<(read: Int32, write: Int32)> = {
+        let pointer = UnsafeMutablePointer<(read: Int32, write: Int32)>.allocate(capacity: 1)
+        pointer.initialize(to: (-1, -1))
+        return pointer
+    }()
+
+    /// Forwarding under way; ``stop()`` ends it.
+    struct Forwarding {
+        fileprivate let monitor: EventMonitor
+        fileprivate let descriptor: FileDescriptor
+        fileprivate let token: UInt64
+
+        /// Stops forwarding: the signals are ignored from now on (the program has ended; the
+        /// CLI exits with its status).
+        func stop() {
+            for number in SandboxSignals.forwardedToProgram { signal(number, SIG_IGN) }
+            monitor.remove(fd: descriptor, token: token)
         }
     }
+
+    /// Forwards until the returned forwarding is stopped. Throws what failed: the pipe, or the
+    /// monitor's watch of it.
+    static func forward(to process: SandboxedProcess, on monitor: EventMonitor) throws(StreamSetupError) -> Forwarding {
+        if pipe.pointee.read < 0 {
+            let ends = try SandboxStreams.makePipe(for: "forwarding signals")
+            for end in ends { _ = fcntl(end, F_SETFL, O_NONBLOCK) }
+            pipe.pointee = (ends[0], ends[1])
+        }
+        guard let descriptor = FileDescriptor(borrowing: pipe.pointee.read) else { throw StreamSetupError("forwarding signals") }
+        let token: UInt64
+        do throws(EventMonitor.Failure) {
+            token = try monitor.add(fd: descriptor) { _ in
+                var numbers = [UInt8](repeating: 0, count: 64)
+                while true {
+                    let count = read(descriptor.rawValue, &numbers, numbers.count)
+                    guard count > 0 else { return }
+                    for number in numbers.prefix(count) { process.signalWithoutWaiting(Int32(number)) }
+                }
+            }
+        } catch {
+            errno = error.errorNumber
+            throw StreamSetupError("forwarding signals: \(error.operation)")
+        }
+        for number in SandboxSignals.forwardedToProgram {
+            signal(number) { number in
+                let saved = errno  // the interrupted code may be about to read it
+                var byte = UInt8(truncatingIfNeeded: number)
+                _ = write(ForwardedSignals.pipe.pointee.write, &byte, 1)
+                errno = saved
+            }
+        }
+        return Forwarding(monitor: monitor, descriptor: descriptor, token: token)
+    }
+}
+
+/// Unblocks the signals `exec` handles (the forwarded ones and the terminal relay's) on the
+/// calling thread, and so on every thread it starts from then on: call it first, on the main
+/// thread. A caller may start the CLI with them blocked (a thread of Swift's concurrency pool
+/// that spawns it has them all blocked, and the mask is inherited across `execve`); blocked,
+/// their handlers would never run and Ctrl-C would not reach the program.
+func unblockHandledSignals() {
+    var handled = sigset_t()
+    sigemptyset(&handled)
+    for number in SandboxSignals.forwardedToProgram + TerminalSignals.handled { sigaddset(&handled, number) }
+    pthread_sigmask(SIG_UNBLOCK, &handled, nil)
 }
 
 /// A running dispatch source for `number`, whose default action is off (ignored): only
@@ -115,7 +184,10 @@ enum TerminalSignals {
         }
     }
 
+    /// Every signal ``install()`` handles.
+    static var handled: [Int32] { [SIGWINCH, SIGCONT] + fatal + stops }
+
     static func uninstall() {
-        for number in [SIGWINCH, SIGCONT] + fatal + stops { signal(number, SIG_DFL) }
+        for number in handled { signal(number, SIG_DFL) }
     }
 }

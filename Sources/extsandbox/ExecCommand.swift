@@ -7,7 +7,7 @@ import SandboxRuntime
 import SandboxSystem
 
 /// `extsandbox exec`: run one program under a policy, with stdio attached.
-struct ExecCommand: AsyncParsableCommand {
+struct ExecCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "exec",
         abstract: "Run a program inside a sandbox and exit with its status.",
@@ -152,17 +152,23 @@ struct ExecCommand: AsyncParsableCommand {
             words: command.first == "--" ? Array(command.dropFirst()) : command)
     }
 
-    func run() async throws {
-        try await Self.run(request)
+    func run() throws {
+        try Self.run(request)
     }
 
     /// Runs the request; ends by throwing `ExitCode` with the program's status.
-    static func run(_ request: ExecRequest) async throws {
+    ///
+    /// Synchronous, on the calling thread (the main thread): it waits for the spawner thread,
+    /// the sandbox's report and its end blocked, each woken directly by the thread that has the
+    /// news, so a run starts no thread of Swift concurrency or Dispatch and hands nothing over
+    /// between them.
+    static func run(_ request: ExecRequest) throws {
+        unblockHandledSignals()  // before the supervisor's threads start: they inherit the mask
         // Ours alone: the sandbox never gets it (the spawner closes what it does not pass, too).
         if let descriptor = request.statusDescriptor { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
         let status: Int32
         do {
-            status = try await runProgram(request)
+            status = try runProgram(request)
         } catch let exit as ExitCode {
             if let descriptor = request.statusDescriptor { ExecStatus(notStartedWith: exit.rawValue).write(to: descriptor) }
             throw exit
@@ -171,7 +177,7 @@ struct ExecCommand: AsyncParsableCommand {
     }
 
     /// Runs the program to its end: its exit status; throws `ExitCode` when it could not run.
-    private static func runProgram(_ request: ExecRequest) async throws -> Int32 {
+    private static func runProgram(_ request: ExecRequest) throws -> Int32 {
         let words = request.words
         let program = words[0]
         // Read once: the program lookup, the policy search path and the cache use it too.
@@ -231,7 +237,7 @@ struct ExecCommand: AsyncParsableCommand {
 
         let process: SandboxedProcess
         do {
-            process = try await Supervisor.shared.launch(configuration)
+            process = try Supervisor.shared.launchBlocking(configuration)
         } catch {
             streams.abandon()
             printError("cannot start \(program): \(error)", hint: ErrorAdvice.launch(error))
@@ -241,19 +247,21 @@ struct ExecCommand: AsyncParsableCommand {
         if request.verbose {
             Self.complain("launched \(executable) in a '\(loadedPolicy.name)' sandbox (init pid \(process.pid), program pid \(process.payloadPIDInside) inside)")
         }
-        let forwarders = ForwardedSignals.forward(to: process)
+        var forwarding: ForwardedSignals.Forwarding?
         do {
+            forwarding = try ForwardedSignals.forward(to: process, on: Supervisor.shared.monitor)
             try streams.launched()  // raw mode from here: the CLI now outlives the forwarded signals
         } catch {
+            forwarding?.stop()
             process.kill()
-            _ = await process.waitForExit()
+            _ = process.waitForExitBlocking()
             streams.finish()
             Self.complain("cannot relay the standard streams of \(program): \(error)")
             throw ExitCode(125)
         }
-        let termination = await process.waitForExit()
+        let termination = process.waitForExitBlocking()
         streams.finish()
-        forwarders.forEach { $0.cancel() }
+        forwarding?.stop()
         switch termination {
         case .exited, .signaled:
             if request.verbose { Self.complain("\(executable) ended: \(termination)") }

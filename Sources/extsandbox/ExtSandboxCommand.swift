@@ -43,7 +43,7 @@ struct ExtSandboxCommand: AsyncParsableCommand {
             return
         }
         do {
-            try await ExecCommand.run(request)
+            try ExecCommand.run(request)
         } catch let code as ExitCode {
             // Nothing is left to clean up (the sandbox, its cgroups and fds are gone once
             // `run` returns), so skip the exit-time teardown of a large static binary.

@@ -140,17 +140,20 @@ struct IPCBench: Sendable {
         }
     }
 
-    /// Only round trips, for profiling: the launch and the connection happen before the timed part.
-    nonisolated func roundTripsOnly(count: Int) async throws -> [Double] {
-        try await withEchoConnection { _, connection, small in
+    /// Only round trips, for profiling: the launch and the connection happen before the timed
+    /// part. The wall-clock samples, and the CPU time and context switches of each side over them.
+    nonisolated func roundTripsOnly(count: Int) async throws -> (samples: [Double], host: Breakdown.Usage, ext: Breakdown.Usage) {
+        try await withEchoConnection { process, connection, small in
             var samples: [Double] = []
             samples.reserveCapacity(count)
+            let pids = process.sandbox.processIdentifiers()
+            let h0 = Breakdown.usage(of: RUSAGE_SELF.rawValue), e0 = Breakdown.usage(pids: pids)
             for _ in 0..<count {
                 let start = now()
                 try await roundTrip(connection, small)
                 samples.append(now() - start)
             }
-            return samples
+            return (samples, Breakdown.usage(of: RUSAGE_SELF.rawValue) - h0, Breakdown.usage(pids: pids) - e0)
         }
     }
 

@@ -20,7 +20,7 @@ import SandboxSystem
 /// 30; see ``IPCBench``). `--breakdown` adds where a round trip's time goes (see
 /// ``Breakdown``). The extension (`xsb-echo-extension`) and the raw C reference
 /// (`xsb-pingpong`) default to the files next to this executable. `--profile-rtt N` only runs N
-/// host-API round trips, `--profile-connect N` only N connects (each followed by its first reply),
+/// host-API round trips (with CPU time and context switches per round trip), `--profile-connect N` only N connects (each followed by its first reply),
 /// `--profile-tp N` only N throughput samples, `--profile-distributed N` only N small distributed
 /// calls and N/10 1 MiB ones (`--profile-distributed-bulk M`: M) (with CPU time and context switches per call), and prints their median: for `perf record`
 /// sessions and A/B runs. `--scale` and `--faults` measure scale and host-level faults over the
@@ -209,9 +209,11 @@ struct XsbBench {
                 return
             }
             if let count = Int(option("--profile-rtt") ?? "") {
-                let samples = try await bench.roundTripsOnly(count: count)
+                let (samples, host, ext) = try await bench.roundTripsOnly(count: count)
                 let sorted = samples.sorted(), p99 = sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
-                print(String(format: "%d host-API round trips, median %.1f us, p99 %.1f us", count, median(samples) * 1e6, p99 * 1e6))
+                let n = Double(max(count, 1))
+                print(String(format: "%d host-API round trips, median %.1f us, p99 %.1f us, host cpu %.1f us, %.2f cs; extension cpu %.1f us, %.2f cs per round trip",
+                             count, median(samples) * 1e6, p99 * 1e6, host.cpu / n * 1e6, host.switches / n, ext.cpu / n * 1e6, ext.switches / n))
                 return
             }
             let results = try await bench.run()

@@ -61,6 +61,30 @@ struct EnvelopeCodingTests {
         #expect(throws: (any Error).self) { try ValueCoding.decode(String.self, from: ValueCoding.encode(1)) }
     }
 
+    @Test("a field that does not decode is named by its whole path: a number too large, a wrong kind, nested")
+    func fieldErrorsNameTheirPath() throws {
+        struct Sent: Codable { var inner: SentInner }
+        struct SentInner: Codable { var count: Int; var flag: String; var ratio: String }
+        struct Expected: Codable { var inner: ExpectedInner }
+        struct ExpectedInner: Codable { var count: UInt8; var flag: Bool; var ratio: Double }
+        func path(of error: any Error) -> [String] {
+            let context: DecodingError.Context? = switch error as? DecodingError {
+            case .dataCorrupted(let context)?, .typeMismatch(_, let context)?: context
+            default: nil
+            }
+            return context?.codingPath.map(\.stringValue) ?? []
+        }
+        for (sent, field) in [(SentInner(count: 300, flag: "yes", ratio: "x"), "count"),
+                              (SentInner(count: 3, flag: "yes", ratio: "x"), "flag")] {
+            #expect(performing: { try ValueCoding.decode(Expected.self, from: ValueCoding.encode(Sent(inner: sent))) },
+                    throws: { path(of: $0) == ["inner", field] })
+        }
+        struct Flat: Codable { var count: Int; var flag: Bool; var ratio: String }
+        struct FlatExpected: Codable { var count: Int; var flag: Bool; var ratio: Double }
+        #expect(performing: { try ValueCoding.decode(FlatExpected.self, from: ValueCoding.encode(Flat(count: 1, flag: true, ratio: "x"))) },
+                throws: { path(of: $0) == ["ratio"] })
+    }
+
     @Test("malformed envelopes are refused with the field that is wrong", arguments: [
         ([], "version"),
         ([2, 0], "version 2"),

@@ -1,7 +1,9 @@
 import Foundation
 import Glibc
 @testable import SandboxRuntime
+import SandboxSystem
 import TestSupport
+import Synchronization
 import Testing
 
 /// The spawner thread clones every sandbox, and a clone copies the cloning thread's fd table:
@@ -87,5 +89,41 @@ struct SpawnerTableTests {
         #expect(others.count == 1 && others.allSatisfy { $0.hasPrefix("socket:") }, "\(others)")
         // The host's own table is untouched: every fd it held is still its own.
         for fd in held { #expect(fcntl(fd, F_GETFD) >= 0) }
+    }
+
+    /// The signals blocked by each thread called `name` (`SigBlk` of its /proc/self/task entry).
+    static func blockedSignals(ofThreadsNamed name: String) -> [UInt64] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []).compactMap { task in
+            let comm = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
+            guard comm.trimmingCharacters(in: .whitespacesAndNewlines) == name,
+                  let status = try? String(contentsOfFile: "/proc/self/task/\(task)/status", encoding: .utf8),
+                  let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigBlk:") }) else { return nil }
+            return UInt64(line.dropFirst("SigBlk:".count).trimmingCharacters(in: .whitespaces), radix: 16)
+        }
+    }
+
+    /// A signal handler writes to fds by their numbers in the host's table (the CLI's wake-up
+    /// pipes): run on the spawner thread, those numbers name the spawner's own files, its inbox
+    /// among them. So the spawner blocks the asynchronous signals, whatever the mask of the
+    /// thread that makes it (a one-shot command's main thread blocks none).
+    @Test("the spawner thread blocks the asynchronous signals, even when made from a thread that blocks none")
+    func spawnerNeverRunsSignalHandlers() throws {
+        let made = DispatchSemaphore(value: 0)
+        let outcome = Mutex<Result<SpawnerThread, SandboxError>?>(nil)
+        try DetachedThread.start(name: "test-unblocked") {
+            var none = sigset_t()
+            sigemptyset(&none)
+            pthread_sigmask(SIG_SETMASK, &none, nil)
+            outcome.withLock { $0 = Result { () throws(SandboxError) in try SpawnerThread() } }
+            made.signal()
+        }
+        made.wait()
+        _ = try #require(outcome.withLock { $0 }).get()
+        let masks = Self.blockedSignals(ofThreadsNamed: "xsb-spawner")
+        let asynchronous = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGWINCH, SIGCONT, SIGALRM]
+        #expect(!masks.isEmpty)
+        for mask in masks {
+            #expect(asynchronous.allSatisfy { mask & (1 << UInt64($0 - 1)) != 0 }, "SigBlk \(String(mask, radix: 16))")
+        }
     }
 }

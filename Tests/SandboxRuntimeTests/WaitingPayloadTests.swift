@@ -31,6 +31,21 @@ struct WaitingPayloadTests {
         (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))).map { String(decoding: $0.map { $0 == 0 ? 32 : $0 }, as: UTF8.self) }
     }
 
+    /// A warm launch of `configuration` in the pre-built sandbox `supervisor` keeps for it, as
+    /// that sandbox answers (``Supervisor/launch(_:)`` would go cold after a failure). Nil
+    /// when none was kept.
+    static func warmAttempt(_ supervisor: Supervisor, _ configuration: SandboxConfiguration) async throws -> Result<SandboxedProcess, SandboxError>? {
+        let shape = try supervisor.shape(of: configuration)
+        guard let ready = supervisor.pool.take(shape.key) else { return nil }
+        let stdio = try Supervisor.checkedStandardStreams(configuration)
+        do {
+            guard let process = try await supervisor.launch(configuration, stdio: stdio, executable: shape.executable, in: ready) else { return nil }
+            return .success(process)
+        } catch {
+            return .failure(error)
+        }
+    }
+
     /// The standard policy with `edit` applied.
     static func policy(_ edit: (inout Policy) -> Void = { _ in }) throws -> Policy {
         var policy = try Fixtures.standardPolicy()
@@ -88,6 +103,11 @@ struct WaitingPayloadTests {
             $0.seccomp.rules.append(SyscallRule(syscall: "chdir", action: .allow, conditions: [ArgumentCondition(index: 0, op: .less, value: 0x1000_0000)]))
         }
         #expect(try !canWait(chdirBelowSomeAddress), "a rule on the pointer may stop it at some address")
+        let writeStandardStreamsOnly = try Self.policy {
+            $0.seccomp.rules.removeAll { $0.syscall == "write" }
+            $0.seccomp.rules.append(SyscallRule(syscall: "write", action: .allow, conditions: [ArgumentCondition(index: 0, op: .lessOrEqual, value: 2)]))
+        }
+        #expect(try !canWait(writeStandardStreamsOnly, in: "/"), "its status record's write would be stopped")
     }
 
     @Test("under a filter that would stop the waiting, the sandbox is pre-built without it and its launch runs")
@@ -149,12 +169,65 @@ struct WaitingPayloadTests {
             try await warm.prepare(configuration, count: 1)
             let initPID = try #require(SandboxPoolTests.readyPIDs(warm).first)
             #expect(!Self.children(of: initPID).isEmpty, "its payload waits")
-            var warmError: SandboxError?
-            do { _ = try await warm.launch(configuration) } catch { warmError = error }
+            let attempt = try #require(try await Self.warmAttempt(warm, configuration), "a pre-built sandbox was kept")
             let expected = try #require(coldError, "the cold launch fails")
-            #expect(warmError?.step == expected.step, "warm: \(String(describing: warmError)), cold: \(expected)")
-            #expect(warmError?.errorNumber == expected.errorNumber)
+            guard case .failure(let warmError) = attempt else {
+                Issue.record("the warm launch ran")
+                continue
+            }
+            #expect(warmError.step == expected.step, "warm: \(warmError), cold: \(expected)")
+            #expect(warmError.errorNumber == expected.errorNumber)
             #expect(await Fixtures.eventually { Fixtures.processState(initPID) == nil }, "the failed sandbox is gone")
+        }
+    }
+
+    @Test("a waiting payload stopped while its sandbox is idle ends that sandbox, which is replaced; the launch runs")
+    func stoppedWhileWaiting() async throws {
+        let supervisor = try SandboxPoolTests.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        let shape = try SandboxPoolTests.shell("exit 7")
+        try await supervisor.prepare(shape, count: 1)
+        let initPID = try #require(SandboxPoolTests.readyPIDs(supervisor).first)
+        let waiting = try #require(Self.children(of: initPID).first)
+        #expect(kill(waiting, SIGSTOP) == 0)
+        // A payload that can never exec: its sandbox must not wait for a launch it would hang.
+        #expect(await Fixtures.eventually { Fixtures.processState(initPID) == nil && Fixtures.processState(waiting) == nil },
+                "the sandbox ended")
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 && !SandboxPoolTests.readyPIDs(supervisor).contains(initPID) },
+                "and was replaced")
+        let process = try await supervisor.launch(shape)
+        #expect(await process.waitForExit() == .exited(code: 7))
+    }
+
+    @Test("a working directory only a capability could enter is refused, warm and cold: the payload changes directory with its own rights")
+    func workingDirectoryWithTheProgramsRights() async throws {
+        let identity = try HostIdentity.forCaller()
+        let directory = try TestPaths.makePolicyDirectory("waiting-payload-closed-directory").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let closed = directory + "/closed"
+        #expect(mkdir(closed, 0o000) == 0)
+        #expect(chown(directory, identity.uid, identity.gid) == 0 || getuid() != 0)
+        #expect(chown(closed, identity.uid, identity.gid) == 0 || getuid() != 0)
+        chmod(closed, 0o000)
+        var configuration = try SandboxPoolTests.shell("exit 0")
+        configuration.policy.filesystem.mounts.append(.bind(source: closed, destination: "/closed", writable: false, optional: false))
+        configuration.workingDirectory = "/closed"
+
+        let cold = try Supervisor(), warm = try SandboxPoolTests.supervisor()
+        defer { Task { await warm.drainPool() } }
+        try await warm.prepare(configuration, count: 1)
+        let prebuilt = try #require(SandboxPoolTests.readyPIDs(warm).first)
+        #expect(!Self.children(of: prebuilt).isEmpty, "its payload waits")
+        do {
+            let process = try await cold.launch(configuration)
+            Issue.record("launched cold in a directory its program may not enter: \(await process.waitForExit())")
+        } catch {
+            #expect(error.step == .workingDirectory && error.errorNumber == EACCES, "cold: \(error)")
+        }
+        switch try await Self.warmAttempt(warm, configuration) {
+        case .failure(let error): #expect(error.step == .workingDirectory && error.errorNumber == EACCES, "warm: \(error)")
+        case .success(let process): Issue.record("launched warm in a directory its program may not enter: \(await process.waitForExit())")
+        case nil: Issue.record("no pre-built sandbox was kept")
         }
     }
 

@@ -184,16 +184,21 @@ struct xsb_spawn_config {
     int prebuilt;
     /// 1 (pre-built only): the payload is started with the shape and waits for the launch with
     /// every step that depends only on the shape done, its filter loaded (waiting_payload.c).
-    /// Only for a filter that lets it wait and change directory: `read` of
-    /// XSB_WAITING_PAYLOAD_GO_FD and, unless the working directory is "/", `chdir`, both
-    /// allowed whatever their pointers.
+    /// Only for a filter that allows every call it makes after loading it, whatever their
+    /// pointers: `read` of XSB_WAITING_PAYLOAD_GO_FD, `write` of a record to
+    /// XSB_WAITING_PAYLOAD_STATUS_FD, `exit_group` and, unless the working directory is "/",
+    /// `chdir` (LaunchPlan.swift).
     int waiting_payload;
 };
 
-/// The fd number a waiting payload reads its go-ahead from (waiting_payload.c): below the
-/// init's own fds, above every fd a launch places for the payload (0 … 3 + XSB_MAX_EXTRA_FDS).
-/// Fixed, so that the supervisor can check what the filter does with that very call.
+/// The fd numbers a waiting payload reads its go-ahead from and writes its status records to
+/// (waiting_payload.c): below the init's own fds, above every fd a launch places for the
+/// payload (0 … 3 + XSB_MAX_EXTRA_FDS). Fixed, so that the supervisor can check what the filter
+/// does with those very calls.
 #define XSB_WAITING_PAYLOAD_GO_FD 63
+#define XSB_WAITING_PAYLOAD_STATUS_FD 62
+/// The size of one status record the payload writes (struct xsb_payload_status).
+#define XSB_PAYLOAD_STATUS_RECORD_SIZE 136
 
 /// Values of xsb_spawn_result.early_violation and of an XSB_MSG_VIOLATION's value besides a
 /// syscall number.
