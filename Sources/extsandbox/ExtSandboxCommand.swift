@@ -35,12 +35,29 @@ struct ExtSandboxCommand: AsyncParsableCommand {
                       KeyCommand.self, SignCommand.self, VerifyCommand.self, RunCommand.self, TestCommand.self])
 
     /// `exec` in its common shapes skips ArgumentParser (see ``ExecRequest/quickParse(_:)``);
-    /// everything else, help and usage errors included, goes through it.
+    /// everything else, help and usage errors included, goes through it. `exec` runs on the main
+    /// thread either way (it blocks while its program runs: never on a thread of Swift's
+    /// concurrency pool, which its own timers need), so its other shapes are parsed here,
+    /// synchronously, rather than by the asynchronous `main`.
     static func main() async {
         let arguments = CommandLine.arguments.dropFirst()
-        guard arguments.first == "exec", let request = ExecRequest.quickParse(arguments.dropFirst()) else {
+        guard arguments.first == "exec" else {
             await main(nil)
             return
+        }
+        let request: ExecRequest
+        if let quick = ExecRequest.quickParse(arguments.dropFirst()) {
+            request = quick
+        } else {
+            do {
+                guard let command = try parseAsRoot(Array(arguments)) as? ExecCommand else {
+                    await main(nil)
+                    return
+                }
+                request = command.request
+            } catch {
+                exit(withError: error)
+            }
         }
         do {
             try ExecCommand.run(request)
