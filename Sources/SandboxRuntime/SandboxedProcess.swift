@@ -22,7 +22,10 @@ public final class SandboxedProcess: Sendable {
         var termination: Termination?
         /// Told once the sandbox has ended: ``waitForExit()``'s continuations and ``whenEnded(_:)``'s handlers.
         var exitWaiters: [@Sendable (Termination) -> Void] = []
-        var ackWaiters: [(type: UInt32, continuation: CheckedContinuation<Int32, any Error>)] = []
+        /// Every request sent and not yet acknowledged, in the order sent (the init answers in
+        /// that order): the caller waiting for each, or nil for one nobody waits for
+        /// (``signalWithoutWaiting(_:)``), whose acknowledgement is dropped.
+        var ackWaiters: [(type: UInt32, continuation: CheckedContinuation<Int32, any Error>?)] = []
         var payloadStatus: Int32?
         var violation: Termination?
         var killCause: KillCause?
@@ -136,7 +139,7 @@ public final class SandboxedProcess: Sendable {
     /// Calls `handler` once the sandbox has ended, with how (at once, on this thread, if it has
     /// ended already), on the thread that saw the end: it must not block. A host that watches
     /// each of thousands of extensions for its end keeps one closure per sandbox this way rather
-    /// than a suspended task (about 1.4 KiB each; issue 14: the host's memory per extension).
+    /// than a suspended task, which costs the host more memory per extension.
     package func whenEnded(_ handler: @escaping @Sendable (Termination) -> Void) {
         let finished = state.withLock { state -> Termination? in
             if let termination = state.finished { return termination }
@@ -185,7 +188,9 @@ public final class SandboxedProcess: Sendable {
     package func signalWithoutWaiting(_ signal: Int32) {
         state.withLock { state in
             guard state.termination == nil, let control = state.controlFD else { return }
-            _ = SandboxSignals.send(.signal(signal), on: control)
+            let request = SandboxSignals.Request.signal(signal)
+            // Its acknowledgement takes its place in the queue, so that it never answers a waiter's request.
+            if SandboxSignals.send(request, on: control) == 0 { state.ackWaiters.append((request.messageType, nil)) }
         }
     }
 
@@ -256,7 +261,7 @@ public final class SandboxedProcess: Sendable {
                     state.audited.insert(Self.syscallName(message.value))
                 case UInt32(XSB_MSG_ACK.rawValue):
                     if let index = state.ackWaiters.firstIndex(where: { $0.type == UInt32(bitPattern: message.value) }) {
-                        state.ackWaiters.remove(at: index).continuation.resume(returning: message.value2)
+                        state.ackWaiters.remove(at: index).continuation?.resume(returning: message.value2)
                     }
                 default:
                     break
@@ -338,7 +343,7 @@ public final class SandboxedProcess: Sendable {
                 state.exitWaiters.removeAll()
                 state.ackWaiters.removeAll()
             }
-            return (state.exitWaiters, state.ackWaiters.map(\.continuation))
+            return (state.exitWaiters, state.ackWaiters.compactMap(\.continuation))
         }
         for ack in acks { ack.resume(throwing: SandboxError(step: .control, errorNumber: ESRCH, detail: "the sandbox has ended")) }
         for waiter in waiters { waiter(termination) }
