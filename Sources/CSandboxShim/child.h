@@ -194,6 +194,15 @@ int xsb_spawner_send_result(int reply, const struct xsb_spawn_result *out);
 /// each launch).
 void xsb_spawner_table_clear(int inbox);
 
+/// The kernel's struct sigaction (x86_64 and aarch64 alike), for calls made past the C
+/// runtime's `sigaction` (signals.c, and the init's own runtime).
+struct xsb_kernel_sigaction {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    uint64_t mask;
+};
+
 /// A system call without the C runtime, for the init's receiver thread (a thread the runtime
 /// does not know, sharing the init's errno) and what it calls, and for the init's own C runtime
 /// (Sources/xsb-init/runtime), which needs all six arguments. Returns the result or -errno.
@@ -219,7 +228,7 @@ static inline long xsb_inline_syscall6(long nr, long a, long b, long c, long d, 
     __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
     return x0;
 #else
-#error "xsb_raw_syscall needs an inline system call for this architecture"
+#error "xsb_inline_syscall6 needs an inline system call for this architecture"
 #endif
 }
 

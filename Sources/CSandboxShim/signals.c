@@ -37,17 +37,12 @@ int xsb_pidfd_send_signal(int pidfd, int sig) {
 
 // MARK: - Init side
 
-/// `sig` back to its default action through the kernel's own call: glibc's `sigaction` refuses
-/// its two internal signals (32 and 33), and one a host ignores would otherwise stay ignored in
-/// the sandbox. All zeros is SIG_DFL, no flags and an empty mask, whatever the architecture's
-/// layout of the kernel's struct.
+/// `sig` back to its default action through the kernel's own call, whatever the C runtime's
+/// `sigaction` refuses (glibc's, in the payload of a cold launch, refuses its two internal
+/// signals, 32 and 33), since one a host ignores would otherwise stay ignored in the sandbox.
+/// All zeros is SIG_DFL, no flags and an empty mask.
 static int default_action(int sig) {
-    struct {
-        void *handler;
-        unsigned long flags;
-        void *restorer;
-        uint64_t mask;
-    } dfl = {0};
+    struct xsb_kernel_sigaction dfl = {0};
     return (int)syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
 }
 

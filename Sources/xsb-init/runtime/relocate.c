@@ -30,10 +30,10 @@ extern const ElfW(Ehdr) __ehdr_start __attribute__((visibility("hidden")));
 
 /// A relocation this runtime does not apply: end as the init does when it cannot start.
 __attribute__((noreturn)) static void unsupported(void) {
-    for (;;) xsb_inline_syscall6(SYS_exit_group, 127, 0, 0, 0, 0, 0);
+    xsb_rt_exit_group(127);
 }
 
-void xsb_rt_relocate(void) {
+void xsb_rt_relocate(unsigned long page_size) {
     const ElfW(Ehdr) *ehdr = &__ehdr_start;
     // A PIE is linked at 0: where its header is, is how far it moved.
     uintptr_t base = ehdr->e_type == ET_DYN ? (uintptr_t)ehdr : 0;
@@ -58,6 +58,7 @@ void xsb_rt_relocate(void) {
             default: break;
             }
         }
+        if (rela_size != 0 && rela_entry == 0) unsupported();
         for (uintptr_t at = rela; at < rela + rela_size; at += rela_entry) {
             const ElfW(Rela) *r = (const ElfW(Rela) *)at;
             if (ELF64_R_TYPE(r->r_info) != XSB_RELATIVE) unsupported();
@@ -65,8 +66,10 @@ void xsb_rt_relocate(void) {
         }
     }
     if (relro != NULL) {
-        uintptr_t start = (base + relro->p_vaddr) & ~(uintptr_t)4095;
-        uintptr_t end = (base + relro->p_vaddr + relro->p_memsz) & ~(uintptr_t)4095;
+        // Whole pages only, of the kernel's size: a partial last page holds data that stays writable.
+        uintptr_t mask = ~(uintptr_t)(page_size - 1);
+        uintptr_t start = (base + relro->p_vaddr) & mask;
+        uintptr_t end = (base + relro->p_vaddr + relro->p_memsz) & mask;
         if (end > start) (void)xsb_inline_syscall6(SYS_mprotect, (long)start, (long)(end - start), PROT_READ, 0, 0, 0);
     }
 }

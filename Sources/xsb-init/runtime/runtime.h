@@ -13,12 +13,19 @@
 // for the shim's objects.
 #include "../../CSandboxShim/child.h"
 
+#include <sys/syscall.h>
+
 #define XSB_RT_STRING(x) #x
 /// A macro's value as a string literal (a system call number in assembly).
 #define XSB_RT_STRINGIFY(x) XSB_RT_STRING(x)
 
 /// glibc's convention for a kernel result: -1 with errno set for -4095…-1, the value otherwise.
 long xsb_rt_result(long ret);
+
+/// Ends the process with `status` (exit_group, with nothing run first).
+__attribute__((noreturn)) static inline void xsb_rt_exit_group(int status) {
+    for (;;) xsb_inline_syscall6(SYS_exit_group, status, 0, 0, 0, 0, 0);
+}
 
 /// A function of glibc's that only the supervisor calls (the shim's objects are linked whole):
 /// reached in the init, it is a bug, so the init ends at once with 127.

@@ -53,13 +53,6 @@ int signalfd(int fd, const sigset_t *mask, int flags) {
     return (int)xsb_rt_result(xsb_inline_syscall6(SYS_signalfd4, fd, (long)mask, KERNEL_SIGSET_SIZE, flags, 0, 0));
 }
 
-/// The kernel's struct sigaction (x86_64 and aarch64 alike).
-struct kernel_sigaction {
-    void *handler;
-    unsigned long flags;
-    void *restorer;
-    uint64_t mask;
-};
 
 #if defined(__x86_64__)
 #ifndef SA_RESTORER
@@ -77,7 +70,7 @@ __asm__(".text\n"
 #endif
 
 int sigaction(int sig, const struct sigaction *restrict action, struct sigaction *restrict old) {
-    struct kernel_sigaction new_k, old_k;
+    struct xsb_kernel_sigaction new_k, old_k;
     if (action != NULL) {
         memset(&new_k, 0, sizeof new_k);
         new_k.handler = (void *)action->sa_handler;

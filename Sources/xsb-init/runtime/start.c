@@ -8,14 +8,28 @@
 
 #include <sys/syscall.h>
 
-extern int main(void);
-void xsb_rt_relocate(void);
+#include <elf.h>
 
-/// Called by _start on a 16-byte aligned stack; ends the process with main's value.
-__attribute__((noreturn, used)) void xsb_rt_start(void) {
-    xsb_rt_relocate();
+extern int main(void);
+void xsb_rt_relocate(unsigned long page_size);
+
+/// The page size the kernel gives in the auxiliary vector, which follows argv's and envp's
+/// terminating NULLs on the initial stack `sp` (argc first).
+static unsigned long page_size_from(const long *sp) {
+    const long *p = sp + 1 + sp[0] + 1;  // past argc, argv and its NULL
+    while (*p != 0) p++;                  // past envp
+    for (p++; p[0] != AT_NULL; p += 2) {
+        if (p[0] == AT_PAGESZ) return (unsigned long)p[1];
+    }
+    return 4096;
+}
+
+/// Called by _start on a 16-byte aligned stack with the kernel's initial stack pointer; ends
+/// the process with main's value.
+__attribute__((noreturn, used)) void xsb_rt_start(const long *sp) {
+    xsb_rt_relocate(page_size_from(sp));
     int status = main();
-    for (;;) xsb_inline_syscall6(SYS_exit_group, status, 0, 0, 0, 0, 0);
+    xsb_rt_exit_group(status);
 }
 
 #if defined(__x86_64__)
@@ -24,6 +38,7 @@ __asm__(".text\n"
         ".type _start, @function\n"
         "_start:\n"
         "    xor %ebp, %ebp\n"         // the outermost frame
+        "    mov %rsp, %rdi\n"         // the initial stack, for the auxiliary vector
         "    and $-16, %rsp\n"
         "    call xsb_rt_start\n"      // leaves the stack 16-byte aligned minus the return address, as the ABI wants
         "    hlt\n"

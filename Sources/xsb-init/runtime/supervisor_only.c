@@ -10,7 +10,7 @@
 #include <sys/syscall.h>
 
 void xsb_rt_supervisor_only(void) {
-    for (;;) xsb_inline_syscall6(SYS_exit_group, 127, 0, 0, 0, 0, 0);
+    xsb_rt_exit_group(127);
 }
 
 void *calloc(size_t count, size_t size) {

@@ -49,7 +49,7 @@ long xsb_rt_result(long ret) {
 // MARK: - Processes
 
 void _exit(int status) {
-    for (;;) xsb_inline_syscall6(SYS_exit_group, status, 0, 0, 0, 0, 0);
+    xsb_rt_exit_group(status);
 }
 
 long syscall(long nr, ...) {
@@ -147,7 +147,7 @@ int munmap(void *address, size_t size) { return (int)SYS2(SYS_munmap, address, s
 
 /// The mode argument of open and openat: passed only when the call may create the file.
 static int open_at(int dir, const char *path, int flags, va_list more) {
-    int mode = (flags & (O_CREAT | __O_TMPFILE)) ? va_arg(more, int) : 0;
+    int mode = ((flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE) ? va_arg(more, int) : 0;
     return (int)SYS4(SYS_openat, dir, path, flags, mode);
 }
 
