@@ -48,9 +48,9 @@ let package = Package(
         // The sandbox init: a small static C program (no Swift, no dynamic loader), exec'd by
         // every launch so that no sandbox holds anything of its host's memory (docs/architecture.md).
         // -nostartfiles leaves out the Swift runtime's start-up object that swiftc would link.
-        // -nostdlib leaves out glibc: its static start-up (CPU feature probing, one hypervisor
-        // trip per cpuid) cost more than the rest of the init's start; Sources/xsb-init/runtime
-        // defines what the shim's objects call instead.
+        // -nostdlib leaves out glibc: its static start-up probes the CPU's features (cpuid, a trip
+        // through the hypervisor each on a VM) on every exec of the init (figures in
+        // docs/performance.md); Sources/xsb-init/runtime defines what the shim's objects call instead.
         .executableTarget(
             name: "xsb-init", dependencies: ["CSandboxShim"], path: "Sources/xsb-init",
             linkerSettings: [.unsafeFlags(["-nostartfiles", "-static-executable", "-Xclang-linker", "-nostdlib"])]),

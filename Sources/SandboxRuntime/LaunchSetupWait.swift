@@ -7,7 +7,9 @@ import Synchronization
 /// failed), as events on the supervisor's monitor thread: no thread of its own per launch,
 /// none blocked while the sandbox is built, and the spawner thread goes straight on to the
 /// next clone. A timer on the same thread (``EventMonitor/addTimer(milliseconds:handler:)``)
-/// ends a build that takes longer than the setup timeout.
+/// ends a build that takes longer than the setup timeout. A caller that blocks anyway (the
+/// CLI's one-shot `exec`, on its main thread) waits on its own thread instead, the setup
+/// timeout being its poll's (``waitBlocking(for:timeoutMilliseconds:)``).
 ///
 /// The registration is made under the watch's lock, so its handler (which takes the lock) never
 /// runs before the token is recorded. Whoever decides first (a decisive message, a failure, the

@@ -52,7 +52,7 @@ final class SpawnerThread: @unchecked Sendable {
         sem_init(finishedCount, 0, 0)
         let made = BlockingValue<Int32>()
         do {
-            // No signal handler ever runs here: a handler writes to fds by their numbers in the
+            // No asynchronous signal's handler ever runs here: a handler writes to fds by their numbers in the
             // host's table (a wake-up pipe), which in this thread's table are other files.
             try SupervisorThread.start(name: "xsb-spawner", stackSize: 1 << 20, blockingAsyncSignals: true) { [self] in
                 let rc = xsb_spawner_table_make_private(inbox)

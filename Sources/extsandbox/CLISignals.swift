@@ -19,7 +19,8 @@ enum ForwardedSignals {
     /// The pipe's ends (read, write), made once and kept for the process's life: a handler may
     /// still be writing on another thread when forwarding stops, so the write end never closes
     /// (its number could then belong to another file). The handlers reach it through this
-    /// pointer, set up before they are installed (no Swift global access, no allocation there).
+    /// pointer, set up before they are installed (its lazy initialization is done by then, so a
+    /// handler's read of it is a plain load; no allocation there).
     nonisolated(unsafe) private static let pipe: UnsafeMutablePointer<(read: Int32, write: Int32)> = {
         let pointer = UnsafeMutablePointer<(read: Int32, write: Int32)>.allocate(capacity: 1)
         pointer.initialize(to: (-1, -1))

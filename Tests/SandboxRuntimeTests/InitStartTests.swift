@@ -5,8 +5,8 @@ import TestSupport
 import Testing
 
 /// xsb-init starts without glibc (Sources/xsb-init/runtime): glibc's static start-up probes the
-/// CPU (cpuid, a trip through the hypervisor each on a VM), which cost more per exec of the init
-/// than the rest of its start. What glibc did for the init, its own runtime does.
+/// CPU (cpuid, a trip through the hypervisor each on a VM) on every exec of the init. What glibc
+/// did for the init, its own runtime does.
 @Suite("The init's start without glibc", .offThePool)
 struct InitStartTests {
     static var initPath: String { TestPaths.product("xsb-init") }

@@ -58,7 +58,9 @@ struct SpawnerTableTests {
             let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/task/\(task)/fd/\(marker)")
             if comm == "xsb-spawner" {
                 spawners += 1
-                #expect(target == nil, "spawner thread \(task) has the host's fd \(marker)")
+                // Its own table may hold another file at that number (its inbox, a launch's fds,
+                // another test's supervisor's): only the host's file there is wrong.
+                #expect(target != "/dev/zero", "spawner thread \(task) has the host's fd \(marker)")
             } else if let target {
                 #expect(target == "/dev/zero", "thread \(task) (\(comm)): fd \(marker) is \(target)")
             } else if FileManager.default.fileExists(atPath: "/proc/self/task/\(task)") {
