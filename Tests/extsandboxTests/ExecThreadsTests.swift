@@ -45,4 +45,19 @@ struct ExecThreadsTests {
         #expect(!names.isEmpty && !names.contains { $0.hasPrefix("com.apple") || $0.contains("qos") }, "\(names)")
         #expect(output.status == 128 + number, "signal \(number): \(output.stderr)")
     }
+
+    /// `--policy=PATH` is a shape the quick parser leaves to ArgumentParser: it runs on the main
+    /// thread all the same.
+    @Test("an exec that ArgumentParser parses runs on the main thread too: no Dispatch thread while the program runs")
+    func parsedByArgumentParserRunsOnTheMainThread() async throws {
+        let started = try Fixtures.start([TestPaths.cli, "exec", "--policy=\(Fixtures.policyPath(for: .root))", "--", "/bin/sleep", "60"])
+        let cli = started.process.processIdentifier
+        let running = await Fixtures.eventually { Self.catches(cli, SIGTERM) }
+        let names = Self.threadNames(of: cli)
+        kill(cli, SIGTERM)
+        let output = await started.output()
+        #expect(running, "no handler for SIGTERM: \(output.stderr)")
+        #expect(!names.isEmpty && !names.contains { $0.hasPrefix("com.apple") || $0.contains("qos") }, "\(names)")
+        #expect(output.status == 128 + SIGTERM, "\(output.stderr)")
+    }
 }
