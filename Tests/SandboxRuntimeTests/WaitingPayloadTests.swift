@@ -181,24 +181,6 @@ struct WaitingPayloadTests {
         }
     }
 
-    @Test("a waiting payload stopped while its sandbox is idle ends that sandbox, which is replaced; the launch runs")
-    func stoppedWhileWaiting() async throws {
-        let supervisor = try SandboxPoolTests.supervisor()
-        defer { Task { await supervisor.drainPool() } }
-        let shape = try SandboxPoolTests.shell("exit 7")
-        try await supervisor.prepare(shape, count: 1)
-        let initPID = try #require(SandboxPoolTests.readyPIDs(supervisor).first)
-        let waiting = try #require(Self.children(of: initPID).first)
-        #expect(kill(waiting, SIGSTOP) == 0)
-        // A payload that can never exec: its sandbox must not wait for a launch it would hang.
-        #expect(await Fixtures.eventually { Fixtures.processState(initPID) == nil && Fixtures.processState(waiting) == nil },
-                "the sandbox ended")
-        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 && !SandboxPoolTests.readyPIDs(supervisor).contains(initPID) },
-                "and was replaced")
-        let process = try await supervisor.launch(shape)
-        #expect(await process.waitForExit() == .exited(code: 7))
-    }
-
     @Test("a working directory only a capability could enter is refused, warm and cold: the payload changes directory with its own rights")
     func workingDirectoryWithTheProgramsRights() async throws {
         let identity = try HostIdentity.forCaller()
@@ -231,16 +213,19 @@ struct WaitingPayloadTests {
         }
     }
 
-    @Test("a waiting payload killed while its sandbox is idle ends that sandbox, which is replaced; the launch runs")
-    func killedWhileWaiting() async throws {
+    @Test("a waiting payload killed or stopped while its sandbox is idle ends that sandbox, which is replaced; the launch runs",
+          arguments: [SIGKILL, SIGSTOP])
+    func endedOrStoppedWhileWaiting(_ signal: Int32) async throws {
         let supervisor = try SandboxPoolTests.supervisor()
         defer { Task { await supervisor.drainPool() } }
         let shape = try SandboxPoolTests.shell("exit 6")
         try await supervisor.prepare(shape, count: 1)
         let initPID = try #require(SandboxPoolTests.readyPIDs(supervisor).first)
         let waiting = try #require(Self.children(of: initPID).first)
-        #expect(kill(waiting, SIGKILL) == 0)
-        #expect(await Fixtures.eventually { Fixtures.processState(initPID) == nil }, "the sandbox ended")
+        #expect(kill(waiting, signal) == 0)
+        // A payload that can never exec: its sandbox must not wait for a launch it would hang.
+        #expect(await Fixtures.eventually { Fixtures.processState(initPID) == nil && Fixtures.processState(waiting) == nil },
+                "the sandbox ended")
         #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 && !SandboxPoolTests.readyPIDs(supervisor).contains(initPID) },
                 "and was replaced")
         let process = try await supervisor.launch(shape)
