@@ -6,7 +6,8 @@ import Testing
 
 /// SandboxSignals.swift, the supervisor's side of a sandbox's signals, on a plain child standing
 /// for a sandbox's init (the whole path is LifecycleTests'): the kill of last resort reaches
-/// the init only while its control socket is up, and each request names its control message.
+/// the init only while its control socket is up, each request names its control message, and
+/// each acknowledgement answers its own request (a relayed signal's too).
 @Suite("SandboxSignals: the supervisor's side")
 struct SandboxSignalsTests {
     /// A child that sleeps until it is killed.
@@ -62,6 +63,47 @@ struct SandboxSignalsTests {
         let second = try Self.sleeper()
         SandboxSignals.kill(unreapedChild: second)
         #expect(Self.endedBy(second) == SIGKILL)
+    }
+
+    @Test("a relayed signal's acknowledgement never answers a waiting request: the waiter gets its own")
+    func relayedSignalKeepsItsPlaceAmongAcknowledgements() async throws {
+        let child = try Self.sleeper()
+        var pair: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+        let initEnd = pair[1]
+        var result = xsb_spawn_result()
+        result.pid = child
+        result.pidfd = -1
+        result.control_fd = pair[0]  // the process owns it from here
+        result.early_violation = Int32(XSB_NO_VIOLATION)
+        result.failed_step = Int32(XSB_STEP_NONE.rawValue)
+        let process = SandboxedProcess(result: result, monitor: Supervisor.shared.monitor, cgroup: nil)
+        try process.startMonitoring()
+        defer {
+            kill(child, SIGKILL)
+            close(initEnd)
+        }
+
+        process.signalWithoutWaiting(SIGWINCH)
+        let waiter = Task { try await process.signal(SIGTERM) }
+        // Both requests are on the socket before either is answered, the relayed one first.
+        var request = xsb_msg()
+        for expected in [SIGWINCH, SIGTERM] {
+            #expect(recv(initEnd, &request, MemoryLayout<xsb_msg>.size, 0) == MemoryLayout<xsb_msg>.size)
+            #expect(request.type == UInt32(XSB_MSG_SIGNAL.rawValue) && request.value == expected)
+        }
+        for answer in [0, EPERM] {
+            var ack = xsb_msg()
+            ack.type = UInt32(XSB_MSG_ACK.rawValue)
+            ack.value = Int32(XSB_MSG_SIGNAL.rawValue)
+            ack.value2 = answer
+            #expect(send(initEnd, &ack, MemoryLayout<xsb_msg>.size, 0) == MemoryLayout<xsb_msg>.size)
+        }
+        await #expect {
+            try await waiter.value
+        } throws: { error in
+            (error as? SandboxError)?.errorNumber == EPERM
+        }
     }
 
     @Test("each request names its control message, a signal carries its number")
