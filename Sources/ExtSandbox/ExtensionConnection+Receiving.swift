@@ -14,9 +14,10 @@ extension ExtensionConnection {
     /// through the monitor thread and a wake-up of the caller's executor thread (`xsb-bench
     /// --profile-rtt`: 10-15 µs less of a 50-70 µs round trip, in every one of 8 paired runs).
     /// The wait sleeps in the kernel (ppoll) and is bounded; only a connection's sole outstanding
-    /// request waits, and only one caller in the process at a time; after a wait that timed out
-    /// the connection skips the next few, so a slow extension costs its callers' threads at most
-    /// this long every few requests.
+    /// request waits, only when the monitor thread is on another CPU (see
+    /// ``waitForReadableBriefly(_:)``), and only one caller in the process at a time; after a wait
+    /// that timed out the connection skips the next few, so a slow extension costs its callers'
+    /// threads at most this long every few requests.
     static let callerWait: Duration = .microseconds(100)
     /// Waits skipped after one that timed out.
     static let waitsSkippedAfterTimeout = 8
@@ -344,8 +345,8 @@ extension ExtensionConnection {
     }
 
     /// Under `output`: tells the monitor what to watch the socket for: readability unless reading
-    /// is paused or a caller reads its reply itself, writability while frames wait to be written. Every change of either is followed
-    /// by a call, each under `output`: the last one sees both.
+    /// is paused or a caller reads its reply itself, writability while frames wait to be written.
+    /// Every change of either is followed by a call, each under `output`: the last one sees both.
     func updateWatch(_ output: Output) {
         guard output.open else { return }
         let unwatched = state.withLock { $0.readingPaused || $0.callerReading }
