@@ -160,7 +160,9 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         }
         while open {
             let result: FrameSocket.ReceiveResult
-            do { result = try socket.receiveNext(wait: !executor.hasPendingJobs && handOver == nil) } catch { break }
+            let wait = !executor.hasPendingJobs && handOver == nil
+            if wait { waitUntilReadable(socket) }
+            do { result = try socket.receiveNext(wait: wait) } catch { break }
             switch result {
             case .frame(let frame):
                 open = dispatch(frame, connection: connection, host: host, executor: executor)
@@ -192,6 +194,18 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         }
         executor.retire()
         return handOver != nil
+    }
+
+    /// Blocks until `socket` has bytes for this side (or hung up) in `poll` rather than in
+    /// `recvmsg`. A thread blocked in an AF_UNIX `recvmsg` is also woken, for nothing, whenever
+    /// the peer reads what this side sent (the kernel wakes the socket's waiters when its sent
+    /// bytes are consumed, and only `poll`-type waits filter that wake by event): each reply the
+    /// host read would wake this thread again, across CPUs a hypervisor trip for both sides.
+    private func waitUntilReadable(_ socket: FrameReceiver) {
+        guard !socket.hasBufferedInput, let descriptor = socket.descriptor?.rawValue else { return }
+        var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        // A failed poll leaves the waiting to the blocking read.
+        _ = retryingInterrupts { poll(&entry, 1, -1) }
     }
 
     /// Handles one frame of an accepted connection; false ends the connection.

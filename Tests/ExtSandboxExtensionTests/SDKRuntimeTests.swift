@@ -136,6 +136,42 @@ struct SDKRuntimeTests {
         #expect(progress.drained.load(ordering: .relaxed) > drainedBefore, "the busy connection is still served")
     }
 
+    @Test("the host reading a reply wakes none of the extension's threads")
+    func readingAReplyWakesNoThread() async throws {
+        let echo = try await Echo()
+        let first = try echo.connect(helloFirst: true)
+        #expect(try Echo.handshakeAndEcho(first, "first"))
+        // A second connection takes the control socket over: the first one's reader then waits
+        // for its connection alone (the case that waited in `recvmsg`).
+        let second = try echo.connect(helloFirst: true)
+        #expect(try Echo.handshakeAndEcho(second, "second"))
+        let pids = Array(echo.sandbox.processIdentifiers().dropFirst())
+        /// Voluntary context switches of all the extension's threads: a thread woken counts one.
+        func switches() -> Int {
+            pids.flatMap { pid in
+                ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []).compactMap { task in
+                    (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8))?
+                        .split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches:") }
+                        .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) }
+                }
+            }.reduce(0, +)
+        }
+        var wakes = 0
+        for index in 2...21 {
+            try first.send(.request(id: UInt64(index), payload: Array("ping".utf8)))
+            // The reply is written and the reader waits again before the host reads the reply.
+            usleep(5_000)
+            let before = switches()
+            let reply = try #require(try first.receive())
+            #expect(reply.kind == .reply && reply.id == UInt64(index))
+            usleep(5_000)
+            wakes += switches() - before
+        }
+        // A reader blocked in `recvmsg` was woken by each read (AF_UNIX wakes a socket's waiters
+        // when the bytes it sent are consumed): 20 wakes. Allow a stray one.
+        #expect(wakes <= 2, "\(wakes) wake-ups of the extension's threads for 20 replies read")
+    }
+
     @Test("many CONNECTs back to back, then one after another")
     func manyConnections() async throws {
         let echo = try await Echo()
