@@ -57,8 +57,10 @@ struct CgroupSupport: Sendable {
             let relative = mount.root == "/" ? own : String(own.dropFirst(mount.root.count))
             return mount.point.hasSuffix("/") ? mount.point + relative.dropFirst() : mount.point + relative
         }
+        // The delegated controllers, as whole words (`String.contains` would also take the
+        // generic substring search, whose first use costs a scan of the conformance records).
         if let mount = v2Mount, let own = ownPaths[""], let dir = directory(mount, own),
-           let delegated = SystemFiles.text(dir + "/cgroup.subtree_control"),
+           let delegated = SystemFiles.text(dir + "/cgroup.subtree_control")?.split(whereSeparator: \.isWhitespace),
            delegated.contains("memory"), delegated.contains("pids"), mayCreate(under: dir) {
             return CgroupSupport(layout: .v2(parent: dir))
         }
