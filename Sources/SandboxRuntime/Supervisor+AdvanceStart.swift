@@ -33,7 +33,7 @@ extension Supervisor {
     /// The work of ``startSharedInAdvance()``, done once by whichever thread comes first (the
     /// others wait for it).
     private static let advanceStart: Void = {
-        guard case .success(let supervisor) = sharedStart else { return }
+        guard case .started(let supervisor) = sharedStart else { return }
         _ = try? supervisor.initExecutable()
     }()
 }

@@ -17,14 +17,23 @@ public final class Supervisor: Sendable {
     /// The process-wide supervisor.
     public static let shared: Supervisor = {
         switch sharedStart {
-        case .success(let supervisor): return supervisor
-        case .failure(let error): fatalError("extsandbox: cannot start the supervisor: \(error)")
+        case .started(let supervisor): return supervisor
+        case .failed(let error): fatalError("extsandbox: cannot start the supervisor: \(error)")
         }
     }()
 
+    /// How the start of ``shared`` went. Not a `Result`: a generic type's first use in a process
+    /// costs a search of the binary's conformance records, on the thread that starts it.
+    enum SharedStart: Sendable {
+        case started(Supervisor)
+        case failed(SandboxError)
+    }
+
     /// The start of ``shared``, made once by whichever thread comes first: ``shared`` itself or
     /// ``startSharedInAdvance()``, which must not stop the process when it fails.
-    static let sharedStart = Result<Supervisor, SandboxError> { () throws(SandboxError) in try Supervisor() }
+    static let sharedStart: SharedStart = {
+        do throws(SandboxError) { return .started(try Supervisor()) } catch { return .failed(error) }
+    }()
 
     let spawner: SpawnerThread
     /// The supervisor's event thread; the host API registers its connections here too.

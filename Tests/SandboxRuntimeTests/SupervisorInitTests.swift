@@ -22,7 +22,7 @@ struct SupervisorInitTests {
     @Test("the shared supervisor started ahead on its own thread is the one `shared` gives, with the init found")
     func startedAhead() async {
         Supervisor.startSharedInAdvance()
-        guard case .success(let started) = Supervisor.sharedStart else {
+        guard case .started(let started) = Supervisor.sharedStart else {
             Issue.record("the shared supervisor did not start")
             return
         }
