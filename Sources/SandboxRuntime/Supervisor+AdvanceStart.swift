@@ -2,10 +2,10 @@ import SandboxSystem
 import Synchronization
 
 extension Supervisor {
-    /// Starts ``shared`` and finds the sandbox init on a short-lived thread of its own
-    /// (`xsb-start`), so that a one-shot caller that launches once (`extsandbox exec`) has that
-    /// first-time work done on the other CPU while it prepares its launch (arguments, policy,
-    /// mounts) on its own thread.
+    /// Starts ``shared``, finds the sandbox init and makes the runtime type the end of a sandbox
+    /// needs, on a short-lived thread of its own (`xsb-start`), so that a one-shot caller that
+    /// launches once (`extsandbox exec`) has that first-time work done on the other CPU while it
+    /// prepares its launch (arguments, policy, mounts) on its own thread.
     ///
     /// Its launch then waits for what is not done yet rather than do it a second time alongside.
     /// Nothing changes but when the work is done: a supervisor that cannot start still stops the
@@ -35,5 +35,6 @@ extension Supervisor {
     private static let advanceStart: Void = {
         guard case .started(let supervisor) = sharedStart else { return }
         _ = try? supervisor.initExecutable()
+        _ = SandboxedProcess.ackWaiterTypes
     }()
 }
