@@ -2,7 +2,7 @@ import SandboxSystem
 import Synchronization
 
 extension Supervisor {
-    /// Starts ``shared``, finds the sandbox init and makes the runtime type the end of a sandbox
+    /// Starts ``shared``, finds the sandbox init and makes the runtime types the end of a sandbox
     /// needs, on a short-lived thread of its own (`xsb-start`), so that a one-shot caller that
     /// launches once (`extsandbox exec`) has that first-time work done on the other CPU while it
     /// prepares its launch (arguments, policy, mounts) on its own thread.
