@@ -29,15 +29,20 @@ struct CgroupSupport: Sendable {
     static func detect() -> CgroupSupport? {
         guard let mountinfo = SystemFiles.text("/proc/self/mountinfo"), let membership = SystemFiles.text("/proc/self/cgroup")
         else { return nil }
-        var ownPaths: [String: String] = [:]  // controller (or "" for v2) -> path
+        // Only three controllers' entries matter, so no table keyed by name (whose first use
+        // would look up String's Hashable conformance across every conformance record).
+        var ownV2: String?, ownMemory: String?, ownPids: String?
         for line in membership.split(separator: "\n") {
             let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
             guard fields.count == 3 else { continue }
-            if fields[1].isEmpty { ownPaths[""] = String(fields[2]) }
-            for controller in fields[1].split(separator: ",") { ownPaths[String(controller)] = String(fields[2]) }
+            if fields[1].isEmpty { ownV2 = String(fields[2]) }
+            for controller in fields[1].split(separator: ",") {
+                if controller == "memory" { ownMemory = String(fields[2]) }
+                if controller == "pids" { ownPids = String(fields[2]) }
+            }
         }
         var v2Mount: (point: String, root: String)?
-        var v1Mounts: [String: (point: String, root: String)] = [:]
+        var memoryMount: (point: String, root: String)?, pidsMount: (point: String, root: String)?
         for line in mountinfo.split(separator: "\n") {
             // Fields before the lone "-" are the mount's; after it: fs type, source, super options.
             let fields = line.split(separator: " ")
@@ -47,8 +52,9 @@ struct CgroupSupport: Sendable {
             let root = String(left[left.startIndex + 3]), point = String(left[left.startIndex + 4])
             if right[0] == "cgroup2" { v2Mount = (point, root) }
             if right[0] == "cgroup" {
-                for option in right[2].split(separator: ",") where option == "memory" || option == "pids" {
-                    v1Mounts[String(option)] = (point, root)
+                for option in right[2].split(separator: ",") {
+                    if option == "memory" { memoryMount = (point, root) }
+                    if option == "pids" { pidsMount = (point, root) }
                 }
             }
         }
@@ -57,14 +63,16 @@ struct CgroupSupport: Sendable {
             let relative = mount.root == "/" ? own : String(own.dropFirst(mount.root.count))
             return mount.point.hasSuffix("/") ? mount.point + relative.dropFirst() : mount.point + relative
         }
-        if let mount = v2Mount, let own = ownPaths[""], let dir = directory(mount, own),
-           let delegated = SystemFiles.text(dir + "/cgroup.subtree_control"),
+        // The delegated controllers, as whole words (`String.contains` would also take the
+        // generic substring search, whose first use costs a scan of the conformance records).
+        if let mount = v2Mount, let own = ownV2, let dir = directory(mount, own),
+           let delegated = SystemFiles.text(dir + "/cgroup.subtree_control")?.split(whereSeparator: \.isWhitespace),
            delegated.contains("memory"), delegated.contains("pids"), mayCreate(under: dir) {
             return CgroupSupport(layout: .v2(parent: dir))
         }
         var memory: String?, pids: String?
-        if let mount = v1Mounts["memory"], let own = ownPaths["memory"], let dir = directory(mount, own), mayCreate(under: dir) { memory = dir }
-        if let mount = v1Mounts["pids"], let own = ownPaths["pids"], let dir = directory(mount, own), mayCreate(under: dir) { pids = dir }
+        if let mount = memoryMount, let own = ownMemory, let dir = directory(mount, own), mayCreate(under: dir) { memory = dir }
+        if let mount = pidsMount, let own = ownPids, let dir = directory(mount, own), mayCreate(under: dir) { pids = dir }
         if memory == nil && pids == nil { return nil }
         return CgroupSupport(layout: .v1(memoryParent: memory, pidsParent: pids))
     }

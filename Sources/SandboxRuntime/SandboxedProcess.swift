@@ -25,7 +25,7 @@ public final class SandboxedProcess: Sendable {
         /// Every request sent and not yet acknowledged, in the order sent (the init answers in
         /// that order): the caller waiting for each, or nil for one nobody waits for
         /// (``signalWithoutWaiting(_:)``), whose acknowledgement is dropped.
-        var ackWaiters: [(type: UInt32, continuation: CheckedContinuation<Int32, any Error>?)] = []
+        var ackWaiters: [AckWaiter] = []
         var payloadStatus: Int32?
         var violation: Termination?
         var killCause: KillCause?
@@ -41,6 +41,15 @@ public final class SandboxedProcess: Sendable {
         /// Set once the cgroups are gone too: what waitForExit() returns.
         var finished: Termination?
     }
+
+    /// A request sent to the init and the caller waiting for its acknowledgement, if any.
+    typealias AckWaiter = (type: UInt32, continuation: CheckedContinuation<Int32, any Error>?)
+
+    /// ``AckWaiter``'s runtime types, made when first read. The monitor thread needs them at
+    /// every sandbox's end, even with no request sent; their first instantiation in a process
+    /// (from their mangled names, checking their generic requirements) costs more than the rest of
+    /// that end, so ``Supervisor/startSharedInAdvance()`` reads them ahead of a one-shot caller's launch.
+    static let ackWaiterTypes: (Any.Type, Any.Type) = (AckWaiter.self, CheckedContinuation<Int32, any Error>?.self)
 
     private let state: Mutex<State>
     private let monitor: EventMonitor

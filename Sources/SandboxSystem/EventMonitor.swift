@@ -50,7 +50,10 @@ public final class EventMonitor: Sendable {
 
     /// The registrations, and which of them the monitor thread is calling now.
     private struct Registrations {
-        var byToken: [UInt64: Registration] = [:]
+        /// Room for the first few from the start: making the table's storage the first time
+        /// looks up `UInt64`'s `Hashable` conformance in every conformance record of the binary,
+        /// which the monitor's start (often off the launching thread) does better than a launch.
+        var byToken = [UInt64: Registration](minimumCapacity: 8)
         /// The token whose handler runs on the monitor thread now, if any.
         var running: UInt64?
         /// Threads in ``remove(fd:token:)`` waiting for the running handler to return.

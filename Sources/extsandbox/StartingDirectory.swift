@@ -92,8 +92,14 @@ enum StartingDirectory {
     }
 
     private static func normalized(_ path: String) -> String {
-        let parts = path.split(separator: "/")
-        return parts.isEmpty ? "/" : "/" + parts.joined(separator: "/")
+        // Joined by hand: the generic `joined(separator:)` of substrings looks its witnesses up
+        // at run time, which costs a fresh process a search of the binary's conformance records.
+        var result = ""
+        for part in path.split(separator: "/") {
+            result.append("/")
+            result.append(contentsOf: part)
+        }
+        return result.isEmpty ? "/" : result
     }
 
     private static func join(_ directory: String, _ rest: Substring) -> String {
