@@ -31,6 +31,10 @@ public final class Supervisor: Sendable {
     public let setupTimeoutMilliseconds: Int32 = 10_000
     /// Pre-built sandboxes, ready for warm launches (empty unless ``prepare(_:count:)`` asks).
     let pool = SandboxPool()
+    /// Network namespaces made ahead for cold launches (none until the first asks; root only).
+    let networkNamespaces: PreparedNetworkNamespaces
+    /// How many network namespaces a host's supervisor keeps ready from its first cold launch on.
+    static let preparedNetworkNamespaces = 2
 
     /// A supervisor with its own threads, using the cgroups it may nest under.
     ///
@@ -42,8 +46,9 @@ public final class Supervisor: Sendable {
         try self.init(cgroups: CgroupSupport.detect())
     }
 
-    init(cgroups: CgroupSupport?) throws(SandboxError) {
+    init(cgroups: CgroupSupport?, networkNamespaces: PreparedNetworkNamespaces = PreparedNetworkNamespaces()) throws(SandboxError) {
         FileDescriptorLimit.raise()
+        self.networkNamespaces = networkNamespaces
         spawner = try SpawnerThread()
         do throws(EventMonitor.Failure) {
             monitor = try EventMonitor()
@@ -53,6 +58,19 @@ public final class Supervisor: Sendable {
         self.cgroups = cgroups
         let text = SystemFiles.text("/proc/sys/kernel/cap_last_cap") ?? "40"
         capLastCap = Int32(text.filter(\.isNumber)) ?? 40
+    }
+
+    deinit {
+        // Nothing of them outlives the supervisor.
+        networkNamespaces.close()
+    }
+
+    /// Starts making the network namespace of the one cold launch ahead, in parallel with
+    /// whatever comes before it (a one-shot command's arguments and policy), so that the launch
+    /// finds it ready (``launchBlocking(_:)``). Does nothing where namespaces are not prepared
+    /// (an unprivileged caller).
+    package func prepareNetworkNamespace() {
+        networkNamespaces.prepareOne()
     }
 
     /// Whether sandbox-wide memory and process limits are enforced by cgroups here (otherwise
@@ -79,6 +97,7 @@ public final class Supervisor: Sendable {
                 refill()  // a kept shape whose sandboxes are all taken (or whose refill failed)
             }
         }
+        networkNamespaces.keepReady(Self.preparedNetworkNamespaces)
         let (result, cgroup) = try await build(LaunchPlan(shape: shape, configuration: configuration, stdio: stdio))
         return try running(result, cgroup: cgroup, limits: configuration.policy.limits)
     }
@@ -115,10 +134,12 @@ public final class Supervisor: Sendable {
         let cgroup = try SandboxCgroup.make(for: plan.configuration.policy.limits, hostUID: identity.uid, under: cgroups)
         do throws(SandboxError) {
             let detached = try DetachedBindSources(plan: plan.shape.plan, identity: identity)
+            // A pre-built sandbox is built off the caller's path anyway: its clone makes its own.
+            let network = plan.isPrebuilt ? nil : networkNamespaces.take()
             let description = try plan.description(
-                cgroup: cgroup, detached: detached, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
+                cgroup: cgroup, detached: detached, network: network, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
             let started = await spawner.start(description, remapsRoot: identity.remapsRoot, background: plan.isPrebuilt)
-            Self.cloned(plan, cgroup: cgroup, detached: detached)
+            Self.cloned(plan, cgroup: cgroup, detached: detached, network: network)
             // The spawner thread only clones: the build is waited for on the monitor thread.
             let result = started.failed_step == Int32(XSB_STEP_NONE.rawValue)
                 ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
@@ -144,10 +165,11 @@ public final class Supervisor: Sendable {
         let result: xsb_spawn_result
         do throws(SandboxError) {
             let detached = try DetachedBindSources(plan: plan.shape.plan, identity: identity)
+            let network = networkNamespaces.take()  // not refilled: see prepareNetworkNamespace()
             let description = try plan.description(
-                cgroup: cgroup, detached: detached, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
+                cgroup: cgroup, detached: detached, network: network, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
             let started = spawner.startBlocking(description, remapsRoot: identity.remapsRoot)
-            Self.cloned(plan, cgroup: cgroup, detached: detached)
+            Self.cloned(plan, cgroup: cgroup, detached: detached, network: network)
             result = try Self.succeeded(started.failed_step == Int32(XSB_STEP_NONE.rawValue)
                 ? LaunchSetupWait.waitBlocking(for: started, timeoutMilliseconds: setupTimeoutMilliseconds)
                 : started)
@@ -159,9 +181,11 @@ public final class Supervisor: Sendable {
     }
 
     /// After the spawner thread's clone (done or failed): it has its own copies of the fds
-    /// now, so the cgroup's, the program's copy and the detached mounts, open until then, go.
-    private static func cloned(_ plan: LaunchPlan, cgroup: SandboxCgroup?, detached: DetachedBindSources) {
+    /// now, so the cgroup's, the program's copy, the detached mounts and the prepared network
+    /// namespace (used once), open until then, go.
+    private static func cloned(_ plan: LaunchPlan, cgroup: SandboxCgroup?, detached: DetachedBindSources, network: FileDescriptor?) {
         cgroup?.closeDescriptors()
+        network?.close()
         withExtendedLifetime(plan.configuration.executableCopy) {}
         withExtendedLifetime(detached.trees) {}
     }
