@@ -141,13 +141,20 @@ final class PreparedNetworkNamespaces: @unchecked Sendable {
         let home = xsb_network_namespace_open_own()
         guard home >= 0 else { return stop() }
         defer { Glibc.close(home) }
-        var lowered = false
+        var count = 0
         while true {
             while sem_wait(wake) != 0 {}  // EINTR
             while true {
                 let more = state.withLock { state -> Bool? in state.ended ? nil : state.wanted > 0 }
                 guard let more else { return }
                 guard more else { break }
+                if count == 1 {
+                    // Refills must not compete with the launches. Lowered only now: a thread that
+                    // sleeps at the lowest priority delays the end of a one-shot command on a busy
+                    // machine, whose process is reaped only once this thread has taken its SIGKILL.
+                    _ = xsb_network_namespace_thread_in_background()
+                }
+                count += 1
                 let made = xsb_network_namespace_prepare(home)
                 // After any failure the thread may be stranded in the namespace it made (or this
                 // supervisor may not make them): no more.
@@ -161,11 +168,6 @@ final class PreparedNetworkNamespaces: @unchecked Sendable {
                 guard kept else {
                     Glibc.close(made)
                     return
-                }
-                if !lowered {
-                    // The first was made at once; refills must not compete with the launches.
-                    _ = xsb_network_namespace_thread_in_background()
-                    lowered = true
                 }
             }
         }

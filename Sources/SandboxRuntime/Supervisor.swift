@@ -16,8 +16,25 @@ import Synchronization
 public final class Supervisor: Sendable {
     /// The process-wide supervisor.
     public static let shared: Supervisor = {
-        do { return try Supervisor() } catch { fatalError("extsandbox: cannot start the supervisor: \(error)") }
+        do {
+            return try Supervisor(cgroups: CgroupSupport.detect(), networkNamespaces: sharedNetworkNamespaces)
+        } catch {
+            fatalError("extsandbox: cannot start the supervisor: \(error)")
+        }
     }()
+
+    /// The shared supervisor's network namespaces, made before the supervisor itself when a
+    /// one-shot command asks at its start (``prepareNetworkNamespace()``).
+    private static let sharedNetworkNamespaces = PreparedNetworkNamespaces()
+
+    /// Starts making the network namespace of the shared supervisor's one cold launch ahead,
+    /// in parallel with whatever comes before that launch (a one-shot command's program lookup,
+    /// policy and streams; the supervisor's own threads), so that the launch finds it ready
+    /// (``launchBlocking(_:)``). Not refilled. Does nothing where namespaces are not prepared
+    /// (an unprivileged caller).
+    package static func prepareNetworkNamespace() {
+        sharedNetworkNamespaces.prepareOne()
+    }
 
     let spawner: SpawnerThread
     /// The supervisor's event thread; the host API registers its connections here too.
@@ -63,14 +80,6 @@ public final class Supervisor: Sendable {
     deinit {
         // Nothing of them outlives the supervisor.
         networkNamespaces.close()
-    }
-
-    /// Starts making the network namespace of the one cold launch ahead, in parallel with
-    /// whatever comes before it (a one-shot command's arguments and policy), so that the launch
-    /// finds it ready (``launchBlocking(_:)``). Does nothing where namespaces are not prepared
-    /// (an unprivileged caller).
-    package func prepareNetworkNamespace() {
-        networkNamespaces.prepareOne()
     }
 
     /// Whether sandbox-wide memory and process limits are enforced by cgroups here (otherwise

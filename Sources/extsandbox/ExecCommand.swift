@@ -179,8 +179,8 @@ struct ExecCommand: ParsableCommand {
     /// Runs the program to its end: its exit status; throws `ExitCode` when it could not run.
     private static func runProgram(_ request: ExecRequest) throws -> Int32 {
         // Root's launch takes a network namespace made meanwhile, on the other CPU, while the
-        // program and the policy are looked up (the dearest part of the clone, off its path).
-        Supervisor.shared.prepareNetworkNamespace()
+        // program, the policy and the supervisor are set up (the dearest part of the clone).
+        Supervisor.prepareNetworkNamespace()
         let words = request.words
         let program = words[0]
         // Read once: the program lookup, the policy search path and the cache use it too.
