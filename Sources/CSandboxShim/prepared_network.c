@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -46,12 +47,20 @@ int xsb_network_namespace_thread_in_background(void) {
     return syscall(SYS_setpriority, PRIO_PROCESS, tid, 19) == 0 ? 0 : -errno;
 }
 
+/// Whether `a` and `b` are the same file (the same namespace, for namespace fds).
+static int same_file(int a, int b) {
+    struct stat sa, sb;
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int xsb_network_enter_prepared(int prepared_fd, int *home) {
     *home = -1;
     if (prepared_fd <= 2) return -1;
     int rc = -1;
     int own = open_own_network();
-    if (own >= 0 && syscall(SYS_setns, prepared_fd, CLONE_NEWNET) == 0) {
+    // Never the thread's own (the host's) namespace, whatever the fd: the clone would then
+    // leave the sandbox in it. (setns refuses what is not a network namespace.)
+    if (own >= 0 && !same_file(own, prepared_fd) && syscall(SYS_setns, prepared_fd, CLONE_NEWNET) == 0) {
         *home = own;
         rc = 0;
     } else if (own >= 0) {

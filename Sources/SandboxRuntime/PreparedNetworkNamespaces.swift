@@ -96,6 +96,12 @@ final class PreparedNetworkNamespaces: @unchecked Sendable {
     /// The fds of those ready now, still this object's (for tests).
     var readyDescriptors: [Int32] { state.withLock { $0.ready } }
 
+    /// Adds `fd`, now this object's, as if it were a namespace made here (for tests: what a
+    /// launch does with one it cannot use).
+    func insertReady(_ fd: Int32) {
+        state.withLock { $0.ready.append(fd) }
+    }
+
     /// Closes every ready namespace, makes no more, and waits for the thread to end (it may be
     /// finishing one: it closes that one itself).
     func close() {
@@ -115,10 +121,9 @@ final class PreparedNetworkNamespaces: @unchecked Sendable {
     /// Changes the state with `change` (true: there is more to make) and wakes the thread,
     /// starting it first if needed.
     private func request(_ change: (inout State) -> Bool) {
-        guard mayPrepare else { return }
         let (more, start) = state.withLock { state -> (Bool, Bool) in
             // A take still takes what is ready when no more are made.
-            guard change(&state), !state.ended else { return (false, false) }
+            guard change(&state), !state.ended, mayPrepare else { return (false, false) }
             let start = !state.threadStarted
             state.threadStarted = true
             return (true, start)

@@ -51,6 +51,17 @@ struct PreparedNetworkNamespaceTests {
         return try #require(line.split(separator: " ").last.flatMap { inode(String($0)) }, "\(line)")
     }
 
+    /// A sandbox of `supervisor`'s that stays (the probe sleeping) and its network namespace, seen
+    /// from the host: namespaces are compared while both are alive (a number is reused once its
+    /// namespace is gone).
+    static func sleeping(_ supervisor: Supervisor) async throws -> (SandboxedProcess, UInt64) {
+        let output = OutputPipe()
+        let process = try await supervisor.launch(Fixtures.probeConfiguration(["sleep", "600"], stdout: output.writeFD))
+        _ = await output.waitFor("sleeping")
+        let namespace = try #require(inode(SystemFiles.linkTarget("/proc/\(process.pid)/ns/net") ?? ""))
+        return (process, namespace)
+    }
+
     /// A supervisor whose cold launches have made their namespaces ready.
     static func supervisorWithReadyNamespaces() async throws -> Supervisor {
         try #require(geteuid() == 0, "only root's supervisor prepares network namespaces")
@@ -65,15 +76,17 @@ struct PreparedNetworkNamespaceTests {
     func ownPreparedNamespace() async throws {
         let supervisor = try await Self.supervisorWithReadyNamespaces()
         let host = try Self.hostNamespace()
-        var seen: Set<UInt64> = []
+        let (other, othersNamespace) = try await Self.sleeping(supervisor)
+        defer { other.kill() }
+        #expect(othersNamespace != host)
         for _ in 0..<3 {
+            _ = await Fixtures.eventually { supervisor.networkNamespaces.readyCount == Supervisor.preparedNetworkNamespaces }
             let prepared = Self.ready(supervisor)
             let inside = try await Self.namespace(supervisor)
             #expect(prepared.contains(inside), "the launch took one of the prepared namespaces \(prepared), not \(inside)")
-            #expect(inside != host)
-            #expect(seen.insert(inside).inserted, "namespace \(inside) served two sandboxes")
+            #expect(inside != host && inside != othersNamespace)
+            #expect(!Self.ready(supervisor).contains(inside), "used once: no longer ready")
             #expect(!Self.openNamespaces().contains(inside), "the host keeps no fd of a namespace once handed over")
-            _ = await Fixtures.eventually { supervisor.networkNamespaces.readyCount == Supervisor.preparedNetworkNamespaces }
         }
     }
 
@@ -94,11 +107,29 @@ struct PreparedNetworkNamespaceTests {
     func withoutPreparedNamespaces() async throws {
         let supervisor = try Supervisor(cgroups: CgroupSupport.detect(), networkNamespaces: PreparedNetworkNamespaces(mayPrepare: false))
         let host = try Self.hostNamespace()
-        let first = try await Self.namespace(supervisor), second = try await Self.namespace(supervisor)
-        #expect(first != host && second != host && first != second)
+        let (other, othersNamespace) = try await Self.sleeping(supervisor)
+        defer { other.kill() }
+        let inside = try await Self.namespace(supervisor)
+        #expect(othersNamespace != host && inside != host && inside != othersNamespace)
         #expect(supervisor.networkNamespaces.readyCount == 0)
         let net = try await Self.probe(supervisor, "net")
         #expect(net.contains("interfaces=lo lo=UP"), "\(net)")
+    }
+
+    @Test("a namespace the spawner cannot use is left for the clone's own: never the host's, never a file that is none",
+          arguments: ["/proc/thread-self/ns/net", "/dev/null"])
+    func unusableNamespaceFallsBack(path: String) async throws {
+        let supervisor = try Supervisor(cgroups: CgroupSupport.detect(), networkNamespaces: PreparedNetworkNamespaces(mayPrepare: false))
+        let host = try Self.hostNamespace()
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0, "open \(path): errno \(errno)")
+        supervisor.networkNamespaces.insertReady(fd)
+        let inside = try await Self.namespace(supervisor)
+        #expect(inside != host, "the sandbox ran in the host's network namespace")
+        #expect(supervisor.networkNamespaces.readyCount == 0, "the launch took it")
+        supervisor.networkNamespaces.insertReady(dup(fd))
+        let net = try await Self.probe(supervisor, "net")
+        #expect(net.hasPrefix("net: ok") && net.contains("interfaces=lo lo=UP"), "the init brought its own loopback up: \(net)")
     }
 
     @Test("nothing of the prepared namespaces outlives the supervisor")
