@@ -18,9 +18,10 @@ import Synchronization
 /// sysctls, which it could in a namespace of its own). An unprivileged supervisor keeps the
 /// clone's own namespace: its spawner thread could not enter one from the sandbox's side.
 ///
-/// The first namespace asked for is made at once, at normal priority (a launch may follow right
-/// away); refills, after each take, at the lowest. Everything still ready is closed, and the
-/// thread ended, by ``close()`` (the supervisor's end).
+/// The thread makes its first namespace at normal priority (a launch may follow right away, and
+/// a one-shot command makes only that one) and every later one at the lowest, so that refills
+/// never take the CPU from the launches. Everything still ready is closed, and the thread
+/// ended, by ``close()`` (the supervisor's end).
 /// `@unchecked`: the semaphores are thread-safe and live as long as this object.
 final class PreparedNetworkNamespaces: @unchecked Sendable {
     private struct State {

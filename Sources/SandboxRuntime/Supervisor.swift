@@ -91,7 +91,8 @@ public final class Supervisor: Sendable {
     /// When ``prepare(_:count:)`` keeps pre-built sandboxes of this launch's shape, one of them
     /// runs the program (a warm launch); otherwise, or when none is ready, the sandbox is built
     /// now (a cold launch). Either way the program runs in a sandbox of its own that nothing ran
-    /// in before.
+    /// in before. From its first cold launch on, a root caller's supervisor keeps network
+    /// namespaces ready for the next (made on a thread of its own), each used by one sandbox.
     ///
     /// Fails, and leaves nothing behind, if any isolation step cannot be set up.
     public func launch(_ configuration: SandboxConfiguration) async throws(SandboxError) -> SandboxedProcess {
