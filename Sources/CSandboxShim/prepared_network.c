@@ -26,13 +26,15 @@ int xsb_network_namespace_open_own(void) {
     return fd >= 0 ? fd : -errno;
 }
 
-int xsb_network_namespace_prepare(int home_fd) {
+int xsb_network_namespace_prepare(int home_fd, int *stranded) {
+    *stranded = 0;
     if (unshare(CLONE_NEWNET) != 0) return -errno;
     int rc = 0, prepared = -1;
     if (xsb_bring_up_loopback() != 0) rc = -errno;  // network.c
     else if ((prepared = open_own_network()) < 0) rc = -errno;
     if (syscall(SYS_setns, home_fd, CLONE_NEWNET) != 0) {
         // The thread stays in the namespace it made: its caller stops preparing.
+        *stranded = 1;
         rc = -errno;
         if (prepared >= 0) close(prepared);
         return rc < 0 ? rc : -EPERM;

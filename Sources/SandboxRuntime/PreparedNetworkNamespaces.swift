@@ -80,12 +80,13 @@ final class PreparedNetworkNamespaces: @unchecked Sendable {
     }
 
     /// A ready namespace, now the caller's (to hand to the spawner thread once, and close), or
-    /// nil when none is ready. Asks for its refill if namespaces are kept ready.
+    /// nil when none is ready. Asks for one more if namespaces are kept ready.
     func take() -> FileDescriptor? {
         var taken: Int32?
         request { state in
             taken = state.ready.popLast()
-            guard taken != nil, state.ready.count + state.wanted < state.level else { return false }
+            // Below the level (this one taken, or none left after a failed refill): one more.
+            guard state.ready.count + state.wanted < state.level else { return false }
             state.wanted += 1
             return true
         }
@@ -94,6 +95,9 @@ final class PreparedNetworkNamespaces: @unchecked Sendable {
 
     /// How many are ready now (for tests).
     var readyCount: Int { state.withLock { $0.ready.count } }
+    /// Whether the thread is making none now, so holds no fd of its own for a moment (for tests
+    /// that count the process's fds).
+    var isIdle: Bool { state.withLock { $0.wanted == 0 || $0.ended } }
     /// The fds of those ready now, still this object's (for tests).
     var readyDescriptors: [Int32] { state.withLock { $0.ready } }
 
@@ -161,10 +165,15 @@ final class PreparedNetworkNamespaces: @unchecked Sendable {
                     _ = xsb_network_namespace_thread_in_background()
                 }
                 count += 1
-                let made = xsb_network_namespace_prepare(home)
-                // After any failure the thread may be stranded in the namespace it made (or this
-                // supervisor may not make them): no more.
-                guard made >= 0 else { return stop() }
+                var stranded: Int32 = 0
+                let made = xsb_network_namespace_prepare(home, &stranded)
+                if made < 0 {
+                    // Stranded in the namespace it made, or not allowed: no more, ever. Anything
+                    // else (the fd limit, memory) drops what is asked until the next take asks again.
+                    if stranded != 0 || made == -EPERM { return stop() }
+                    state.withLock { $0.wanted = 0 }
+                    break
+                }
                 let kept = state.withLock { state -> Bool in
                     guard !state.ended else { return false }
                     state.wanted -= 1

@@ -297,9 +297,9 @@ int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, stru
 /// supervisor's own, never the spawner thread): the calling thread unshares its network
 /// namespace, brings loopback up, opens the namespace and goes back to `home_fd` (its own
 /// namespace: xsb_network_namespace_open_own). Returns the namespace's fd (close-on-exec), or
-/// -errno (EPERM: this supervisor may not make namespaces). After a failure, stop preparing on
-/// that thread: it may not have got back to `home_fd`.
-int xsb_network_namespace_prepare(int home_fd);
+/// -errno (EPERM: this supervisor may not make namespaces; EMFILE, ENOMEM…: not now). Sets
+/// `*stranded` when the thread could not go back to `home_fd`: stop preparing on it.
+int xsb_network_namespace_prepare(int home_fd, int *stranded);
 /// The calling thread's network namespace, open (close-on-exec), or -errno.
 int xsb_network_namespace_open_own(void);
 /// Gives the calling thread (only) the lowest priority: 0 or -errno.
