@@ -11,7 +11,8 @@ import Synchronization
 /// (root) makes them here, off every caller's path, and a cold launch takes one: the spawner
 /// thread enters it for the clone, which the init inherits (`prepared_network.c`). Each is used
 /// by one sandbox, once: closed as soon as the spawner thread has its copy. When none is ready,
-/// the clone makes a new one as always: a launch never waits for this thread.
+/// the clone makes a new one as always: a launch never waits for this thread. A refill that
+/// fails for want of fds or memory is asked again by the next take.
 ///
 /// Such a namespace is owned by the supervisor's user namespace, not the sandbox's, so nothing
 /// in the sandbox has any capability over it (it cannot take loopback down or change its
