@@ -73,7 +73,10 @@ struct FileDescriptorLimitTests {
         let ceiling = UInt(max(filler, highest)) + 24
         var limit = rlimit(rlim_cur: ceiling, rlim_max: ceiling)
         guard setrlimit(__rlimit_resource_t(XSB_RLIMIT_NOFILE), &limit) == 0 else { return 10 }
-        let base = Fixtures.openFileDescriptors()
+        // Network namespaces' fds come and go with each launch (docs/architecture.md, step 2);
+        // making one holds a socket for a moment: counted while none is made.
+        LifecycleTests.settleNetworkNamespaces()
+        let base = Fixtures.openFileDescriptorsButNetworkNamespaces()
         // Two fds kept in reserve, so that the checks can still list directories at the limit.
         let reserve = [open("/dev/null", O_RDONLY | O_CLOEXEC), open("/dev/null", O_RDONLY | O_CLOEXEC)]
         var running: [SandboxedProcess] = []
@@ -92,7 +95,8 @@ struct FileDescriptorLimitTests {
         for failure in failures {
             guard failure.errorNumber == EMFILE, "\(failure)".contains("RLIMIT_NOFILE) is \(ceiling)") else { print("\(failure)"); return 14 }
         }
-        let open = Fixtures.openFileDescriptors()
+        LifecycleTests.settleNetworkNamespaces()
+        let open = Fixtures.openFileDescriptorsButNetworkNamespaces()
         guard open.count == base.count + running.count else {
             print("fds: \(open.count), expected \(base.count) + \(running.count)")
             return 15
@@ -102,7 +106,8 @@ struct FileDescriptorLimitTests {
         guard Set(cgroupDirectories()) == expectedDirectories else { print("cgroups \(cgroupDirectories())"); return 17 }
         for process in running { process.kill() }
         for process in running { _ = await process.waitForExit() }
-        guard Fixtures.openFileDescriptors() == base else { return 18 }
+        LifecycleTests.settleNetworkNamespaces()
+        guard Fixtures.openFileDescriptorsButNetworkNamespaces() == base else { return 18 }
         guard children().isEmpty, cgroupDirectories().isEmpty else { print("after: children \(children().map { "\($0) \(Fixtures.processState($0) ?? "gone") \((try? String(contentsOfFile: "/proc/\($0)/cmdline", encoding: .utf8)) ?? "")" }) cgroups \(cgroupDirectories())"); return 19 }
         return 0
     }
