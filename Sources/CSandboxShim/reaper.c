@@ -72,7 +72,7 @@ void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener
         if (payload_ended) {
             int64_t now = monotonic_ms();
             if (receiver_finished || now >= deadline) {
-                xsb_control_send(control_fd, XSB_MSG_EXIT, payload_status, 0);
+                xsb_control_send_exit(control_fd, payload_status);  // control.c
                 // Our exit ends the namespace.
                 _exit(0);
             }

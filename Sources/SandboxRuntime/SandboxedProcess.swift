@@ -37,6 +37,10 @@ public final class SandboxedProcess: Sendable {
         /// A pidfd opened only for the moments between the hang-up and the exit being
         /// reapable, with its registration (removed before the pidfd closes).
         var exitWatch: (fd: FileDescriptor, token: UInt64)?
+        /// The sandbox's mount namespace, which the init passes with its EXIT report: held until
+        /// the end is reported, so that the unmounting is not in the init's exit
+        /// (MountNamespaceRelease.swift).
+        var mountNamespace: FileDescriptor?
         var audited: Set<String> = []
         /// Set once the cgroups are gone too: what waitForExit() returns.
         var finished: Termination?
@@ -249,12 +253,16 @@ public final class SandboxedProcess: Sendable {
         state.withLock { state in
             var message = xsb_msg()
             while let control = state.controlFD {
-                let got = xsb_recv_msg(control.rawValue, &message)
+                var passed: Int32 = -1
+                let got = xsb_recv_msg_with_fd(control.rawValue, &message, &passed)
+                var namespace = FileDescriptor(adopting: passed)
+                defer { namespace?.close() }
                 if got < 0 { return got == -EPIPE }
                 if got == 0 { return false }
                 switch message.type {
                 case UInt32(XSB_MSG_EXIT.rawValue):
                     state.payloadStatus = message.value
+                    if state.mountNamespace == nil { swap(&state.mountNamespace, &namespace) }
                 case UInt32(XSB_MSG_VIOLATION.rawValue):
                     Self.recordViolation(message.value, pid: pid, in: &state)
                 case UInt32(XSB_MSG_AUDITED.rawValue):
@@ -337,16 +345,21 @@ public final class SandboxedProcess: Sendable {
 
     /// Everything of the sandbox is gone (processes, fds, cgroups): tell the waiters.
     private func finish(_ termination: Termination) {
-        let (waiters, acks) = state.withLock { state in
+        let (waiters, acks, namespace) = state.withLock { state in
             state.finished = termination
             defer {
                 state.exitWaiters.removeAll()
                 state.ackWaiters.removeAll()
+                state.mountNamespace = nil
             }
-            return (state.exitWaiters, state.ackWaiters.compactMap(\.continuation))
+            return (state.exitWaiters, state.ackWaiters.compactMap(\.continuation), state.mountNamespace)
         }
-        for ack in acks { ack.resume(throwing: SandboxError(step: .control, errorNumber: ESRCH, detail: "the sandbox has ended")) }
-        for waiter in waiters { waiter(termination) }
+        let tell = {
+            for ack in acks { ack.resume(throwing: SandboxError(step: .control, errorNumber: ESRCH, detail: "the sandbox has ended")) }
+            for waiter in waiters { waiter(termination) }
+        }
+        // Closed once they are told, on a thread of its own: the unmounting is nobody's wait.
+        if let namespace { MountNamespaceRelease.shared.release(namespace, after: tell) } else { tell() }
     }
 
     private static func termination(state: State, memoryLimitHit: Bool) -> Termination {

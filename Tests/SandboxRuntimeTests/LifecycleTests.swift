@@ -106,6 +106,8 @@ struct LifecycleTests {
             // Warm up: the supervisor's threads and epoll fd exist after the first launch.
             guard let warmup = try? await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "0"])) else { exit(2) }
             _ = await warmup.waitForExit()
+            // An ended sandbox's mount namespace is let go of just after its end is reported.
+            _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
             let before = Fixtures.openFileDescriptors()
             for arguments in [["exit", "1"], ["crash"], ["ptrace"], ["sleep", "30"]] {
                 guard let process = try? await Supervisor.shared.launch(Fixtures.probeConfiguration(arguments)) else { exit(3) }
@@ -114,6 +116,7 @@ struct LifecycleTests {
                 // Every process of the sandbox is gone once it has ended.
                 if process.processIdentifiers().contains(where: { Fixtures.processState($0) != nil }) { exit(4) }
             }
+            _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
             let leaked = Fixtures.openFileDescriptors().symmetricDifference(before)
             if !leaked.isEmpty {
                 FileHandle.standardError.write(Data("leaked fds: \(leaked)\n".utf8))
