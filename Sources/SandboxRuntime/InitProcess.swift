@@ -56,6 +56,23 @@ enum InitProcess {
         return .gone  // ECHILD
     }
 
+    /// ``reap(_:)``, tried again for up to `microseconds` while the init still runs, yielding the
+    /// CPU between tries. Right after the hang-up the init is usually a few tens of microseconds
+    /// from reapable (the rest of its exit: its PID namespace's end); trying again costs the
+    /// monitor thread less than a pidfd, its registration and a second wake-up.
+    static func reap(_ pid: pid_t, tryingFor microseconds: Int) -> ReapResult {
+        var start = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &start)
+        while true {
+            let result = reap(pid)
+            var now = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            let elapsed = (now.tv_sec - start.tv_sec) * 1_000_000 + (now.tv_nsec - start.tv_nsec) / 1000
+            if result != .running || elapsed >= microseconds { return result }
+            sched_yield()
+        }
+    }
+
     /// Reaps the init `pid`, waiting for its exit (after a SIGKILL: a launch that is undone).
     static func reapBlocking(_ pid: pid_t) {
         var status: Int32 = 0

@@ -281,7 +281,7 @@ public final class SandboxedProcess: Sendable {
 
     /// The control socket has hung up: reap the init, or watch it until it can be reaped.
     private func initExiting() {
-        switch InitProcess.reap(pid) {
+        switch InitProcess.reap(pid, tryingFor: Self.reapTries) {
         case .exited, .gone:
             initExited()
         case .running:
@@ -299,6 +299,10 @@ public final class SandboxedProcess: Sendable {
             }
         }
     }
+
+    /// How long the monitor thread tries to reap an init whose control socket hung up before it
+    /// watches a pidfd instead (microseconds).
+    static let reapTries = 100
 
     /// Without a pidfd to watch: a thread of its own waits for the exit (the init is in its last
     /// moments, but the kernel may still be tearing down its namespace: not on this thread).
