@@ -13,8 +13,9 @@ import SandboxSystem
 /// - **Exit.** The init's end closes when the init exits (its fd table goes in `do_exit`),
 ///   so the control socket hangs up; nothing else holds that end (it is close-on-exec and
 ///   only the init and, until its exec, the payload share it). The init may not be a zombie
-///   yet at that moment (the kernel tears down its PID namespace in between): then a pidfd is
-///   opened for those last moments only, and watched until it is reapable.
+///   yet at that moment (the kernel tears down its PID namespace in between): the reap is tried
+///   again for a moment, then a pidfd is opened for those last moments only, and watched until
+///   it is reapable.
 /// - **Identity.** While the control socket has not hung up, the init has not exited, so its
 ///   pid is still its own (a pid is reused only after its process is reaped). A signal goes
 ///   through a pidfd opened *before* that check (``SandboxSignals/killInit(pid:controlFD:)``),
