@@ -41,6 +41,9 @@ public final class SandboxedProcess: Sendable {
         /// the end is reported, so that the unmounting is not in the init's exit
         /// (MountNamespaceRelease.swift).
         var mountNamespace: FileDescriptor?
+        /// Whether the kernel's OOM killer acted in the sandbox, read before its memory cgroup is
+        /// removed (nil: not read yet).
+        var memoryLimitHit: Bool?
         var audited: Set<String> = []
         /// Set once the cgroups are gone too: what waitForExit() returns.
         var finished: Termination?
@@ -281,6 +284,15 @@ public final class SandboxedProcess: Sendable {
 
     /// The control socket has hung up: reap the init, or watch it until it can be reaped.
     private func initExiting() {
+        // The init's cgroups are usually empty by now (its files close a little before its
+        // cgroup_exit; the rest of the namespace went before its EXIT): removing them first
+        // lets the rest of its exit run meanwhile, so that the reap below is usually the first.
+        // Whatever is still busy is removed after the reap, as before.
+        if let cgroup {
+            let memoryHit = cgroup.memoryLimitHit
+            state.withLock { $0.memoryLimitHit = memoryHit }
+            _ = cgroup.removeOnce()
+        }
         switch InitProcess.reap(pid, tryingFor: Self.reapTries) {
         case .exited, .gone:
             initExited()
@@ -322,7 +334,8 @@ public final class SandboxedProcess: Sendable {
 
     /// The init is reaped: every process of the namespace is gone.
     private func initExited() {
-        let memoryHit = cgroup?.memoryLimitHit ?? false
+        let memoryHitBefore = state.withLock { $0.memoryLimitHit }
+        let memoryHit = memoryHitBefore ?? cgroup?.memoryLimitHit ?? false
         let (termination, control, watch) = state.withLock { state in
             let termination = Self.termination(state: state, memoryLimitHit: memoryHit)
             state.termination = termination
