@@ -7,21 +7,23 @@ import Synchronization
 /// A sandbox's init passes its mount namespace with its EXIT report, so that its exit only drops a
 /// count and it can be reaped at once. Whoever closes the last reference then unmounts the
 /// sandbox's tree and waits for an RCU grace period before the superblocks go, which would hold
-/// up the monitor thread or a caller; so one thread, started with the first end, closes them,
-/// after the end has been reported. At most ``capacity`` wait for it: beyond that the thread that
-/// hands one over closes it itself, so that a burst of ends never holds many more of the host's
-/// descriptors (its `RLIMIT_NOFILE` is what bounds how many sandboxes it runs).
+/// up the monitor thread or a caller; so one thread, started with the second end, closes them,
+/// after the end has been reported. The first end's is closed by the thread that reports it,
+/// once it has told the waiters, so that a one-shot caller (`extsandbox exec`) starts no thread.
+/// At most ``capacity`` wait for the closing thread: beyond that the reporting thread closes it
+/// itself, so that a burst of ends never holds many more of the host's descriptors (its
+/// `RLIMIT_NOFILE` is what bounds how many sandboxes it runs).
 /// `@unchecked`: the semaphore's address never changes, and `sem_t` is made for threads.
 final class MountNamespaceRelease: @unchecked Sendable {
     static let shared = MountNamespaceRelease()
 
-    private enum Closer { case notStarted, running, unavailable }
+    private enum Closer { case notNeededYet, wanted, running, unavailable }
 
     private struct Queue {
         var waiting: [FileDescriptor] = []
-        /// Whether the closing thread is closing one it took from `waiting`.
-        var closing = false
-        var closer = Closer.notStarted
+        /// How many are being closed now (by the closing thread, or by reporting threads).
+        var closing = 0
+        var closer = Closer.notNeededYet
     }
 
     /// The most namespaces waiting for the closing thread.
@@ -41,23 +43,35 @@ final class MountNamespaceRelease: @unchecked Sendable {
     }
 
     /// Closes `namespace` after `first` has run: on the closing thread, which is woken only then
-    /// (so that it does not compete with whoever `first` wakes), or on this thread when that
-    /// thread cannot start or already has ``capacity`` waiting. It counts as ``pending`` before
-    /// `first` runs.
+    /// (so that it does not compete with whoever `first` wakes), or on this thread (the first
+    /// end's, or when that thread cannot start or already has ``capacity`` waiting). It counts
+    /// as ``pending`` before `first` runs.
     func release(_ namespace: FileDescriptor, after first: () -> Void = {}) {
         let handedOver = queue.withLock { queue -> Bool in
-            if queue.closer == .notStarted { queue.closer = startCloser() ? .running : .unavailable }
-            guard queue.closer == .running, queue.waiting.count < capacity else { return false }
+            switch queue.closer {
+            case .notNeededYet: queue.closer = .wanted
+            case .wanted: queue.closer = startCloser() ? .running : .unavailable
+            case .running, .unavailable: break
+            }
+            guard queue.closer == .running, queue.waiting.count < capacity else {
+                queue.closing += 1
+                return false
+            }
             queue.waiting.append(namespace)
             return true
         }
         first()
-        if handedOver { sem_post(queued) } else { namespace.close() }
+        if handedOver {
+            sem_post(queued)
+            return
+        }
+        namespace.close()
+        queue.withLock { $0.closing -= 1 }
     }
 
     /// How many are handed over and not closed yet: a test that counts the host's fds waits
     /// for none.
-    var pending: Int { queue.withLock { $0.waiting.count + ($0.closing ? 1 : 0) } }
+    var pending: Int { queue.withLock { $0.waiting.count + $0.closing } }
 
     private func startCloser() -> Bool {
         do {
@@ -66,11 +80,12 @@ final class MountNamespaceRelease: @unchecked Sendable {
                     while sem_wait(queued) != 0 {}  // EINTR
                     let next = queue.withLock { queue -> FileDescriptor? in
                         guard !queue.waiting.isEmpty else { return nil }
-                        queue.closing = true
+                        queue.closing += 1
                         return queue.waiting.removeFirst()
                     }
-                    next?.close()
-                    queue.withLock { $0.closing = false }
+                    guard let next else { continue }
+                    next.close()
+                    queue.withLock { $0.closing -= 1 }
                 }
             }
             return true
