@@ -84,6 +84,9 @@ void xsb_child_report(int control_fd, int step, int err, const char *detail);
 __attribute__((noreturn)) void xsb_init_fail(int control_fd, int step, int err, const char *detail);
 /// Init side: sends one message (failure ignored: the supervisor may be gone).
 void xsb_control_send(int control_fd, uint32_t type, int32_t value, int32_t value2);
+/// Init side: reports the payload's end (its wait status), passing the init's mount namespace
+/// with it when it can (failure ignored).
+void xsb_control_send_exit(int control_fd, int32_t status);
 /// Init side: waits for one message of `type` from the supervisor; EOF (the supervisor died)
 /// or anything else fails (-1).
 int xsb_control_wait_for(int control_fd, uint32_t type);

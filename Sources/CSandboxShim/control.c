@@ -4,9 +4,12 @@
 // signal the sandbox, and the init acknowledges each request and reports the payload's exit.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "child.h"
@@ -26,14 +29,42 @@ int xsb_send_msg(int control_fd, uint32_t type, int32_t value) {
     }
 }
 
-int xsb_recv_msg(int control_fd, struct xsb_msg *msg) {
+int xsb_recv_msg_with_fd(int control_fd, struct xsb_msg *msg, int *passed_fd) {
+    *passed_fd = -1;
     memset(msg, 0, sizeof *msg);
-    ssize_t n = recv(control_fd, msg, sizeof *msg, MSG_DONTWAIT);
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    struct iovec iov = {.iov_base = msg, .iov_len = sizeof *msg};
+    struct msghdr header = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
+    ssize_t n = recvmsg(control_fd, &header, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
-    if (n == 0) return -EPIPE;
-    if ((size_t)n != sizeof *msg) return -EPROTO;
+    // Only the EXIT report carries an fd (one); the kernel closes any beyond the buffer's room.
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&header); c; c = CMSG_NXTHDR(&header, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof fd, sizeof fd);
+            if (*passed_fd < 0) *passed_fd = fd;
+            else close(fd);
+        }
+    }
+    if (n == 0 || (size_t)n != sizeof *msg) {
+        if (*passed_fd >= 0) close(*passed_fd);
+        *passed_fd = -1;
+        return n == 0 ? -EPIPE : -EPROTO;
+    }
     msg->detail[sizeof msg->detail - 1] = '\0';
     return 1;
+}
+
+int xsb_recv_msg(int control_fd, struct xsb_msg *msg) {
+    int passed_fd;
+    int got = xsb_recv_msg_with_fd(control_fd, msg, &passed_fd);
+    if (passed_fd >= 0) close(passed_fd);
+    return got;
 }
 
 int xsb_control_poll_launch(int control_fd, struct xsb_spawn_result *out, int *step, int *err, char *detail, size_t detail_size) {
@@ -107,6 +138,52 @@ void xsb_control_send(int control_fd, uint32_t type, int32_t value, int32_t valu
     msg.value = value;
     msg.value2 = value2;
     (void)send(control_fd, &msg, sizeof msg, MSG_NOSIGNAL);
+}
+
+#ifndef PIDFD_GET_MNT_NAMESPACE
+#define PIDFD_GET_MNT_NAMESPACE _IO(0xFF, 3)
+#endif
+
+/// The init's own mount namespace as an fd, or -1: through a pidfd of itself (Linux 6.11),
+/// else its /proc entry (the sandbox's own procfs, which nothing in the sandbox can remount).
+static int own_mount_namespace(void) {
+    int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    if (pidfd >= 0) {
+        int ns = ioctl(pidfd, PIDFD_GET_MNT_NAMESPACE, 0);
+        close(pidfd);
+        if (ns >= 0) return ns;
+    }
+    return open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+}
+
+void xsb_control_send_exit(int control_fd, int32_t status) {
+    struct xsb_msg msg;
+    memset(&msg, 0, sizeof msg);
+    msg.type = XSB_MSG_EXIT;
+    msg.value = status;
+    // The supervisor keeps the namespace for a moment, so that our exit only drops a count:
+    // the unmounting (an RCU grace period, the superblocks) then happens after the sandbox's
+    // end is reported rather than before the init can be reaped.
+    int ns = own_mount_namespace();
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+    struct msghdr header = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (ns >= 0) {
+        header.msg_control = control.buf;
+        header.msg_controllen = sizeof control.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&header);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &ns, sizeof ns);
+    }
+    // Without the fd if it cannot go: the report is what matters.
+    if (sendmsg(control_fd, &header, MSG_NOSIGNAL) < 0 && ns >= 0) (void)send(control_fd, &msg, sizeof msg, MSG_NOSIGNAL);
+    if (ns >= 0) close(ns);
 }
 
 int xsb_control_wait_for(int control_fd, uint32_t type) {

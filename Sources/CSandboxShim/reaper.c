@@ -72,7 +72,7 @@ void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener
         if (payload_ended) {
             int64_t now = monotonic_ms();
             if (receiver_finished || now >= deadline) {
-                xsb_control_send(control_fd, XSB_MSG_EXIT, payload_status, 0);
+                xsb_control_send_exit(control_fd, payload_status);  // control.c
                 // Our exit ends the namespace.
                 _exit(0);
             }
@@ -96,19 +96,22 @@ void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener
         }
         if (fds[1].revents & POLLIN) {
             xsb_signals_drain(sfd);  // signals.c
-            int status;
+            int status, payload_reaped = 0;
             pid_t p;
             while ((p = waitpid(-1, &status, WNOHANG | __WALL)) > 0) {
                 if (p == payload && !payload_ended) {
-                    payload_ended = 1;
+                    payload_ended = payload_reaped = 1;
                     payload_status = status;
-                    // The sandbox ends with its program. Kill what it left now, so that the
-                    // filter's last user goes and the receiver can finish; wait at most 1 s.
-                    xsb_signals_kill_sandbox();  // signals.c
                     deadline = monotonic_ms() + 1000;
                     fds[3].fd = listener;
                 }
             }
+            // The sandbox ends with its program. Kill what it left now, so that the filter's
+            // last user goes and the receiver can finish; wait at most 1 s. No child left
+            // (ECHILD) is no process left: each process of the namespace is our descendant or
+            // was reparented to us. Then the kill, which visits every process on the machine,
+            // has nothing to do.
+            if (payload_reaped && !(p < 0 && errno == ECHILD)) xsb_signals_kill_sandbox();  // signals.c
         }
         if (fds[0].revents & POLLIN) {
             if (xsb_control_serve_request(control_fd, payload) != 0) supervisor_gone();

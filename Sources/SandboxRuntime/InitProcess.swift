@@ -13,8 +13,9 @@ import SandboxSystem
 /// - **Exit.** The init's end closes when the init exits (its fd table goes in `do_exit`),
 ///   so the control socket hangs up; nothing else holds that end (it is close-on-exec and
 ///   only the init and, until its exec, the payload share it). The init may not be a zombie
-///   yet at that moment (the kernel tears down its PID namespace in between): then a pidfd is
-///   opened for those last moments only, and watched until it is reapable.
+///   yet at that moment (the kernel tears down its PID namespace in between): the reap is tried
+///   again for a moment, then a pidfd is opened for those last moments only, and watched until
+///   it is reapable.
 /// - **Identity.** While the control socket has not hung up, the init has not exited, so its
 ///   pid is still its own (a pid is reused only after its process is reaped). A signal goes
 ///   through a pidfd opened *before* that check (``SandboxSignals/killInit(pid:controlFD:)``),
@@ -54,6 +55,23 @@ enum InitProcess {
         if rc == pid { return .exited(status: status) }
         if rc == 0 { return .running }
         return .gone  // ECHILD
+    }
+
+    /// ``reap(_:)``, tried again for up to `microseconds` while the init still runs, yielding the
+    /// CPU between tries. Right after the hang-up the init is usually a few tens of microseconds
+    /// from reapable (the rest of its exit: its PID namespace's end); trying again costs the
+    /// monitor thread less than a pidfd, its registration and a second wake-up.
+    static func reap(_ pid: pid_t, tryingFor microseconds: Int) -> ReapResult {
+        var start = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &start)
+        while true {
+            let result = reap(pid)
+            var now = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            let elapsed = (now.tv_sec - start.tv_sec) * 1_000_000 + (now.tv_nsec - start.tv_nsec) / 1000
+            if result != .running || elapsed >= microseconds { return result }
+            sched_yield()
+        }
     }
 
     /// Reaps the init `pid`, waiting for its exit (after a SIGKILL: a launch that is undone).

@@ -71,10 +71,6 @@ final class SandboxPool: Sendable {
         let control: FileDescriptor?
         let cgroup: SandboxCgroup?
         let bindSources: [BindSourceIdentity]
-        /// The sandbox's mount namespace, held so that its teardown (every mount unmounted, an
-        /// RCU grace period) happens when this closes, after the sandbox's end is reported,
-        /// rather than in its init's exit.
-        let mountNamespace: FileDescriptor?
         /// The monitor's watch of the control socket while it is idle (its end is its death).
         let watch = Mutex<UInt64?>(nil)
 
@@ -83,7 +79,6 @@ final class SandboxPool: Sendable {
 
         init(started: xsb_spawn_result, key: Key, cgroup: SandboxCgroup?, bindSources: [BindSourceIdentity]) {
             self.key = key
-            mountNamespace = FileDescriptor(adopting: open("/proc/\(started.pid)/ns/mnt", O_RDONLY | O_CLOEXEC))
             self.started = started
             control = FileDescriptor(adopting: started.control_fd)
             self.cgroup = cgroup
@@ -98,7 +93,6 @@ final class SandboxPool: Sendable {
             control?.close()
             _ = xsb_pidfd_wait(started.pidfd)
             close(started.pidfd)
-            mountNamespace?.close()
             cgroup?.remove()
         }
 

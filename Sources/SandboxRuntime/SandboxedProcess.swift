@@ -37,6 +37,13 @@ public final class SandboxedProcess: Sendable {
         /// A pidfd opened only for the moments between the hang-up and the exit being
         /// reapable, with its registration (removed before the pidfd closes).
         var exitWatch: (fd: FileDescriptor, token: UInt64)?
+        /// The sandbox's mount namespace, which the init passes with its EXIT report: held until
+        /// the end is reported, so that the unmounting is not in the init's exit
+        /// (MountNamespaceRelease.swift).
+        var mountNamespace: FileDescriptor?
+        /// Whether the kernel's OOM killer acted in the sandbox, read before its memory cgroup is
+        /// removed (nil: not read yet).
+        var memoryLimitHit: Bool?
         var audited: Set<String> = []
         /// Set once the cgroups are gone too: what waitForExit() returns.
         var finished: Termination?
@@ -258,12 +265,16 @@ public final class SandboxedProcess: Sendable {
         state.withLock { state in
             var message = xsb_msg()
             while let control = state.controlFD {
-                let got = xsb_recv_msg(control.rawValue, &message)
+                var passed: Int32 = -1
+                let got = xsb_recv_msg_with_fd(control.rawValue, &message, &passed)
+                var namespace = FileDescriptor(adopting: passed)
+                defer { namespace?.close() }
                 if got < 0 { return got == -EPIPE }
                 if got == 0 { return false }
                 switch message.type {
                 case UInt32(XSB_MSG_EXIT.rawValue):
                     state.payloadStatus = message.value
+                    if state.mountNamespace == nil { swap(&state.mountNamespace, &namespace) }
                 case UInt32(XSB_MSG_VIOLATION.rawValue):
                     Self.recordViolation(message.value, pid: pid, in: &state)
                 case UInt32(XSB_MSG_AUDITED.rawValue):
@@ -282,7 +293,16 @@ public final class SandboxedProcess: Sendable {
 
     /// The control socket has hung up: reap the init, or watch it until it can be reaped.
     private func initExiting() {
-        switch InitProcess.reap(pid) {
+        // The init's cgroups are usually empty by now (its files close a little before its
+        // cgroup_exit; the rest of the namespace went before its EXIT): removing them first
+        // lets the rest of its exit run meanwhile, so that the reap below is usually the first.
+        // Whatever is still busy is removed after the reap, as before.
+        if let cgroup {
+            let memoryHit = cgroup.memoryLimitHit
+            state.withLock { $0.memoryLimitHit = memoryHit }
+            _ = cgroup.removeOnce()
+        }
+        switch InitProcess.reap(pid, tryingFor: Self.reapTries) {
         case .exited, .gone:
             initExited()
         case .running:
@@ -300,6 +320,10 @@ public final class SandboxedProcess: Sendable {
             }
         }
     }
+
+    /// How long the monitor thread tries to reap an init whose control socket hung up before it
+    /// watches a pidfd instead (microseconds).
+    static let reapTries = 100
 
     /// Without a pidfd to watch: a thread of its own waits for the exit (the init is in its last
     /// moments, but the kernel may still be tearing down its namespace: not on this thread).
@@ -319,7 +343,8 @@ public final class SandboxedProcess: Sendable {
 
     /// The init is reaped: every process of the namespace is gone.
     private func initExited() {
-        let memoryHit = cgroup?.memoryLimitHit ?? false
+        let memoryHitBefore = state.withLock { $0.memoryLimitHit }
+        let memoryHit = memoryHitBefore ?? cgroup?.memoryLimitHit ?? false
         let (termination, control, watch) = state.withLock { state in
             let termination = Self.termination(state: state, memoryLimitHit: memoryHit)
             state.termination = termination
@@ -346,16 +371,21 @@ public final class SandboxedProcess: Sendable {
 
     /// Everything of the sandbox is gone (processes, fds, cgroups): tell the waiters.
     private func finish(_ termination: Termination) {
-        let (waiters, acks) = state.withLock { state in
+        let (waiters, acks, namespace) = state.withLock { state in
             state.finished = termination
             defer {
                 state.exitWaiters.removeAll()
                 state.ackWaiters.removeAll()
+                state.mountNamespace = nil
             }
-            return (state.exitWaiters, state.ackWaiters.compactMap(\.continuation))
+            return (state.exitWaiters, state.ackWaiters.compactMap(\.continuation), state.mountNamespace)
         }
-        for ack in acks { ack.resume(throwing: SandboxError(step: .control, errorNumber: ESRCH, detail: "the sandbox has ended")) }
-        for waiter in waiters { waiter(termination) }
+        let tell = {
+            for ack in acks { ack.resume(throwing: SandboxError(step: .control, errorNumber: ESRCH, detail: "the sandbox has ended")) }
+            for waiter in waiters { waiter(termination) }
+        }
+        // Closed once they are told, on a thread of its own: the unmounting is nobody's wait.
+        if let namespace { MountNamespaceRelease.shared.release(namespace, after: tell) } else { tell() }
     }
 
     private static func termination(state: State, memoryLimitHit: Bool) -> Termination {

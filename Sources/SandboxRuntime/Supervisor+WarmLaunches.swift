@@ -184,12 +184,7 @@ extension Supervisor {
             process = try running(try Self.succeeded(result), cgroup: ready.cgroup, limits: configuration.policy.limits)
         } catch {
             ready.cgroup?.remove()
-            ready.mountNamespace?.close()
             throw error
-        }
-        // Its mount namespace goes once the end is reported, off the launch's and the exit's way.
-        if let namespace = ready.mountNamespace {
-            process.whenEnded { _ in Task.detached(priority: .background) { namespace.close() } }
         }
         return process
     }

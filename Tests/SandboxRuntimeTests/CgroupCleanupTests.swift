@@ -28,6 +28,25 @@ struct CgroupCleanupTests {
         }
     }
 
+    @Test("a program the memory cgroup's OOM killer ends is reported so, its cgroups removed as its init exits")
+    func memoryLimitReported() async throws {
+        guard CgroupSupport.detect() != nil else {
+            print("skipped: no writable cgroup for this user here, so no sandbox gets a cgroup")
+            return
+        }
+        // Files in /tmp (256 MiB) are charged to the memory cgroup but not to RLIMIT_AS.
+        var configuration = try Fixtures.probeConfiguration(["tmp-fill"])
+        configuration.policy.limits.memoryBytes = 64 << 20
+        configuration.policy.limits.memoryScope = .sandbox
+        let process = try await Supervisor.shared.launch(configuration)
+        let directories = process.cgroupDirectories
+        let termination = await process.waitForExit()
+        #expect(termination == .memoryLimitExceeded, "\(termination)")
+        for directory in directories {
+            #expect(access(directory, F_OK) != 0, "\(directory) is left")
+        }
+    }
+
     @Test("two supervisors of one process give their sandboxes cgroups of distinct names")
     func twoSupervisors() async throws {
         guard CgroupSupport.detect() != nil else {

@@ -59,6 +59,8 @@ struct FileDescriptorLimitTests {
             configuration = try Fixtures.probeConfiguration(["sleep", "60"])
             let warmUp = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "0"]))
             _ = await warmUp.waitForExit()
+            // Its mount namespace is let go of just after its end: not part of the base.
+            _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
         } catch {
             print("warm-up: \(error)")
             return 11
@@ -106,6 +108,8 @@ struct FileDescriptorLimitTests {
         guard Set(cgroupDirectories()) == expectedDirectories else { print("cgroups \(cgroupDirectories())"); return 17 }
         for process in running { process.kill() }
         for process in running { _ = await process.waitForExit() }
+        // A sandbox that ended by itself passed its mount namespace, let go of just after its end.
+        _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
         LifecycleTests.settleNetworkNamespaces()
         guard Fixtures.openFileDescriptorsButNetworkNamespaces() == base else { return 18 }
         guard children().isEmpty, cgroupDirectories().isEmpty else { print("after: children \(children().map { "\($0) \(Fixtures.processState($0) ?? "gone") \((try? String(contentsOfFile: "/proc/\($0)/cmdline", encoding: .utf8)) ?? "")" }) cgroups \(cgroupDirectories())"); return 19 }

@@ -65,6 +65,21 @@ struct LifecycleTests {
         #expect(await process.waitForExit() == .exited(code: 0))
     }
 
+    @Test("a program that ends leaving a child: the child is killed and gone when waitForExit returns")
+    func childLeftBehindIsKilled() async throws {
+        let output = OutputPipe()
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
+        defer { process.kill() }
+        _ = await output.waitFor("tick")
+        let inside = Array(process.processIdentifiers().dropFirst())  // the program, then its child
+        try #require(inside.count >= 2, "the probe and its forked child")
+        // Only the program ends: its child is reparented to the init, which must kill it (the
+        // init skips its kill only when it has no child left).
+        #expect(Glibc.kill(inside[0], SIGKILL) == 0)
+        #expect(await process.waitForExit() == .signaled(signal: SIGKILL))
+        #expect(inside.allSatisfy { Fixtures.processState($0) == nil }, "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
+    }
+
     @Test("every process of the sandbox, the init first, is in the sandbox's own cgroups")
     func cgroupMembership() async throws {
         guard let support = CgroupSupport.detect() else {
@@ -123,6 +138,8 @@ struct LifecycleTests {
             // Warm up: the supervisor's threads and epoll fd exist after the first launch.
             guard let warmup = try? await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "0"])) else { exit(2) }
             _ = await warmup.waitForExit()
+            // An ended sandbox's mount namespace is let go of just after its end is reported.
+            _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
             let before = Self.settledFileDescriptors()
             for arguments in [["exit", "1"], ["crash"], ["ptrace"], ["sleep", "30"]] {
                 guard let process = try? await Supervisor.shared.launch(Fixtures.probeConfiguration(arguments)) else { exit(3) }
@@ -131,6 +148,7 @@ struct LifecycleTests {
                 // Every process of the sandbox is gone once it has ended.
                 if process.processIdentifiers().contains(where: { Fixtures.processState($0) != nil }) { exit(4) }
             }
+            _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
             let after = Self.settledFileDescriptors()
             let leaked = after.others.symmetricDifference(before.others)
             if !leaked.isEmpty || after.networkNamespaces != before.networkNamespaces {
