@@ -27,7 +27,7 @@
 
 /// The launch description's format (launch_description.c). Bumped with any change to it, to
 /// struct xsb_msg or to the steps, so that an init from another build refuses the launch.
-#define XSB_LAUNCH_FORMAT_VERSION 7
+#define XSB_LAUNCH_FORMAT_VERSION 6
 
 /// Init side: maps the description behind `fd`, checks every offset, length, count and value,
 /// and fills `cfg` with pointers into it. Returns 0, or -1 with errno set and `*what` naming
@@ -272,20 +272,6 @@ void xsb_init_enter_cgroup_namespace(int control_fd);
 void xsb_init_name_host(const struct xsb_spawn_config *cfg, int control_fd);
 /// Init side: brings the network namespace's loopback device up.
 void xsb_init_bring_up_loopback(int control_fd);
-/// Brings the calling thread's network namespace's loopback device up (a new namespace's starts
-/// down). 0, or -1 with errno set.
-int xsb_bring_up_loopback(void);
-
-// MARK: - Prepared network namespaces (prepared_network.c)
-
-/// Spawner thread: enters the prepared namespace `prepared_fd` (> 2; closes it either way) for
-/// the clone that follows, setting `*home` to the thread's own namespace to go back to. 0 when
-/// entered, -1 when not (no namespace given, or it could not be entered: the clone then makes
-/// a new one, as isolated).
-int xsb_network_enter_prepared(int prepared_fd, int *home);
-/// Spawner thread: back to `home` (from xsb_network_enter_prepared; -1: nothing to do), which
-/// it closes. 0 or an errno.
-int xsb_network_leave_prepared(int home);
 
 // MARK: - File descriptors (fds.c)
 

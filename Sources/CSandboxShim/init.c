@@ -57,8 +57,7 @@ void xsb_init_run(void) {
     // root's; not before setresuid, which resets the flag to fs.suid_dumpable when the uid changes.
     xsb_init_hide_from_sandbox(control_fd);                          // userns.c
     xsb_init_name_host(cfg, control_fd);                             // network.c
-    // A namespace the supervisor prepared has its loopback up, and the init no capability over it.
-    if (!cfg->network_prepared) xsb_init_bring_up_loopback(control_fd);  // network.c
+    xsb_init_bring_up_loopback(control_fd);                          // network.c
     if (xsb_setup_mounts(cfg, control_fd) != 0) _exit(127);          // mounts.c
     // The cgroup namespace is rooted in the sandbox's cgroup, which the init joined above.
     // Kernels without cgroup namespaces say EINVAL: that one step is optional by design.

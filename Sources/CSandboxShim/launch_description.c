@@ -85,9 +85,6 @@ struct xsb_wire_header {
     /// Bit 0: nothing per launch here; a launch part comes with XSB_MSG_LAUNCH. Bit 1 (with
     /// bit 0): the payload waits for it, started with the shape.
     int32_t prebuilt;
-    /// 1: the sandbox runs in a network namespace the supervisor prepared, its loopback up and
-    /// out of the sandbox's reach; the init leaves it as it is.
-    int32_t network_prepared;
 };
 
 /// What is per launch in a pre-built sandbox. Fds are indexes into the fds passed beside it
@@ -245,7 +242,6 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     h.controlling_terminal = cfg->controlling_terminal != 0;
     h.cap_last_cap = cfg->cap_last_cap;
     h.prebuilt = (cfg->prebuilt != 0) | (cfg->prebuilt != 0 && cfg->waiting_payload != 0) << 1;
-    h.network_prepared = cfg->network_prepared != 0;
     memcpy(blob, &h, sizeof h);
     return sealed_memfd("xsb-launch", blob, size, fd_out);
 }
@@ -544,7 +540,7 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
         for (int i = 0; ok && i < h.mount_tree_count; i++) ok = h.mount_trees[i] != -1 && passed_fd(h.mount_trees[i], h.passed_fd_count);
         if (!ok) rc = refuse("launch description: file descriptors");
     }
-    if (rc == 0 && ((h.supervise_first_exec | h.audit | h.memory_deny_write_execute | h.controlling_terminal | h.network_prepared) & ~1) != 0)
+    if (rc == 0 && ((h.supervise_first_exec | h.audit | h.memory_deny_write_execute | h.controlling_terminal) & ~1) != 0)
         rc = refuse("launch description: flags");
     // A pre-built sandbox gets its fds with the launch, and is never given a terminal.
     if (rc == 0 && h.prebuilt &&
@@ -580,8 +576,6 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
     cfg->cap_last_cap = h.cap_last_cap;
     cfg->prebuilt = h.prebuilt & 1;
     cfg->waiting_payload = (h.prebuilt & 2) != 0;
-    cfg->network_namespace_fd = -1;
-    cfg->network_prepared = h.network_prepared;
     return 0;
 }
 

@@ -1,6 +1,5 @@
 // The sandbox's network and host names: a new network namespace (no interface but a loopback
-// device, which starts down) and a new UTS namespace with the policy's hostname. (A namespace
-// the supervisor prepared has its loopback up already: prepared_network.c.)
+// device, which starts down) and a new UTS namespace with the policy's hostname.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <net/if.h>
@@ -16,7 +15,8 @@ void xsb_init_name_host(const struct xsb_spawn_config *cfg, int control_fd) {
     if (setdomainname("none", 4) != 0) xsb_init_fail(control_fd, XSB_STEP_HOSTNAME, errno, "domainname");
 }
 
-int xsb_bring_up_loopback(void) {
+/// A new network namespace has only a loopback device, and it is down.
+static int bring_up_loopback(void) {
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     struct ifreq ifr;
@@ -34,5 +34,5 @@ int xsb_bring_up_loopback(void) {
 }
 
 void xsb_init_bring_up_loopback(int control_fd) {
-    if (xsb_bring_up_loopback() != 0) xsb_init_fail(control_fd, XSB_STEP_LOOPBACK, errno, "lo");
+    if (bring_up_loopback() != 0) xsb_init_fail(control_fd, XSB_STEP_LOOPBACK, errno, "lo");
 }

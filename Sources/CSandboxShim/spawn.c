@@ -134,17 +134,10 @@ int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result 
         fail(out, XSB_STEP_SOCKETPAIR, errno, "socketpair");
         return -1;
     }
-    // A prepared network namespace is entered by this thread (the child, born in its own user
-    // namespace, could not), so the clone below leaves CLONE_NEWNET out and the init inherits
-    // it; the thread goes back right after. Not entered: the clone makes a new one, as today.
-    struct xsb_spawn_config described = *cfg;
-    int home_network = -1;
-    described.network_prepared = xsb_network_enter_prepared(cfg->network_namespace_fd, &home_network) == 0;  // prepared_network.c
     struct xsb_passed_fds passed;
     int description = -1;
-    if (xsb_description_create(&described, &passed, &description) != 0) {
+    if (xsb_description_create(cfg, &passed, &description) != 0) {
         fail(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch description (memfd)");
-        (void)xsb_network_leave_prepared(home_network);
         close(sv[0]);
         close(sv[1]);
         return -1;
@@ -168,8 +161,8 @@ int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result 
     memset(&args, 0, sizeof args);
     // CLONE_VM | CLONE_VFORK: the child borrows our address space until its exec (no page table
     // is copied, however large the supervisor), like posix_spawn.
-    args.flags = CLONE_VM | CLONE_VFORK | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-                 CLONE_PIDFD | (described.network_prepared ? 0 : CLONE_NEWNET);
+    args.flags = CLONE_VM | CLONE_VFORK | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                 CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
     args.pidfd = (uint64_t)(uintptr_t)&pidfd;
     xsb_cgroup_clone_into(cfg, &args);  // cgroups.c
     args.exit_signal = SIGCHLD;
@@ -177,7 +170,6 @@ int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result 
     args.stack_size = sizeof stack;
     long pid = cfg->init_fd > 2 ? xsb_clone3_on_stack(&args, sizeof args, start_init, &start) : -EBADF;
     xsb_signals_restore(&old);  // signals.c
-    int left = xsb_network_leave_prepared(home_network);  // prepared_network.c
     close(sv[1]);
     close(description);
     if (pid < 0) {
@@ -196,9 +188,6 @@ int xsb_spawn_start(const struct xsb_spawn_config *cfg, struct xsb_spawn_result 
     out->pid = (pid_t)pid;
     out->pidfd = pidfd;
     out->control_fd = sv[0];
-    // The sandbox has its namespace; this thread must not keep it (later launches would open
-    // it as their way back).
-    if (left != 0) return abandon_launch(out, XSB_STEP_CLONE, left, "setns (back to the supervisor's network namespace)");
 
     char detail[256] = "";
     int rc = xsb_userns_map_ids((pid_t)pid, cfg, detail, sizeof detail);  // userns.c

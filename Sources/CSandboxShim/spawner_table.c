@@ -56,7 +56,6 @@ static size_t fd_fields(struct xsb_spawn_config *cfg, int *extra, int *trees, in
     for (size_t i = 0; i < cfg->extra_fd_count; i++) fields[n++] = &extra[i];
     fields[n++] = &cfg->exec_fd;
     for (size_t i = 0; i < cfg->mount_tree_count; i++) fields[n++] = &trees[i];
-    fields[n++] = &cfg->network_namespace_fd;
     return n;
 }
 

@@ -6,7 +6,7 @@ import SandboxSystem
 /// One launch, planned on the host before anything of its sandbox exists: what the sandbox is
 /// (its ``Shape``) and, unless it is pre-built, what runs in it.
 ///
-/// ``description(cgroup:detached:network:capLastCap:setupTimeoutMilliseconds:)`` lays the plan out as
+/// ``description(cgroup:detached:capLastCap:setupTimeoutMilliseconds:)`` lays the plan out as
 /// the `xsb_spawn_config` that `xsb_spawn_start` writes as the sealed launch description, and
 /// ``launchPart(_:executable:stdio:)`` lays out what a pre-built sandbox gets per launch: the one
 /// place where a launch becomes C.
@@ -78,11 +78,10 @@ struct LaunchPlan {
     var isPrebuilt: Bool { stdio == nil }
 
     /// The whole launch as C: the shape, what is per launch (nothing of it when pre-built), the
-    /// sandbox's cgroup (``SandboxCgroup/launchDescriptors(of:)``), detached binds and prepared
-    /// network namespace (``PreparedNetworkNamespaces``; nil: the clone makes one). Fails
+    /// sandbox's cgroup (``SandboxCgroup/launchDescriptors(of:)``) and detached binds. Fails
     /// (`configuration`, `EMFILE`) when it names more fds than a launch hands over.
     func description(
-        cgroup: SandboxCgroup?, detached: DetachedBindSources, network: FileDescriptor?, capLastCap: Int32, setupTimeoutMilliseconds: Int32
+        cgroup: SandboxCgroup?, detached: DetachedBindSources, capLastCap: Int32, setupTimeoutMilliseconds: Int32
     ) throws(SandboxError) -> LaunchDescription {
         let identity = shape.identity, plan = shape.plan, filter = shape.filter
         let arena = CArena()
@@ -117,7 +116,6 @@ struct LaunchPlan {
         config.cap_last_cap = capLastCap
         config.setup_timeout_ms = setupTimeoutMilliseconds
         config.init_fd = shape.initExecutable.fd
-        config.network_namespace_fd = network?.rawValue ?? -1
         if let stdio {
             Self.setPerLaunch(&config, configuration, executable: shape.executable, stdio: stdio, in: arena)
             config.controlling_terminal = configuration.controllingTerminal ? 1 : 0

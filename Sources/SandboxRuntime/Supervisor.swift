@@ -32,25 +32,8 @@ public final class Supervisor: Sendable {
     /// The start of ``shared``, made once by whichever thread comes first: ``shared`` itself or
     /// ``startSharedInAdvance()``, which must not stop the process when it fails.
     static let sharedStart: SharedStart = {
-        do throws(SandboxError) {
-            return .started(try Supervisor(cgroups: CgroupSupport.detect(), networkNamespaces: sharedNetworkNamespaces))
-        } catch {
-            return .failed(error)
-        }
+        do throws(SandboxError) { return .started(try Supervisor()) } catch { return .failed(error) }
     }()
-
-    /// The shared supervisor's network namespaces, made before the supervisor itself when a
-    /// one-shot command asks at its start (``prepareNetworkNamespace()``).
-    private static let sharedNetworkNamespaces = PreparedNetworkNamespaces()
-
-    /// Starts making the network namespace of the shared supervisor's one cold launch ahead,
-    /// in parallel with whatever comes before that launch (a one-shot command's program lookup,
-    /// policy and streams; the supervisor's own threads), so that the launch finds it ready
-    /// (``launchBlocking(_:)``). Not refilled. Does nothing where namespaces are not prepared
-    /// (an unprivileged caller).
-    package static func prepareNetworkNamespace() {
-        sharedNetworkNamespaces.prepareOne()
-    }
 
     let spawner: SpawnerThread
     /// The supervisor's event thread; the host API registers its connections here too.
@@ -64,10 +47,6 @@ public final class Supervisor: Sendable {
     public let setupTimeoutMilliseconds: Int32 = 10_000
     /// Pre-built sandboxes, ready for warm launches (empty unless ``prepare(_:count:)`` asks).
     let pool = SandboxPool()
-    /// Network namespaces made ahead for cold launches (none until the first asks; root only).
-    let networkNamespaces: PreparedNetworkNamespaces
-    /// How many network namespaces a host's supervisor keeps ready from its first cold launch on.
-    static let preparedNetworkNamespaces = 2
 
     /// A supervisor with its own threads, using the cgroups it may nest under.
     ///
@@ -79,9 +58,8 @@ public final class Supervisor: Sendable {
         try self.init(cgroups: CgroupSupport.detect())
     }
 
-    init(cgroups: CgroupSupport?, networkNamespaces: PreparedNetworkNamespaces = PreparedNetworkNamespaces()) throws(SandboxError) {
+    init(cgroups: CgroupSupport?) throws(SandboxError) {
         FileDescriptorLimit.raise()
-        self.networkNamespaces = networkNamespaces
         spawner = try SpawnerThread()
         do throws(EventMonitor.Failure) {
             monitor = try EventMonitor()
@@ -93,11 +71,6 @@ public final class Supervisor: Sendable {
         capLastCap = Int32(text.filter(\.isNumber)) ?? 40
     }
 
-    deinit {
-        // Nothing of them outlives the supervisor.
-        networkNamespaces.close()
-    }
-
     /// Whether sandbox-wide memory and process limits are enforced by cgroups here (otherwise
     /// only per-process rlimits and the per-sandbox process rlimit apply).
     public var hasCgroupLimits: Bool { cgroups != nil }
@@ -107,8 +80,7 @@ public final class Supervisor: Sendable {
     /// When ``prepare(_:count:)`` keeps pre-built sandboxes of this launch's shape, one of them
     /// runs the program (a warm launch); otherwise, or when none is ready, the sandbox is built
     /// now (a cold launch). Either way the program runs in a sandbox of its own that nothing ran
-    /// in before. From its first cold launch on, a root caller's supervisor keeps network
-    /// namespaces ready for the next (made on a thread of its own), each used by one sandbox.
+    /// in before.
     ///
     /// Fails, and leaves nothing behind, if any isolation step cannot be set up.
     public func launch(_ configuration: SandboxConfiguration) async throws(SandboxError) -> SandboxedProcess {
@@ -123,7 +95,6 @@ public final class Supervisor: Sendable {
                 refill()  // a kept shape whose sandboxes are all taken (or whose refill failed)
             }
         }
-        networkNamespaces.keepReady(Self.preparedNetworkNamespaces)
         let (result, cgroup) = try await build(LaunchPlan(shape: shape, configuration: configuration, stdio: stdio))
         return try running(result, cgroup: cgroup, limits: configuration.policy.limits)
     }
@@ -160,12 +131,10 @@ public final class Supervisor: Sendable {
         let cgroup = try SandboxCgroup.make(for: plan.configuration.policy.limits, hostUID: identity.uid, under: cgroups)
         do throws(SandboxError) {
             let detached = try DetachedBindSources(plan: plan.shape.plan, identity: identity)
-            // A pre-built sandbox is built off the caller's path anyway: its clone makes its own.
-            let network = plan.isPrebuilt ? nil : networkNamespaces.take()
             let description = try plan.description(
-                cgroup: cgroup, detached: detached, network: network, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
+                cgroup: cgroup, detached: detached, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
             let started = await spawner.start(description, remapsRoot: identity.remapsRoot, background: plan.isPrebuilt)
-            Self.cloned(plan, cgroup: cgroup, detached: detached, network: network)
+            Self.cloned(plan, cgroup: cgroup, detached: detached)
             // The spawner thread only clones: the build is waited for on the monitor thread.
             let result = started.failed_step == Int32(XSB_STEP_NONE.rawValue)
                 ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
@@ -192,11 +161,10 @@ public final class Supervisor: Sendable {
         let result: xsb_spawn_result
         do throws(SandboxError) {
             let detached = try DetachedBindSources(plan: plan.shape.plan, identity: identity)
-            let network = networkNamespaces.take()  // not refilled: see prepareNetworkNamespace()
             let description = try plan.description(
-                cgroup: cgroup, detached: detached, network: network, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
+                cgroup: cgroup, detached: detached, capLastCap: capLastCap, setupTimeoutMilliseconds: setupTimeoutMilliseconds)
             let started = spawner.startBlocking(description, remapsRoot: identity.remapsRoot)
-            Self.cloned(plan, cgroup: cgroup, detached: detached, network: network)
+            Self.cloned(plan, cgroup: cgroup, detached: detached)
             result = try Self.succeeded(started.failed_step == Int32(XSB_STEP_NONE.rawValue)
                 ? LaunchSetupWait.waitBlocking(for: started, timeoutMilliseconds: setupTimeoutMilliseconds)
                 : started)
@@ -208,11 +176,9 @@ public final class Supervisor: Sendable {
     }
 
     /// After the spawner thread's clone (done or failed): it has its own copies of the fds
-    /// now, so the cgroup's, the program's copy, the detached mounts and the prepared network
-    /// namespace (used once), open until then, go.
-    private static func cloned(_ plan: LaunchPlan, cgroup: SandboxCgroup?, detached: DetachedBindSources, network: FileDescriptor?) {
+    /// now, so the cgroup's, the program's copy and the detached mounts, open until then, go.
+    private static func cloned(_ plan: LaunchPlan, cgroup: SandboxCgroup?, detached: DetachedBindSources) {
         cgroup?.closeDescriptors()
-        network?.close()
         withExtendedLifetime(plan.configuration.executableCopy) {}
         withExtendedLifetime(detached.trees) {}
     }

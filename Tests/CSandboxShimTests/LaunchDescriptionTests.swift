@@ -54,7 +54,6 @@ struct LaunchDescriptionTests {
         var superviseFirstExec: Int32 = 1, audit: Int32 = 0, memoryDenyWriteExecute: Int32 = 1, controllingTerminal: Int32 = 1
         var capLastCap: Int32 = 40
         var cgroupDirectoryFd: Int32 = 20, initFd: Int32 = 21
-        var networkPrepared: Int32 = 1
 
         /// The config these fields describe (its memory in `arena`).
         func config(in arena: CArena) -> xsb_spawn_config {
@@ -99,8 +98,6 @@ struct LaunchDescriptionTests {
             config.cap_last_cap = capLastCap
             config.setup_timeout_ms = 5000
             config.init_fd = initFd
-            config.network_namespace_fd = -1
-            config.network_prepared = networkPrepared
             return config
         }
 
@@ -140,7 +137,6 @@ struct LaunchDescriptionTests {
             capLastCap = config.cap_last_cap
             cgroupDirectoryFd = config.cgroup_directory_fd
             initFd = config.init_fd
-            networkPrepared = config.network_prepared
         }
 
         init() {}
@@ -203,7 +199,7 @@ struct LaunchDescriptionTests {
         (bare.argv, bare.envp, bare.mounts, bare.rlimits) = (["only"], [], [], [])
         (bare.stdio, bare.extraFds, bare.cgroupTasksFds, bare.execFd, bare.mountTrees) = ([-1, -1, -1], [], [-1, -1, -1, -1], -1, [])
         (bare.superviseFirstExec, bare.audit, bare.memoryDenyWriteExecute, bare.controllingTerminal) = (0, 1, 0, 0)
-        (bare.cgroupDirectoryFd, bare.initFd, bare.networkPrepared) = (-1, -1, 0)
+        (bare.cgroupDirectoryFd, bare.initFd) = (-1, -1)
         let (bareBytes, barePassed) = try Self.write(bare)
         #expect(barePassed.isEmpty)
         #expect(try Self.load(bareBytes).get() == bare)
@@ -215,7 +211,7 @@ struct LaunchDescriptionTests {
         static let magic = 0, version = 4, size = 8, path = 16, cwd = 32, hostname = 48, argv = 64, envp = 80
         static let mounts = 96, rlimits = 112, bpf = 128, passedFdCount = 168, stdio = 172, extraFdCount = 184
         static let extraFds = 188, cgroupTasksFds = 316, audit = 336, capLastCap = 348, execFd = 352
-        static let mountTreeCount = 356, mountTrees = 360, networkPrepared = 428
+        static let mountTreeCount = 356, mountTrees = 360
         /// struct xsb_wire_mount: kind, flags, source, target, size, mode, tree.
         static let mountSize = 56, mountKind = 0, mountFlags = 4, mountSourceLength = 16, mountSize_ = 40, mountMode = 48, mountTree = 52
     }
@@ -244,7 +240,6 @@ struct LaunchDescriptionTests {
         #expect(written.i32(Header.extraFdCount) == 2 && written.i32(Header.extraFds + 4) == 5)
         #expect(written.i32(Header.cgroupTasksFds + 4) == 6 && written.i32(Header.execFd) == 7)
         #expect(written.i32(Header.capLastCap) == 40 && written.i32(Header.mountTreeCount) == 1 && written.i32(Header.mountTrees) == 8)
-        #expect(written.i32(Header.networkPrepared) == 1)
         #expect(written.i32(written.mount(4) + Header.mountKind) == Int32(XSB_MOUNT_FILE.rawValue))
         #expect(written.u64(written.mount(4) + Header.mountSize_) == 11 && written.i32(written.mount(4) + Header.mountMode) == 0o644)
         #expect(written.i32(written.mount(1) + Header.mountTree) == 0 && written.i32(written.mount(0) + Header.mountTree) == -1)
@@ -318,7 +313,6 @@ struct LaunchDescriptionTests {
         Damage(testDescription: "detached mount of -1", bytes: { $0.set(Header.mountTrees, i32: -1) }, reason: "file descriptors"),
         // Flags and the last capability.
         Damage(testDescription: "a flag of 2", bytes: { $0.set(Header.audit, i32: 2) }, reason: "flags"),
-        Damage(testDescription: "a prepared network flag of 2", bytes: { $0.set(Header.networkPrepared, i32: 2) }, reason: "flags"),
         Damage(testDescription: "cap_last_cap of 64", fields: { $0.capLastCap = 64 }, reason: "cap_last_cap"),
         Damage(testDescription: "negative cap_last_cap", fields: { $0.capLastCap = -1 }, reason: "cap_last_cap"),
     ]

@@ -75,10 +75,7 @@ struct FileDescriptorLimitTests {
         let ceiling = UInt(max(filler, highest)) + 24
         var limit = rlimit(rlim_cur: ceiling, rlim_max: ceiling)
         guard setrlimit(__rlimit_resource_t(XSB_RLIMIT_NOFILE), &limit) == 0 else { return 10 }
-        // Network namespaces' fds come and go with each launch (docs/architecture.md, step 2);
-        // making one holds a socket for a moment: counted while none is made.
-        LifecycleTests.settleNetworkNamespaces()
-        let base = Fixtures.openFileDescriptorsButNetworkNamespaces()
+        let base = Fixtures.openFileDescriptors()
         // Two fds kept in reserve, so that the checks can still list directories at the limit.
         let reserve = [open("/dev/null", O_RDONLY | O_CLOEXEC), open("/dev/null", O_RDONLY | O_CLOEXEC)]
         var running: [SandboxedProcess] = []
@@ -97,8 +94,7 @@ struct FileDescriptorLimitTests {
         for failure in failures {
             guard failure.errorNumber == EMFILE, "\(failure)".contains("RLIMIT_NOFILE) is \(ceiling)") else { print("\(failure)"); return 14 }
         }
-        LifecycleTests.settleNetworkNamespaces()
-        let open = Fixtures.openFileDescriptorsButNetworkNamespaces()
+        let open = Fixtures.openFileDescriptors()
         guard open.count == base.count + running.count else {
             print("fds: \(open.count), expected \(base.count) + \(running.count)")
             return 15
@@ -110,8 +106,7 @@ struct FileDescriptorLimitTests {
         for process in running { _ = await process.waitForExit() }
         // A sandbox that ended by itself passed its mount namespace, let go of just after its end.
         _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
-        LifecycleTests.settleNetworkNamespaces()
-        guard Fixtures.openFileDescriptorsButNetworkNamespaces() == base else { return 18 }
+        guard Fixtures.openFileDescriptors() == base else { return 18 }
         guard children().isEmpty, cgroupDirectories().isEmpty else { print("after: children \(children().map { "\($0) \(Fixtures.processState($0) ?? "gone") \((try? String(contentsOfFile: "/proc/\($0)/cmdline", encoding: .utf8)) ?? "")" }) cgroups \(cgroupDirectories())"); return 19 }
         return 0
     }

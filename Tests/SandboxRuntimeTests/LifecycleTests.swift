@@ -114,23 +114,6 @@ struct LifecycleTests {
         await #expect(throws: SandboxError.self) { try await process.suspend() }
     }
 
-    /// Blocks until the shared supervisor's network-namespace thread makes none (making one holds
-    /// a socket for a moment) and, with `ready`, that many are ready: for tests that count the
-    /// process's fds. It sleeps: a wait on a timer of Dispatch's would open an fd of its own.
-    static func settleNetworkNamespaces(ready: Int? = nil) {
-        let namespaces = Supervisor.shared.networkNamespaces
-        for _ in 0..<10_000 where !(namespaces.isIdle && ready.map({ namespaces.readyCount == $0 }) ?? true) { usleep(1000) }
-    }
-
-    /// The process's fds once the shared supervisor's prepared network namespaces are all ready
-    /// again: the others by number, those by count (each launch takes one and the refill opens
-    /// another, at whatever number is free then).
-    static func settledFileDescriptors() -> (others: Set<Int32>, networkNamespaces: Int) {
-        settleNetworkNamespaces(ready: geteuid() == 0 ? Supervisor.preparedNetworkNamespaces : 0)
-        let all = Fixtures.openFileDescriptors(), others = Fixtures.openFileDescriptorsButNetworkNamespaces()
-        return (others, all.count - 1 - others.count)  // less the listing's own fd
-    }
-
     @Test("no file descriptors, processes or cgroups left behind", .oneExitTestAtATime)
     func nothingLeftBehind() async {
         // In a process of its own (an exit test), where no other test opens descriptors.
@@ -140,7 +123,7 @@ struct LifecycleTests {
             _ = await warmup.waitForExit()
             // An ended sandbox's mount namespace is let go of just after its end is reported.
             _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
-            let before = Self.settledFileDescriptors()
+            let before = Fixtures.openFileDescriptors()
             for arguments in [["exit", "1"], ["crash"], ["ptrace"], ["sleep", "30"]] {
                 guard let process = try? await Supervisor.shared.launch(Fixtures.probeConfiguration(arguments)) else { exit(3) }
                 if arguments[0] == "sleep" { process.kill() }
@@ -149,10 +132,9 @@ struct LifecycleTests {
                 if process.processIdentifiers().contains(where: { Fixtures.processState($0) != nil }) { exit(4) }
             }
             _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
-            let after = Self.settledFileDescriptors()
-            let leaked = after.others.symmetricDifference(before.others)
-            if !leaked.isEmpty || after.networkNamespaces != before.networkNamespaces {
-                FileHandle.standardError.write(Data("leaked fds: \(leaked), network namespaces \(before.networkNamespaces) → \(after.networkNamespaces)\n".utf8))
+            let leaked = Fixtures.openFileDescriptors().symmetricDifference(before)
+            if !leaked.isEmpty {
+                FileHandle.standardError.write(Data("leaked fds: \(leaked)\n".utf8))
                 exit(5)
             }
             let cgroupDirs = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory"].flatMap { root -> [String] in

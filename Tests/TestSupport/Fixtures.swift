@@ -139,17 +139,6 @@ public enum Fixtures {
         return Set(names.compactMap { Int32($0) })
     }
 
-    /// ``openFileDescriptors()`` but those of network namespaces (a root supervisor's prepared
-    /// ones, which it takes and makes anew with each cold launch, at whatever number is free, and
-    /// its thread's way back to the host's) and the listing's own (closed by the time it is read,
-    /// and at the lowest free number, which the namespaces' turnover moves).
-    public static func openFileDescriptorsButNetworkNamespaces() -> Set<Int32> {
-        openFileDescriptors().filter { fd in
-            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)") else { return false }
-            return !target.hasPrefix("net:[")
-        }
-    }
-
     /// The one-letter state of a process ("R", "S", "T", "Z", …), nil when it is gone.
     public static func processState(_ pid: pid_t) -> String? {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),

@@ -9,7 +9,7 @@
 //
 // Process layout of one sandbox:
 //   supervisor (Swift, spawner thread) --clone3(CLONE_VM|CLONE_VFORK, new user/mnt/pid/net/ipc/uts
-//     ns (net: or one prepared ahead, entered for the clone), pidfd) + execveat(xsb-init)-->
+//     ns, pidfd) + execveat(xsb-init)-->
 //     sandbox init (PID 1 inside): reads the description, builds the file system, then vforks
 //       payload: session, fds, rlimits, capabilities, no_new_privs, seccomp, execve
 //     init stays: reaps, reports the payload's exit, stops/continues the whole sandbox; its
@@ -189,15 +189,6 @@ struct xsb_spawn_config {
     /// XSB_WAITING_PAYLOAD_STATUS_FD, `exit_group` and, unless the working directory is "/",
     /// `chdir` (LaunchPlan.swift).
     int waiting_payload;
-    /// A network namespace the supervisor prepared, its loopback up
-    /// (xsb_network_namespace_prepare), or -1 (any value up to 2: none): the clone makes a new
-    /// one. Used once: the spawner thread enters it for the clone, which the init inherits, and
-    /// closes it; never passed to the init. Not part of the description.
-    int network_namespace_fd;
-    /// Set by xsb_spawn_start (and read by the init from the description): 1 when the sandbox
-    /// runs in the prepared namespace, whose loopback is up and over which it has no capability
-    /// (its owner is the supervisor's user namespace), so the init leaves it as it is.
-    int network_prepared;
 };
 
 /// The fd numbers a waiting payload reads its go-ahead from and writes its status records to
@@ -293,18 +284,6 @@ int xsb_launch_part_check(int fd, int passed_count, const char **what);
 /// `error_number` and `detail` set (then abandon the sandbox: xsb_spawn_abandon).
 int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out);
 
-/// Makes a network namespace with its loopback up, ahead of a launch (on a thread of the
-/// supervisor's own, never the spawner thread): the calling thread unshares its network
-/// namespace, brings loopback up, opens the namespace and goes back to `home_fd` (its own
-/// namespace: xsb_network_namespace_open_own). Returns the namespace's fd (close-on-exec), or
-/// -errno (EPERM: this supervisor may not make namespaces; EMFILE, ENOMEM…: not now). Sets
-/// `*stranded` when the thread could not go back to `home_fd`: stop preparing on it.
-int xsb_network_namespace_prepare(int home_fd, int *stranded);
-/// The calling thread's network namespace, open (close-on-exec), or -errno.
-int xsb_network_namespace_open_own(void);
-/// Gives the calling thread (only) the lowest priority: 0 or -errno.
-int xsb_network_namespace_thread_in_background(void);
-
 /// Starts one sandbox: clones its init, writes its id maps and releases it (GO); the init then
 /// builds the sandbox on its own. Must be called from a thread that lives as long as the
 /// sandbox (PR_SET_PDEATHSIG is bound to the parent *thread*). Returns 0 with `out->pid`,
@@ -329,9 +308,8 @@ void xsb_spawn_abandon(struct xsb_spawn_result *out, int step, int err, const ch
 /// 0 or -errno. Once, when the spawner thread starts.
 int xsb_spawner_table_make_private(int inbox);
 /// The most fds a launch hands over besides its reply socket: the init, the cgroup directory,
-/// stdio, the cgroup v1 tasks files, the extra fds, the program, the detached mounts and a
-/// prepared network namespace.
-enum { XSB_SPAWNER_MAX_FDS = 2 + 3 + 4 + XSB_MAX_EXTRA_FDS + 1 + XSB_MAX_MOUNT_TREES + 1 };
+/// stdio, the cgroup v1 tasks files, the extra fds, the program and the detached mounts.
+enum { XSB_SPAWNER_MAX_FDS = 2 + 3 + 4 + XSB_MAX_EXTRA_FDS + 1 + XSB_MAX_MOUNT_TREES };
 /// Host side: the fds `cfg` names (none of -1), in the order of a hand-over. Count or -errno.
 int xsb_spawner_list_fds(const struct xsb_spawn_config *cfg, int out[XSB_SPAWNER_MAX_FDS]);
 /// Host side, first call: sends `reply` and `fds` (SCM_RIGHTS) over `outbox`. 0 or -errno.

@@ -1026,86 +1026,6 @@ static int c_net(int argc, char **argv)
     return ok("interfaces=%s lo=%s", names, lo_state);
 }
 
-/* lo-down: the sandbox's loopback device must stay as the sandbox was given it
- * (what `ip link set lo down` does, with the ioctl; AF_UNIX as in `net`). */
-static int c_lo_down(int argc, char **argv)
-{
-    (void)argc; (void)argv;
-    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s == -1)
-        return blocked(errno, "socket(AF_UNIX)");
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof ifr);
-    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
-    if (ioctl(s, SIOCGIFFLAGS, &ifr) != 0) {
-        int err = errno;
-        close(s);
-        return failed("SIOCGIFFLAGS lo: %s", errno_name(err));
-    }
-    ifr.ifr_flags &= ~IFF_UP;
-    int rc = ioctl(s, SIOCSIFFLAGS, &ifr);
-    int err = errno;
-    close(s);
-    if (rc == 0)
-        return escaped("SIOCSIFFLAGS took lo down");
-    if (err != EPERM)
-        return failed("SIOCSIFFLAGS lo down failed with %s, expected EPERM", errno_name(err));
-    return blocked(err, "SIOCSIFFLAGS lo down");
-}
-
-/* loopback: a TCP connection and a UDP datagram over 127.0.0.1 inside. */
-static int c_loopback(int argc, char **argv)
-{
-    (void)argc; (void)argv;
-    struct sockaddr_in sa;
-    socklen_t salen = sizeof sa;
-    char byte = 0;
-    int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), client = -1, accepted = -1;
-    int udp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    const char *step = "socket";
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int good = listener >= 0 && udp >= 0;
-    if (good && (step = "tcp bind", bind(listener, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-                 listen(listener, 1) != 0 || getsockname(listener, (struct sockaddr *)&sa, &salen) != 0))
-        good = 0;
-    if (good && (step = "tcp connect", (client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
-                 connect(client, (struct sockaddr *)&sa, sizeof sa) != 0 || write(client, "x", 1) != 1))
-        good = 0;
-    if (good && (step = "tcp accept", (accepted = accept(listener, NULL, NULL)) < 0 ||
-                 read(accepted, &byte, 1) != 1 || byte != 'x'))
-        good = 0;
-    sa.sin_port = 0;
-    salen = sizeof sa;
-    byte = 0;
-    if (good && (step = "udp", bind(udp, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-                 getsockname(udp, (struct sockaddr *)&sa, &salen) != 0 ||
-                 sendto(udp, "y", 1, 0, (struct sockaddr *)&sa, sizeof sa) != 1 ||
-                 recv(udp, &byte, 1, 0) != 1 || byte != 'y'))
-        good = 0;
-    int err = errno;
-    int fds[] = {listener, client, accepted, udp};
-    for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    if (!good)
-        return failed("%s: %s", step, errno_name(err));
-    return ok("tcp and udp over 127.0.0.1");
-}
-
-/* netns: which network namespace this is ("net:[INODE]"), for tests that compare. */
-static int t_netns(int argc, char **argv)
-{
-    (void)argc; (void)argv;
-    char link[64];
-    ssize_t n = readlink("/proc/self/ns/net", link, sizeof link - 1);
-    if (n < 0)
-        return failed("readlink /proc/self/ns/net: %s", errno_name(errno));
-    link[n] = '\0';
-    return ok("%s", link);
-}
-
 /* fds [ALLOWED_FD...]: only 0, 1, 2 (and the given fds) may be open. */
 static int c_fds(int argc, char **argv)
 {
@@ -2115,7 +2035,6 @@ static const struct check checks[] = {
     {"kill-host", BLOCKED, NULL, DANGEROUS, c_kill_host, ""},
     {"net-connect", BLOCKED, NULL, 0, c_net_connect, ""},
     {"abstract-unix", BLOCKED, NULL, 0, c_abstract_unix, "[NAME]"},
-    {"lo-down", BLOCKED, NULL, 0, c_lo_down, ""},
     {"setid-chmod", BLOCKED, NULL, 0, c_setid_chmod, ""},
     {"setid-fchmod", BLOCKED, NULL, 0, c_setid_fchmod, ""},
     {"setid-fchmodat2", BLOCKED, NULL, 0, c_setid_fchmodat2, ""},
@@ -2141,7 +2060,6 @@ static const struct check checks[] = {
     {"pidns", OK, NULL, 0, c_pidns, ""},
     {"proc-pids", OK, NULL, 0, c_proc_pids, ""},
     {"net", OK, NULL, 0, c_net, ""},
-    {"loopback", OK, NULL, 0, c_loopback, ""},
     {"fds", OK, NULL, 0, c_fds, "[ALLOWED_FD...]"},
     {"tmp-writable", OK, NULL, 0, c_tmp_writable, ""},
     {"mounts", OK, NULL, 0, c_mounts, "[FORBIDDEN_PREFIX...]"},
@@ -2157,7 +2075,6 @@ static const struct check checks[] = {
     {"vfork-stopped-child", TOOL, NULL, 0, t_vfork_stopped_child, ""},
     {"crash", TOOL, NULL, 0, t_crash, ""},
     {"exit", TOOL, NULL, 0, t_exit, "N"},
-    {"netns", TOOL, NULL, 0, t_netns, ""},
     {"memory-bomb", TOOL, NULL, DANGEROUS, t_memory_bomb, "[MAX_MIB]"},
     {"fork-bomb", TOOL, NULL, DANGEROUS, t_fork_bomb, "[MAX [HOLD_S]]"},
     {"tmp-fill", TOOL, NULL, DANGEROUS, t_tmp_fill, "[HOLD_S]"},
