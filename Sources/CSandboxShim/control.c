@@ -8,7 +8,9 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -27,6 +29,29 @@ int xsb_send_msg(int control_fd, uint32_t type, int32_t value) {
         if (n < 0 && errno == EINTR) continue;
         return n < 0 ? -errno : -EIO;
     }
+}
+
+#ifndef NS_GET_NSTYPE
+#define NS_GET_NSTYPE _IO(0xb7, 0x3)
+#endif
+
+/// Whether `fd` is a mount namespace: a file of the namespace file system (the one our own
+/// /proc/self/ns/mnt is on) whose type is CLONE_NEWNS. The file system is checked first: an
+/// ioctl on a file of another could make us wait for whatever serves it (a FUSE server).
+static int is_mount_namespace(int fd) {
+    struct stat passed, own;
+    if (xsb_raw_syscall(SYS_fstat, fd, (long)&passed, 0, 0, 0) != 0) return 0;
+    if (xsb_raw_syscall(SYS_newfstatat, AT_FDCWD, (long)"/proc/self/ns/mnt", (long)&own, 0, 0) != 0) return 0;
+    if (passed.st_dev != own.st_dev) return 0;
+    return xsb_raw_syscall(SYS_ioctl, fd, NS_GET_NSTYPE, 0, 0, 0) == CLONE_NEWNS;
+}
+
+/// Closes an fd the init had no business passing, without waiting on it: a socket is reset
+/// rather than lingered over (a lingering close waits until its peer takes what was sent).
+static void discard_unexpected(int fd) {
+    struct linger reset = {.l_onoff = 1, .l_linger = 0};
+    (void)xsb_raw_syscall(SYS_setsockopt, fd, SOL_SOCKET, SO_LINGER, (long)&reset, sizeof reset);
+    close(fd);
 }
 
 int xsb_recv_msg_with_fd(int control_fd, struct xsb_msg *msg, int *passed_fd) {
@@ -48,14 +73,16 @@ int xsb_recv_msg_with_fd(int control_fd, struct xsb_msg *msg, int *passed_fd) {
             int fd;
             memcpy(&fd, CMSG_DATA(c) + i * sizeof fd, sizeof fd);
             if (*passed_fd < 0) *passed_fd = fd;
-            else close(fd);
+            else discard_unexpected(fd);
         }
     }
-    if (n == 0 || (size_t)n != sizeof *msg) {
-        if (*passed_fd >= 0) close(*passed_fd);
+    int complete = n == (ssize_t)sizeof *msg;
+    // Only a mount namespace, and only with the EXIT report: anything else is not ours to keep.
+    if (*passed_fd >= 0 && (!complete || msg->type != XSB_MSG_EXIT || !is_mount_namespace(*passed_fd))) {
+        discard_unexpected(*passed_fd);
         *passed_fd = -1;
-        return n == 0 ? -EPIPE : -EPROTO;
     }
+    if (!complete) return n == 0 ? -EPIPE : -EPROTO;
     msg->detail[sizeof msg->detail - 1] = '\0';
     return 1;
 }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -72,4 +73,20 @@ int xsbt_serve_signal_request(int32_t signal, struct xsbt_outcome *out) {
     close(pair[0]);
     close(pair[1]);
     return -err;
+}
+
+int xsbt_send_msg_with_fd(int control_fd, uint32_t type, int fd) {
+    struct xsb_msg msg = {.type = type};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control = {0};
+    struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+    struct msghdr header = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&header);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    return sendmsg(control_fd, &header, MSG_NOSIGNAL) == (ssize_t)sizeof msg ? 0 : -errno;
 }

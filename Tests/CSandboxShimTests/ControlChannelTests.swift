@@ -111,6 +111,58 @@ struct ControlChannelTests {
         }
     }
 
+    /// An fd that may come with a message, and whether the supervisor keeps it.
+    struct PassedDescriptor: Sendable, CustomTestStringConvertible {
+        enum Kind: Sendable { case mountNamespace, networkNamespace, pipe, socket }
+        var type: xsb_msg_type
+        var kind: Kind
+        var kept: Bool
+        var testDescription: String { "\(kind) with message \(type.rawValue): \(kept ? "kept" : "closed")" }
+    }
+
+    @Test("only the EXIT report's mount namespace is kept; any other fd is closed at once", arguments: [
+        PassedDescriptor(type: XSB_MSG_EXIT, kind: .mountNamespace, kept: true),
+        PassedDescriptor(type: XSB_MSG_ACK, kind: .mountNamespace, kept: false),
+        PassedDescriptor(type: XSB_MSG_EXIT, kind: .networkNamespace, kept: false),
+        PassedDescriptor(type: XSB_MSG_EXIT, kind: .pipe, kept: false),
+        PassedDescriptor(type: XSB_MSG_EXIT, kind: .socket, kept: false),
+    ])
+    func passedDescriptor(_ passed: PassedDescriptor) throws {
+        try Self.withPair { supervisor, initSide in
+            // What is sent, and the far end that tells whether the received copy was closed.
+            var farEnd: Int32 = -1
+            let sent: Int32
+            switch passed.kind {
+            case .mountNamespace: sent = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)
+            case .networkNamespace: sent = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)
+            case .pipe:
+                var ends: [Int32] = [-1, -1]
+                try #require(pipe(&ends) == 0)
+                (sent, farEnd) = (ends[0], ends[1])
+            case .socket:
+                var ends: [Int32] = [-1, -1]
+                try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
+                (sent, farEnd) = (ends[0], ends[1])
+            }
+            try #require(sent >= 0)
+            defer { if farEnd >= 0 { close(farEnd) } }
+            #expect(xsbt_send_msg_with_fd(initSide, UInt32(passed.type.rawValue), sent) == 0)
+            close(sent)  // only the copy in flight is left
+
+            var message = xsb_msg()
+            var received: Int32 = -1
+            #expect(xsb_recv_msg_with_fd(supervisor, &message, &received) == 1)
+            #expect(message.type == UInt32(passed.type.rawValue))
+            #expect((received >= 0) == passed.kept)
+            if received >= 0 { close(received) }
+            if farEnd >= 0 {
+                // Its last copy is gone: the far end sees it at once.
+                var entry = pollfd(fd: farEnd, events: Int16(POLLOUT), revents: 0)
+                #expect(poll(&entry, 1, 0) == 1 && entry.revents & Int16(POLLERR | POLLHUP) != 0, "revents \(entry.revents)")
+            }
+        }
+    }
+
     @Test("the init's failure report replaces the supervisor's, and only a failure does")
     func initReport() throws {
         try Self.withPair { supervisor, initSide in

@@ -332,7 +332,8 @@ int xsb_send_msg(int control_fd, uint32_t type, int32_t value);
 /// is pending, -errno on error, -EPIPE on EOF.
 int xsb_recv_msg(int control_fd, struct xsb_msg *msg);
 /// ``xsb_recv_msg``, also taking the one fd a message may carry (the init's EXIT report passes
-/// its mount namespace): `*passed_fd` is it (close-on-exec), or -1. The caller owns it.
+/// its mount namespace): `*passed_fd` is it (close-on-exec), or -1. The caller owns it. Any other
+/// fd (with another message, not a mount namespace, or more than one) is closed without waiting.
 int xsb_recv_msg_with_fd(int control_fd, struct xsb_msg *msg, int *passed_fd);
 
 /// pidfd helpers (raw syscalls; glibc 2.36 has no wrappers for all of them).

@@ -177,6 +177,10 @@ int xsbt_setup_mounts(const struct xsb_spawn_config *cfg, struct xsbt_outcome *o
 /// result, 1 the ACK's type, 2 its value (the request), 3 its value2 (errno), 4 the payload's wait status.
 int xsbt_serve_signal_request(int32_t signal, struct xsbt_outcome *out);
 
+/// Sends one message of `type` on `control_fd` with `fd` attached (SCM_RIGHTS), as the init's
+/// EXIT report carries its mount namespace. 0 or -errno.
+int xsbt_send_msg_with_fd(int control_fd, uint32_t type, int fd);
+
 // MARK: - Helpers for the tests themselves (in the test process)
 
 /// A memfd (close-on-exec) holding `bytes`, with `seals` added (F_ADD_SEALS). -1 on failure.
