@@ -49,14 +49,14 @@ public final class SandboxedProcess: Sendable {
         var finished: Termination?
     }
 
-    /// A request sent to the init and the caller waiting for its acknowledgement, if any.
-    typealias AckWaiter = (type: UInt32, continuation: CheckedContinuation<Int32, any Error>?)
-
-    /// ``AckWaiter``'s runtime types, made when first read. The monitor thread needs them at
-    /// every sandbox's end, even with no request sent; their first instantiation in a process
-    /// (from their mangled names, checking their generic requirements) costs more than the rest of
-    /// that end, so ``Supervisor/startSharedInAdvance()`` reads them ahead of a one-shot caller's launch.
-    static let ackWaiterTypes: (Any.Type, Any.Type) = (AckWaiter.self, CheckedContinuation<Int32, any Error>?.self)
+    /// A request sent to the init and the caller waiting for its acknowledgement, if any. A
+    /// struct, not a tuple: the monitor thread needs this type at every sandbox's end, and a
+    /// tuple's runtime type is made from its mangled name at its first use in a process, which
+    /// cost more than the rest of a one-shot command's end.
+    struct AckWaiter {
+        let type: UInt32
+        let continuation: CheckedContinuation<Int32, any Error>?
+    }
 
     private let state: Mutex<State>
     private let monitor: EventMonitor
@@ -206,7 +206,7 @@ public final class SandboxedProcess: Sendable {
             guard state.termination == nil, let control = state.controlFD else { return }
             let request = SandboxSignals.Request.signal(signal)
             // Its acknowledgement takes its place in the queue, so that it never answers a waiter's request.
-            if SandboxSignals.send(request, on: control) == 0 { state.ackWaiters.append((request.messageType, nil)) }
+            if SandboxSignals.send(request, on: control) == 0 { state.ackWaiters.append(AckWaiter(type: request.messageType, continuation: nil)) }
         }
     }
 
@@ -233,7 +233,7 @@ public final class SandboxedProcess: Sendable {
                     continuation.resume(throwing: SandboxError(step: .control, errorNumber: ESRCH, detail: "the sandbox has ended"))
                     return
                 }
-                state.ackWaiters.append((request.messageType, continuation))
+                state.ackWaiters.append(AckWaiter(type: request.messageType, continuation: continuation))
                 let rc = state.controlFD.map { SandboxSignals.send(request, on: $0) } ?? -EBADF
                 if rc != 0 {
                     state.ackWaiters.removeLast()

@@ -16,23 +16,7 @@ import Synchronization
 public final class Supervisor: Sendable {
     /// The process-wide supervisor.
     public static let shared: Supervisor = {
-        switch sharedStart {
-        case .started(let supervisor): return supervisor
-        case .failed(let error): fatalError("extsandbox: cannot start the supervisor: \(error)")
-        }
-    }()
-
-    /// How the start of ``shared`` went. Not a `Result`: a generic type's first use in a process
-    /// costs a search of the binary's conformance records, on the thread that starts it.
-    enum SharedStart: Sendable {
-        case started(Supervisor)
-        case failed(SandboxError)
-    }
-
-    /// The start of ``shared``, made once by whichever thread comes first: ``shared`` itself or
-    /// ``startSharedInAdvance()``, which must not stop the process when it fails.
-    static let sharedStart: SharedStart = {
-        do throws(SandboxError) { return .started(try Supervisor()) } catch { return .failed(error) }
+        do { return try Supervisor() } catch { fatalError("extsandbox: cannot start the supervisor: \(error)") }
     }()
 
     let spawner: SpawnerThread
@@ -42,7 +26,7 @@ public final class Supervisor: Sendable {
     private let capLastCap: Int32
     /// The sandbox init (`xsb-init`), found and opened at the first launch; a failure to find it
     /// is reported by that launch and retried by the next.
-    let sandboxInit = Mutex<InitExecutable?>(nil)
+    private let sandboxInit = Mutex<InitExecutable?>(nil)
     /// How long a launch may take from clone to exec before it is abandoned.
     public let setupTimeoutMilliseconds: Int32 = 10_000
     /// Pre-built sandboxes, ready for warm launches (empty unless ``prepare(_:count:)`` asks).
@@ -154,7 +138,6 @@ public final class Supervisor: Sendable {
     /// wake for the launch. Never call it on a thread of the concurrency pool (from a task
     /// there): it would block that thread for the whole build.
     package func launchBlocking(_ configuration: SandboxConfiguration) throws(SandboxError) -> SandboxedProcess {
-        Self.joinAdvanceStart()
         let plan = try LaunchPlan(shape: shape(of: configuration), configuration: configuration, stdio: Self.checkedStandardStreams(configuration))
         let identity = plan.shape.identity
         let cgroup = try SandboxCgroup.make(for: configuration.policy.limits, hostUID: identity.uid, under: cgroups)
@@ -211,7 +194,7 @@ public final class Supervisor: Sendable {
     }
 
     /// The sandbox init, opened once (``InitExecutable``).
-    func initExecutable() throws(SandboxError) -> InitExecutable {
+    private func initExecutable() throws(SandboxError) -> InitExecutable {
         if let found = sandboxInit.withLock({ $0 }) { return found }
         let found = try InitExecutable.locate()
         return sandboxInit.withLock { current in

@@ -166,8 +166,6 @@ struct ExecCommand: ParsableCommand {
         unblockHandledSignals()  // before the supervisor's threads start: they inherit the mask
         // Ours alone: the sandbox never gets it (the spawner closes what it does not pass, too).
         if let descriptor = request.statusDescriptor { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
-        // Its threads, cgroups and init are found on the other CPU while this one prepares the launch.
-        Supervisor.startSharedInAdvance()
         let status: Int32
         do {
             status = try runProgram(request)

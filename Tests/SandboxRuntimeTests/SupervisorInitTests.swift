@@ -1,5 +1,4 @@
 import Testing
-import TestSupport
 @testable import SandboxRuntime
 
 /// `Supervisor.init` declares `SandboxError`, as a launch does: a host that makes its own
@@ -15,18 +14,5 @@ struct SupervisorInitTests {
         } catch {
             Issue.record("no supervisor: step \(error.step), errno \(error.errorNumber): \(error)")
         }
-    }
-
-    /// `extsandbox exec` starts the shared supervisor on a thread of its own while it prepares
-    /// its launch: the supervisor its launch then uses is that one, running, with the init found.
-    @Test("the shared supervisor started ahead on its own thread is the one `shared` gives, with the init found")
-    func startedAhead() async {
-        Supervisor.startSharedInAdvance()
-        guard case .started(let started) = Supervisor.sharedStart else {
-            Issue.record("the shared supervisor did not start")
-            return
-        }
-        #expect(started === Supervisor.shared)
-        #expect(await Fixtures.eventually { started.hasFoundInit }, "the start thread did not find the sandbox init")
     }
 }
