@@ -3,7 +3,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stddef.h>
 #include <sys/epoll.h>
 
@@ -46,8 +45,4 @@ int xsb_wait_readable(int fd, long timeout_ns) {
     int n = ppoll(&p, 1, &timeout, NULL);
     if (n < 0) return -errno;
     return n > 0 && (p.revents & POLLIN) ? 1 : 0;
-}
-
-int xsb_current_cpu(void) {
-    return sched_getcpu();
 }

@@ -14,10 +14,9 @@ extension ExtensionConnection {
     /// through the monitor thread and a wake-up of the caller's executor thread (`xsb-bench
     /// --profile-rtt`: 10-15 µs less of a 50-70 µs round trip, in every one of 8 paired runs).
     /// The wait sleeps in the kernel (ppoll) and is bounded; only a connection's sole outstanding
-    /// request waits, only when the monitor thread is on another CPU (see
-    /// ``waitForReadableBriefly(_:)``), and only one caller in the process at a time; after a wait
-    /// that timed out the connection skips the next few, so a slow extension costs its callers'
-    /// threads at most this long every few requests.
+    /// request waits, and only one caller in the process at a time; after a wait that timed out
+    /// the connection skips the next few, so a slow extension costs its callers' threads at most
+    /// this long every few requests.
     static let callerWait: Duration = .microseconds(100)
     /// Waits skipped after one that timed out.
     static let waitsSkippedAfterTimeout = 8
@@ -28,40 +27,23 @@ extension ExtensionConnection {
 
     /// After a request went out: if `alone(state)` holds, waits up to
     /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
-    /// resuming the continuations it answers (ours among them) directly. The monitor thread
-    /// stops watching the socket's readability for the wait: woken by the same bytes, it would
-    /// read them first as often as not (it has waited longer), and a caller that lost that race
-    /// held its executor thread in `ppoll` until the timeout while its reply woke another
-    /// thread to resume it, and then skipped its next waits. (The monitor still sees a hang-up
-    /// or an error: epoll always reports those.)
+    /// resuming the continuations it answers (ours among them) directly. The monitor thread may
+    /// be woken by the same data and read concurrently: `state` serializes reading, so each frame
+    /// is handled once, by whichever thread got it.
     func waitForReadableBriefly(_ alone: (State) -> Bool) {
-        // A timed wait costs more than the hand-off when the monitor thread would read the reply
-        // on this CPU and wake this task's next thread here too: only a cross-CPU hand-off is worse.
-        guard monitor.lastCPU != xsb_current_cpu() else { return }
-        let descriptor: FileDescriptor? = output.withLock { output in
-            let descriptor: FileDescriptor? = state.withLock { state in
-                guard state.open, alone(state) else { return nil }
-                guard state.waitsToSkip == 0 else {
-                    state.waitsToSkip -= 1
-                    return nil
-                }
-                state.callerReading = true
-                return self.descriptor
+        let descriptor: FileDescriptor? = state.withLock { state in
+            guard state.open, alone(state) else { return nil }
+            guard state.waitsToSkip == 0 else {
+                state.waitsToSkip -= 1
+                return nil
             }
-            if descriptor != nil { updateWatch(output) }
-            return descriptor
+            return self.descriptor
         }
         guard let descriptor else { return }
-        // The reply may have come before the monitor let go of the socket, and been read.
-        let readable = state.withLock { alone($0) } ? waitBriefly(for: descriptor) : nil
-        // Read before the monitor watches again: it would be woken for these bytes too.
-        if readable == true { eventsArrived(EventMonitor.readable) }
-        output.withLock { output in
-            state.withLock { state in
-                state.callerReading = false
-                if readable == false { state.waitsToSkip = Self.waitsSkippedAfterTimeout }
-            }
-            updateWatch(output)
+        switch waitBriefly(for: descriptor) {
+        case true?: eventsArrived(EventMonitor.readable)
+        case false?: state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
+        case nil: break  // another caller is waiting
         }
     }
 
@@ -345,12 +327,12 @@ extension ExtensionConnection {
     }
 
     /// Under `output`: tells the monitor what to watch the socket for: readability unless reading
-    /// is paused or a caller reads its reply itself, writability while frames wait to be written.
-    /// Every change of either is followed by a call, each under `output`: the last one sees both.
+    /// is paused, writability while frames wait to be written. Every change of either is followed
+    /// by a call, each under `output`: the last one sees both.
     func updateWatch(_ output: Output) {
         guard output.open else { return }
-        let unwatched = state.withLock { $0.readingPaused || $0.callerReading }
+        let paused = state.withLock { $0.readingPaused }
         monitor.modify(fd: descriptor, token: token.load(ordering: .relaxed),
-                       events: (unwatched ? 0 : EventMonitor.readable) | (output.watchingWritability ? EventMonitor.writable : 0))
+                       events: (paused ? 0 : EventMonitor.readable) | (output.watchingWritability ? EventMonitor.writable : 0))
     }
 }

@@ -51,9 +51,6 @@ public final class ExtensionConnection: Sendable {
         var closedBecause: ExtensionError?
         /// Caller-thread waits to skip (see ``waitForReadableBriefly(_:)``).
         var waitsToSkip = 0
-        /// A caller waits for its reply on its own thread: the monitor thread does not watch
-        /// the socket's readability meanwhile (see ``waitForReadableBriefly(_:)``).
-        var callerReading = false
         /// ``invalidate()`` has begun: however the socket closes from now on (the extension
         /// closing it on our GOODBYE included), the reason is ``ExtensionError/invalidated``.
         var invalidating = false

@@ -73,12 +73,6 @@ public final class EventMonitor: Sendable {
     /// The monitor thread's `pthread_t` (0 until it has started): ``remove(fd:token:)`` called
     /// from a handler must not wait for itself. (Internal: the tests read its CPU clock.)
     let monitorThread = Atomic<UInt>(0)
-    private let wokeOnCPU = Atomic<Int32>(-1)
-
-    /// The CPU the monitor thread last woke up on (-1 before it has): a thread deciding whether
-    /// to wait for an event itself or leave it to the monitor learns whether handing over
-    /// would wake a thread on another CPU.
-    public var lastCPU: Int32 { wokeOnCPU.load(ordering: .relaxed) }
 
     /// A monitor with its own thread (`xsb-monitor`), which runs for the life of the process.
     /// Throws the failed `epoll_create1` or `pthread_create`.
@@ -145,7 +139,6 @@ public final class EventMonitor: Sendable {
         while true {
             let count = xsb_epoll_wait(epollFD.rawValue, &tokens, &events, Int32(batch), -1)
             guard count > 0 else { continue }
-            wokeOnCPU.store(xsb_current_cpu(), ordering: .relaxed)
             for index in 0..<Int(count) {
                 let token = tokens[index]
                 // One lock per event: it ends the previous handler's turn and starts this one's.

@@ -38,8 +38,6 @@ int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int ti
 /// Waits up to `timeout_ns` for `fd` to become readable (ppoll). Returns 1 when it is, 0 on
 /// timeout, -errno on error.
 int xsb_wait_readable(int fd, long timeout_ns);
-/// The CPU the calling thread runs on (sched_getcpu), or -1.
-int xsb_current_cpu(void);
 
 /// A timerfd (close-on-exec, non-blocking) that becomes readable once, `milliseconds` from now
 /// (at least 1), or -errno.
