@@ -165,7 +165,9 @@ public final class SandboxedProcess: Sendable {
         if let finished { handler(finished) }
     }
 
-    /// Kills every process of the sandbox (SIGKILL to its init ends the PID namespace).
+    /// Kills every process of the sandbox (SIGKILL to its init ends the PID namespace). When no
+    /// pidfd can be opened (the host at its fd limit), the init is asked to kill the program,
+    /// and the sandbox ends with it.
     public func kill() {
         kill(cause: .requested)
     }
@@ -178,7 +180,15 @@ public final class SandboxedProcess: Sendable {
         state.withLock { state in
             guard state.termination == nil else { return }
             if state.killCause == nil { state.killCause = cause }
-            SandboxSignals.killInit(pid: pid, controlFD: state.controlFD)
+            guard !SandboxSignals.killInit(pid: pid, controlFD: state.controlFD),
+                  let control = state.controlFD, !InitProcess.hungUp(control) else { return }
+            // The init runs, but no pidfd could be opened for it (the host at its fd limit): the
+            // init kills the program instead, and the sandbox ends with it. Its acknowledgement
+            // keeps its place in the queue.
+            let request = SandboxSignals.Request.signal(SIGKILL)
+            if SandboxSignals.send(request, on: control) == 0 {
+                state.ackWaiters.append(AckWaiter(type: request.messageType, continuation: nil))
+            }
         }
     }
 

@@ -88,12 +88,23 @@ struct FileDescriptorLimitTests {
                 failures.append(error)
             }
         }
+        // At the limit, with no fd free for a pidfd: a kill still ends its sandbox (its init
+        // kills the program), long before the program's own 60 s.
+        guard let first = running.first else { return 13 }
+        var fillers: [Int32] = []
+        while case let fd = open("/dev/null", O_RDONLY | O_CLOEXEC), fd >= 0 { fillers.append(fd) }
+        let killedAt = ContinuousClock.now
+        first.kill()
+        for fd in fillers { close(fd) }
+        guard await first.waitForExit() == .killed, ContinuousClock.now - killedAt < .seconds(20) else { return 20 }
+        running.removeFirst()
         for fd in reserve { close(fd) }
-        print("\(running.count) sandboxes under a limit of \(ceiling); then: \(failures.first.map { "\($0)" } ?? "no failure")")
+        print("\(running.count + 1) sandboxes under a limit of \(ceiling); then: \(failures.first.map { "\($0)" } ?? "no failure")")
         guard failures.count == 3 else { return 13 }
         for failure in failures {
             guard failure.errorNumber == EMFILE, "\(failure)".contains("RLIMIT_NOFILE) is \(ceiling)") else { print("\(failure)"); return 14 }
         }
+        _ = await Fixtures.eventually { MountNamespaceRelease.shared.pending == 0 }
         let open = Fixtures.openFileDescriptors()
         guard open.count == base.count + running.count else {
             print("fds: \(open.count), expected \(base.count) + \(running.count)")
@@ -111,7 +122,7 @@ struct FileDescriptorLimitTests {
         return 0
     }
 
-    @Test("a launch past the limit fails with a clear error and leaves no process, cgroup or fd", .oneExitTestAtATime)
+    @Test("a launch past the limit fails with a clear error and leaves no process, cgroup or fd; a kill at the limit still ends its sandbox", .oneExitTestAtATime)
     func exhaustion() async {
         // The child reports its check's number last (exit codes would hide its output).
         let result = await #expect(processExitsWith: .success, observing: [\.standardOutputContent]) {
