@@ -31,6 +31,11 @@ extension ScaleBench {
         var hostThreads = 0
         /// Of ``hostThreads``, libdispatch's pool workers (ScaleFaults.dispatchWorkerSlack).
         var hostDispatchWorkers = 0
+        /// Of ``hostThreads``, the closers of untrusted descriptors, started on demand and bounded
+        /// in number (as `--faults` counts them: not per extension).
+        var hostDescriptorClosers = 0
+        /// Every thread's name, for telling which one came or went between steps.
+        var hostThreadNames: [String] = []
         var memoryAvailableDropKiB = 0
         var programPSSKiB = 0.0
         var initPSSKiB = 0.0
@@ -56,7 +61,8 @@ extension ScaleBench {
                 "host_fds": hostFDs, "host_fds_per_extension": rounded(hostFDsPerExtension),
                 "host_fds_per_extension_with_connection": rounded(hostFDsPerExtensionWithConnection),
                 "host_kib_per_extension": rounded(hostKiBPerExtension), "host_threads": hostThreads,
-                "host_dispatch_workers": hostDispatchWorkers,
+                "host_dispatch_workers": hostDispatchWorkers, "host_descriptor_closers": hostDescriptorClosers,
+                "host_thread_names": hostThreadNames,
                 "memavailable_drop_kib": memoryAvailableDropKiB, "extension_pss_kib": rounded(programPSSKiB),
                 "init_pss_kib": rounded(initPSSKiB), "machine_kib_per_extension": rounded(machineKiBPerExtension),
                 "accounted_kib_per_extension": rounded(accountedKiBPerExtension),
@@ -100,7 +106,9 @@ extension ScaleBench {
         step.hostKiBPerExtension = Double(host.anonymousKiB - base.anonymousKiB) / here
         step.hostThreads = host.threads
         // libdispatch's pool workers come and go with load, not with extensions.
-        step.hostDispatchWorkers = ScaleSystem.threadNames().filter(ScaleFaults.CycleOutcome.isDispatchWorker).count
+        step.hostThreadNames = ScaleSystem.threadNames().sorted()
+        step.hostDispatchWorkers = step.hostThreadNames.filter(ScaleFaults.CycleOutcome.isDispatchWorker).count
+        step.hostDescriptorClosers = step.hostThreadNames.filter(ScaleFaults.CycleOutcome.isDescriptorCloser).count
         step.hostMapsPerExtension = Double(host.memoryMaps - base.memoryMaps) / here
         var limit = rlimit()
         getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)

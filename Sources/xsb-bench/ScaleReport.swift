@@ -17,7 +17,7 @@ struct ScaleReport {
         let threads = steps.filter { $0.extensions > 0 }.map(\.hostThreads)
         // Constant: the host's own threads (not libdispatch's pool workers, which come and go with
         // load) vary by at most one, and the workers stay within the slack the fault runs allow.
-        let ownThreads = steps.filter { $0.extensions > 0 }.map { $0.hostThreads - $0.hostDispatchWorkers }
+        let ownThreads = steps.filter { $0.extensions > 0 }.map { $0.hostThreads - $0.hostDispatchWorkers - $0.hostDescriptorClosers }
         let workers = steps.filter { $0.extensions > 0 }.map(\.hostDispatchWorkers)
         let threadsConstant = ownThreads.isEmpty ? false
             : (ownThreads.max()! - ownThreads.min()! <= 1 && workers.max()! - workers.min()! <= ScaleFaults.dispatchWorkerSlack)
@@ -40,7 +40,7 @@ struct ScaleReport {
         json["host_threads"] = Dictionary(steps.filter { $0.extensions > 0 }.map { ("\($0.extensions)", $0.hostThreads) }) { $1 }
         json["host_threads_constant"] = threadsConstant
         json["host_threads_not_dispatch_workers"] = Dictionary(steps.filter { $0.extensions > 0 }
-            .map { ("\($0.extensions)", $0.hostThreads - $0.hostDispatchWorkers) }) { $1 }
+            .map { ("\($0.extensions)", $0.hostThreads - $0.hostDispatchWorkers - $0.hostDescriptorClosers) }) { $1 }
         put("machine_kib_per_extension", largest?.machineKiBPerExtension)
         put("machine_kib_per_extension_big_host", big.flatMap { $0.extensions > 0 ? $0.machineKiBPerExtension : nil })
         // Not a target: how much of machine_kib_per_extension is the sandbox's memory cgroup at
@@ -131,7 +131,7 @@ struct ScaleReport {
         row("host_kib_per_extension", largest?.hostKiBPerExtension, "<= 64") { $0 <= 64 }
         lines.append("host_threads_constant".padding(toLength: 36, withPad: " ", startingAt: 0)
                      + "\(threads)".padding(toLength: 12, withPad: " ", startingAt: 0) + "constant  " + verdict(threadsConstant)
-                     + "  (not libdispatch workers: \(ownThreads); workers may vary by \(ScaleFaults.dispatchWorkerSlack))")
+                     + "  (not libdispatch workers nor descriptor closers: \(ownThreads); workers may vary by \(ScaleFaults.dispatchWorkerSlack))")
         // MemAvailable moves with every other program on the machine: a value is met only when the
         // accounted cross-check agrees.
         row("machine_kib_per_extension", largest?.machineKiBPerExtension, "<= 512") { $0 <= 512 && (largest?.accountedKiBPerExtension ?? .infinity) <= 512 }
