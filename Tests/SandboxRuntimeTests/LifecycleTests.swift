@@ -19,14 +19,23 @@ struct LifecycleTests {
         #expect(await violating.waitForExit() == .seccompViolation(syscall: "bpf"))
     }
 
+    /// The probe forking a child and both sleeping, once it has said so (`tick`), with its output
+    /// (kept open while the program runs). 600 s, not 60: with the concurrency pool busy with other
+    /// suites' blocking runs, a test's task has been seen to resume only after a minute.
+    static func launchForkSleep() async throws -> (SandboxedProcess, OutputPipe) {
+        let output = OutputPipe()
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
+        _ = await output.waitFor("tick")
+        return (process, output)
+    }
+
     @Test("suspend stops every process of the sandbox, a forked grandchild too; resume continues them")
     func suspendResume() async throws {
-        let output = OutputPipe()
-        // 600 s, not 60: with the concurrency pool busy with other suites' blocking runs, this
-        // task has been seen to resume only after a minute, when a 60 s program had ended.
-        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
-        defer { process.kill() }
-        _ = await output.waitFor("tick")
+        let (process, output) = try await Self.launchForkSleep()
+        defer {
+            process.kill()
+            withExtendedLifetime(output) {}  // the program writes to it while it runs
+        }
         let inside = process.processIdentifiers().dropFirst()  // all but the init
         #expect(inside.count >= 2, "the probe and its forked child")
 
@@ -67,10 +76,11 @@ struct LifecycleTests {
 
     @Test("a program that ends leaving a child: the child is killed and gone when waitForExit returns")
     func childLeftBehindIsKilled() async throws {
-        let output = OutputPipe()
-        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
-        defer { process.kill() }
-        _ = await output.waitFor("tick")
+        let (process, output) = try await Self.launchForkSleep()
+        defer {
+            process.kill()
+            withExtendedLifetime(output) {}  // the program writes to it while it runs
+        }
         let inside = Array(process.processIdentifiers().dropFirst())  // the program, then its child
         try #require(inside.count >= 2, "the probe and its forked child")
         // Only the program ends: its child is reparented to the init, which must kill it (the
@@ -86,10 +96,11 @@ struct LifecycleTests {
             print("skipped: no writable cgroup for this user here, so launches rely on rlimits alone")
             return
         }
-        let output = OutputPipe()
-        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
-        defer { process.kill() }
-        _ = await output.waitFor("tick")
+        let (process, output) = try await Self.launchForkSleep()
+        defer {
+            process.kill()
+            withExtendedLifetime(output) {}  // the program writes to it while it runs
+        }
         let everyone = process.processIdentifiers()
         #expect(everyone.count >= 3, "the init, the probe and its forked child")
         // /proc/PID/cgroup from the host: "ID:CONTROLLERS:PATH" per hierarchy.
