@@ -3,7 +3,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stddef.h>
+#include <time.h>
 #include <sys/epoll.h>
 
 #include "xsb_system.h"
@@ -39,10 +41,23 @@ int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int ti
     return n;
 }
 
-int xsb_wait_readable(int fd, long timeout_ns) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    struct timespec timeout = {.tv_sec = timeout_ns / 1000000000L, .tv_nsec = timeout_ns % 1000000000L};
-    int n = ppoll(&p, 1, &timeout, NULL);
-    if (n < 0) return -errno;
-    return n > 0 && (p.revents & POLLIN) ? 1 : 0;
+static long monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec * 1000000000L + now.tv_nsec;
+}
+
+// Polls without sleeping: a sleeping thread's wake-up from another CPU is what costs most here
+// (an interrupt to a halted virtual CPU), and a zero-timeout poll arms no timer. Yields between
+// polls, so a thread that would answer on this CPU gets to run.
+int xsb_spin_until_readable(int fd, long budget_ns) {
+    long deadline = monotonic_ns() + budget_ns;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, 0);
+        if (n < 0 && errno != EINTR) return -errno;
+        if (n > 0) return 1;  // readable, or hung up: either way there is something to read
+        if (monotonic_ns() >= deadline) return 0;
+        sched_yield();
+    }
 }

@@ -9,54 +9,89 @@ import Synchronization
 // The host's side of receiving: frames read on the monitor thread (or, for a quick reply, on the
 // caller's), the answers they carry, and the extension's own requests and one-way messages.
 extension ExtensionConnection {
-    /// How long a caller waits on its own thread for the reply it just asked for before leaving
-    /// it to the monitor thread. A quick reply then reaches the caller directly, without a hop
-    /// through the monitor thread and a wake-up of the caller's executor thread (`xsb-bench
-    /// --profile-rtt`: 10-15 µs less of a 50-70 µs round trip, in every one of 8 paired runs).
-    /// The wait sleeps in the kernel (ppoll) and is bounded; only a connection's sole outstanding
-    /// request waits, and only one caller in the process at a time; after a wait that timed out
-    /// the connection skips the next few, so a slow extension costs its callers' threads at most
-    /// this long every few requests.
+    /// How long a caller looks for the reply it just asked for on its own thread before leaving
+    /// it to the monitor thread. A quick reply then reaches the caller directly: no hop through
+    /// the monitor thread, no wake-up of the caller's executor thread. The caller spins (polls
+    /// without sleeping, yielding between polls): on a VM whose idle CPUs halt, waking a sleeping
+    /// thread from another CPU costs more than the wait itself, and a timed sleep arms a timer
+    /// (docs/performance.md, "The caller's wait for its reply"). Only a connection's sole
+    /// outstanding request spins, and only one caller in the process at a time; after a spin
+    /// that found nothing the connection skips the next few, so a slow extension costs its
+    /// callers at most this much CPU every few requests.
     static let callerWait: Duration = .microseconds(100)
     /// Waits skipped after one that timed out.
     static let waitsSkippedAfterTimeout = 8
     /// Callers waiting at once, in the whole process: one, so that many connections with one
-    /// request each never hold several executor threads in `ppoll` together.
+    /// request each never hold several executor threads spinning together.
     static let maximumWaiters = 1
     static let waiters = Atomic<Int>(0)
 
-    /// After a request went out: if `alone(state)` holds, waits up to
-    /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
-    /// resuming the continuations it answers (ours among them) directly. The monitor thread may
-    /// be woken by the same data and read concurrently: `state` serializes reading, so each frame
-    /// is handled once, by whichever thread got it.
-    func waitForReadableBriefly(_ alone: (State) -> Bool) {
-        let descriptor: FileDescriptor? = state.withLock { state in
-            guard state.open, alone(state) else { return nil }
+    /// Under `output`, before request `id` is written: whether its caller will look for the reply
+    /// itself (``readReplyBriefly(to:)``, which must then follow, written or not). So it will if
+    /// `id` is the connection's only pending request, no other caller in the process is looking, and the connection is
+    /// not skipping waits. The monitor thread then stops watching the socket's readability
+    /// before the request goes out: an extension on the same CPU answers before this thread
+    /// runs again, and the monitor, woken by the answer, would read it first and wake this task's
+    /// next thread besides. (It still sees a hang-up or an error: epoll always reports those.)
+    func claimReplyReading(_ output: Output, to id: UInt64) -> Bool {
+        guard Self.waiters.add(1, ordering: .relaxed).newValue <= Self.maximumWaiters else {
+            Self.waiters.subtract(1, ordering: .relaxed)
+            return false
+        }
+        let claimed = state.withLock { state -> Bool in
+            guard state.open, Self.onlyPending(id, state) else { return false }
             guard state.waitsToSkip == 0 else {
                 state.waitsToSkip -= 1
-                return nil
+                return false
             }
-            return self.descriptor
+            state.callerReading = true
+            return true
         }
-        guard let descriptor else { return }
-        switch waitBriefly(for: descriptor) {
-        case true?: eventsArrived(EventMonitor.readable)
-        case false?: state.withLock { $0.waitsToSkip = Self.waitsSkippedAfterTimeout }
-        case nil: break  // another caller is waiting
+        if claimed {
+            updateWatch(output)
+        } else {
+            Self.waiters.subtract(1, ordering: .relaxed)
         }
+        return claimed
     }
 
-    /// Waits up to ``callerWait`` for `descriptor` to become readable: true when it is, false
-    /// after the wait timed out, nil (at once) when another caller in the process is waiting.
+    /// After ``claimReplyReading(_:to:)`` said yes: while request `id` is the only one pending, looks for up to
+    /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
+    /// resuming the continuations it answers (ours among them) directly; then hands the socket
+    /// back to the monitor thread. `state` serializes reading in any case.
+    func readReplyBriefly(to id: UInt64) {
+        let readable = state.withLock { Self.onlyPending(id, $0) } ? spinUntilReadable(descriptor) : nil
+        // Read before the monitor watches again: it would be woken for these bytes too.
+        if readable == true { eventsArrived(EventMonitor.readable) }
+        output.withLock { output in
+            state.withLock { state in
+                state.callerReading = false
+                if readable == false { state.waitsToSkip = Self.waitsSkippedAfterTimeout }
+            }
+            updateWatch(output)
+        }
+        Self.waiters.subtract(1, ordering: .relaxed)
+    }
+
+    private static func onlyPending(_ id: UInt64, _ state: State) -> Bool {
+        state.pending.count == 1 && state.pending[id] != nil
+    }
+
+    /// Looks for up to ``callerWait`` for `descriptor` to become readable, spinning: true when
+    /// it is, false when it did not in time, nil (at once) when another caller in the process
+    /// is looking.
     func waitBriefly(for descriptor: FileDescriptor) -> Bool? {
         guard Self.waiters.add(1, ordering: .relaxed).newValue <= Self.maximumWaiters else {
             Self.waiters.subtract(1, ordering: .relaxed)
             return nil
         }
         defer { Self.waiters.subtract(1, ordering: .relaxed) }
+        return spinUntilReadable(descriptor)
+    }
+
+    private func spinUntilReadable(_ descriptor: FileDescriptor) -> Bool {
         let (seconds, attoseconds) = Self.callerWait.components
-        return xsb_wait_readable(descriptor.rawValue, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)) == 1
+        return xsb_spin_until_readable(descriptor.rawValue, Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)) == 1
     }
 
     /// On the monitor thread (or a caller's, readable only): write what is queued, read what
@@ -327,12 +362,12 @@ extension ExtensionConnection {
     }
 
     /// Under `output`: tells the monitor what to watch the socket for: readability unless reading
-    /// is paused, writability while frames wait to be written. Every change of either is followed
-    /// by a call, each under `output`: the last one sees both.
+    /// is paused or a caller reads its reply itself, writability while frames wait to be written.
+    /// Every change of any of them is followed by a call, each under `output`: the last one sees all.
     func updateWatch(_ output: Output) {
         guard output.open else { return }
-        let paused = state.withLock { $0.readingPaused }
+        let unwatched = state.withLock { $0.readingPaused || $0.callerReading }
         monitor.modify(fd: descriptor, token: token.load(ordering: .relaxed),
-                       events: (paused ? 0 : EventMonitor.readable) | (output.watchingWritability ? EventMonitor.writable : 0))
+                       events: (unwatched ? 0 : EventMonitor.readable) | (output.watchingWritability ? EventMonitor.writable : 0))
     }
 }

@@ -28,6 +28,7 @@ extension ExtensionConnection {
         let fds = try Self.duplicate(message.fileDescriptors)
         return try await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: Reply) in
+                var readingReply = false
                 // Registered and written under `output`: a CANCEL never overtakes its REQUEST.
                 let failed: (Reply, ExtensionError)? = output.withLock { output in
                     let refused: ExtensionError? = state.withLock { state in
@@ -39,6 +40,7 @@ extension ExtensionConnection {
                         fds.forEach { $0.close() }
                         return (continuation, refused)
                     }
+                    readingReply = claimReplyReading(output, to: id)
                     let failure: ExtensionError?
                     if Task.isCancelled {
                         // Cancelled before the handler below was installed: it found nothing to cancel.
@@ -52,11 +54,9 @@ extension ExtensionConnection {
                     guard let failure, let waiting = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return nil }
                     return (waiting, failure)
                 }
-                if let (waiting, failure) = failed {
-                    waiting.resume(returning: .failure(failure))
-                } else {
-                    waitForReadableBriefly { $0.pending.count == 1 && $0.pending[id] != nil }
-                }
+                // (A failed request is no longer pending: the reading ends at once.)
+                if readingReply { readReplyBriefly(to: id) }
+                if let (waiting, failure) = failed { waiting.resume(returning: .failure(failure)) }
             }
         } onCancel: {
             let (continuation, waiters): (Reply?, [RoomWaiter]) = output.withLock { output in

@@ -36,7 +36,7 @@ public final class ExtensionConnection: Sendable {
 
     /// Everything but sending. The socket is read under this lock (its ``FrameReceiver`` lives
     /// here): by the monitor thread, and by a caller waiting briefly for its reply
-    /// (``waitForReadableBriefly(_:)``).
+    /// (``readReplyBriefly(to:)``).
     struct State {
         /// The socket's receiving direction.
         let receiver: FrameReceiver
@@ -49,8 +49,11 @@ public final class ExtensionConnection: Sendable {
         /// The task waiting for the extension's HELLO (it returns the peer's maximum frame size).
         var handshake: Handshake?
         var closedBecause: ExtensionError?
-        /// Caller-thread waits to skip (see ``waitForReadableBriefly(_:)``).
+        /// Caller-thread waits to skip (see ``claimReplyReading(_:to:)``).
         var waitsToSkip = 0
+        /// A caller reads its reply on its own thread: the monitor thread does not watch the
+        /// socket's readability meanwhile (see ``claimReplyReading(_:to:)``).
+        var callerReading = false
         /// ``invalidate()`` has begun: however the socket closes from now on (the extension
         /// closing it on our GOODBYE included), the reason is ``ExtensionError/invalidated``.
         var invalidating = false

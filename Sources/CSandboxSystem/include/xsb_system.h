@@ -35,9 +35,9 @@ int xsb_epoll_modify(int epfd, int fd, uint32_t events, uint64_t token);
 /// Waits for events (`timeout_ms` -1: no limit) and writes each one's token and event bits.
 /// Returns the number of events (at most `max` and XSB_EPOLL_MAX_EVENTS), or -errno.
 int xsb_epoll_wait(int epfd, uint64_t *tokens, uint32_t *events, int max, int timeout_ms);
-/// Waits up to `timeout_ns` for `fd` to become readable (ppoll). Returns 1 when it is, 0 on
-/// timeout, -errno on error.
-int xsb_wait_readable(int fd, long timeout_ns);
+/// Polls `fd` without sleeping, yielding the CPU between polls, for up to `budget_ns`. Returns 1
+/// once it is readable (or hung up), 0 when the budget is spent, -errno on error.
+int xsb_spin_until_readable(int fd, long budget_ns);
 
 /// A timerfd (close-on-exec, non-blocking) that becomes readable once, `milliseconds` from now
 /// (at least 1), or -errno.

@@ -1,0 +1,145 @@
+import CSandboxSystem
+import ExtSandboxWire
+import Foundation
+import Glibc
+import SandboxRuntime
+import Synchronization
+import Testing
+@testable import ExtSandbox
+@testable import SandboxSystem
+
+/// A caller reading its own reply (`claimReplyReading` before the request is written,
+/// `readReplyBriefly` after): the monitor thread is kept off the socket meanwhile, only one caller
+/// in the process looks at a time, and a reply that comes late still arrives through the monitor.
+/// Driven directly, on a connection to a socket this test holds and a monitor of its own.
+@Suite("A caller reading its own reply")
+struct CallerReadsReplyTests {
+    /// The connection's host end, its monitor, and the peer's end (a HELLO already exchanged).
+    struct Harness: @unchecked Sendable {
+        let connection: ExtensionConnection
+        let monitor: EventMonitor
+        let hostFD: Int32
+        let peer: FrameSocket
+    }
+
+    static func makeHarness() async throws -> Harness {
+        let (host, peerEnd) = try FrameSocket.makeSocketPair()
+        let peer = FrameSocket(descriptor: peerEnd)
+        let monitor = try EventMonitor()
+        let connection = ExtensionConnection(descriptor: host, monitor: monitor, name: "host", onClose: {})
+        try peer.send(.hello(Hello(name: "peer")))
+        try await connection.handshake(timeout: .seconds(30))
+        #expect(try peer.receive()?.kind == .hello)
+        return Harness(connection: connection, monitor: monitor, hostFD: host.rawValue, peer: peer)
+    }
+
+    /// The events the monitor's epoll set watches `fd` for (from /proc/self/fdinfo), or nil when
+    /// no epoll set of this process watches it.
+    static func watchedEvents(of fd: Int32) -> UInt32? {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fdinfo")) ?? []
+        for entry in entries {
+            guard let text = try? String(contentsOfFile: "/proc/self/fdinfo/\(entry)", encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n") where line.hasPrefix("tfd:") {
+                let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+                guard fields.count >= 4, Int32(fields[1]) == fd, fields[2] == "events:" else { continue }
+                return UInt32(fields[3], radix: 16)
+            }
+        }
+        return nil
+    }
+
+    /// Request `id` as pending on `connection`, with a continuation nobody waits for (the tests
+    /// below drive the reading by hand).
+    static func pretendPending(_ id: UInt64, on connection: ExtensionConnection) async throws {
+        let task = Task {
+            await withUnsafeContinuation { (continuation: ExtensionConnection.Reply) in
+                connection.state.withLock { $0.pending[id] = continuation }
+            }
+        }
+        _ = task
+        for _ in 0..<10_000 where connection.state.withLock({ $0.pending[id] == nil }) { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(connection.state.withLock { $0.pending[id] != nil })
+    }
+
+    @Test("while the caller looks for its reply the monitor does not watch the socket's readability, and does again after")
+    func monitorStaysOffTheSocket() async throws {
+        let harness = try await Self.makeHarness()
+        defer { harness.connection.invalidate() }
+        #expect((Self.watchedEvents(of: harness.hostFD) ?? 0) & EventMonitor.readable != 0)
+        try await Self.pretendPending(7, on: harness.connection)
+        let claimed = harness.connection.output.withLock { harness.connection.claimReplyReading($0, to: 7) }
+        #expect(claimed)
+        // Before the request is written: an answer that came at once would wake no monitor.
+        #expect((Self.watchedEvents(of: harness.hostFD) ?? EventMonitor.readable) & EventMonitor.readable == 0,
+                "the monitor watched the socket's readability while the caller looked for the reply")
+        try harness.peer.send(.reply(id: 7, payload: Array("seven".utf8), fds: []))
+        harness.connection.readReplyBriefly(to: 7)
+        #expect(harness.connection.state.withLock { $0.pending[7] == nil }, "the reply was not read by the caller")
+        #expect((Self.watchedEvents(of: harness.hostFD) ?? 0) & EventMonitor.readable != 0, "the monitor does not watch the socket again")
+        #expect(ExtensionConnection.waiters.load(ordering: .relaxed) == 0)
+    }
+
+    @Test("one caller in the process looks at a time: a second claim is refused and leaves the monitor watching")
+    func oneCallerAtATime() async throws {
+        let first = try await Self.makeHarness()
+        let second = try await Self.makeHarness()
+        defer {
+            first.connection.invalidate()
+            second.connection.invalidate()
+        }
+        try await Self.pretendPending(1, on: first.connection)
+        try await Self.pretendPending(1, on: second.connection)
+        #expect(first.connection.output.withLock { first.connection.claimReplyReading($0, to: 1) })
+        #expect(!second.connection.output.withLock { second.connection.claimReplyReading($0, to: 1) })
+        #expect((Self.watchedEvents(of: second.hostFD) ?? 0) & EventMonitor.readable != 0)
+        try first.peer.send(.reply(id: 1, payload: [], fds: []))
+        first.connection.readReplyBriefly(to: 1)
+        #expect(ExtensionConnection.waiters.load(ordering: .relaxed) == 0)
+        // The second's reply reaches it through its monitor.
+        try second.peer.send(.reply(id: 1, payload: [], fds: []))
+        for _ in 0..<2_000 where second.connection.state.withLock({ $0.pending[1] != nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(second.connection.state.withLock { $0.pending[1] == nil }, "the monitor did not read the second connection's reply")
+    }
+
+    @Test("a reply later than the caller looks arrives through the monitor, and the next few requests leave it to the monitor")
+    func lateReplyThroughTheMonitor() async throws {
+        let harness = try await Self.makeHarness()
+        defer { harness.connection.invalidate() }
+        let peer = harness
+        // The peer answers each request 20 ms after it read it: far longer than the caller looks.
+        // (On a thread of its own: its blocking reads must not hold one of the pool's.)
+        let answered = DispatchSemaphore(value: 0)
+        Thread {
+            defer { answered.signal() }
+            for _ in 0..<2 {
+                guard let request = try? peer.peer.receive(), request.kind == .request else { return }
+                usleep(20_000)
+                _ = try? peer.peer.send(.reply(id: request.id, payload: request.payload, fds: []))
+            }
+        }.start()
+        let reply = try await harness.connection.send(ExtensionMessage(Array("late".utf8)))
+        #expect(reply.payload == Array("late".utf8))
+        #expect(harness.connection.state.withLock { $0.waitsToSkip } == ExtensionConnection.waitsSkippedAfterTimeout)
+        // The next request is not looked for (one skip used): it too arrives.
+        let second = try await harness.connection.send(ExtensionMessage(Array("later".utf8)))
+        #expect(second.payload == Array("later".utf8))
+        #expect(harness.connection.state.withLock { $0.waitsToSkip } == ExtensionConnection.waitsSkippedAfterTimeout - 1)
+        answered.wait()
+    }
+
+    @Test("the spin reports readable data, a hang-up, and nothing once its budget is spent")
+    func spinOutcomes() throws {
+        var pair: [Int32] = [-1, -1]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+        defer { close(pair[0]) }
+        let started = ContinuousClock.now
+        #expect(xsb_spin_until_readable(pair[0], 2_000_000) == 0)
+        #expect(ContinuousClock.now - started >= .milliseconds(2))
+        var byte: UInt8 = 1
+        #expect(write(pair[1], &byte, 1) == 1)
+        #expect(xsb_spin_until_readable(pair[0], 1_000_000_000) == 1)
+        #expect(read(pair[0], &byte, 1) == 1)
+        close(pair[1])
+        #expect(xsb_spin_until_readable(pair[0], 1_000_000_000) == 1, "a hang-up is something to read (the end)")
+    }
+}
