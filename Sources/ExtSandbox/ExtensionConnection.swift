@@ -190,6 +190,10 @@ public final class ExtensionConnection: Sendable {
     /// extension process ends when its last connection is gone (and no host holds it).
     public func invalidate() {
         output.withLock { output in
+            // The extension closes its end on the GOODBYE, often before this thread gets to close
+            // ours: its hang-up would wake the monitor thread for a connection that is closing.
+            // (While `output` is open the descriptor is ours: it closes only after.)
+            if output.open { monitor.stopWatching(fd: descriptor) }
             // Marked first: the extension closes its end on our GOODBYE, and the monitor thread
             // may see that before this thread gets to close; it must read as invalidated too.
             state.withLock { $0.invalidating = true }

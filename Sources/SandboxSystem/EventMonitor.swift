@@ -110,6 +110,13 @@ public final class EventMonitor: Sendable {
         _ = xsb_epoll_modify(epollFD.rawValue, fd.rawValue, events, token)
     }
 
+    /// Stops watching `fd` at once, without waiting for its handler: its registration stays
+    /// until ``remove(fd:token:)``. For a descriptor about to be closed whose peer will hang up
+    /// first: the hang-up then wakes no monitor thread for nothing.
+    public func stopWatching(fd: FileDescriptor) {
+        _ = xsb_epoll_remove(epollFD.rawValue, fd.rawValue)
+    }
+
     /// Stops watching `fd` and gives it back: call before closing it. When the registration's
     /// handler is running on the monitor thread, waits until it has returned (so that the
     /// caller may close `fd` and free the handler's state right after), unless called from the
