@@ -146,6 +146,9 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         // socket; with jobs queued it only takes what is there.
         let executor = ReaderExecutor()
         var open = true
+        // A host asks its first request right after the handshake, as a rule: look for it
+        // without sleeping first (see `spinUntilReadable`).
+        spinUntilReadable(socket, forNanoseconds: firstRequestSpinNanoseconds)
         /// A CONNECT (or GOODBYE, or EOF) waits on the control socket, or `poll` failed.
         func controlNeedsLeader(waitingForConnection: Bool) -> Bool {
             if control.socket.withLock({ $0.hasBufferedInput }) { return true }
@@ -206,6 +209,21 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
         // A failed poll leaves the waiting to the blocking read.
         _ = retryingInterrupts { poll(&entry, 1, -1) }
+    }
+
+    /// Looks for bytes on `socket` for up to `budget` nanoseconds without sleeping (polls that
+    /// do not block, the CPU yielded between them). A sleeping thread woken from another CPU
+    /// costs both sides a trip through the hypervisor on a VM whose idle CPUs halt; a thread
+    /// still looking needs no wake-up at all. Spent once per connection, so an idle extension
+    /// costs nothing.
+    private func spinUntilReadable(_ socket: FrameReceiver, forNanoseconds budget: UInt64) {
+        guard !socket.hasBufferedInput, let descriptor = socket.descriptor?.rawValue else { return }
+        let deadline = monotonicNanoseconds() + budget
+        while true {
+            var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            if poll(&entry, 1, 0) != 0 || monotonicNanoseconds() >= deadline { return }
+            sched_yield()
+        }
     }
 
     /// Handles one frame of an accepted connection; false ends the connection.
@@ -340,6 +358,9 @@ final class ControlSocket: Sendable {
         socket = Mutex(FrameSocket(descriptor: owned))
     }
 }
+
+/// How long a new connection's thread looks for the host's first request before it sleeps.
+let firstRequestSpinNanoseconds: UInt64 = 50_000
 
 /// A batch of requests that ran longer than this makes a busy connection: its thread lets go of
 /// the control socket (see `serve`), so a CONNECT waits for at most one such batch.

@@ -172,6 +172,33 @@ struct SDKRuntimeTests {
         #expect(wakes <= 2, "\(wakes) wake-ups of the extension's threads for 20 replies read")
     }
 
+    @Test("a new connection's thread looks for the first request briefly, then sleeps until it comes")
+    func firstRequestLookIsBounded() async throws {
+        let echo = try await Echo()
+        let pids = Array(echo.sandbox.processIdentifiers().dropFirst())
+        /// CPU time of all the extension's threads (schedstat: exact), in seconds.
+        func cpu() -> Double {
+            pids.flatMap { pid in
+                ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []).compactMap { task in
+                    (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8))?
+                        .split(separator: " ").first.flatMap { Double($0) }
+                }
+            }.reduce(0, +) / 1e9
+        }
+        let socket = try echo.connect(helloFirst: true)
+        let hello = try #require(try socket.receive())
+        #expect(hello.kind == .hello)
+        // No request for a while: the thread that answered the HELLO must not go on spinning.
+        let before = cpu()
+        try await Task.sleep(for: .milliseconds(300))
+        let spent = cpu() - before
+        #expect(spent < 0.03, "the extension used \(Int(spent * 1000)) ms of CPU while its new connection was idle for 300 ms")
+        // The request that finally comes is answered.
+        try socket.send(.request(id: 1, payload: Array("late".utf8)))
+        let reply = try #require(try socket.receive())
+        #expect(reply.kind == .reply && reply.payload == Array("late".utf8))
+    }
+
     @Test("many CONNECTs back to back, then one after another")
     func manyConnections() async throws {
         let echo = try await Echo()
