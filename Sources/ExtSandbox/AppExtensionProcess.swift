@@ -346,6 +346,7 @@ extension ExtensionProcessCore {
         let core = ExtensionProcessCore(key: key, sandbox: sandbox, control: control, configuration: configuration, handle: handle,
                                         containerBound: containers.bound)
         configuration.onEvent?(.launched(pid: sandbox.pid))
+        SpareSocketPair.prepare()  // for its first connection
         return core
     }
 

@@ -284,9 +284,6 @@ final class ExtensionProcessCore: Sendable {
                 connection.close(because: failure)
                 throw failure
             }
-            // While the extension takes the connection, make the socket pair for the next one:
-            // a socketpair costs about a sixth of a connection's set-up, here it costs none of it.
-            SpareSocketPair.prepare()
             do throws(ExtensionError) {
                 try await connection.handshake(timeout: timeout)
             } catch {
@@ -311,6 +308,8 @@ final class ExtensionProcessCore: Sendable {
 
     /// A connection is gone (closed, or never made): with none left, the idle clock starts.
     private func releaseSlot(_ id: UInt64) {
+        // The socket pair for the next connection, made off any connection's set-up.
+        defer { SpareSocketPair.prepare() }
         let established = state.withLock { state -> Bool in
             guard let slot = state.slots.removeValue(forKey: id) else { return false }
             state.handles[slot.handle]?.connections.remove(id)
