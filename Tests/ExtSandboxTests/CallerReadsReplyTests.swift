@@ -61,14 +61,23 @@ struct CallerReadsReplyTests {
         try #require(connection.state.withLock { $0.pending[id] != nil })
     }
 
+    /// `claimReplyReading` for request `id`, tried again while another caller in this process
+    /// (a test running in parallel) holds the one place: it lets go within the spin's budget.
+    static func claim(_ id: UInt64, on connection: ExtensionConnection) async throws -> Bool {
+        for _ in 0..<2_000 {
+            if connection.output.withLock({ connection.claimReplyReading($0, to: id) }) { return true }
+            try await Task.sleep(for: .microseconds(200))
+        }
+        return false
+    }
+
     @Test("while the caller looks for its reply the monitor does not watch the socket's readability, and does again after")
     func monitorStaysOffTheSocket() async throws {
         let harness = try await Self.makeHarness()
         defer { harness.connection.invalidate() }
         #expect((Self.watchedEvents(of: harness.hostFD) ?? 0) & EventMonitor.readable != 0)
         try await Self.pretendPending(7, on: harness.connection)
-        let claimed = harness.connection.output.withLock { harness.connection.claimReplyReading($0, to: 7) }
-        #expect(claimed)
+        #expect(try await Self.claim(7, on: harness.connection))
         // Before the request is written: an answer that came at once would wake no monitor.
         #expect((Self.watchedEvents(of: harness.hostFD) ?? EventMonitor.readable) & EventMonitor.readable == 0,
                 "the monitor watched the socket's readability while the caller looked for the reply")
@@ -89,7 +98,7 @@ struct CallerReadsReplyTests {
         }
         try await Self.pretendPending(1, on: first.connection)
         try await Self.pretendPending(1, on: second.connection)
-        #expect(first.connection.output.withLock { first.connection.claimReplyReading($0, to: 1) })
+        #expect(try await Self.claim(1, on: first.connection))
         #expect(!second.connection.output.withLock { second.connection.claimReplyReading($0, to: 1) })
         #expect((Self.watchedEvents(of: second.hostFD) ?? 0) & EventMonitor.readable != 0)
         try first.peer.send(.reply(id: 1, payload: [], fds: []))
@@ -105,26 +114,34 @@ struct CallerReadsReplyTests {
     func lateReplyThroughTheMonitor() async throws {
         let harness = try await Self.makeHarness()
         defer { harness.connection.invalidate() }
-        let peer = harness
-        // The peer answers each request 20 ms after it read it: far longer than the caller looks.
-        // (On a thread of its own: its blocking reads must not hold one of the pool's.)
-        let answered = DispatchSemaphore(value: 0)
-        Thread {
-            defer { answered.signal() }
-            for _ in 0..<2 {
-                guard let request = try? peer.peer.receive(), request.kind == .request else { return }
-                usleep(20_000)
-                _ = try? peer.peer.send(.reply(id: request.id, payload: request.payload, fds: []))
-            }
-        }.start()
-        let reply = try await harness.connection.send(ExtensionMessage(Array("late".utf8)))
-        #expect(reply.payload == Array("late".utf8))
+        try await Self.pretendPending(3, on: harness.connection)
+        #expect(try await Self.claim(3, on: harness.connection))
+        // Nothing comes within the look: the caller gives up and the monitor watches again.
+        harness.connection.readReplyBriefly(to: 3)
+        #expect(harness.connection.state.withLock { $0.pending[3] != nil })
         #expect(harness.connection.state.withLock { $0.waitsToSkip } == ExtensionConnection.waitsSkippedAfterTimeout)
-        // The next request is not looked for (one skip used): it too arrives.
-        let second = try await harness.connection.send(ExtensionMessage(Array("later".utf8)))
-        #expect(second.payload == Array("later".utf8))
-        #expect(harness.connection.state.withLock { $0.waitsToSkip } == ExtensionConnection.waitsSkippedAfterTimeout - 1)
-        answered.wait()
+        #expect((Self.watchedEvents(of: harness.hostFD) ?? 0) & EventMonitor.readable != 0)
+        // The late reply reaches its request through the monitor.
+        try harness.peer.send(.reply(id: 3, payload: Array("late".utf8), fds: []))
+        for _ in 0..<2_000 where harness.connection.state.withLock({ $0.pending[3] != nil }) { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(harness.connection.state.withLock { $0.pending[3] == nil }, "the monitor did not read the late reply")
+        // The next requests are left to the monitor: each claim is refused and counts one skip
+        // (a claim that found another test's caller looking counts none: tried again).
+        try await Self.pretendPending(4, on: harness.connection)
+        for expected in (0..<ExtensionConnection.waitsSkippedAfterTimeout).reversed() {
+            var skipped = false
+            for _ in 0..<2_000 where !skipped {
+                #expect(!harness.connection.output.withLock { harness.connection.claimReplyReading($0, to: 4) })
+                skipped = harness.connection.state.withLock { $0.waitsToSkip } == expected
+                if !skipped { try await Task.sleep(for: .microseconds(200)) }
+            }
+            #expect(skipped, "skips left: \(harness.connection.state.withLock { $0.waitsToSkip }), expected \(expected)")
+        }
+        // Then the caller looks again.
+        #expect(try await Self.claim(4, on: harness.connection))
+        try harness.peer.send(.reply(id: 4, payload: [], fds: []))
+        harness.connection.readReplyBriefly(to: 4)
+        #expect(harness.connection.state.withLock { $0.pending[4] == nil })
     }
 
     @Test("the spin reports readable data, a hang-up, and nothing once its budget is spent")
