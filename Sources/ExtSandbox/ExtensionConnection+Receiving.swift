@@ -60,16 +60,27 @@ extension ExtensionConnection {
     /// resuming the continuations it answers (ours among them) directly; then hands the socket
     /// back to the monitor thread. `state` serializes reading in any case.
     func readReplyBriefly(to id: UInt64) {
-        let readable = state.withLock { Self.onlyPending(id, $0) } ? spinUntilReadable(descriptor) : nil
+        let looked = state.withLock { Self.onlyPending(id, $0) }
+        let readable = looked ? spinUntilReadable(descriptor) : false
+        Self.waiters.subtract(1, ordering: .relaxed)
         // Read before the monitor watches again: it would be woken for these bytes too.
-        if readable == true { eventsArrived(EventMonitor.readable) }
+        if readable { eventsArrived(EventMonitor.readable, until: id) }
         output.withLock { output in
             state.withLock { state in
                 state.callerReading = false
-                if readable == false { state.waitsToSkip = Self.waitsSkippedAfterTimeout }
+                // Looked and still not answered (nothing came in time, or only other frames):
+                // the next few are left to the monitor, whatever else the extension sent.
+                if looked && state.pending[id] != nil { state.waitsToSkip = Self.waitsSkippedAfterTimeout }
             }
             updateWatch(output)
         }
+    }
+
+    /// Under `output`: gives back a claim whose request will not be answered soon (it is still
+    /// queued behind others): the monitor watches the socket again.
+    func releaseReplyReading(_ output: Output) {
+        state.withLock { $0.callerReading = false }
+        updateWatch(output)
         Self.waiters.subtract(1, ordering: .relaxed)
     }
 
@@ -97,7 +108,11 @@ extension ExtensionConnection {
     /// On the monitor thread (or a caller's, readable only): write what is queued, read what
     /// arrived, never block. Each frame is handled under the lock and its waiter resumed right
     /// after it, outside the lock.
-    func eventsArrived(_ events: UInt32) {
+    /// `until`: the request a caller reads for on its own thread; once that one is answered it
+    /// only decodes what it has read already, and leaves what is still in the socket to the
+    /// monitor (which is woken for it when it watches again): a flooding extension must not hold
+    /// the caller.
+    func eventsArrived(_ events: UInt32, until request: UInt64? = nil) {
         if events & EventMonitor.writable != 0 {
             var roomWaiters: [RoomWaiter] = []
             let failure: ExtensionError? = output.withLock { output in
@@ -133,7 +148,9 @@ extension ExtensionConnection {
             let more = state.withLock { state -> Bool in
                 guard state.open, !state.readingPaused || hungUp else { return false }
                 do throws(WireError) {
-                    switch try state.receiver.receiveNext(wait: false) {
+                    // Once the caller's own reply is in, it decodes only what it has read already.
+                    let answered = request.map { state.pending[$0] == nil } ?? false
+                    switch try answered ? state.receiver.receiveBuffered() : state.receiver.receiveNext(wait: false) {
                     case .wouldBlock:
                         return false
                     case .closed:
@@ -174,7 +191,7 @@ extension ExtensionConnection {
                     // seconds); one that still runs, the grace for an exit that follows a close.
                     releaseSocket()
                     let wait = ExtensionProcessCore.waitForEndAfterHangUp(programLiveness())
-                    Task { [weak self] in
+                    Task.detached { [weak self] in
                         try? await Task.sleep(for: wait)
                         self?.close(because: closeReason)
                     }
@@ -249,13 +266,15 @@ extension ExtensionConnection {
             guard let onRequest = handlers.onRequest else {
                 UntrustedDescriptors.close(frame.fds)
                 // Answered like any request: counted, and written within the send queue's bounds.
-                state.incoming[id] = Task { [weak self] in
+                state.incoming[id] = Task.detached { [weak self] in
                     await self?.answer(id, with: .error(id: id, code: .unknownRequest, message: "the host has no handler for requests"))
                 }
                 return nil
             }
             let message = ExtensionMessage(frame.payload, fileDescriptors: frame.fds)
-            state.incoming[id] = Task { [weak self] in
+            // Detached: a frame may be read on a caller's thread (``readReplyBriefly(to:)``), and
+            // the extension's request must not run with that caller's task-local values or priority.
+            state.incoming[id] = Task.detached { [weak self] in
                 let answer: Frame
                 do {
                     let reply = try await onRequest(message)
@@ -283,7 +302,7 @@ extension ExtensionConnection {
             }
             let previous = state.lastOneWay
             state.oneWaysUnhandled += 1
-            state.lastOneWay = Task { [weak self] in
+            state.lastOneWay = Task.detached { [weak self] in
                 await previous?.value
                 await onOneWay(message)
                 self?.oneWayHandled()

@@ -106,7 +106,14 @@ public final class FrameReceiver {
         wait ? try receive(flags: 0, trustShortReads: false) : try receive(flags: Int32(MSG_DONTWAIT), trustShortReads: true)
     }
 
-    private func receive(flags: Int32, trustShortReads: Bool) throws(WireError) -> FrameSocket.ReceiveResult {
+    /// The next frame among the bytes already read, without reading the socket: once those are
+    /// decoded (a frame they end in the middle of is kept for the next read), ``FrameSocket/ReceiveResult/wouldBlock``.
+    /// For a reader that must stop and leave what is still in the socket to a level-triggered `epoll`.
+    public func receiveBuffered() throws(WireError) -> FrameSocket.ReceiveResult {
+        try receive(flags: Int32(MSG_DONTWAIT), trustShortReads: true, bufferedOnly: true)
+    }
+
+    private func receive(flags: Int32, trustShortReads: Bool, bufferedOnly: Bool = false) throws(WireError) -> FrameSocket.ReceiveResult {
         while true {
             if readStart < readEnd {
                 let (consumed, frame) = try decoder.consume(
@@ -123,6 +130,7 @@ public final class FrameReceiver {
                 if let frame { return .frame(frame) }
                 continue
             }
+            if bufferedOnly { return .wouldBlock }
             guard let socket = descriptor?.rawValue else { throw .connectionClosed }
             if lastReadWasShort {
                 lastReadWasShort = false

@@ -29,6 +29,29 @@ struct BothDirectionsTests {
             onOneWay: { message in seen.oneWays.withLock { $0.append(HostFixtures.text(message)) } })
     }
 
+    @TaskLocal static var callerMark: String?
+
+    @Test("the extension's request runs without the calling task's task-local values, even when the caller reads it")
+    func handlersDoNotInheritTheCallersContext() async throws {
+        let seen = Mutex<[String?]>([])
+        let process = try await AppExtensionProcess(configuration: .init(identity: HostFixtures.identity(level: "hardened")))
+        defer { process.invalidate() }
+        let connection = try await process.makeConnection(handlers: ExtensionConnection.Handlers(onRequest: { message in
+            seen.withLock { $0.append(Self.callerMark) }
+            return HostFixtures.message("host:" + HostFixtures.text(message))
+        }))
+        defer { connection.invalidate() }
+        // The extension asks the host before it answers: its request arrives while the caller
+        // looks for the reply on its own thread, which then reads (and dispatches) it.
+        let replies = try await Self.$callerMark.withValue("the caller's") { () async throws -> [String] in
+            var replies: [String] = []
+            for _ in 0..<5 { replies.append(HostFixtures.text(try await connection.send(HostFixtures.message("ask-host ping")))) }
+            return replies
+        }
+        #expect(replies == [String](repeating: "host said: host:ping", count: 5))
+        #expect(seen.withLock { $0 } == [String?](repeating: nil, count: 5))
+    }
+
     @Test("the host answers the extension's requests and receives its one-way messages")
     func handled() async throws {
         let seen = Seen()
