@@ -40,15 +40,20 @@ extension ExtensionConnection {
                         fds.forEach { $0.close() }
                         return (continuation, refused)
                     }
-                    readingReply = claimReplyReading(output, to: id)
                     let failure: ExtensionError?
                     if Task.isCancelled {
                         // Cancelled before the handler below was installed: it found nothing to cancel.
                         fds.forEach { $0.close() }
                         failure = .cancelled
                     } else {
+                        readingReply = claimReplyReading(output, to: id)
                         // `write` owns the copies from here on (it closes them once sent, or on failure).
                         failure = write(.request(id: id, payload: message.payload, payloadTail: payloadTail, fds: fds), &output)
+                        // Still queued (the socket is full): no reply can come within the look.
+                        if readingReply && failure == nil && output.sender.hasPendingOutput {
+                            releaseReplyReading(output)
+                            readingReply = false
+                        }
                     }
                     // Unless something else (a close) failed it already.
                     guard let failure, let waiting = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return nil }
