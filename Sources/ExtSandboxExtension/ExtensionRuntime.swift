@@ -147,8 +147,11 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         let executor = ReaderExecutor()
         var open = true
         // A host asks its first request right after the handshake, as a rule: look for it
-        // without sleeping first (see `spinUntilReadable`).
-        spinUntilReadable(socket, forNanoseconds: firstRequestSpinNanoseconds)
+        // without sleeping first (see `spinUntilReadable`), and for a CONNECT too while this
+        // thread holds the control socket.
+        if handOver == nil || !control.socket.withLock({ $0.hasBufferedInput }) {
+            spinUntilReadable(socket, or: handOver == nil ? nil : control.descriptor.rawValue, forNanoseconds: firstRequestSpinNanoseconds)
+        }
         /// A CONNECT (or GOODBYE, or EOF) waits on the control socket, or `poll` failed.
         func controlNeedsLeader(waitingForConnection: Bool) -> Bool {
             if control.socket.withLock({ $0.hasBufferedInput }) { return true }
@@ -211,17 +214,19 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
         _ = retryingInterrupts { poll(&entry, 1, -1) }
     }
 
-    /// Looks for bytes on `socket` for up to `budget` nanoseconds without sleeping (polls that
-    /// do not block, the CPU yielded between them). A sleeping thread woken from another CPU
+    /// Looks for bytes on `socket` (or on `other`) for up to `budget` nanoseconds without
+    /// sleeping (polls that do not block, the CPU yielded between them). A sleeping thread woken from another CPU
     /// costs both sides a trip through the hypervisor on a VM whose idle CPUs halt; a thread
     /// still looking needs no wake-up at all. Spent once per connection, so an idle extension
     /// costs nothing.
-    private func spinUntilReadable(_ socket: FrameReceiver, forNanoseconds budget: UInt64) {
+    private func spinUntilReadable(_ socket: FrameReceiver, or other: Int32?, forNanoseconds budget: UInt64) {
         guard !socket.hasBufferedInput, let descriptor = socket.descriptor?.rawValue else { return }
         let deadline = monotonicNanoseconds() + budget
+        // (poll skips a negative descriptor.)
+        var entries = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0), pollfd(fd: other ?? -1, events: Int16(POLLIN), revents: 0)]
         while true {
-            var entry = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-            if poll(&entry, 1, 0) != 0 || monotonicNanoseconds() >= deadline { return }
+            let ready = entries.withUnsafeMutableBufferPointer { poll($0.baseAddress, 2, 0) }
+            if ready != 0 || monotonicNanoseconds() >= deadline { return }
             sched_yield()
         }
     }
