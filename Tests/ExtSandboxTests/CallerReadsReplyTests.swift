@@ -85,7 +85,6 @@ struct CallerReadsReplyTests {
         harness.connection.readReplyBriefly(to: 7)
         #expect(harness.connection.state.withLock { $0.pending[7] == nil }, "the reply was not read by the caller")
         #expect((Self.watchedEvents(of: harness.hostFD) ?? 0) & EventMonitor.readable != 0, "the monitor does not watch the socket again")
-        #expect(ExtensionConnection.waiters.load(ordering: .relaxed) == 0)
     }
 
     @Test("one caller in the process looks at a time: a second claim is refused and leaves the monitor watching")
@@ -103,7 +102,6 @@ struct CallerReadsReplyTests {
         #expect((Self.watchedEvents(of: second.hostFD) ?? 0) & EventMonitor.readable != 0)
         try first.peer.send(.reply(id: 1, payload: [], fds: []))
         first.connection.readReplyBriefly(to: 1)
-        #expect(ExtensionConnection.waiters.load(ordering: .relaxed) == 0)
         // The second's reply reaches it through its monitor.
         try second.peer.send(.reply(id: 1, payload: [], fds: []))
         for _ in 0..<2_000 where second.connection.state.withLock({ $0.pending[1] != nil }) { try await Task.sleep(for: .milliseconds(5)) }
@@ -142,6 +140,63 @@ struct CallerReadsReplyTests {
         try harness.peer.send(.reply(id: 4, payload: [], fds: []))
         harness.connection.readReplyBriefly(to: 4)
         #expect(harness.connection.state.withLock { $0.pending[4] == nil })
+    }
+
+    @Test("frames other than the reply do not spare the connection its skips: a late reply after junk still counts")
+    func junkBeforeALateReply() async throws {
+        let harness = try await Self.makeHarness()
+        defer { harness.connection.invalidate() }
+        try await Self.pretendPending(5, on: harness.connection)
+        #expect(try await Self.claim(5, on: harness.connection))
+        // An extension that writes something cheap within the look, and its reply only later.
+        try harness.peer.send(.cancel(id: 999))
+        harness.connection.readReplyBriefly(to: 5)
+        #expect(harness.connection.state.withLock { $0.pending[5] != nil })
+        #expect(harness.connection.state.withLock { $0.waitsToSkip } == ExtensionConnection.waitsSkippedAfterTimeout,
+                "the look found only a CANCEL for an unknown id, yet the next requests are looked for again")
+        try harness.peer.send(.reply(id: 5, payload: [], fds: []))
+    }
+
+    @Test("the caller stops reading once its reply is in: the rest of a flood is left to the monitor")
+    func callerStopsAfterItsReply() async throws {
+        let harness = try await Self.makeHarness()
+        defer { harness.connection.invalidate() }
+        try await Self.pretendPending(6, on: harness.connection)
+        #expect(try await Self.claim(6, on: harness.connection))
+        // The reply, then far more one-way messages (no handler: dropped) than one read takes
+        // (and less than the socket holds: these writes must not block).
+        try harness.peer.send(.reply(id: 6, payload: [], fds: []))
+        let flood = [UInt8](repeating: 0x66, count: 4000)
+        for _ in 0..<30 { try harness.peer.send(.oneway(payload: flood)) }
+        var unread: Int32 = 0
+        #expect(ioctl(harness.hostFD, UInt(FIONREAD), &unread) == 0 && unread > 64 * 1024)
+        // The monitor thread held in another registration's handler until the count below, so
+        // that what the caller leaves is still there to count.
+        var pipeEnds: [Int32] = [-1, -1]
+        try #require(pipe(&pipeEnds) == 0)
+        defer { close(pipeEnds[1]) }
+        let (entered, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let pipeRead = try #require(FileDescriptor(adopting: pipeEnds[0]))
+        defer { pipeRead.close() }
+        let token = try harness.monitor.add(fd: pipeRead, events: EventMonitor.readable) { _ in
+            entered.signal()
+            release.wait()
+            var byte: UInt8 = 0
+            _ = read(pipeRead.rawValue, &byte, 1)
+        }
+        defer { harness.monitor.remove(fd: pipeRead, token: token) }
+        var byte: UInt8 = 1
+        #expect(write(pipeEnds[1], &byte, 1) == 1)
+        entered.wait()
+        harness.connection.readReplyBriefly(to: 6)
+        #expect(harness.connection.state.withLock { $0.pending[6] == nil })
+        #expect(ioctl(harness.hostFD, UInt(FIONREAD), &unread) == 0)
+        #expect(unread > 0, "the caller read the whole flood on its own thread")
+        release.signal()
+        // The monitor, watching again, reads the rest.
+        for _ in 0..<2_000 where ioctl(harness.hostFD, UInt(FIONREAD), &unread) == 0 && unread > 0 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(unread == 0, "the monitor did not read what the caller left")
+        #expect(harness.connection.isOpen)
     }
 
     @Test("the spin reports readable data, a hang-up, and nothing once its budget is spent")
