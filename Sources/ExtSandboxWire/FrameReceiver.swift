@@ -130,7 +130,12 @@ public final class FrameReceiver {
                 if let frame { return .frame(frame) }
                 continue
             }
-            if bufferedOnly { return .wouldBlock }
+            if bufferedOnly {
+                // Whatever the last read said of the socket, the next one must look again: the
+                // caller stopped before it (a reader that then waited and found it readable).
+                lastReadWasShort = false
+                return .wouldBlock
+            }
             guard let socket = descriptor?.rawValue else { throw .connectionClosed }
             if lastReadWasShort {
                 lastReadWasShort = false

@@ -157,6 +157,47 @@ struct CallerReadsReplyTests {
         try harness.peer.send(.reply(id: 5, payload: [], fds: []))
     }
 
+    /// Holds `monitor`'s thread in a handler of another registration until the returned
+    /// function is called: what a caller leaves in a socket then stays there to be seen.
+    static func holdMonitor(_ monitor: EventMonitor) throws -> @Sendable () -> Void {
+        var ends: [Int32] = [-1, -1]
+        try #require(pipe(&ends) == 0)
+        let (entered, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let readEnd = try #require(FileDescriptor(adopting: ends[0]))
+        let writeEnd = ends[1]
+        let token = try monitor.add(fd: readEnd, events: EventMonitor.readable) { _ in
+            entered.signal()
+            release.wait()
+            var byte: UInt8 = 0
+            _ = read(readEnd.rawValue, &byte, 1)
+        }
+        var byte: UInt8 = 1
+        #expect(write(writeEnd, &byte, 1) == 1)
+        entered.wait()
+        return {
+            release.signal()
+            monitor.remove(fd: readEnd, token: token)
+            readEnd.close()
+            close(writeEnd)
+        }
+    }
+
+    @Test("the caller reads its replies one request after another, not the monitor")
+    func consecutiveReplies() async throws {
+        let harness = try await Self.makeHarness()
+        defer { harness.connection.invalidate() }
+        let release = try Self.holdMonitor(harness.monitor)
+        defer { release() }
+        for id: UInt64 in 10..<15 {
+            try await Self.pretendPending(id, on: harness.connection)
+            #expect(try await Self.claim(id, on: harness.connection))
+            try harness.peer.send(.reply(id: id, payload: Array("r\(id)".utf8), fds: []))
+            harness.connection.readReplyBriefly(to: id)
+            #expect(harness.connection.state.withLock { $0.pending[id] == nil }, "reply \(id) was left to the monitor")
+            #expect(harness.connection.state.withLock { $0.waitsToSkip } == 0)
+        }
+    }
+
     @Test("the caller stops reading once its reply is in: the rest of a flood is left to the monitor")
     func callerStopsAfterItsReply() async throws {
         let harness = try await Self.makeHarness()
@@ -170,29 +211,13 @@ struct CallerReadsReplyTests {
         for _ in 0..<30 { try harness.peer.send(.oneway(payload: flood)) }
         var unread: Int32 = 0
         #expect(ioctl(harness.hostFD, UInt(FIONREAD), &unread) == 0 && unread > 64 * 1024)
-        // The monitor thread held in another registration's handler until the count below, so
-        // that what the caller leaves is still there to count.
-        var pipeEnds: [Int32] = [-1, -1]
-        try #require(pipe(&pipeEnds) == 0)
-        defer { close(pipeEnds[1]) }
-        let (entered, release) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
-        let pipeRead = try #require(FileDescriptor(adopting: pipeEnds[0]))
-        defer { pipeRead.close() }
-        let token = try harness.monitor.add(fd: pipeRead, events: EventMonitor.readable) { _ in
-            entered.signal()
-            release.wait()
-            var byte: UInt8 = 0
-            _ = read(pipeRead.rawValue, &byte, 1)
-        }
-        defer { harness.monitor.remove(fd: pipeRead, token: token) }
-        var byte: UInt8 = 1
-        #expect(write(pipeEnds[1], &byte, 1) == 1)
-        entered.wait()
+        // The monitor thread held until the count below, so that what the caller leaves is there.
+        let release = try Self.holdMonitor(harness.monitor)
         harness.connection.readReplyBriefly(to: 6)
         #expect(harness.connection.state.withLock { $0.pending[6] == nil })
         #expect(ioctl(harness.hostFD, UInt(FIONREAD), &unread) == 0)
         #expect(unread > 0, "the caller read the whole flood on its own thread")
-        release.signal()
+        release()
         // The monitor, watching again, reads the rest.
         for _ in 0..<2_000 where ioctl(harness.hostFD, UInt(FIONREAD), &unread) == 0 && unread > 0 { try await Task.sleep(for: .milliseconds(5)) }
         #expect(unread == 0, "the monitor did not read what the caller left")
