@@ -14,10 +14,10 @@ extension ExtensionConnection {
     /// the monitor thread, no wake-up of the caller's executor thread. The caller spins (polls
     /// without sleeping, yielding between polls): on a VM whose idle CPUs halt, waking a sleeping
     /// thread from another CPU costs more than the wait itself, and a timed sleep arms a timer
-    /// (docs/performance.md, "The caller's wait for its reply"). Only a connection's sole
-    /// outstanding request spins, and only one caller in the process at a time; after a spin
-    /// that found nothing the connection skips the next few, so a slow extension costs its
-    /// callers at most this much CPU every few requests.
+    /// (docs/performance.md, "The caller's spin for its reply"). Only a connection's sole
+    /// outstanding request spins, and only one caller in the process at a time; after a look
+    /// that ended without its reply the connection skips the next few, so a slow extension
+    /// costs its callers at most this much CPU every few requests.
     static let callerWait: Duration = .microseconds(100)
     /// Waits skipped after one that timed out.
     static let waitsSkippedAfterTimeout = 8
@@ -27,8 +27,9 @@ extension ExtensionConnection {
     static let waiters = Atomic<Int>(0)
 
     /// Under `output`, before request `id` is written: whether its caller will look for the reply
-    /// itself (``readReplyBriefly(to:)``, which must then follow, written or not). So it will if
-    /// `id` is the connection's only pending request, no other caller in the process is looking, and the connection is
+    /// itself (``readReplyBriefly(to:)``, which must then follow, written or not, unless
+    /// ``releaseReplyReading(_:)`` gives the claim back). So it will if `id` is the connection's
+    /// only pending request, no other caller in the process is looking, and the connection is
     /// not skipping waits. The monitor thread then stops watching the socket's readability
     /// before the request goes out: an extension on the same CPU answers before this thread
     /// runs again, and the monitor, woken by the answer, would read it first and wake this task's
@@ -55,10 +56,10 @@ extension ExtensionConnection {
         return claimed
     }
 
-    /// After ``claimReplyReading(_:to:)`` said yes: while request `id` is the only one pending, looks for up to
-    /// ``callerWait`` for the socket to become readable and reads what arrived on this thread,
-    /// resuming the continuations it answers (ours among them) directly; then hands the socket
-    /// back to the monitor thread. `state` serializes reading in any case.
+    /// After ``claimReplyReading(_:to:)`` said yes: while request `id` is the only one pending,
+    /// looks for up to ``callerWait`` for the socket to become readable and reads what arrived on
+    /// this thread, resuming the continuations it answers (ours among them) directly; then hands
+    /// the socket back to the monitor thread. `state` serializes reading in any case.
     func readReplyBriefly(to id: UInt64) {
         let looked = state.withLock { Self.onlyPending(id, $0) }
         let readable = looked ? spinUntilReadable(descriptor) : false

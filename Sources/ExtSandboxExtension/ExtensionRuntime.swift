@@ -215,10 +215,10 @@ final class ExtensionRuntime<Extension: AppExtension>: Sendable {
     }
 
     /// Looks for bytes on `socket` (or on `other`) for up to `budget` nanoseconds without
-    /// sleeping (polls that do not block, the CPU yielded between them). A sleeping thread woken from another CPU
-    /// costs both sides a trip through the hypervisor on a VM whose idle CPUs halt; a thread
-    /// still looking needs no wake-up at all. Spent once per connection, so an idle extension
-    /// costs nothing.
+    /// sleeping (polls that do not block, the CPU yielded between them). A sleeping thread woken
+    /// from another CPU costs both sides a trip through the hypervisor on a VM whose idle CPUs
+    /// halt; a thread still looking needs no wake-up at all. Spent once per connection, so an
+    /// idle extension costs nothing.
     private func spinUntilReadable(_ socket: FrameReceiver, or other: Int32?, forNanoseconds budget: UInt64) {
         guard !socket.hasBufferedInput, let descriptor = socket.descriptor?.rawValue else { return }
         let deadline = monotonicNanoseconds() + budget

@@ -107,8 +107,9 @@ public final class FrameReceiver {
     }
 
     /// The next frame among the bytes already read, without reading the socket: once those are
-    /// decoded (a frame they end in the middle of is kept for the next read), ``FrameSocket/ReceiveResult/wouldBlock``.
-    /// For a reader that must stop and leave what is still in the socket to a level-triggered `epoll`.
+    /// decoded (a frame they end in the middle of is kept for the next read),
+    /// ``FrameSocket/ReceiveResult/wouldBlock``. For a reader that must stop and leave what is
+    /// still in the socket to a level-triggered `epoll`.
     public func receiveBuffered() throws(WireError) -> FrameSocket.ReceiveResult {
         try receive(flags: Int32(MSG_DONTWAIT), trustShortReads: true, bufferedOnly: true)
     }
