@@ -19,37 +19,39 @@ struct LifecycleTests {
         #expect(await violating.waitForExit() == .seccompViolation(syscall: "bpf"))
     }
 
-    /// The probe forking a child and both sleeping, once it has said so (`tick`), with its output
-    /// (kept open while the program runs). 600 s, not 60: with the concurrency pool busy with other
-    /// suites' blocking runs, a test's task has been seen to resume only after a minute.
-    static func launchForkSleep() async throws -> (SandboxedProcess, OutputPipe) {
+    /// Runs `body` on the probe forking a child and both sleeping, once it has said so (`tick`),
+    /// and kills it after; its output is kept open while the program runs. 600 s, not 60: with
+    /// the concurrency pool busy with other suites' blocking runs, a test's task has been seen to
+    /// resume only after a minute.
+    static func withForkSleep(_ body: (SandboxedProcess) async throws -> Void) async throws {
         let output = OutputPipe()
         let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["fork-sleep", "600"], stdout: output.writeFD))
+        defer {
+            process.kill()
+            withExtendedLifetime(output) {}
+        }
         _ = await output.waitFor("tick")
-        return (process, output)
+        try await body(process)
     }
 
     @Test("suspend stops every process of the sandbox, a forked grandchild too; resume continues them")
     func suspendResume() async throws {
-        let (process, output) = try await Self.launchForkSleep()
-        defer {
+        try await Self.withForkSleep { process in
+            let inside = process.processIdentifiers().dropFirst()  // all but the init
+            #expect(inside.count >= 2, "the probe and its forked child")
+
+            try await process.suspend()
+            #expect(await Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) == "T" } },
+                    "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
+
+            try await process.resume()
+            #expect(await Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) != "T" } },
+                    "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
+
             process.kill()
-            withExtendedLifetime(output) {}  // the program writes to it while it runs
+            #expect(await process.waitForExit() == .killed)
+            #expect(inside.allSatisfy { Fixtures.processState($0) == nil })
         }
-        let inside = process.processIdentifiers().dropFirst()  // all but the init
-        #expect(inside.count >= 2, "the probe and its forked child")
-
-        try await process.suspend()
-        #expect(await Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) == "T" } },
-                "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
-
-        try await process.resume()
-        #expect(await Fixtures.eventually { inside.allSatisfy { Fixtures.processState($0) != "T" } },
-                "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
-
-        process.kill()
-        #expect(await process.waitForExit() == .killed)
-        #expect(inside.allSatisfy { Fixtures.processState($0) == nil })
     }
 
     @Test("suspend succeeds while a vfork parent waits in the kernel for its stopped child; resume lets both finish")
@@ -76,18 +78,15 @@ struct LifecycleTests {
 
     @Test("a program that ends leaving a child: the child is killed and gone when waitForExit returns")
     func childLeftBehindIsKilled() async throws {
-        let (process, output) = try await Self.launchForkSleep()
-        defer {
-            process.kill()
-            withExtendedLifetime(output) {}  // the program writes to it while it runs
+        try await Self.withForkSleep { process in
+            let inside = Array(process.processIdentifiers().dropFirst())  // the program, then its child
+            try #require(inside.count >= 2, "the probe and its forked child")
+            // Only the program ends: its child is reparented to the init, which must kill it (the
+            // init skips its kill only when it has no child left).
+            #expect(Glibc.kill(inside[0], SIGKILL) == 0)
+            #expect(await process.waitForExit() == .signaled(signal: SIGKILL))
+            #expect(inside.allSatisfy { Fixtures.processState($0) == nil }, "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
         }
-        let inside = Array(process.processIdentifiers().dropFirst())  // the program, then its child
-        try #require(inside.count >= 2, "the probe and its forked child")
-        // Only the program ends: its child is reparented to the init, which must kill it (the
-        // init skips its kill only when it has no child left).
-        #expect(Glibc.kill(inside[0], SIGKILL) == 0)
-        #expect(await process.waitForExit() == .signaled(signal: SIGKILL))
-        #expect(inside.allSatisfy { Fixtures.processState($0) == nil }, "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
     }
 
     @Test("every process of the sandbox, the init first, is in the sandbox's own cgroups")
@@ -96,24 +95,21 @@ struct LifecycleTests {
             print("skipped: no writable cgroup for this user here, so launches rely on rlimits alone")
             return
         }
-        let (process, output) = try await Self.launchForkSleep()
-        defer {
-            process.kill()
-            withExtendedLifetime(output) {}  // the program writes to it while it runs
-        }
-        let everyone = process.processIdentifiers()
-        #expect(everyone.count >= 3, "the init, the probe and its forked child")
-        // /proc/PID/cgroup from the host: "ID:CONTROLLERS:PATH" per hierarchy.
-        let expected: [String]
-        switch support.layout {
-        case .v2: expected = [""]
-        case .v1(let memory, let pids): expected = (memory != nil ? ["memory"] : []) + (pids != nil ? ["pids"] : [])
-        }
-        for pid in everyone {
-            let text = try String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)
-            for controller in expected {
-                let line = text.split(separator: "\n").first { $0.split(separator: ":")[1].split(separator: ",").map(String.init) == (controller.isEmpty ? [] : [controller]) || (controller.isEmpty && $0.hasPrefix("0::")) }
-                #expect(line?.contains("/extsandbox-\(getpid())-") == true, "pid \(pid), \(controller.isEmpty ? "v2" : controller): \(line ?? "no line")")
+        try await Self.withForkSleep { process in
+            let everyone = process.processIdentifiers()
+            #expect(everyone.count >= 3, "the init, the probe and its forked child")
+            // /proc/PID/cgroup from the host: "ID:CONTROLLERS:PATH" per hierarchy.
+            let expected: [String]
+            switch support.layout {
+            case .v2: expected = [""]
+            case .v1(let memory, let pids): expected = (memory != nil ? ["memory"] : []) + (pids != nil ? ["pids"] : [])
+            }
+            for pid in everyone {
+                let text = try String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)
+                for controller in expected {
+                    let line = text.split(separator: "\n").first { $0.split(separator: ":")[1].split(separator: ",").map(String.init) == (controller.isEmpty ? [] : [controller]) || (controller.isEmpty && $0.hasPrefix("0::")) }
+                    #expect(line?.contains("/extsandbox-\(getpid())-") == true, "pid \(pid), \(controller.isEmpty ? "v2" : controller): \(line ?? "no line")")
+                }
             }
         }
     }
