@@ -71,13 +71,18 @@ struct CallerReadsReplyTests {
         return false
     }
 
+    /// Request `id` made pending on `connection`, then claimed (``claim(_:on:)``).
+    static func pendAndClaim(_ id: UInt64, on connection: ExtensionConnection) async throws -> Bool {
+        try await pretendPending(id, on: connection)
+        return try await claim(id, on: connection)
+    }
+
     @Test("while the caller looks for its reply the monitor does not watch the socket's readability, and does again after")
     func monitorStaysOffTheSocket() async throws {
         let harness = try await Self.makeHarness()
         defer { harness.connection.invalidate() }
         #expect((Self.watchedEvents(of: harness.hostFD) ?? 0) & EventMonitor.readable != 0)
-        try await Self.pretendPending(7, on: harness.connection)
-        #expect(try await Self.claim(7, on: harness.connection))
+        #expect(try await Self.pendAndClaim(7, on: harness.connection))
         // Before the request is written: an answer that came at once would wake no monitor.
         #expect((Self.watchedEvents(of: harness.hostFD) ?? EventMonitor.readable) & EventMonitor.readable == 0,
                 "the monitor watched the socket's readability while the caller looked for the reply")
@@ -112,8 +117,7 @@ struct CallerReadsReplyTests {
     func lateReplyThroughTheMonitor() async throws {
         let harness = try await Self.makeHarness()
         defer { harness.connection.invalidate() }
-        try await Self.pretendPending(3, on: harness.connection)
-        #expect(try await Self.claim(3, on: harness.connection))
+        #expect(try await Self.pendAndClaim(3, on: harness.connection))
         // Nothing comes within the look: the caller gives up and the monitor watches again.
         harness.connection.readReplyBriefly(to: 3)
         #expect(harness.connection.state.withLock { $0.pending[3] != nil })
@@ -146,8 +150,7 @@ struct CallerReadsReplyTests {
     func junkBeforeALateReply() async throws {
         let harness = try await Self.makeHarness()
         defer { harness.connection.invalidate() }
-        try await Self.pretendPending(5, on: harness.connection)
-        #expect(try await Self.claim(5, on: harness.connection))
+        #expect(try await Self.pendAndClaim(5, on: harness.connection))
         // An extension that writes something cheap within the look, and its reply only later.
         try harness.peer.send(.cancel(id: 999))
         harness.connection.readReplyBriefly(to: 5)
@@ -189,8 +192,7 @@ struct CallerReadsReplyTests {
         let release = try Self.holdMonitor(harness.monitor)
         defer { release() }
         for id: UInt64 in 10..<15 {
-            try await Self.pretendPending(id, on: harness.connection)
-            #expect(try await Self.claim(id, on: harness.connection))
+            #expect(try await Self.pendAndClaim(id, on: harness.connection))
             try harness.peer.send(.reply(id: id, payload: Array("r\(id)".utf8), fds: []))
             harness.connection.readReplyBriefly(to: id)
             #expect(harness.connection.state.withLock { $0.pending[id] == nil }, "reply \(id) was left to the monitor")
@@ -202,8 +204,7 @@ struct CallerReadsReplyTests {
     func callerStopsAfterItsReply() async throws {
         let harness = try await Self.makeHarness()
         defer { harness.connection.invalidate() }
-        try await Self.pretendPending(6, on: harness.connection)
-        #expect(try await Self.claim(6, on: harness.connection))
+        #expect(try await Self.pendAndClaim(6, on: harness.connection))
         // The reply, then far more one-way messages (no handler: dropped) than one read takes
         // (and less than the socket holds: these writes must not block).
         try harness.peer.send(.reply(id: 6, payload: [], fds: []))
