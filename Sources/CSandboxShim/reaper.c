@@ -89,7 +89,13 @@ void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener
             if (errno == EINTR) continue;
             _exit(127);
         }
-        if (fds[2].revents & POLLIN) receiver_finished = 1;
+        if (fds[2].revents & POLLIN) {
+            // Read once, never drained: polled again it would make this loop spin, and the
+            // receiver often finishes while the payload is still exiting on this very CPU, which
+            // the spin would then keep from finishing (and from sending the SIGCHLD we wait for).
+            receiver_finished = 1;
+            fds[2].fd = -1;
+        }
         if (fds[3].revents & POLLHUP) {
             filter_unused = 1;
             fds[3].fd = -1;

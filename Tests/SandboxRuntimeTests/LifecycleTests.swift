@@ -2,6 +2,7 @@ import CSandboxShim
 import Foundation
 import Glibc
 import SandboxPolicy
+import SandboxSystem
 import Synchronization
 @testable import SandboxRuntime
 import Testing
@@ -87,6 +88,27 @@ struct LifecycleTests {
             #expect(await process.waitForExit() == .signaled(signal: SIGKILL))
             #expect(inside.allSatisfy { Fixtures.processState($0) == nil }, "states: \(inside.map { Fixtures.processState($0) ?? "gone" })")
         }
+    }
+
+    @Test("the init sleeps while its program's exit finishes: it never spins waiting for the SIGCHLD")
+    func initSleepsThroughTheProgramsExit() async throws {
+        // Freeing 512 MiB makes the program's exit long. Its filter goes early in that exit, so
+        // the init hears that first and then waits for the SIGCHLD. A spin there would burn as
+        // long as the exit takes, and, on a shared CPU, keep the exit from finishing.
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["memory-bomb", "512"]))
+        let path = "/proc/\(process.pid)/schedstat"
+        // The init's main thread's time on a CPU (ns), first and last seen while it lived.
+        let (first, last) = await offThePool { () -> (UInt64?, UInt64?) in
+            var first: UInt64?, last: UInt64?
+            while let text = SystemFiles.text(path), let onCPU = text.split(separator: " ").first.flatMap({ UInt64($0) }) {
+                if first == nil { first = onCPU }
+                last = onCPU
+            }
+            return (first, last)
+        }
+        #expect(await process.waitForExit() == .exited(code: 0))
+        let spent = try #require(last) - (try #require(first))
+        #expect(spent < 3_000_000, "the init used \(spent / 1000) µs of CPU while its program ran and ended")
     }
 
     @Test("every process of the sandbox, the init first, is in the sandbox's own cgroups")
