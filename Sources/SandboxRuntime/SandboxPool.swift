@@ -122,6 +122,9 @@ final class SandboxPool: Sendable {
     private struct State {
         var shelves: [Shelf] = []
         var refilling = false
+        /// Programs of warm launches in their first moments (see ``programStarted(_:)``), with
+        /// the monotonic time (ns) after which each counts as started even if no one said so.
+        var starting: [ObjectIdentifier: UInt64] = [:]
         /// Bumped by a drain: what was being built before it is discarded when done.
         var generation = 0
         /// Numbers shelves and reservations.
@@ -340,6 +343,44 @@ final class SandboxPool: Sendable {
     /// A refill that failed: the next launch of a kept shape starts another.
     func stopRefilling() {
         state.withLock { $0.refilling = false }
+    }
+
+    /// How long a warm launch's program counts as starting, at most.
+    static let startingMilliseconds = 10
+
+    /// `process`'s program was just exec'd in a pre-built sandbox. Until ``programSettled(_:)``
+    /// (its end, or ``startingMilliseconds`` later) no refill builds: a program's first moments
+    /// (a runtime starting, an extension's first reply) are what the pool is there to make fast,
+    /// and on a machine with few CPUs a sandbox built beside them takes the CPU they need.
+    /// `unreportedAfter`: when it counts as started even if no one says so.
+    func programStarted(_ process: ObjectIdentifier, unreportedAfter milliseconds: Int = 2 * startingMilliseconds) {
+        let deadline = Self.monotonicNanoseconds() + UInt64(milliseconds) * 1_000_000
+        state.withLock { $0.starting[process] = deadline }
+    }
+
+    /// `process`'s program has ended or had its first moments (the caller then refills).
+    func programSettled(_ process: ObjectIdentifier) {
+        _ = state.withLock { $0.starting.removeValue(forKey: process) }
+    }
+
+    /// For a refill about to build: stops it (true) while a program is starting; that program's
+    /// ``programSettled(_:)`` starts the next. One lock with ``startRefill()``, so that a
+    /// program settling meanwhile always finds the refill either going on or stopped.
+    func stopRefillingWhileProgramsStart() -> Bool {
+        let now = Self.monotonicNanoseconds()
+        return state.withLock { state in
+            // A deadline long past is a settle nobody reported (it is not waited for forever).
+            state.starting = state.starting.filter { $0.value > now }
+            guard !state.starting.isEmpty else { return false }
+            state.refilling = false
+            return true
+        }
+    }
+
+    private static func monotonicNanoseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 
     func setMonitor(_ monitor: EventMonitor) {

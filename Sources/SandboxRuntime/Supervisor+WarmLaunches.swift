@@ -136,12 +136,15 @@ extension Supervisor {
 
     /// Builds what the pool lacks, one sandbox at a time, in the background, each only while
     /// no launch a caller waits for is queued on the spawner thread or under way in a
-    /// pre-built sandbox.
+    /// pre-built sandbox, and no warm launch's program is in its first moments (the refill
+    /// then stops, and that program's settling starts it again).
     func refill() {
         guard pool.startRefill() else { return }
         Task.detached(priority: .background) { [self] in
-            while let next = pool.nextToBuild() {
+            while true {
                 while spawner.isLaunching || pool.isLaunching { try? await Task.sleep(for: .milliseconds(1)) }
+                if pool.stopRefillingWhileProgramsStart() { return }
+                guard let next = pool.nextToBuild() else { return }
                 do {
                     try await prebuild(onShelf: next.shelf, next.configuration, generation: next.generation)
                 } catch {
@@ -151,6 +154,30 @@ extension Supervisor {
                 }
             }
         }
+    }
+
+    /// Holds the refill back while `process`'s program starts (``SandboxPool/programStarted(_:)``):
+    /// until it ends or ``SandboxPool/startingMilliseconds`` have passed, whichever comes first.
+    private func refillOnceSettled(_ process: SandboxedProcess) {
+        let program = ObjectIdentifier(process)
+        let timer = Mutex<EventMonitor.Timer?>(nil)
+        let settled: @Sendable () -> Void = { [pool, self] in
+            // Either way once: the timer's descriptor goes with its first firing or the end.
+            timer.withLock { timer in
+                timer?.cancel()
+                timer = nil
+            }
+            pool.programSettled(program)
+            refill()
+        }
+        pool.programStarted(program)
+        do throws(EventMonitor.Failure) {
+            let armed = try monitor.addTimer(milliseconds: SandboxPool.startingMilliseconds, handler: settled)
+            timer.withLock { $0 = armed }
+        } catch {
+            return settled()  // no timer to spare (the host at its fd limit): refill at once
+        }
+        process.whenEnded { _ in settled() }
     }
 
     /// A warm launch in the pre-built sandbox `ready` (the caller took it from the pool). Nil
@@ -186,6 +213,7 @@ extension Supervisor {
             ready.cgroup?.remove()
             throw error
         }
+        refillOnceSettled(process)
         return process
     }
 }
