@@ -2,6 +2,7 @@ import CSandboxShim
 import Glibc
 import SandboxPolicy
 import SandboxSystem
+import Synchronization
 
 /// One launch, planned on the host before anything of its sandbox exists: what the sandbox is
 /// (its ``Shape``) and, unless it is pre-built, what runs in it.
@@ -176,8 +177,17 @@ struct LaunchPlan {
     /// reads the filter's notifications. The answer is part of the shape: a launch elsewhere
     /// than `/` under a filter without `chdir` takes sandboxes of its own.
     static func payloadCanWait(under filter: CompiledSeccompFilter, workingDirectory: String) -> Bool {
+        let verdict = waitingVerdict(under: filter)
+        return verdict.waits && (verdict.changesDirectory || workingDirectory == "/")
+    }
+
+    /// What ``payloadCanWait(under:workingDirectory:)`` reads of a filter: whether it lets a
+    /// waiting payload wait, and change its directory. Every launch asks (it is part of the
+    /// shape), for the few filters of a host's policies: the answers are kept, the last few.
+    private static func waitingVerdict(under filter: CompiledSeccompFilter) -> (waits: Bool, changesDirectory: Bool) {
+        if let kept = waitingVerdicts.withLock({ $0.first { $0.filter == filter } }) { return (kept.waits, kept.changesDirectory) }
         guard let read = Syscalls.number(of: "read"), let write = Syscalls.number(of: "write"),
-              let exitGroup = Syscalls.number(of: "exit_group"), let chdir = Syscalls.number(of: "chdir") else { return false }
+              let exitGroup = Syscalls.number(of: "exit_group"), let chdir = Syscalls.number(of: "chdir") else { return (false, false) }
         func allows(_ number: Int32, _ arguments: [UInt64]) -> Bool {
             filter.evaluate(syscall: number, arguments: arguments) == SeccompReturn.allow
         }
@@ -187,8 +197,14 @@ struct LaunchPlan {
                 && allows(write, [UInt64(XSB_WAITING_PAYLOAD_STATUS_FD), pointer, UInt64(XSB_PAYLOAD_STATUS_RECORD_SIZE)])
         } && allows(exitGroup, [127])
         let changesDirectory = pointers.allSatisfy { allows(chdir, [$0]) }
-        return waits && (changesDirectory || workingDirectory == "/")
+        waitingVerdicts.withLock { kept in
+            kept.insert((filter, waits, changesDirectory), at: 0)
+            if kept.count > 8 { kept.removeLast() }
+        }
+        return (waits, changesDirectory)
     }
+
+    private static let waitingVerdicts = Mutex<[(filter: CompiledSeccompFilter, waits: Bool, changesDirectory: Bool)]>([])
 
     /// The fds a launch with `config` hands to the spawner thread, in the order the spawner
     /// places them. (nil: more extra fds or detached binds than a launch takes.)
