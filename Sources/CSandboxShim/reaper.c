@@ -61,7 +61,10 @@ void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener
     struct pollfd fds[4] = {
         {.fd = control_fd, .events = POLLIN},
         {.fd = sfd, .events = POLLIN},
-        {.fd = finished_fd, .events = POLLIN},
+        // Once the payload has ended: the receiver's word that it has finished. It usually comes
+        // first, early in the payload's exit; watched before, it would wake us for nothing
+        // while the exit still runs.
+        {.fd = -1, .events = POLLIN},
         // Once the payload has ended: the filter's last user gone (a hang-up).
         {.fd = -1, .events = 0},
     };
@@ -90,9 +93,7 @@ void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener
             _exit(127);
         }
         if (fds[2].revents & POLLIN) {
-            // Read once, never drained: polled again it would make this loop spin, and the
-            // receiver often finishes while the payload is still exiting on this very CPU, which
-            // the spin would then keep from finishing (and from sending the SIGCHLD we wait for).
+            // Never drained: polled again it would make this loop spin.
             receiver_finished = 1;
             fds[2].fd = -1;
         }
@@ -109,6 +110,7 @@ void xsb_init_serve(int control_fd, pid_t payload, int finished_fd, int listener
                     payload_ended = payload_reaped = 1;
                     payload_status = status;
                     deadline = monotonic_ms() + 1000;
+                    if (!receiver_finished) fds[2].fd = finished_fd;
                     fds[3].fd = listener;
                 }
             }

@@ -95,19 +95,34 @@ struct LifecycleTests {
         // Freeing 512 MiB makes the program's exit long. Its filter goes early in that exit, so
         // the init hears that first and then waits for the SIGCHLD. A spin there would burn as
         // long as the exit takes, and, on a shared CPU, keep the exit from finishing.
-        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["memory-bomb", "512"]))
-        let path = "/proc/\(process.pid)/schedstat"
-        // The init's main thread's time on a CPU (ns), first and last seen while it lived.
-        let (first, last) = await offThePool { () -> (UInt64?, UInt64?) in
+        // The init's main thread's time on a CPU (ns), first and last seen while it lived, read
+        // by a thread of its own (started before the launch: a pool's threads may all be busy).
+        let initPID = BlockingValue<pid_t>(), onCPU = BlockingValue<(first: UInt64?, last: UInt64?)>()
+        Thread.detachNewThread {
+            let path = "/proc/\(initPID.wait())/schedstat"
             var first: UInt64?, last: UInt64?
-            while let text = SystemFiles.text(path), let onCPU = text.split(separator: " ").first.flatMap({ UInt64($0) }) {
-                if first == nil { first = onCPU }
-                last = onCPU
+            var buffer = [UInt8](repeating: 0, count: 128)
+            // Until the init is gone (a failure to open for any other reason, such as a moment
+            // when a parallel test holds every fd of this process, is tried again).
+            while true {
+                let fd = open(path, O_RDONLY | O_CLOEXEC)
+                if fd < 0 {
+                    if errno == ENOENT || errno == ESRCH { break }
+                    continue
+                }
+                let count = read(fd, &buffer, buffer.count)
+                close(fd)
+                guard count > 0, let time = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ").first.flatMap({ UInt64($0) }) else { break }
+                if first == nil { first = time }
+                last = time
             }
-            return (first, last)
+            onCPU.set((first, last))
         }
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["memory-bomb", "512"]))
+        initPID.set(process.pid)
         #expect(await process.waitForExit() == .exited(code: 0))
-        let spent = try #require(last) - (try #require(first))
+        let (first, last) = await offThePool { onCPU.wait() }
+        let spent = try #require(last, "the init's schedstat was never read") - (try #require(first))
         #expect(spent < 3_000_000, "the init used \(spent / 1000) µs of CPU while its program ran and ended")
     }
 
