@@ -21,10 +21,24 @@ struct LaunchPlan {
         let executable: String
         let identity: HostIdentity
         let initExecutable: InitExecutable
+        /// What of the configuration the pool's key takes besides the above.
+        private let policy: Policy
+        private let hostname: String
+        private let audit: Bool
+        private let sandboxUID: UInt32
+        private let sandboxGID: UInt32
+        private let workingDirectory: String
+
         /// A pre-built sandbox of this shape starts its payload with the shape, to wait for the
         /// launch with its filter loaded (``LaunchPlan/payloadCanWait(under:workingDirectory:)``).
-        let payloadWaits: Bool
-        let key: SandboxPool.Key
+        /// Asked only where a pool is involved: a one-shot launch never needs it.
+        var payloadWaits: Bool { LaunchPlan.payloadCanWait(under: filter, workingDirectory: workingDirectory) }
+
+        var key: SandboxPool.Key {
+            SandboxPool.Key(
+                policy: policy, filter: filter, plan: plan, hostname: hostname, audit: audit,
+                sandboxUID: sandboxUID, sandboxGID: sandboxGID, identity: identity, payloadWaits: payloadWaits)
+        }
 
         /// The shape of `configuration`, with the filter and the init the supervisor found for it.
         init(_ configuration: SandboxConfiguration, filter: CompiledSeccompFilter, initExecutable: InitExecutable) throws(SandboxError) {
@@ -42,11 +56,12 @@ struct LaunchPlan {
             self.executable = executable
             self.identity = identity
             self.initExecutable = initExecutable
-            payloadWaits = LaunchPlan.payloadCanWait(under: filter, workingDirectory: configuration.workingDirectory)
-            key = SandboxPool.Key(
-                policy: configuration.policy, filter: filter, plan: plan, hostname: configuration.hostname,
-                audit: configuration.auditSeccomp, sandboxUID: configuration.sandboxUID, sandboxGID: configuration.sandboxGID, identity: identity,
-                payloadWaits: payloadWaits)
+            policy = configuration.policy
+            hostname = configuration.hostname
+            audit = configuration.auditSeccomp
+            sandboxUID = configuration.sandboxUID
+            sandboxGID = configuration.sandboxGID
+            workingDirectory = configuration.workingDirectory
         }
 
         /// The path to exec inside: the given one if a bind exposes it, else its real path, bound
