@@ -200,7 +200,13 @@ struct LaunchPlan {
     /// waiting payload wait, and change its directory. Every launch asks (it is part of the
     /// shape), for the few filters of a host's policies: the answers are kept, the last few.
     private static func waitingVerdict(under filter: CompiledSeccompFilter) -> (waits: Bool, changesDirectory: Bool) {
-        if let kept = waitingVerdicts.withLock({ $0.first { $0.filter == filter } }) { return (kept.waits, kept.changesDirectory) }
+        let kept = waitingVerdicts.withLock { kept -> (waits: Bool, changesDirectory: Bool)? in
+            guard let index = kept.firstIndex(where: { $0.filter == filter }) else { return nil }
+            let hit = kept.remove(at: index)
+            kept.insert(hit, at: 0)
+            return (hit.waits, hit.changesDirectory)
+        }
+        if let kept { return kept }
         guard let read = Syscalls.number(of: "read"), let write = Syscalls.number(of: "write"),
               let exitGroup = Syscalls.number(of: "exit_group"), let chdir = Syscalls.number(of: "chdir") else { return (false, false) }
         func allows(_ number: Int32, _ arguments: [UInt64]) -> Bool {
@@ -213,6 +219,7 @@ struct LaunchPlan {
         } && allows(exitGroup, [127])
         let changesDirectory = pointers.allSatisfy { allows(chdir, [$0]) }
         waitingVerdicts.withLock { kept in
+            guard !kept.contains(where: { $0.filter == filter }) else { return }  // another thread's meanwhile
             kept.insert((filter, waits, changesDirectory), at: 0)
             if kept.count > 8 { kept.removeLast() }
         }

@@ -122,9 +122,21 @@ final class SandboxPool: Sendable {
     private struct State {
         var shelves: [Shelf] = []
         var refilling = false
-        /// Programs of warm launches in their first moments (see ``programStarted(_:)``), with
-        /// the monotonic time (ns) after which each counts as started even if no one said so.
+        /// Programs of warm launches in their first moments (see
+        /// ``programStarted(_:unreportedAfter:)``), with the monotonic time (ns) after which each
+        /// counts as started even if no one said so.
         var starting: [ObjectIdentifier: UInt64] = [:]
+
+        /// Whether a refill waits for starting programs now: while one is in its first moments,
+        /// unless a shelf it would build for has none ready (the next launch of that shape would
+        /// be cold: building now is better than holding back, and a steady stream of launches
+        /// must not keep the pool empty).
+        mutating func holdsRefill(at now: UInt64) -> Bool {
+            // A deadline long past is a settle nobody reported (it is not waited for forever).
+            starting = starting.filter { $0.value > now }
+            guard !starting.isEmpty else { return false }
+            return !shelves.contains { $0.ready.isEmpty && $0.building < $0.target }
+        }
         /// Bumped by a drain: what was being built before it is discarded when done.
         var generation = 0
         /// Numbers shelves and reservations.
@@ -279,10 +291,12 @@ final class SandboxPool: Sendable {
         }
     }
 
-    /// Whether a refill should start (none runs yet); marks one as running.
+    /// Whether a refill should start (none runs yet, and none is held for a starting program:
+    /// ``programStarted(_:unreportedAfter:)``); marks one as running.
     func startRefill() -> Bool {
-        state.withLock { state in
-            guard !state.refilling else { return false }
+        let now = Self.monotonicNanoseconds()
+        return state.withLock { state in
+            guard !state.refilling, !state.holdsRefill(at: now) else { return false }
             state.refilling = true
             return true
         }
@@ -345,16 +359,18 @@ final class SandboxPool: Sendable {
         state.withLock { $0.refilling = false }
     }
 
-    /// How long a warm launch's program counts as starting, at most.
-    static let startingMilliseconds = 10
+    /// How long a warm launch's program counts as starting, at most (milliseconds; a test may
+    /// lengthen it).
+    let startingMilliseconds = Atomic<Int>(10)
 
     /// `process`'s program was just exec'd in a pre-built sandbox. Until ``programSettled(_:)``
-    /// (its end, or ``startingMilliseconds`` later) no refill builds: a program's first moments
-    /// (a runtime starting, an extension's first reply) are what the pool is there to make fast,
-    /// and on a machine with few CPUs a sandbox built beside them takes the CPU they need.
-    /// `unreportedAfter`: when it counts as started even if no one says so.
-    func programStarted(_ process: ObjectIdentifier, unreportedAfter milliseconds: Int = 2 * startingMilliseconds) {
-        let deadline = Self.monotonicNanoseconds() + UInt64(milliseconds) * 1_000_000
+    /// (its end, or ``startingMilliseconds`` later, which the caller reports) no refill builds
+    /// while the shelves it would build for still have a sandbox ready: a program's first
+    /// moments (a runtime starting, an extension's first reply) are what the pool is there to
+    /// make fast, and on a machine with few CPUs a sandbox built beside them takes the CPU they
+    /// need. After twice that time it counts as settled even if no one said so.
+    func programStarted(_ process: ObjectIdentifier) {
+        let deadline = Self.monotonicNanoseconds() + UInt64(2 * startingMilliseconds.load(ordering: .relaxed)) * 1_000_000
         state.withLock { $0.starting[process] = deadline }
     }
 
@@ -363,15 +379,19 @@ final class SandboxPool: Sendable {
         _ = state.withLock { $0.starting.removeValue(forKey: process) }
     }
 
-    /// For a refill about to build: stops it (true) while a program is starting; that program's
-    /// ``programSettled(_:)`` starts the next. One lock with ``startRefill()``, so that a
-    /// program settling meanwhile always finds the refill either going on or stopped.
+    /// How many programs of warm launches count as starting.
+    var programsStarting: Int {
+        let now = Self.monotonicNanoseconds()
+        return state.withLock { state in state.starting.values.filter { $0 > now }.count }
+    }
+
+    /// For a refill about to build: stops it (true) while it is held for a starting program;
+    /// that program's ``programSettled(_:)`` starts the next. One lock with ``startRefill()``,
+    /// so that a program settling meanwhile always finds the refill either going on or stopped.
     func stopRefillingWhileProgramsStart() -> Bool {
         let now = Self.monotonicNanoseconds()
         return state.withLock { state in
-            // A deadline long past is a settle nobody reported (it is not waited for forever).
-            state.starting = state.starting.filter { $0.value > now }
-            guard !state.starting.isEmpty else { return false }
+            guard state.holdsRefill(at: now) else { return false }
             state.refilling = false
             return true
         }

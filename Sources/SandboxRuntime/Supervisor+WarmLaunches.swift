@@ -160,20 +160,30 @@ extension Supervisor {
     /// until it ends or ``SandboxPool/startingMilliseconds`` have passed, whichever comes first.
     private func refillOnceSettled(_ process: SandboxedProcess) {
         let program = ObjectIdentifier(process)
-        let timer = Mutex<EventMonitor.Timer?>(nil)
+        // The timer, and whether the program has settled: either way once, and the timer's
+        // descriptor goes with whichever comes first (or at once, if it settled before the
+        // timer was kept here).
+        let watch = Mutex<(timer: EventMonitor.Timer?, settled: Bool)>((nil, false))
         let settled: @Sendable () -> Void = { [pool, self] in
-            // Either way once: the timer's descriptor goes with its first firing or the end.
-            timer.withLock { timer in
-                timer?.cancel()
-                timer = nil
+            let first = watch.withLock { watch -> (Bool, EventMonitor.Timer?) in
+                defer { watch = (nil, true) }
+                return (!watch.settled, watch.timer)
             }
+            // Cancelled outside the lock: a cancel waits for a running handler, which may be
+            // this very closure waiting for the lock on the monitor thread.
+            first.1?.cancel()
+            guard first.0 else { return }
             pool.programSettled(program)
             refill()
         }
         pool.programStarted(program)
         do throws(EventMonitor.Failure) {
-            let armed = try monitor.addTimer(milliseconds: SandboxPool.startingMilliseconds, handler: settled)
-            timer.withLock { $0 = armed }
+            let armed = try monitor.addTimer(milliseconds: pool.startingMilliseconds.load(ordering: .relaxed), handler: settled)
+            let late = watch.withLock { watch -> Bool in
+                if !watch.settled { watch.timer = armed }
+                return watch.settled
+            }
+            if late { armed.cancel() }
         } catch {
             return settled()  // no timer to spare (the host at its fd limit): refill at once
         }

@@ -296,38 +296,47 @@ struct SandboxPoolTests {
     func refillWaitsForStartingProgram() async throws {
         let supervisor = try Self.supervisor()
         defer { Task { await supervisor.drainPool() } }
-        let shape = try Self.shell("")
-        try await supervisor.prepare(shape, count: 1)
-        let taken = try #require(supervisor.pool.take(try supervisor.shape(of: shape).key))
-        supervisor.pool.launchEnded()
-        taken.discard()
-        // A program starting, for as long as this test says (a warm launch's timer or end would).
-        let program = ObjectIdentifier(taken)
-        supervisor.pool.programStarted(program, unreportedAfter: 600_000)
-        supervisor.refill()
+        // First moments long enough to look at.
+        supervisor.pool.startingMilliseconds.store(2_000, ordering: .relaxed)
+        var shape = try Self.shell("")
+        try await supervisor.prepare(shape, count: 2)
+        shape.arguments = ["sh", "-c", "sleep 600", "sh"]
+        let running = try await supervisor.launch(shape)
+        defer { running.kill() }
+        #expect(supervisor.pool.programsStarting == 1, "the warm launch's program counts as starting")
         try await Task.sleep(for: .milliseconds(300))
-        #expect(supervisor.poolStatus.ready == 0 && supervisor.poolStatus.building == 0,
+        #expect(supervisor.poolStatus.ready == 1 && supervisor.poolStatus.building == 0,
                 "nothing is built beside the starting program: \(supervisor.poolStatus)")
-        supervisor.pool.programSettled(program)
-        supervisor.refill()
-        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 }, "the refill goes on once the program has settled")
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 2 }, "refilled once its first moments are over")
+        #expect(supervisor.pool.programsStarting == 0)
     }
 
-    @Test("a warm launch's replacement is built while its program still runs (its first moments over), and after it ends")
-    func refillAfterWarmLaunches() async throws {
+    @Test("a program's first moments hold no refill for a shape with none ready: its next launch would be cold")
+    func emptyShelfIsRefilledAtOnce() async throws {
         let supervisor = try Self.supervisor()
         defer { Task { await supervisor.drainPool() } }
+        supervisor.pool.startingMilliseconds.store(60_000, ordering: .relaxed)
         var shape = try Self.shell("")
         try await supervisor.prepare(shape, count: 1)
         shape.arguments = ["sh", "-c", "sleep 600", "sh"]
         let running = try await supervisor.launch(shape)
         defer { running.kill() }
-        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 }, "refilled while the program runs: \(supervisor.poolStatus)")
+        #expect(supervisor.pool.programsStarting == 1)
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 }, "the empty shelf is refilled while the program starts")
+    }
+
+    @Test("a warm launch's replacement is built after its program ends")
+    func refillAfterTheProgramEnds() async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        supervisor.pool.startingMilliseconds.store(60_000, ordering: .relaxed)
+        var shape = try Self.shell("")
+        try await supervisor.prepare(shape, count: 2)
         shape.arguments = ["sh", "-c", "exit 3", "sh"]
         let ending = try await supervisor.launch(shape)
         #expect(await ending.waitForExit() == .exited(code: 3))
-        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 }, "refilled after the program ended: \(supervisor.poolStatus)")
-        #expect(supervisor.pool.stopRefillingWhileProgramsStart() == false, "no program counts as starting any more")
+        #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 2 }, "refilled after the program ended: \(supervisor.poolStatus)")
+        #expect(supervisor.pool.programsStarting == 0)
     }
 
     @Test("draining the pool leaves no process, fd or cgroup behind")
