@@ -292,17 +292,23 @@ struct SandboxPoolTests {
         #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 2 }, "the refill goes on once the launch has its answer")
     }
 
+    /// A supervisor of its own, keeping `prepared` sandboxes of a shell's shape and holding its
+    /// refill for `holdMilliseconds` while a warm launch's program starts, and a warm launch of
+    /// `script` in it (the caller drains the pool).
+    static func warmLaunch(_ script: String, prepared: Int, holdMilliseconds: Int) async throws -> (Supervisor, SandboxedProcess) {
+        let supervisor = try Self.supervisor()
+        supervisor.pool.startingMilliseconds.store(holdMilliseconds, ordering: .relaxed)
+        var shape = try Self.shell("")
+        try await supervisor.prepare(shape, count: prepared)
+        shape.arguments = ["sh", "-c", script, "sh"]
+        return (supervisor, try await supervisor.launch(shape))
+    }
+
     @Test("a refill builds nothing while a warm launch's program starts, and goes on once it has settled")
     func refillWaitsForStartingProgram() async throws {
-        let supervisor = try Self.supervisor()
-        defer { Task { await supervisor.drainPool() } }
         // First moments long enough to look at.
-        supervisor.pool.startingMilliseconds.store(2_000, ordering: .relaxed)
-        var shape = try Self.shell("")
-        try await supervisor.prepare(shape, count: 2)
-        shape.arguments = ["sh", "-c", "sleep 600", "sh"]
-        let running = try await supervisor.launch(shape)
-        defer { running.kill() }
+        let (supervisor, running) = try await Self.warmLaunch("sleep 600", prepared: 2, holdMilliseconds: 2_000)
+        defer { running.kill(); Task { await supervisor.drainPool() } }
         #expect(supervisor.pool.programsStarting == 1, "the warm launch's program counts as starting")
         try await Task.sleep(for: .milliseconds(300))
         #expect(supervisor.poolStatus.ready == 1 && supervisor.poolStatus.building == 0,
@@ -313,27 +319,16 @@ struct SandboxPoolTests {
 
     @Test("a program's first moments hold no refill for a shape with none ready: its next launch would be cold")
     func emptyShelfIsRefilledAtOnce() async throws {
-        let supervisor = try Self.supervisor()
-        defer { Task { await supervisor.drainPool() } }
-        supervisor.pool.startingMilliseconds.store(60_000, ordering: .relaxed)
-        var shape = try Self.shell("")
-        try await supervisor.prepare(shape, count: 1)
-        shape.arguments = ["sh", "-c", "sleep 600", "sh"]
-        let running = try await supervisor.launch(shape)
-        defer { running.kill() }
+        let (supervisor, running) = try await Self.warmLaunch("sleep 600", prepared: 1, holdMilliseconds: 60_000)
+        defer { running.kill(); Task { await supervisor.drainPool() } }
         #expect(supervisor.pool.programsStarting == 1)
         #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 }, "the empty shelf is refilled while the program starts")
     }
 
     @Test("a warm launch's replacement is built after its program ends")
     func refillAfterTheProgramEnds() async throws {
-        let supervisor = try Self.supervisor()
+        let (supervisor, ending) = try await Self.warmLaunch("exit 3", prepared: 2, holdMilliseconds: 60_000)
         defer { Task { await supervisor.drainPool() } }
-        supervisor.pool.startingMilliseconds.store(60_000, ordering: .relaxed)
-        var shape = try Self.shell("")
-        try await supervisor.prepare(shape, count: 2)
-        shape.arguments = ["sh", "-c", "exit 3", "sh"]
-        let ending = try await supervisor.launch(shape)
         #expect(await ending.waitForExit() == .exited(code: 3))
         #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 2 }, "refilled after the program ended: \(supervisor.poolStatus)")
         #expect(supervisor.pool.programsStarting == 0)
