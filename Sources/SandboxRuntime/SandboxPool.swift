@@ -123,7 +123,7 @@ final class SandboxPool: Sendable {
         var shelves: [Shelf] = []
         var refilling = false
         /// Programs of warm launches in their first moments (see
-        /// ``programStarted(_:unreportedAfter:)``), with the monotonic time (ns) after which each
+        /// ``programStarted(_:)``), with the monotonic time (ns) after which each
         /// counts as started even if no one said so.
         var starting: [ObjectIdentifier: UInt64] = [:]
 
@@ -292,7 +292,7 @@ final class SandboxPool: Sendable {
     }
 
     /// Whether a refill should start (none runs yet, and none is held for a starting program:
-    /// ``programStarted(_:unreportedAfter:)``); marks one as running.
+    /// ``programStarted(_:)``); marks one as running.
     func startRefill() -> Bool {
         let now = Self.monotonicNanoseconds()
         return state.withLock { state in
