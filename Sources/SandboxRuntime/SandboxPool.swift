@@ -127,15 +127,24 @@ final class SandboxPool: Sendable {
         /// counts as started even if no one said so.
         var starting: [ObjectIdentifier: UInt64] = [:]
 
-        /// Whether a refill waits for starting programs now: while one is in its first moments,
-        /// unless a shelf it would build for has none ready (the next launch of that shape would
-        /// be cold: building now is better than holding back, and a steady stream of launches
-        /// must not keep the pool empty).
-        mutating func holdsRefill(at now: UInt64) -> Bool {
+        /// Since when refills have been held back (nil: they are not).
+        var heldSince: UInt64?
+
+        /// Whether a refill waits for starting programs now: while one is in its first moments.
+        /// A shelf with none ready (whose next launch would be cold) waits at most
+        /// `emptyShelfHold` in all, so that a steady stream of launches never keeps it empty.
+        mutating func holdsRefill(at now: UInt64, emptyShelfHold: UInt64) -> Bool {
             // A deadline long past is a settle nobody reported (it is not waited for forever).
             starting = starting.filter { $0.value > now }
-            guard !starting.isEmpty else { return false }
-            return !shelves.contains { $0.ready.isEmpty && $0.building < $0.target }
+            guard !starting.isEmpty else {
+                heldSince = nil
+                return false
+            }
+            let since = heldSince ?? now
+            heldSince = since
+            // (The hold's start stays until no program starts: past it, an empty shelf is built
+            // for at every check, until it has one ready.)
+            return now - since < emptyShelfHold || !shelves.contains { $0.ready.isEmpty && $0.building < $0.target }
         }
         /// Bumped by a drain: what was being built before it is discarded when done.
         var generation = 0
@@ -296,7 +305,7 @@ final class SandboxPool: Sendable {
     func startRefill() -> Bool {
         let now = Self.monotonicNanoseconds()
         return state.withLock { state in
-            guard !state.refilling, !state.holdsRefill(at: now) else { return false }
+            guard !state.refilling, !state.holdsRefill(at: now, emptyShelfHold: emptyShelfHold) else { return false }
             state.refilling = true
             return true
         }
@@ -363,12 +372,16 @@ final class SandboxPool: Sendable {
     /// lengthen it).
     let startingMilliseconds = Atomic<Int>(10)
 
+    /// How long a shelf with none ready waits for starting programs, at most (the same as a
+    /// program's first moments).
+    private var emptyShelfHold: UInt64 { UInt64(startingMilliseconds.load(ordering: .relaxed)) * 1_000_000 }
+
     /// `process`'s program was just exec'd in a pre-built sandbox. Until ``programSettled(_:)``
     /// (its end, or ``startingMilliseconds`` later, which the caller reports) no refill builds
-    /// while the shelves it would build for still have a sandbox ready: a program's first
-    /// moments (a runtime starting, an extension's first reply) are what the pool is there to
-    /// make fast, and on a machine with few CPUs a sandbox built beside them takes the CPU they
-    /// need. After twice that time it counts as settled even if no one said so.
+    /// (a shelf with none ready waits that long at most): a program's first moments (a runtime
+    /// starting, an extension's first reply) are what the pool is there to make fast, and on a
+    /// machine with few CPUs a sandbox built beside them takes the CPU they need. After twice
+    /// that time it counts as settled even if no one said so.
     func programStarted(_ process: ObjectIdentifier) {
         let deadline = Self.monotonicNanoseconds() + UInt64(2 * startingMilliseconds.load(ordering: .relaxed)) * 1_000_000
         state.withLock { $0.starting[process] = deadline }
@@ -391,7 +404,7 @@ final class SandboxPool: Sendable {
     func stopRefillingWhileProgramsStart() -> Bool {
         let now = Self.monotonicNanoseconds()
         return state.withLock { state in
-            guard state.holdsRefill(at: now) else { return false }
+            guard state.holdsRefill(at: now, emptyShelfHold: emptyShelfHold) else { return false }
             state.refilling = false
             return true
         }
