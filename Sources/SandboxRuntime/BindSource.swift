@@ -23,24 +23,40 @@ enum BindSource {
     /// The symlink-free path of `path` (absolute), or an error naming the untrusted symlink.
     /// `errorNumber` is ENOENT when something on the way does not exist.
     static func resolve(_ path: String) throws(SandboxError) -> String {
-        var resolved: [Substring] = []
+        try resolved(path).path
+    }
+
+    /// ``resolve(_:)``, with what `lstat` said of the last component on the walk (no symlink).
+    static func resolved(_ path: String) throws(SandboxError) -> (path: String, info: stat) {
+        // The walk so far, "" for the root, and what it was before each component.
+        var resolved = ""
+        var earlier: [String] = []
         var pending: [Substring] = path.split(separator: "/").reversed()
         var links = 0
+        // What lstat said of `resolved`, unless the last step went up or through a symlink.
+        var info = stat()
+        var infoIsCurrent = false
         while let component = pending.popLast() {
             if component == "." { continue }
             if component == ".." {
-                _ = resolved.popLast()  // every resolved component is a real directory
+                // Every resolved component is a real directory; the root's parent is the root.
+                if let parent = earlier.popLast() {
+                    resolved = parent
+                    infoIsCurrent = false
+                }
                 continue
             }
-            let candidate = "/" + (resolved + [component]).joined(separator: "/")
-            var info = stat()
+            let candidate = resolved + "/" + component
             guard lstat(candidate, &info) == 0 else {
                 throw failure(errno, "bind source \(path)" + (candidate == path ? "" : " (at \(candidate))"))
             }
             guard (info.st_mode & S_IFMT) == S_IFLNK else {
-                resolved.append(component)
+                earlier.append(resolved)
+                resolved = candidate
+                infoIsCurrent = true
                 continue
             }
+            infoIsCurrent = false
             guard info.st_uid == 0 else {
                 throw SandboxError(
                     step: .configuration, errorNumber: EPERM,
@@ -51,10 +67,15 @@ enum BindSource {
             guard links <= maximumLinks, let text = SystemFiles.linkTarget(candidate) else {
                 throw failure(links > maximumLinks ? ELOOP : errno, "bind source \(path) (at \(candidate))")
             }
-            if text.hasPrefix("/") { resolved.removeAll() }
+            if text.hasPrefix("/") {
+                resolved = ""
+                earlier.removeAll()
+            }
             pending.append(contentsOf: text.split(separator: "/").reversed())
         }
-        return "/" + resolved.joined(separator: "/")
+        let final = resolved.isEmpty ? "/" : resolved
+        if !infoIsCurrent, lstat(final, &info) != 0 { throw failure(errno, "bind source \(path) (at \(final))") }
+        return (final, info)
     }
 
     private static func failure(_ errorNumber: Int32, _ detail: String) -> SandboxError {

@@ -51,40 +51,46 @@ struct MountPlan: Equatable {
         // Parents before children, whatever order the policy and the caller gave: a bind at
         // /w/x must land inside the mount at /w, not under it. Stable, so equal depths keep
         // their order (a later bind of the same path wins).
-        operations = operations.enumerated().sorted { a, b in
-            let (da, db) = (Self.depth(a.element), Self.depth(b.element))
-            return da != db ? da < db : a.offset < b.offset
-        }.map(\.element)
+        operations = operations.enumerated().map { (depth: Self.depth($0.element), offset: $0.offset, operation: $0.element) }
+            .sorted { a, b in a.depth != b.depth ? a.depth < b.depth : a.offset < b.offset }
+            .map(\.operation)
         // A host symlink recreated at its own path (/etc/localtime) that a bind of the same host
         // tree shows already (a policy adds /etc): the bind has it, and making it again fails.
         operations = operations.filter { operation in
             guard case .symlink(let target, _) = operation, let covering = coveringBind(of: target) else { return true }
-            return covering.source + target.dropFirst(covering.target.count) != target
+            return Self.hostPath(of: target, under: covering) != target
         }
-        let boundTargets = Set(operations.compactMap { op -> String? in
-            if case .bind(_, let target, _, _, _) = op { return target }
-            return nil
-        })
+        func isBound(_ path: String) -> Bool {
+            operations.contains { operation in
+                if case .bind(_, let target, _, _, _) = operation { return target == path }
+                return false
+            }
+        }
         let files = [
             ("/etc/passwd", "sandbox:x:\(uid):\(gid):extsandbox:/tmp:/bin/sh\n"),
             ("/etc/group", "sandbox:x:\(gid):\n"),
             ("/etc/hostname", "\(hostname)\n"),
             ("/etc/hosts", "127.0.0.1\tlocalhost \(hostname)\n::1\tlocalhost\n"),
         ]
-        for (path, contents) in files where !boundTargets.contains(path) && !boundTargets.contains("/etc") {
+        for (path, contents) in files where !isBound(path) && !isBound("/etc") {
             operations.append(.file(target: path, contents: contents))
         }
         nestedMountPoints = operations.compactMap { operation -> String? in
             guard case .bind(_, let target, _, _, _) = operation, let covering = coveringBind(of: target),
                   !hasMask(below: covering.target) else { return nil }
-            return covering.source + target.dropFirst(covering.target.count)
+            return Self.hostPath(of: target, under: covering)
         }
+    }
+
+    /// Where on the host `target` is, shown by a bind of `bind.source` at `bind.target` above it.
+    private static func hostPath(of target: String, under bind: (source: String, target: String)) -> String {
+        bind.source + String(Substring(target.utf8.dropFirst(bind.target.utf8.count)))
     }
 
     /// The deepest bind that shows `target` below its own target (nil: none).
     private func coveringBind(of target: String) -> (source: String, target: String)? {
         var best: (source: String, target: String)?
-        for case .bind(let source, let bindTarget, _, _, _) in operations where target.hasPrefix(bindTarget + "/") {
+        for case .bind(let source, let bindTarget, _, _, _) in operations where FilePaths.isBelow(target, bindTarget) {
             if best == nil || bindTarget.count > best!.target.count { best = (source, bindTarget) }
         }
         return best
@@ -95,7 +101,7 @@ struct MountPlan: Equatable {
     private func hasMask(below target: String) -> Bool {
         operations.contains { operation in
             switch operation {
-            case .mask(let maskTarget, _), .absentMask(let maskTarget): return maskTarget.hasPrefix(target + "/")
+            case .mask(let maskTarget, _), .absentMask(let maskTarget): return FilePaths.isBelow(maskTarget, target)
             default: return false
             }
         }
@@ -135,15 +141,11 @@ struct MountPlan: Equatable {
             }
             // The shim follows no symlink (a sandbox could have planted one): hand it a path
             // without any, through root-owned symlinks only.
-            let real: String
+            let real: String, info: stat
             do {
-                real = try BindSource.resolve(source)
+                (real, info) = try BindSource.resolved(source)
             } catch where optional && error.errorNumber == ENOENT {
                 return
-            }
-            var info = stat()
-            guard lstat(real, &info) == 0 else {
-                throw SandboxError(step: .bindMount, errorNumber: errno, detail: "bind source \(source)")
             }
             let kind = info.st_mode & S_IFMT
             // Device nodes only come from the shim's fixed /dev list: a policy must not hand a
@@ -166,7 +168,7 @@ struct MountPlan: Equatable {
         switch operation {
         case .bind(_, let t, _, _, _), .tmpfs(let t, _), .symlink(let t, _), .file(let t, _), .mask(let t, _), .absentMask(let t): target = t
         }
-        return target.split(separator: "/").count
+        return FilePaths.componentCount(target)
     }
 
     /// A masked path is hidden where a bind would show it; a path no bind shows is not visible
@@ -176,7 +178,7 @@ struct MountPlan: Equatable {
         let target = try Self.checkedDestination(path)
         var best: (source: String, target: String)?
         for case .bind(let source, let bindTarget, _, _, _) in operations
-        where target == bindTarget || target.hasPrefix(bindTarget + "/") {
+        where target == bindTarget || FilePaths.isBelow(target, bindTarget) {
             if best == nil || bindTarget.count > best!.target.count { best = (source, bindTarget) }
         }
         guard let best, target != best.target else {
@@ -185,7 +187,7 @@ struct MountPlan: Equatable {
             }
             return
         }
-        let hostPath = best.source + target.dropFirst(best.target.count)
+        let hostPath = Self.hostPath(of: target, under: best)
         var info = stat()
         guard lstat(hostPath, &info) == 0 else {
             // Nothing to place where nothing is, but the way to it is still split, so that
@@ -200,13 +202,20 @@ struct MountPlan: Equatable {
     }
 
     /// Destinations are absolute, normalized, and never replace what the shim itself provides.
+    /// Compared byte by byte, as the kernel compares paths.
     static func checkedDestination(_ path: String) throws(SandboxError) -> String {
-        let parts = path.split(separator: "/", omittingEmptySubsequences: true)
-        guard path.hasPrefix("/"), !parts.contains(".."), !parts.contains(".") else {
-            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "mount destination \(path) must be an absolute path without . or ..")
+        let normalized: String
+        if FilePaths.isNormalizedAbsolute(path) {
+            normalized = path
+        } else {
+            let parts = path.utf8.split(separator: UInt8(ascii: "/"))
+            guard path.utf8.first == UInt8(ascii: "/"),
+                  !parts.contains(where: { $0.elementsEqual("..".utf8) || $0.elementsEqual(".".utf8) }) else {
+                throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "mount destination \(path) must be an absolute path without . or ..")
+            }
+            normalized = "/" + parts.map { String(Substring($0)) }.joined(separator: "/")
         }
-        let normalized = "/" + parts.joined(separator: "/")
-        if normalized == "/" || normalized == "/proc" || normalized.hasPrefix("/proc/") || normalized == "/dev" || normalized.hasPrefix("/dev/") {
+        if normalized == "/" || normalized == "/proc" || FilePaths.isBelow(normalized, "/proc") || normalized == "/dev" || FilePaths.isBelow(normalized, "/dev") {
             throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "mount destination \(normalized) is reserved (the sandbox provides /, /proc and /dev itself)")
         }
         return normalized
@@ -216,7 +225,7 @@ struct MountPlan: Equatable {
     func exposes(hostPath path: String) -> Bool {
         for op in operations {
             if case .bind(let source, let target, _, _, _) = op, source == target,
-               path == source || path.hasPrefix(source.hasSuffix("/") ? source : source + "/") {
+               path == source || FilePaths.isBelow(path, source) {
                 return true
             }
         }

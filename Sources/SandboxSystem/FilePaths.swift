@@ -16,4 +16,45 @@ package enum FilePaths {
     package static func join(_ directory: String, _ name: String) -> String {
         directory.isEmpty ? name : directory.hasSuffix("/") ? directory + name : directory + "/" + name
     }
+
+    /// Whether `path` lies strictly below `directory`: "/usr/lib" is below "/usr", "/usrx" and
+    /// "/usr" are not. Bytes are compared, as the kernel compares them. `directory` has no
+    /// trailing slash, except "/" itself, below which every other absolute path lies.
+    package static func isBelow(_ path: String, _ directory: String) -> Bool {
+        let (p, d) = (path.utf8, directory.utf8)
+        guard p.count > d.count, p.starts(with: d) else { return false }
+        return d.last == UInt8(ascii: "/") || p[p.index(p.startIndex, offsetBy: d.count)] == UInt8(ascii: "/")
+    }
+
+    /// How many components `path` has, empty ones not counted: 2 for "/usr/lib" and "usr//lib/".
+    package static func componentCount(_ path: String) -> Int {
+        var count = 0
+        var previous = UInt8(ascii: "/")
+        for byte in path.utf8 {
+            if byte != UInt8(ascii: "/") && previous == UInt8(ascii: "/") { count += 1 }
+            previous = byte
+        }
+        return count
+    }
+
+    /// Whether `path` is absolute and normalized: no empty component ("//", a trailing "/"), no
+    /// "." or "..", and not "/" itself. Such a path needs no rewriting.
+    package static func isNormalizedAbsolute(_ path: String) -> Bool {
+        let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
+        var bytes = path.utf8.makeIterator()
+        guard bytes.next() == slash else { return false }
+        // Each component's length and whether it is only dots so far.
+        var length = 0, onlyDots = true
+        while let byte = bytes.next() {
+            if byte == slash {
+                if length == 0 || (onlyDots && length <= 2) { return false }
+                length = 0
+                onlyDots = true
+            } else {
+                length += 1
+                onlyDots = onlyDots && byte == dot
+            }
+        }
+        return length > 0 && !(onlyDots && length <= 2)
+    }
 }

@@ -1,0 +1,32 @@
+import SandboxSystem
+import Testing
+
+@Suite("File paths")
+struct FilePathsTests {
+    @Test("below a directory: strictly, byte by byte, at a component boundary", arguments: [
+        ("/usr/lib", "/usr", true), ("/usr/lib/x", "/usr", true), ("/usr", "/usr", false), ("/usrx", "/usr", false),
+        ("/us", "/usr", false), ("/usr/", "/usr", true), ("/a", "/", true), ("/", "/", false),
+        // A combining mark after the slash is a character of its own with the slash, but the
+        // kernel sees "/proc/" followed by bytes: below it.
+        ("/proc/\u{301}x", "/proc", true), ("/e\u{301}/x", "/\u{e9}", false),
+    ])
+    func below(path: String, directory: String, expected: Bool) {
+        #expect(FilePaths.isBelow(path, directory) == expected)
+    }
+
+    @Test("components are counted without empty ones", arguments: [
+        ("/", 0), ("", 0), ("/usr", 1), ("/usr/lib", 2), ("usr//lib/", 2), ("//a///b//c", 3),
+    ])
+    func components(path: String, expected: Int) {
+        #expect(FilePaths.componentCount(path) == expected)
+    }
+
+    @Test("a normalized absolute path has no empty, . or .. component and is not /", arguments: [
+        ("/usr", true), ("/usr/lib", true), ("/.hidden", true), ("/a/...", true), ("/a/.b", true), ("/a/b.", true),
+        ("/", false), ("", false), ("usr", false), ("/usr/", false), ("//usr", false), ("/usr//lib", false),
+        ("/.", false), ("/..", false), ("/a/./b", false), ("/a/../b", false), ("/a/..", false),
+    ])
+    func normalized(path: String, expected: Bool) {
+        #expect(FilePaths.isNormalizedAbsolute(path) == expected)
+    }
+}
