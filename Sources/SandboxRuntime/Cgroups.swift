@@ -29,52 +29,60 @@ struct CgroupSupport: Sendable {
     static func detect() -> CgroupSupport? {
         guard let mountinfo = SystemFiles.text("/proc/self/mountinfo"), let membership = SystemFiles.text("/proc/self/cgroup")
         else { return nil }
-        // Only three controllers' entries matter, so no table keyed by name (whose first use
-        // would look up String's Hashable conformance across every conformance record).
-        var ownV2: String?, ownMemory: String?, ownPids: String?
-        for line in membership.split(separator: "\n") {
-            let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            guard fields.count == 3 else { continue }
-            if fields[1].isEmpty { ownV2 = String(fields[2]) }
-            for controller in fields[1].split(separator: ",") {
-                if controller == "memory" { ownMemory = String(fields[2]) }
-                if controller == "pids" { ownPids = String(fields[2]) }
-            }
-        }
-        var v2Mount: (point: String, root: String)?
-        var memoryMount: (point: String, root: String)?, pidsMount: (point: String, root: String)?
-        for line in mountinfo.split(separator: "\n") {
-            // Fields before the lone "-" are the mount's; after it: fs type, source, super options.
-            let fields = line.split(separator: " ")
-            guard let dash = fields.firstIndex(of: "-") else { continue }
-            let left = fields[..<dash], right = Array(fields[(dash + 1)...])
-            guard left.count >= 5, right.count >= 3 else { continue }
-            let root = String(left[left.startIndex + 3]), point = String(left[left.startIndex + 4])
-            if right[0] == "cgroup2" { v2Mount = (point, root) }
-            if right[0] == "cgroup" {
-                for option in right[2].split(separator: ",") {
-                    if option == "memory" { memoryMount = (point, root) }
-                    if option == "pids" { pidsMount = (point, root) }
-                }
-            }
-        }
-        func directory(_ mount: (point: String, root: String), _ own: String) -> String? {
-            guard own.hasPrefix(mount.root) else { return nil }
-            let relative = mount.root == "/" ? own : String(own.dropFirst(mount.root.count))
-            return mount.point.hasSuffix("/") ? mount.point + relative.dropFirst() : mount.point + relative
-        }
+        let found = candidates(mountinfo: mountinfo, membership: membership)
         // The delegated controllers, as whole words (`String.contains` would also take the
         // generic substring search, whose first use costs a scan of the conformance records).
-        if let mount = v2Mount, let own = ownV2, let dir = directory(mount, own),
-           let delegated = SystemFiles.text(dir + "/cgroup.subtree_control")?.split(whereSeparator: \.isWhitespace),
+        if let dir = found.v2, let delegated = SystemFiles.text(dir + "/cgroup.subtree_control")?.split(whereSeparator: \.isWhitespace),
            delegated.contains("memory"), delegated.contains("pids"), mayCreate(under: dir) {
             return CgroupSupport(layout: .v2(parent: dir))
         }
-        var memory: String?, pids: String?
-        if let mount = memoryMount, let own = ownMemory, let dir = directory(mount, own), mayCreate(under: dir) { memory = dir }
-        if let mount = pidsMount, let own = ownPids, let dir = directory(mount, own), mayCreate(under: dir) { pids = dir }
+        let memory = found.memory.flatMap { mayCreate(under: $0) ? $0 : nil }
+        let pids = found.pids.flatMap { mayCreate(under: $0) ? $0 : nil }
         if memory == nil && pids == nil { return nil }
         return CgroupSupport(layout: .v1(memoryParent: memory, pidsParent: pids))
+    }
+
+    /// This process's own cgroup directories, from `/proc/self/mountinfo` and
+    /// `/proc/self/cgroup`: in the v2 hierarchy, and in the v1 `memory` and `pids` ones (nil
+    /// where there is none, or where the mount does not show it).
+    static func candidates(mountinfo: String, membership: String) -> (v2: String?, memory: String?, pids: String?) {
+        // Read as bytes: only a few lines and fields matter, and splitting whole texts into
+        // characters was most of a one-shot `extsandbox exec`'s start of its supervisor.
+        typealias Bytes = Substring.UTF8View
+        func text(_ bytes: Bytes) -> String { String(Substring(bytes)) }
+        func names(_ list: Bytes, include name: String) -> Bool {
+            list.split(separator: UInt8(ascii: ",")).contains { $0.elementsEqual(name.utf8) }
+        }
+        var ownV2: String?, ownMemory: String?, ownPids: String?
+        for line in membership.utf8.split(separator: UInt8(ascii: "\n")) {
+            let fields = line.split(separator: UInt8(ascii: ":"), maxSplits: 2, omittingEmptySubsequences: false)
+            guard fields.count == 3 else { continue }
+            if fields[1].isEmpty { ownV2 = text(fields[2]) }
+            if names(fields[1], include: "memory") { ownMemory = text(fields[2]) }
+            if names(fields[1], include: "pids") { ownPids = text(fields[2]) }
+        }
+        var v2Mount: (point: String, root: String)?
+        var memoryMount: (point: String, root: String)?, pidsMount: (point: String, root: String)?
+        for line in mountinfo.utf8.split(separator: UInt8(ascii: "\n")) {
+            // Fields before the lone "-" are the mount's; after it: fs type, source, super options.
+            let fields = line.split(separator: UInt8(ascii: " "))
+            guard let dash = fields.firstIndex(where: { $0.elementsEqual("-".utf8) }) else { continue }
+            let left = fields[..<dash], right = fields[(dash + 1)...]
+            guard left.count >= 5, right.count >= 3 else { continue }
+            let type = right[right.startIndex], options = right[right.startIndex + 2]
+            let isV2 = type.elementsEqual("cgroup2".utf8), isV1 = type.elementsEqual("cgroup".utf8)
+            guard isV2 || isV1 else { continue }
+            let mount = (point: text(left[left.startIndex + 4]), root: text(left[left.startIndex + 3]))
+            if isV2 { v2Mount = mount }
+            if isV1 && names(options, include: "memory") { memoryMount = mount }
+            if isV1 && names(options, include: "pids") { pidsMount = mount }
+        }
+        func directory(_ mount: (point: String, root: String)?, _ own: String?) -> String? {
+            guard let mount, let own, own.hasPrefix(mount.root) else { return nil }
+            let relative = mount.root == "/" ? own : String(own.dropFirst(mount.root.count))
+            return mount.point.hasSuffix("/") ? mount.point + relative.dropFirst() : mount.point + relative
+        }
+        return (directory(v2Mount, ownV2), directory(memoryMount, ownMemory), directory(pidsMount, ownPids))
     }
 
     /// Removes cgroups that supervisors which died (SIGKILL leaves no chance to clean up) left in
