@@ -226,7 +226,8 @@ struct HostConnectionTests {
         slow.cancel()
         let started = Date()
         await #expect(throws: ExtensionError.self) { _ = try await slow.value }
-        #expect(Date().timeIntervalSince(started) < 5)
+        // Far below the request's 60 s: the cancellation ended it.
+        #expect(Date().timeIntervalSince(started) < 20)
         #expect(HostFixtures.text(try await connection.send(HostFixtures.message("next"))) == "next")
     }
 

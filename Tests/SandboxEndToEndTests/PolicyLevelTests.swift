@@ -116,7 +116,8 @@ struct LimitTests {
         let result = try await Fixtures.run([Fixtures.cli, "exec", "--policy", dir + "/short.yaml", "--", Fixtures.probe, "sleep", "30"])
         #expect(result.status == 137)
         #expect(result.stderr.contains("wall-clock limit exceeded"), "\(result.stderr)")
-        #expect(Date().timeIntervalSince(started) < 10)
+        // Well before the program's own 30 s: the limit ended it (a generous bound, for loaded machines).
+        #expect(Date().timeIntervalSince(started) < 20)
     }
 
     @Test("the CPU-time limit stops a spinning program")

@@ -49,7 +49,8 @@ struct ProgramLivenessTests {
         }
         // Until the main thread is gone, the process is alive anyway: wait for the state that matters.
         var leaderExited = false
-        for _ in 0..<200 where !leaderExited {
+        // Up to 15 s for Python to start (slow beside a build); its other thread sleeps 20 s.
+        for _ in 0..<600 where !leaderExited {
             leaderExited = SandboxedProcess.threadState("/proc/\(child)/stat") == .exiting
             if !leaderExited { try await Task.sleep(for: .milliseconds(25)) }
         }
