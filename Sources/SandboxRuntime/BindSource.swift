@@ -28,17 +28,21 @@ enum BindSource {
 
     /// ``resolve(_:)``, with what `lstat` said of the last component on the walk (no symlink).
     static func resolved(_ path: String) throws(SandboxError) -> (path: String, info: stat) {
+        // C would read the path only up to a NUL, short of what is checked here.
+        guard !path.utf8.contains(0) else {
+            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "bind source \(path) contains a NUL byte")
+        }
         // The walk so far, "" for the root, and what it was before each component.
         var resolved = ""
         var earlier: [String] = []
-        var pending: [Substring] = path.split(separator: "/").reversed()
+        var pending: [Substring] = FilePaths.components(path).reversed()
         var links = 0
         // What lstat said of `resolved`, unless the last step went up or through a symlink.
         var info = stat()
         var infoIsCurrent = false
         while let component = pending.popLast() {
-            if component == "." { continue }
-            if component == ".." {
+            if component.utf8.elementsEqual(".".utf8) { continue }
+            if component.utf8.elementsEqual("..".utf8) {
                 // Every resolved component is a real directory; the root's parent is the root.
                 if let parent = earlier.popLast() {
                     resolved = parent
@@ -67,11 +71,11 @@ enum BindSource {
             guard links <= maximumLinks, let text = SystemFiles.linkTarget(candidate) else {
                 throw failure(links > maximumLinks ? ELOOP : errno, "bind source \(path) (at \(candidate))")
             }
-            if text.hasPrefix("/") {
+            if text.utf8.first == UInt8(ascii: "/") {
                 resolved = ""
                 earlier.removeAll()
             }
-            pending.append(contentsOf: text.split(separator: "/").reversed())
+            pending.append(contentsOf: FilePaths.components(text).reversed())
         }
         let final = resolved.isEmpty ? "/" : resolved
         if !infoIsCurrent, lstat(final, &info) != 0 { throw failure(errno, "bind source \(path) (at \(final))") }

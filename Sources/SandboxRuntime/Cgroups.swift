@@ -78,8 +78,9 @@ struct CgroupSupport: Sendable {
             if isV1 && names(options, include: "pids") { pidsMount = mount }
         }
         func directory(_ mount: (point: String, root: String)?, _ own: String?) -> String? {
-            guard let mount, let own, own.hasPrefix(mount.root) else { return nil }
-            let relative = mount.root == "/" ? own : String(own.dropFirst(mount.root.count))
+            guard let mount, let own,
+                  mount.root == "/" || FilePaths.isSame(own, mount.root) || FilePaths.isBelow(own, mount.root) else { return nil }
+            let relative = mount.root == "/" ? own : String(Substring(own.utf8.dropFirst(mount.root.utf8.count)))
             return mount.point.hasSuffix("/") ? mount.point + relative.dropFirst() : mount.point + relative
         }
         return (directory(v2Mount, ownV2), directory(memoryMount, ownMemory), directory(pidsMount, ownPids))

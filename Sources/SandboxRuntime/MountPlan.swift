@@ -58,11 +58,11 @@ struct MountPlan: Equatable {
         // tree shows already (a policy adds /etc): the bind has it, and making it again fails.
         operations = operations.filter { operation in
             guard case .symlink(let target, _) = operation, let covering = coveringBind(of: target) else { return true }
-            return Self.hostPath(of: target, under: covering) != target
+            return !FilePaths.isSame(Self.hostPath(of: target, under: covering), target)
         }
         func isBound(_ path: String) -> Bool {
             operations.contains { operation in
-                if case .bind(_, let target, _, _, _) = operation { return target == path }
+                if case .bind(_, let target, _, _, _) = operation { return FilePaths.isSame(target, path) }
                 return false
             }
         }
@@ -91,7 +91,8 @@ struct MountPlan: Equatable {
     private func coveringBind(of target: String) -> (source: String, target: String)? {
         var best: (source: String, target: String)?
         for case .bind(let source, let bindTarget, _, _, _) in operations where FilePaths.isBelow(target, bindTarget) {
-            if best == nil || bindTarget.count > best!.target.count { best = (source, bindTarget) }
+            // The deepest; of two binds at one target the later, as the shim mounts them.
+            if best == nil || bindTarget.utf8.count >= best!.target.utf8.count { best = (source, bindTarget) }
         }
         return best
     }
@@ -122,8 +123,11 @@ struct MountPlan: Equatable {
             }
         case .bind(let source, let destination, let writable, let optional):
             let target = try Self.checkedDestination(destination)
-            guard source.hasPrefix("/") else {
+            guard source.utf8.first == UInt8(ascii: "/") else {
                 throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "bind source \(source) is not an absolute path")
+            }
+            guard !source.utf8.contains(0) else {
+                throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "bind source \(source) contains a NUL byte")
             }
             var link = stat()
             guard lstat(source, &link) == 0 else {
@@ -133,7 +137,7 @@ struct MountPlan: Equatable {
             }
             // A top-level symlink such as /bin -> usr/bin on merged-/usr systems is reproduced,
             // so that paths through it resolve inside the sandbox as they do outside.
-            if (link.st_mode & S_IFMT) == S_IFLNK && !writable && executable && source == target {
+            if (link.st_mode & S_IFMT) == S_IFLNK && !writable && executable && FilePaths.isSame(source, target) {
                 if let text = SystemFiles.linkTarget(source) {
                     operations.append(.symlink(target: target, linkText: text))
                     return
@@ -178,11 +182,12 @@ struct MountPlan: Equatable {
         let target = try Self.checkedDestination(path)
         var best: (source: String, target: String)?
         for case .bind(let source, let bindTarget, _, _, _) in operations
-        where target == bindTarget || FilePaths.isBelow(target, bindTarget) {
-            if best == nil || bindTarget.count > best!.target.count { best = (source, bindTarget) }
+        where FilePaths.isSame(target, bindTarget) || FilePaths.isBelow(target, bindTarget) {
+            // The deepest; of two binds at one target the later, as the shim mounts them.
+            if best == nil || bindTarget.utf8.count >= best!.target.utf8.count { best = (source, bindTarget) }
         }
-        guard let best, target != best.target else {
-            if let best, target == best.target {
+        guard let best, !FilePaths.isSame(target, best.target) else {
+            if let best, FilePaths.isSame(target, best.target) {
                 throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "\(path) is both bound and masked; remove one of them")
             }
             return
@@ -204,6 +209,10 @@ struct MountPlan: Equatable {
     /// Destinations are absolute, normalized, and never replace what the shim itself provides.
     /// Compared byte by byte, as the kernel compares paths.
     static func checkedDestination(_ path: String) throws(SandboxError) -> String {
+        // A NUL would end the path where C reads it, short of what was checked here.
+        guard !path.utf8.contains(0) else {
+            throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "mount destination \(path) contains a NUL byte")
+        }
         let normalized: String
         if FilePaths.isNormalizedAbsolute(path) {
             normalized = path
@@ -224,8 +233,8 @@ struct MountPlan: Equatable {
     /// Whether a host path is reachable at the same path inside: some bind covers it.
     func exposes(hostPath path: String) -> Bool {
         for op in operations {
-            if case .bind(let source, let target, _, _, _) = op, source == target,
-               path == source || FilePaths.isBelow(path, source) {
+            if case .bind(let source, let target, _, _, _) = op, FilePaths.isSame(source, target),
+               FilePaths.isSame(path, source) || FilePaths.isBelow(path, source) {
                 return true
             }
         }

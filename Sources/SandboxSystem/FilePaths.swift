@@ -17,13 +17,26 @@ package enum FilePaths {
         directory.isEmpty ? name : directory.hasSuffix("/") ? directory + name : directory + "/" + name
     }
 
-    /// Whether `path` lies strictly below `directory`: "/usr/lib" is below "/usr", "/usrx" and
-    /// "/usr" are not. Bytes are compared, as the kernel compares them. `directory` has no
-    /// trailing slash, except "/" itself, below which every other absolute path lies.
+    /// Whether `path` is `directory` followed by a slash and more: "/usr/lib" is below "/usr",
+    /// "/usrx" and "/usr" are not ("/usr/" is: callers pass paths without a trailing slash).
+    /// Bytes are compared, as the kernel compares them. Below "/" lies every other absolute path.
     package static func isBelow(_ path: String, _ directory: String) -> Bool {
         let (p, d) = (path.utf8, directory.utf8)
         guard p.count > d.count, p.starts(with: d) else { return false }
         return d.last == UInt8(ascii: "/") || p[p.index(p.startIndex, offsetBy: d.count)] == UInt8(ascii: "/")
+    }
+
+    /// Whether two paths are the same bytes. `==` on strings would also take two spellings of
+    /// one character (a precomposed "é" and "e" with a combining accent) as equal; the kernel
+    /// takes them as two names.
+    package static func isSame(_ a: String, _ b: String) -> Bool {
+        a.utf8.elementsEqual(b.utf8)
+    }
+
+    /// The components of `path`, split at each slash byte, empty ones left out. Splitting into
+    /// characters would miss a slash that a combining mark after it joins into one character.
+    package static func components(_ path: String) -> [Substring] {
+        path.utf8.split(separator: UInt8(ascii: "/")).map { Substring($0) }
     }
 
     /// How many components `path` has, empty ones not counted: 2 for "/usr/lib" and "usr//lib/".

@@ -34,6 +34,12 @@ struct CgroupDetectionTests {
         Case(name: "a cgroup outside what the mount shows", mountinfo: """
             35 31 0:32 /other /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
             """, membership: "4:memory:/mine\n", v2: nil, memory: nil, pids: nil),
+        Case(name: "a cgroup whose name only starts like the mount's root", mountinfo: """
+            600 500 0:40 /user.slice/c /sys/fs/cgroup rw - cgroup2 cgroup2 rw
+            """, membership: "0::/user.slice/c2/app\n", v2: nil, memory: nil, pids: nil),
+        Case(name: "the mount's root itself", mountinfo: """
+            600 500 0:40 /user.slice/c /sys/fs/cgroup rw - cgroup2 cgroup2 rw
+            """, membership: "0::/user.slice/c\n", v2: "/sys/fs/cgroup", memory: nil, pids: nil),
         Case(name: "a controller only in a longer name, and malformed lines", mountinfo: """
             35 31 0:32 / /m rw - cgroup cgroup rw,memory_x
             garbage

@@ -11,7 +11,11 @@ struct MountPlanTests {
         ("/data", "/data"), ("/data/x", "/data/x"), ("//data///x/", "/data/x"), ("/procx", "/procx"), ("/devices", "/devices"),
         ("/", nil), ("//", nil), ("/proc", nil), ("/proc/", nil), ("/proc/sys", nil), ("//proc//sys", nil), ("/dev", nil),
         ("/dev/sda", nil), ("relative", nil), ("", nil), ("/a/../etc", nil), ("/a/./b", nil), ("/a/..", nil),
-        ("/proc/\u{301}x", nil),
+        // Byte by byte, as the kernel reads them: a combining mark after a slash does not hide
+        // what follows the slash, and "/proc" with a mark after it is another name.
+        ("/proc/\u{301}x", nil), ("/a/../\u{301}b", nil), ("/\u{301}x", "/\u{301}x"), ("/proc\u{301}", "/proc\u{301}"),
+        // C would read these only up to the NUL.
+        ("/proc\u{0}x", nil), ("/dev\u{0}", nil), ("/data\u{0}/x", nil),
     ] as [(String, String?)])
     func destination(path: String, expected: String?) {
         #expect((try? MountPlan.checkedDestination(path)) == expected)
@@ -45,5 +49,104 @@ struct MountPlanTests {
         let root = try BindSource.resolved("/usr/..")
         #expect(root.path == "/")
         #expect(root.info.st_mode & S_IFMT == S_IFDIR)
+    }
+}
+
+@Suite("Mount plan: host paths")
+struct MountPlanHostPathTests {
+    /// A fresh directory with `names` as subdirectories; removed by the caller.
+    static func directory(_ names: [String] = []) throws -> String {
+        var template = Array("/tmp/xsb-plan-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw SandboxError(step: .configuration, errorNumber: errno, detail: "mkdtemp") }
+        let path = String(cString: made)
+        chmod(path, 0o755)
+        for name in names { mkdir(path + "/" + name, 0o755) }
+        return path
+    }
+
+    static func policy(_ mounts: [MountEntry], masked: [String] = []) -> Policy {
+        Policy(name: "paths", seccomp: SeccompPolicy(), filesystem: FilesystemPolicy(mounts: mounts, masked: masked))
+    }
+
+    @Test("of two binds at one target the later one covers what lies below it, as the shim mounts it")
+    func laterBindWins() throws {
+        let first = try Self.directory(), second = try Self.directory(), nested = try Self.directory()
+        defer { for path in [first, second, nested] { rmdir(path) } }
+        let plan = try MountPlan(policy: Self.policy([
+            .bind(source: first, destination: "/a", writable: false, optional: false),
+            .bind(source: second, destination: "/a", writable: false, optional: false),
+            .bind(source: nested, destination: "/a/n", writable: false, optional: false),
+        ]), extraMounts: [], hostname: "h", uid: 1, gid: 1)
+        #expect(plan.nestedMountPoints == [second + "/n"])
+    }
+
+    @Test("a mask is placed by the bytes of its path: another spelling of a bound name is not that name")
+    func maskSpelledOtherwise() throws {
+        let data = try Self.directory(["caf\u{e9}"])
+        defer { rmdir(data + "/caf\u{e9}"); rmdir(data) }
+        // The same bytes: bound and masked at once is refused.
+        #expect(throws: SandboxError.self) {
+            _ = try MountPlan(policy: Self.policy([.bind(source: data, destination: "/caf\u{e9}", writable: false, optional: false)],
+                                                  masked: ["/caf\u{e9}"]), extraMounts: [], hostname: "h", uid: 1, gid: 1)
+        }
+        // Another spelling is another path, below no bind: nothing shows it, nothing to mask.
+        let plan = try MountPlan(policy: Self.policy([.bind(source: data, destination: "/caf\u{e9}", writable: false, optional: false)],
+                                                     masked: ["/cafe\u{301}"]), extraMounts: [], hostname: "h", uid: 1, gid: 1)
+        #expect(!plan.operations.contains { if case .mask = $0 { true } else if case .absentMask = $0 { true } else { false } })
+        // Below the bind by bytes, though a mark joins its slash into one character: masked.
+        let below = try MountPlan(policy: Self.policy([.bind(source: data, destination: "/d", writable: false, optional: false)],
+                                                      masked: ["/d/\u{301}secret"]), extraMounts: [], hostname: "h", uid: 1, gid: 1)
+        #expect(below.operations.contains(.absentMask(target: "/d/\u{301}secret")))
+    }
+
+    @Test("a bind source with a NUL byte is refused")
+    func sourceWithNul() {
+        #expect(throws: SandboxError.self) {
+            _ = try MountPlan(policy: Self.policy([.bind(source: "/usr\u{0}/x", destination: "/x", writable: false, optional: false)]),
+                              extraMounts: [], hostname: "h", uid: 1, gid: 1)
+        }
+        #expect(throws: SandboxError.self) { _ = try BindSource.resolved("/usr\u{0}") }
+    }
+
+    @Test("a bind source's walk ends on the file a symlink at its end names, with that file's lstat")
+    func symlinkAtTheEnd() throws {
+        // /proc/self is root's symlink to /proc/PID.
+        let (path, info) = try BindSource.resolved("/proc/self")
+        #expect(path == "/proc/\(getpid())")
+        #expect(info.st_mode & S_IFMT == S_IFDIR)
+        #expect(try BindSource.resolved("/proc/self/..").path == "/proc")
+    }
+
+    @Test("a slash followed by a combining mark separates components in the walk, as in the kernel")
+    func markAfterSlash() throws {
+        let base = try Self.directory(["u"])
+        mkdir(base + "/u/\u{301}", 0o755)
+        defer { rmdir(base + "/u/\u{301}"); rmdir(base + "/u"); rmdir(base) }
+        // ".." goes up from the component named by the mark, not from "u".
+        #expect(try BindSource.resolved(base + "/u/\u{301}/..").path == base + "/u")
+    }
+
+    @Test("a symlink not owned by root is refused even when a combining mark follows its slash",
+          .enabled(if: getuid() == 0, "needs root: to give the symlink to another owner"))
+    func untrustedLinkBeforeMark() throws {
+        let base = try Self.directory(["target"])
+        mkdir(base + "/target/\u{301}", 0o755)
+        defer { unlink(base + "/link"); rmdir(base + "/target/\u{301}"); rmdir(base + "/target"); rmdir(base) }
+        #expect(symlink("target", base + "/link") == 0)
+        #expect(lchown(base + "/link", 65534, 65534) == 0)
+        #expect(throws: SandboxError.self) { _ = try BindSource.resolved(base + "/link/\u{301}") }
+    }
+
+    @Test("a root-owned symlink with an absolute target starts the walk again at the root",
+          .enabled(if: getuid() == 0, "needs root: only root-owned symlinks are followed"))
+    func absoluteLink() throws {
+        let base = try Self.directory()
+        defer { unlink(base + "/link"); rmdir(base) }
+        #expect(symlink("/usr/../usr/bin", base + "/link") == 0)
+        let (path, info) = try BindSource.resolved(base + "/link/.")
+        var expected = stat()
+        #expect(stat("/usr/bin", &expected) == 0)
+        #expect(path == "/usr/bin")
+        #expect(info.st_ino == expected.st_ino)
     }
 }

@@ -16,9 +16,21 @@ struct FilePathsTests {
 
     @Test("components are counted without empty ones", arguments: [
         ("/", 0), ("", 0), ("/usr", 1), ("/usr/lib", 2), ("usr//lib/", 2), ("//a///b//c", 3),
+        // A combining mark after a slash makes one character with it, but the slash still splits.
+        ("/a/\u{301}b", 2),
     ])
     func components(path: String, expected: Int) {
         #expect(FilePaths.componentCount(path) == expected)
+    }
+
+    @Test("components split at slash bytes; the same path is the same bytes")
+    func componentsAndSameness() {
+        #expect(FilePaths.components("/a/\u{301}b//c/") == ["a", "\u{301}b", "c"])
+        #expect(FilePaths.components("/") == [])
+        #expect(FilePaths.isSame("/caf\u{e9}", "/caf\u{e9}"))
+        // Canonically equivalent as strings, two names to the kernel.
+        #expect("/caf\u{e9}" == "/cafe\u{301}")
+        #expect(!FilePaths.isSame("/caf\u{e9}", "/cafe\u{301}"))
     }
 
     @Test("a normalized absolute path has no empty, . or .. component and is not /", arguments: [
