@@ -72,10 +72,27 @@ struct CgroupSupport: Sendable {
             let type = right[right.startIndex], options = right[right.startIndex + 2]
             let isV2 = type.elementsEqual("cgroup2".utf8), isV1 = type.elementsEqual("cgroup".utf8)
             guard isV2 || isV1 else { continue }
-            let mount = (point: text(left[left.startIndex + 4]), root: text(left[left.startIndex + 3]))
+            let mount = (point: unescaped(left[left.startIndex + 4]), root: unescaped(left[left.startIndex + 3]))
             if isV2 { v2Mount = mount }
             if isV1 && names(options, include: "memory") { memoryMount = mount }
             if isV1 && names(options, include: "pids") { pidsMount = mount }
+        }
+        // mountinfo writes a space, tab, newline or backslash in a path as an octal escape ("\\040").
+        func unescaped(_ field: Bytes) -> String {
+            let bytes = Array(field)
+            guard bytes.contains(UInt8(ascii: "\\")) else { return text(field) }
+            var out: [UInt8] = [], index = 0
+            while index < bytes.count {
+                if bytes[index] == UInt8(ascii: "\\"), index + 3 < bytes.count,
+                   let value = UInt8(String(decoding: bytes[(index + 1)...(index + 3)], as: UTF8.self), radix: 8) {
+                    out.append(value)
+                    index += 4
+                } else {
+                    out.append(bytes[index])
+                    index += 1
+                }
+            }
+            return String(decoding: out, as: UTF8.self)
         }
         func directory(_ mount: (point: String, root: String)?, _ own: String?) -> String? {
             guard let mount, let own,

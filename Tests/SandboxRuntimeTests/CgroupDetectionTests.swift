@@ -40,6 +40,10 @@ struct CgroupDetectionTests {
         Case(name: "the mount's root itself", mountinfo: """
             600 500 0:40 /user.slice/c /sys/fs/cgroup rw - cgroup2 cgroup2 rw
             """, membership: "0::/user.slice/c\n", v2: "/sys/fs/cgroup", memory: nil, pids: nil),
+        Case(name: "a mount point with a space, written as mountinfo escapes it", mountinfo: """
+            35 31 0:32 / /sys/fs/my\\040cgroups/memory rw - cgroup cgroup rw,memory
+            36 31 0:33 /a\\134b /p rw - cgroup cgroup rw,pids
+            """, membership: "4:memory:/x\n3:pids:/a\\b/y\n", v2: nil, memory: "/sys/fs/my cgroups/memory/x", pids: "/p/y"),
         Case(name: "a controller only in a longer name, and malformed lines", mountinfo: """
             35 31 0:32 / /m rw - cgroup cgroup rw,memory_x
             garbage
