@@ -24,6 +24,30 @@ struct MountPlan: Equatable {
         /// so that nothing the host makes at that path later (or in a missing directory on the
         /// way to it) appears in the sandbox.
         case absentMask(target: String)
+
+        /// Paths and contents compared as bytes, as the kernel compares them: two spellings of
+        /// one character (a precomposed "é", and "e" with a combining accent) are two paths, so
+        /// a pre-built sandbox for one never serves a launch that asked for the other.
+        static func == (a: Operation, b: Operation) -> Bool {
+            let same = FilePaths.isSame
+            switch (a, b) {
+            case let (.bind(source1, target1, writable1, directory1, executable1), .bind(source2, target2, writable2, directory2, executable2)):
+                return same(source1, source2) && same(target1, target2) && writable1 == writable2 && directory1 == directory2
+                    && executable1 == executable2
+            case let (.tmpfs(target1, size1), .tmpfs(target2, size2)):
+                return same(target1, target2) && size1 == size2
+            case let (.symlink(target1, text1), .symlink(target2, text2)):
+                return same(target1, target2) && same(text1, text2)
+            case let (.file(target1, contents1), .file(target2, contents2)):
+                return same(target1, target2) && same(contents1, contents2)
+            case let (.mask(target1, directory1), .mask(target2, directory2)):
+                return same(target1, target2) && directory1 == directory2
+            case let (.absentMask(target1), .absentMask(target2)):
+                return same(target1, target2)
+            default:
+                return false
+            }
+        }
     }
 
     static let defaultTmpSize: UInt64 = 64 << 20

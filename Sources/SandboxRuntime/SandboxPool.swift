@@ -30,6 +30,14 @@ final class SandboxPool: Sendable {
         let identity: HostIdentity
         /// Its payload waits for the launch, started with the shape (`waiting_payload.c`).
         let payloadWaits: Bool
+
+        /// Every field; the plan's paths and the hostname as bytes, as the kernel takes them
+        /// (String's `==` would take two spellings of one character as one).
+        static func == (a: Key, b: Key) -> Bool {
+            a.plan == b.plan && FilePaths.isSame(a.hostname, b.hostname) && a.policy == b.policy && a.filter == b.filter
+                && a.audit == b.audit && a.sandboxUID == b.sandboxUID && a.sandboxGID == b.sandboxGID
+                && a.identity == b.identity && a.payloadWaits == b.payloadWaits
+        }
     }
 
     /// A bind source as it was when a sandbox was built: a different file there now means the

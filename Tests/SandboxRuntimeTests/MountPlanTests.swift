@@ -99,6 +99,33 @@ struct MountPlanHostPathTests {
         #expect(below.operations.contains(.absentMask(target: "/d/\u{301}secret")))
     }
 
+    @Test("operations are equal only when their paths are the same bytes")
+    func operationsEqualByBytes() {
+        typealias Operation = MountPlan.Operation
+        #expect(Operation.bind(source: "/srv/caf\u{e9}", target: "/d", writable: false, directory: true)
+                == .bind(source: "/srv/caf\u{e9}", target: "/d", writable: false, directory: true))
+        #expect(Operation.bind(source: "/srv/caf\u{e9}", target: "/d", writable: false, directory: true)
+                != .bind(source: "/srv/cafe\u{301}", target: "/d", writable: false, directory: true))
+        #expect(Operation.mask(target: "/caf\u{e9}", directory: false) != .mask(target: "/cafe\u{301}", directory: false))
+        #expect(Operation.absentMask(target: "/caf\u{e9}") != .absentMask(target: "/cafe\u{301}"))
+        #expect(Operation.file(target: "/etc/hostname", contents: "h\u{e9}\n") != .file(target: "/etc/hostname", contents: "he\u{301}\n"))
+        #expect(Operation.symlink(target: "/l", linkText: "caf\u{e9}") != .symlink(target: "/l", linkText: "cafe\u{301}"))
+        #expect(Operation.tmpfs(target: "/t", sizeBytes: 1) != .tmpfs(target: "/t", sizeBytes: 2))
+        #expect(Operation.tmpfs(target: "/t", sizeBytes: 1) != .absentMask(target: "/t"))
+    }
+
+    @Test("with two binds at one target, a mask below it is looked up under the later one")
+    func maskUnderLaterBind() throws {
+        let first = try Self.directory(["sub"]), second = try Self.directory()
+        defer { rmdir(first + "/sub"); rmdir(first); rmdir(second) }
+        // "sub" exists only in the first source: looked up under the later bind, it is absent.
+        let plan = try MountPlan(policy: Self.policy([
+            .bind(source: first, destination: "/a", writable: false, optional: false),
+            .bind(source: second, destination: "/a", writable: false, optional: false),
+        ], masked: ["/a/sub"]), extraMounts: [], hostname: "h", uid: 1, gid: 1)
+        #expect(plan.operations.contains(.absentMask(target: "/a/sub")))
+    }
+
     @Test("a bind source with a NUL byte is refused")
     func sourceWithNul() {
         #expect(throws: SandboxError.self) {

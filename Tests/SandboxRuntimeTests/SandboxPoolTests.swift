@@ -224,6 +224,24 @@ struct SandboxPoolTests {
         _ = try pool.reserve(key, shape, count: 3)
     }
 
+    @Test("shapes whose paths or hostname differ only in how a character is spelled are two shapes")
+    func shapesSpelledOtherwise() throws {
+        let supervisor = try Self.supervisor()
+        let (directory, _) = try Self.dataDirectory("pool-spelling")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for name in ["caf\u{e9}", "cafe\u{301}"] { mkdir(directory + "/" + name, 0o755) }
+        func shape(_ name: String, hostname: String = "extsandbox") throws -> SandboxPool.Key {
+            var configuration = try Self.shell("")
+            configuration.hostname = hostname
+            configuration.extraMounts = [.bind(source: directory + "/" + name, destination: "/data", writable: false, optional: false)]
+            return try supervisor.shape(of: configuration).key
+        }
+        #expect(try shape("caf\u{e9}") == shape("caf\u{e9}"))
+        // Equal as Swift strings, two directories to the kernel.
+        #expect(try shape("caf\u{e9}") != shape("cafe\u{301}"))
+        #expect(try shape("caf\u{e9}", hostname: "h\u{e9}") != shape("caf\u{e9}", hostname: "he\u{301}"))
+    }
+
     @Test("a masked file renamed over on the host stays masked in a pre-built sandbox, which is still used")
     func maskedFileRenamedOver() async throws {
         let (directory, source) = try Self.dataDirectory("pool-mask")
