@@ -98,7 +98,7 @@ struct CgroupSupport: Sendable {
             guard let mount, let own,
                   mount.root == "/" || FilePaths.isSame(own, mount.root) || FilePaths.isBelow(own, mount.root) else { return nil }
             let relative = mount.root == "/" ? own : String(Substring(own.utf8.dropFirst(mount.root.utf8.count)))
-            return mount.point.hasSuffix("/") ? mount.point + relative.dropFirst() : mount.point + relative
+            return mount.point.hasSuffix("/") ? mount.point + String(Substring(relative.utf8.dropFirst())) : mount.point + relative
         }
         return (directory(v2Mount, ownV2), directory(memoryMount, ownMemory), directory(pidsMount, ownPids))
     }

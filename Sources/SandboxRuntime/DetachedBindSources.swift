@@ -54,7 +54,7 @@ struct DetachedBindSources {
     /// every one may be searched. The source itself needs no permission to be bound.
     static func firstUnsearchableDirectory(above path: String, uid: UInt32, gid: UInt32) -> String? {
         var directory = ""
-        for component in [""] + path.split(separator: "/").dropLast().map(String.init) {
+        for component in [""] + FilePaths.components(path).dropLast().map(String.init) {
             directory = component.isEmpty && directory.isEmpty ? "/" : (directory == "/" ? "/" : directory + "/") + component
             var info = stat()
             guard stat(directory, &info) == 0 else { return directory }

@@ -190,7 +190,7 @@ package enum TrustedPath {
     static func walk(_ path: String) throws(Failure) -> Walked {
         guard !path.isEmpty else { throw .missing(path: path) }
         // Components still to walk, the next one last.
-        var pending = absolute(path).split(separator: "/").reversed().map(String.init)
+        var pending = FilePaths.components(absolute(path)).reversed().map(String.init)
         guard let root = FileDescriptor(adopting: open("/", openPathOnly | O_DIRECTORY | O_CLOEXEC)) else {
             throw .failed(path: "/", what: "open", errno: Errno(errno))
         }
@@ -230,7 +230,7 @@ package enum TrustedPath {
                 guard count > 0 else { throw .failed(path: here, what: "read the symbolic link", errno: Errno(count < 0 ? errno : ENOENT)) }
                 let target = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
                 if target.hasPrefix("/") { directories.removeLast(directories.count - 1) }
-                pending += target.split(separator: "/").reversed().map(String.init)
+                pending += FilePaths.components(target).reversed().map(String.init)
             case S_IFDIR:
                 if let reason = problem(with: info) { throw .untrusted(path: here, reason: reason) }
                 directories.append((fd, here))

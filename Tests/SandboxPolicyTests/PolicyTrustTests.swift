@@ -151,4 +151,22 @@ struct PolicyTrustTests {
         }
         #expect(link?.contains("refused: \(links.path)/Policies is a symbolic link owned by uid 65534") == true, "\(link ?? "loaded")")
     }
+
+    @Test func aSymlinkBeforeACombiningMarkIsCheckedAsAComponent() throws {
+        guard geteuid() == 0 else {
+            print("skipped: giving a symbolic link to another user needs root (this test runs as uid \(geteuid()))")
+            return
+        }
+        // "Policies/\u{301}p.yaml": the slash and the mark are one character, but the kernel
+        // walks "Policies" on its own, and so must the trust walk.
+        let target = try makeTemporaryDirectory()
+        let name = "\u{301}p.yaml"
+        try minimalPolicy.write(toFile: target.path + "/" + name, atomically: true, encoding: .utf8)
+        chmod(target.path + "/" + name, 0o644)
+        let links = try makeTemporaryDirectory()
+        try FileManager.default.createSymbolicLink(atPath: links.path + "/Policies", withDestinationPath: target.path)
+        #expect(lchown(links.path + "/Policies", 65534, 65534) == 0)
+        let message = Self.message { _ = try PolicyLoader.load(file: links.path + "/Policies/" + name) }
+        #expect(message?.contains("refused: \(links.path)/Policies is a symbolic link owned by uid 65534") == true, "\(message ?? "loaded")")
+    }
 }
