@@ -83,8 +83,9 @@ struct CgroupSupport: Sendable {
             guard bytes.contains(UInt8(ascii: "\\")) else { return text(field) }
             var out: [UInt8] = [], index = 0
             while index < bytes.count {
-                if bytes[index] == UInt8(ascii: "\\"), index + 3 < bytes.count,
-                   let value = UInt8(String(decoding: bytes[(index + 1)...(index + 3)], as: UTF8.self), radix: 8) {
+                let digits = index + 3 < bytes.count ? bytes[(index + 1)...(index + 3)] : []
+                if bytes[index] == UInt8(ascii: "\\"), digits.count == 3, digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "7")).contains($0) }),
+                   let value = UInt8(String(decoding: digits, as: UTF8.self), radix: 8) {
                     out.append(value)
                     index += 4
                 } else {

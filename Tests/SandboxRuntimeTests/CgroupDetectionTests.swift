@@ -44,6 +44,9 @@ struct CgroupDetectionTests {
             35 31 0:32 / /sys/fs/my\\040cgroups/memory rw - cgroup cgroup rw,memory
             36 31 0:33 /a\\134b /p rw - cgroup cgroup rw,pids
             """, membership: "4:memory:/x\n3:pids:/a\\b/y\n", v2: nil, memory: "/sys/fs/my cgroups/memory/x", pids: "/p/y"),
+        Case(name: "a backslash without three octal digits after it stays as it is", mountinfo: """
+            35 31 0:32 / /m\\+12\\9 rw - cgroup cgroup rw,memory
+            """, membership: "4:memory:/x\n", v2: nil, memory: "/m\\+12\\9/x", pids: nil),
         Case(name: "a controller only in a longer name, and malformed lines", mountinfo: """
             35 31 0:32 / /m rw - cgroup cgroup rw,memory_x
             garbage
