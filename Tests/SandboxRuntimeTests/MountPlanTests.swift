@@ -137,7 +137,13 @@ struct MountPlanHostPathTests {
 
     @Test("a bind source's walk ends on the file a symlink at its end names, with that file's lstat")
     func symlinkAtTheEnd() throws {
-        // /proc/self is root's symlink to /proc/PID.
+        // /proc/self is root's symlink to /proc/PID (in a user namespace that does not map root,
+        // its owner shows as nobody, and the walk rightly refuses it).
+        var link = stat()
+        guard lstat("/proc/self", &link) == 0, link.st_uid == 0 else {
+            print("skipped: /proc/self is not owned by root here (uid \(link.st_uid)), so the walk does not follow it")
+            return
+        }
         let (path, info) = try BindSource.resolved("/proc/self")
         #expect(path == "/proc/\(getpid())")
         #expect(info.st_mode & S_IFMT == S_IFDIR)
