@@ -20,13 +20,9 @@ enum BindSource {
     /// The kernel's own limit on symlinks in one lookup.
     static let maximumLinks = 40
 
-    /// The symlink-free path of `path` (absolute), or an error naming the untrusted symlink.
-    /// `errorNumber` is ENOENT when something on the way does not exist.
-    static func resolve(_ path: String) throws(SandboxError) -> String {
-        try resolved(path).path
-    }
-
-    /// ``resolve(_:)``, with what `lstat` said of the last component on the walk (no symlink).
+    /// The symlink-free path of `path` (absolute), with what `lstat` said of its last component
+    /// (never a symlink), or an error naming the untrusted symlink. `errorNumber` is ENOENT when
+    /// something on the way does not exist.
     static func resolved(_ path: String) throws(SandboxError) -> (path: String, info: stat) {
         // C would read the path only up to a NUL, short of what is checked here.
         guard !path.utf8.contains(0) else {

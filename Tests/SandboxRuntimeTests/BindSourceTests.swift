@@ -100,16 +100,16 @@ struct BindSourceTests {
         try fm.createSymbolicLink(atPath: tree.base + "/up", withDestinationPath: "w/../private")
         try fm.createSymbolicLink(atPath: tree.base + "/chain", withDestinationPath: tree.base + "/up")
         try fm.createSymbolicLink(atPath: tree.base + "/loop", withDestinationPath: "loop")
-        #expect(try BindSource.resolve(tree.base + "/chain/secret") == tree.privateDirectory + "/secret")
-        #expect(try BindSource.resolve(tree.base + "/up/../w/./") == tree.writable)
-        let loop = #expect(throws: SandboxError.self) { try BindSource.resolve(tree.base + "/loop") }
+        #expect(try BindSource.resolved(tree.base + "/chain/secret").path == tree.privateDirectory + "/secret")
+        #expect(try BindSource.resolved(tree.base + "/up/../w/./").path == tree.writable)
+        let loop = #expect(throws: SandboxError.self) { try BindSource.resolved(tree.base + "/loop").path }
         #expect(loop?.errorNumber == ELOOP)
-        let missing = #expect(throws: SandboxError.self) { try BindSource.resolve(tree.base + "/chain/none") }
+        let missing = #expect(throws: SandboxError.self) { try BindSource.resolved(tree.base + "/chain/none").path }
         #expect(missing?.errorNumber == ENOENT)
         // Not root's: refused even when it points somewhere harmless.
         try fm.createSymbolicLink(atPath: tree.base + "/theirs", withDestinationPath: "private")
         lchown(tree.base + "/theirs", 65534, 65534)
-        let theirs = #expect(throws: SandboxError.self) { try BindSource.resolve(tree.base + "/theirs") }
+        let theirs = #expect(throws: SandboxError.self) { try BindSource.resolved(tree.base + "/theirs").path }
         #expect(theirs?.errorNumber == EPERM)
     }
 
