@@ -36,6 +36,20 @@
 #define SPLIT_SOURCE_NAME "xsb-split-source"
 #define SPLIT_SOURCE "/" SPLIT_SOURCE_NAME
 
+/// At most this many names of one host directory may be masked or lie on the way to a mask:
+/// each is looked up before the directory is bound back.
+#define XSB_MASKED_NAMES_LIMIT 256
+
+/// The host file that a masked name (or one on the way to a mask) of the directory being bound
+/// back opens. An entry listed under another name that opens the same file (another spelling on
+/// a case-insensitive file system, a hard link, a bind mount of it) would show what the mask hides.
+struct masked_file {
+    dev_t device;
+    ino_t inode;
+    const char *target;  ///< an operation's target through this name
+    size_t length;       ///< of the masked name's path: `target`'s first `length` bytes
+};
+
 struct split {
     int root;
     const struct xsb_spawn_config *cfg;
@@ -43,6 +57,9 @@ struct split {
     char path[PATH_SIZE];        ///< the path inside being built (on failure: the one that failed)
     size_t length;
     char link[PATH_SIZE];        ///< a symlink's text being recreated
+    const struct masked_file *masked;  ///< the masked names of the directory being bound back
+    size_t masked_count;
+    char reached[PATH_SIZE];     ///< on failure, the masked path an entry reached under another name
 };
 
 /// Whether `path` lies strictly below the directory `dir` (both normalized and absolute).
@@ -71,6 +88,43 @@ int xsb_masks_below(const struct xsb_spawn_config *cfg, const struct xsb_mount_o
 static int bound_again_later(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op) {
     for (const struct xsb_mount_op *later = op + 1; later < cfg->mounts + cfg->mount_count; later++)
         if (later->kind == XSB_MOUNT_BIND && same_path(later->target, op->target)) return 1;
+    return 0;
+}
+
+/// Records what each name directly in `s->path` that is masked, or on the way to a mask, opens
+/// in `host_dir`, found by the kernel's own lookup: the entries bound back are then compared with
+/// these files, not only with the names' bytes. (Another name of what another mount replaces
+/// shows only what the whole bind would have shown.)
+static int find_masked_files(const struct split *s, int host_dir, struct masked_file *files, size_t *count) {
+    *count = 0;
+    for (size_t i = 0; i < s->cfg->mount_count; i++) {
+        const char *target = s->cfg->mounts[i].target;
+        if (s->cfg->mounts[i].kind != XSB_MOUNT_MASK || !is_below(target, s->path)) continue;
+        size_t start = s->length + 1, end = start;
+        while (target[end] != '\0' && target[end] != '/') end++;
+        char name[256];
+        if (end - start >= sizeof name) continue;  // no host entry has so long a name
+        int seen = 0;
+        for (size_t k = 0; k < *count && !seen; k++) {
+            if (files[k].length != end) continue;
+            seen = 1;
+            for (size_t b = start; b < end; b++)
+                if (files[k].target[b] != target[b]) seen = 0;
+        }
+        if (seen) continue;
+        for (size_t b = start; b < end; b++) name[b - start] = target[b];
+        name[end - start] = '\0';
+        struct stat st;
+        if (fstatat(host_dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT) continue;  // nothing to reach
+            return -1;
+        }
+        if (*count == XSB_MASKED_NAMES_LIMIT) {
+            errno = EOVERFLOW;
+            return -1;
+        }
+        files[(*count)++] = (struct masked_file){.device = st.st_dev, .inode = st.st_ino, .target = target, .length = end};
+    }
     return 0;
 }
 
@@ -110,6 +164,15 @@ static int bind_back_entry(struct split *s, int host_dir, int dir, const char *n
     // What was opened decides, not the listing: the host may have replaced the entry meanwhile.
     struct stat st;
     if (fstat(tree, &st) != 0) return xsb_close_keeping_errno(tree);
+    for (size_t k = 0; k < s->masked_count; k++) {
+        if (s->masked[k].device == st.st_dev && s->masked[k].inode == st.st_ino) {
+            xsb_copy_string(s->reached, s->masked[k].length + 1 < sizeof s->reached ? s->masked[k].length + 1 : sizeof s->reached,
+                            s->masked[k].target);
+            close(tree);
+            errno = EINVAL;
+            return -1;
+        }
+    }
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
         close(tree);
         return 0;
@@ -132,6 +195,9 @@ static int bind_back_directory(struct split *s, int host_dir) {
     int dir = openat(point, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     xsb_close_keeping_errno(point);
     if (dir < 0) return -1;
+    struct masked_file masked[XSB_MASKED_NAMES_LIMIT];
+    size_t masked_count;
+    if (find_masked_files(s, host_dir, masked, &masked_count) != 0) return xsb_close_keeping_errno(dir);
     char entries[2048] __attribute__((aligned(8)));
     size_t count = 0, length = s->length;
     long n;
@@ -162,6 +228,8 @@ static int bind_back_directory(struct split *s, int host_dir) {
                 rc = sub < 0 ? -1 : bind_back_directory(s, sub);
                 if (sub >= 0) xsb_close_keeping_errno(sub);
             } else if (planned == 0) {
+                s->masked = masked;
+                s->masked_count = masked_count;
                 rc = bind_back_entry(s, host_dir, dir, name, d->d_type);
             }
             if (rc != 0) return xsb_close_keeping_errno(dir);
@@ -179,8 +247,10 @@ static int bind_back_directory(struct split *s, int host_dir) {
 /// The directory bind `op`, which has masks below it, bound back entry by entry (see above):
 /// its source is attached at SPLIT_SOURCE of the staging root with the bind's attributes, its
 /// entries cloned from there, then it is detached again. On failure `failed` names the path.
-static int split_bind(int root, const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, char *failed, size_t failed_size) {
+static int split_bind(int root, const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, char *failed, size_t failed_size,
+                      char *reached, size_t reached_size) {
     xsb_copy_string(failed, failed_size, op->source);
+    xsb_copy_string(reached, reached_size, "");
     int tree = (op->flags & XSB_MOUNT_F_TREE) ? cfg->mount_trees[op->tree] : xsb_mount_host_tree(op->source);
     if (tree < 0) return -1;
     int flags = op->flags & ~XSB_MOUNT_F_TREE;
@@ -195,6 +265,7 @@ static int split_bind(int root, const struct xsb_spawn_config *cfg, const struct
         s.length = xsb_string_length(s.path);
         rc = bind_back_directory(&s, host_dir);
         xsb_copy_string(failed, failed_size, s.path);
+        xsb_copy_string(reached, reached_size, s.reached);
         xsb_close_keeping_errno(host_dir);
     } else {
         rc = -1;
@@ -217,11 +288,24 @@ int xsb_masks_bind(int root, const struct xsb_spawn_config *cfg, const struct xs
         if (op->flags & XSB_MOUNT_F_TREE) close(cfg->mount_trees[op->tree]);
         return 0;
     }
-    char failed[PATH_SIZE], detail[240];
-    if (split_bind(root, cfg, op, failed, sizeof failed) == 0) return 0;
+    char failed[PATH_SIZE], reached[PATH_SIZE], detail[240];
+    if (split_bind(root, cfg, op, failed, sizeof failed, reached, sizeof reached) == 0) return 0;
     int saved = errno;
-    // Say where: the entry (or the directory over the limit) under the masked bind.
-    if (xsb_join_path(detail, sizeof detail, saved == E2BIG ? "over " XSB_NUMBER_TEXT(XSB_MASKED_DIRECTORY_LIMIT) " entries beside a mask in " : "binding back beside a mask: ", failed) != 0)
+    // Say where: the entry (or the directory over a limit) under the masked bind.
+    const char *what = saved == E2BIG ? "over " XSB_NUMBER_TEXT(XSB_MASKED_DIRECTORY_LIMIT) " entries beside a mask in "
+                     : saved == EOVERFLOW ? "over " XSB_NUMBER_TEXT(XSB_MASKED_NAMES_LIMIT) " masked names directly in "
+                     : "binding back beside a mask: ";
+    if (reached[0] != '\0') {
+        // Another name of a masked path (or of one on the way to a mask): a spelling that a
+        // case-insensitive file system matches, a hard link, a bind mount of it.
+        char both[PATH_SIZE];
+        if (xsb_join_path(both, sizeof both, failed, " opens what the policy's ") != 0 ||
+            xsb_join_path(both, sizeof both, both, reached) != 0 ||
+            xsb_join_path(both, sizeof both, both, " opens (another spelling of the name, a hard link or a bind mount)") != 0)
+            xsb_copy_string(both, sizeof both, failed);
+        xsb_copy_string(failed, sizeof failed, both);
+    }
+    if (xsb_join_path(detail, sizeof detail, what, failed) != 0)
         xsb_copy_string(detail, sizeof detail, failed);
     xsb_child_report(control_fd, XSB_STEP_BIND_MOUNT, saved, detail);
     return -1;

@@ -216,7 +216,6 @@ struct MountPlan: Equatable {
             }
             return
         }
-        try Self.checkListedAsWritten(target, under: best, maskedPath: path)
         let hostPath = Self.hostPath(of: target, under: best)
         var info = stat()
         guard lstat(hostPath, &info) == 0 else {
@@ -229,40 +228,6 @@ struct MountPlan: Equatable {
             throw SandboxError(step: .configuration, errorNumber: errno, detail: "masked path \(path) (host \(hostPath))")
         }
         operations.append(.mask(target: target, directory: (info.st_mode & S_IFMT) == S_IFDIR))
-    }
-
-    /// What the shim needs of the host to place a mask: each component on the way from the bind
-    /// down to the mask that exists is listed by its directory with the policy's bytes.
-    ///
-    /// The shim binds the bind above a mask back entry by entry and tells the masked entry (and
-    /// each directory on the way to it) from the others by its bytes (masks.c). A file system
-    /// that also matches other spellings (case folding: ext4's and tmpfs's `casefold`
-    /// directories, FAT, exFAT, SMB) finds `/d/SECRET` where `/d` lists `secret`: the shim would
-    /// bind `secret` back and the mask would hide nothing. Such a mask fails the launch instead.
-    /// `exists` and `listing` are the file system's (a test gives others).
-    static func checkListedAsWritten(
-        _ target: String, under bind: (source: String, target: String), maskedPath: String,
-        exists: (String) -> Int32 = { path in var info = stat(); return lstat(path, &info) == 0 ? 0 : errno },
-        listing: (String) -> [[UInt8]]? = SystemFiles.entryBytes
-    ) throws(SandboxError) {
-        var directory = bind.source
-        for name in FilePaths.components(String(Substring(target.utf8.dropFirst(bind.target.utf8.count)))) {
-            let path = FilePaths.join(directory, String(name))
-            switch exists(path) {
-            case 0: break
-            case ENOENT: return  // nothing further down exists yet
-            case let error: throw SandboxError(step: .configuration, errorNumber: error, detail: "masked path \(maskedPath) (host \(path))")
-            }
-            guard let names = listing(directory) else {
-                throw SandboxError(step: .configuration, errorNumber: errno, detail: "masked path \(maskedPath): listing the host directory \(directory)")
-            }
-            guard names.contains(where: { $0.elementsEqual(name.utf8) }) else {
-                throw SandboxError(
-                    step: .configuration, errorNumber: EINVAL,
-                    detail: "masked path \(maskedPath): the host directory \(directory) finds \"\(name)\" but lists it under another spelling (a case-insensitive file system); the sandbox matches names byte by byte, so write the mask as the directory lists the entry")
-            }
-            directory = path
-        }
     }
 
     /// Destinations are absolute, normalized, and never replace what the shim itself provides.

@@ -122,4 +122,45 @@ struct MountTests {
         #expect(out.ranThrough && out.result == 1 << 8, "xsb_setup_mounts returned -1: \(out.failure); grandchild status \(out.result)")
         #expect(out.failed_step == Int32(failure.step.rawValue) && out.failed_errno == failure.errno && out.detail == failure.detail, "\(out.failure)")
     }
+
+    /// Another name of a masked file, or of a directory on the way to a mask, in a directory
+    /// bound back beside the mask: made in `data` by `make` (which returns what to undo).
+    struct Alias: Sendable, CustomTestStringConvertible {
+        let testDescription: String
+        /// Also binds the directory on the way to the mask on its own (a bind nested in the masked one).
+        var nested = false
+        let make: @Sendable (_ data: String) -> (@Sendable () -> Void)
+        let detail: String
+    }
+
+    @Test("an entry beside a mask that opens the masked file, or a directory on the way to it, under another name fails the step, naming both",
+          .enabled(if: getuid() == 0, "needs root: to bind a directory over another name on the host"),
+          arguments: [
+              Alias(testDescription: "a hard link of the masked file", make: { data in
+                  #expect(link(data + "/dir/secret", data + "/dir/alias") == 0)
+                  return {}
+              }, detail: "binding back beside a mask: /data/dir/alias opens what the policy's /data/dir/secret opens (another spelling of the name, a hard link or a bind mount)"),
+              Alias(testDescription: "a bind mount of the directory on the way", make: { data in
+                  #expect(mkdir(data + "/copy", 0o755) == 0 && mount(data + "/dir", data + "/copy", nil, UInt(MS_BIND), nil) == 0)
+                  return { _ = umount2(data + "/copy", Int32(MNT_DETACH)) }
+              }, detail: "binding back beside a mask: /data/copy opens what the policy's /data/dir opens (another spelling of the name, a hard link or a bind mount)"),
+              Alias(testDescription: "a bind mount of a directory that a nested bind shows", nested: true, make: { data in
+                  #expect(mkdir(data + "/copy", 0o755) == 0 && mount(data + "/dir", data + "/copy", nil, UInt(MS_BIND), nil) == 0)
+                  return { _ = umount2(data + "/copy", Int32(MNT_DETACH)) }
+              }, detail: "binding back beside a mask: /data/copy opens what the policy's /data/dir opens (another spelling of the name, a hard link or a bind mount)"),
+          ])
+    func maskReachedUnderAnotherName(_ alias: Alias) throws {
+        let out = try Self.withDataDirectory { data -> xsbt_outcome in
+            try FileManager.default.createDirectory(atPath: data + "/dir", withIntermediateDirectories: false)
+            try "SECRET".write(toFile: data + "/dir/secret", atomically: false, encoding: .utf8)
+            let undo = alias.make(data)
+            defer { undo() }
+            var ops = [Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data, target: "/data")]
+            if alias.nested { ops.append(Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data + "/dir", target: "/data/dir")) }
+            ops.append(Op(kind: XSB_MOUNT_MASK, target: "/data/dir/secret"))
+            return try Self.build(ops)
+        }
+        #expect(out.ranThrough && out.result == 1 << 8, "xsb_setup_mounts returned -1: \(out.failure); grandchild status \(out.result)")
+        #expect(out.failed_step == Int32(XSB_STEP_BIND_MOUNT.rawValue) && out.failed_errno == EINVAL && out.detail == alias.detail, "\(out.failure)")
+    }
 }

@@ -106,6 +106,22 @@ struct MaskedPathTests {
         #expect(text == "hidden\ntop\nend\n", "the sandbox saw the host's new directory")
     }
 
+    @Test("a hard link of the masked file beside it fails the launch, naming both: it would show what the mask hides")
+    func hardLinkBesideTheMask() async throws {
+        let (directory, data) = try Self.tree("mask-hard-link")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        #expect(link(data + "/dir/secret", data + "/dir/copy") == 0)
+        var configuration = try SandboxPoolTests.shell("cat /data/dir/copy")
+        configuration.policy.filesystem.mounts.append(.bind(source: data, destination: "/data", writable: false, optional: false))
+        configuration.policy.filesystem.masked.append("/data/dir/secret")
+        await #expect {
+            _ = try await Supervisor().launch(configuration)
+        } throws: { error in
+            guard let error = error as? SandboxError else { return false }
+            return error.step == .bindMount && error.detail.contains("/data/dir/copy opens what the policy's /data/dir/secret opens")
+        }
+    }
+
     @Test("a bind the sandbox's own host ids cannot reach (the supervisor's detached tree) is bound back the same way")
     func detachedTree() async throws {
         let (directory, data) = try Self.tree("mask-tree")

@@ -1,7 +1,6 @@
 import Glibc
 @testable import SandboxRuntime
 import SandboxPolicy
-import SandboxSystem
 import Testing
 
 /// The mount plan's checks on the host, without a sandbox (the launches that use them are in
@@ -182,52 +181,5 @@ struct MountPlanHostPathTests {
         #expect(stat("/usr/bin", &expected) == 0)
         #expect(path == "/usr/bin")
         #expect(info.st_ino == expected.st_ino)
-    }
-
-    @Test("a mask whose names a host directory lists as written is placed")
-    func maskListedAsWritten() throws {
-        let base = try Self.directory(["sub"])
-        mkdir(base + "/sub/secret", 0o755)
-        defer { rmdir(base + "/sub/secret"); rmdir(base + "/sub"); rmdir(base) }
-        let plan = try MountPlan(policy: Self.policy([.bind(source: base, destination: "/d", writable: false, optional: false)],
-                                                     masked: ["/d/sub/secret", "/d/sub/none/x"]),
-                                 extraMounts: [], hostname: "h", uid: 1, gid: 1)
-        #expect(plan.operations.contains(.mask(target: "/d/sub/secret", directory: true)))
-        #expect(plan.operations.contains(.absentMask(target: "/d/sub/none/x")))
-    }
-
-    /// A case-folding directory tree as the kernel shows it: a lookup matches any case, a
-    /// listing gives the names as stored.
-    struct FoldingTree {
-        let stored = ["/host/d": ["sub", "secret"], "/host/d/sub": ["key"]]
-        func exists(_ path: String) -> Int32 {
-            let folded = path.lowercased()
-            return stored.keys.contains(folded) || stored.contains { directory, names in
-                names.contains { FilePaths.join(directory, $0) == folded }
-            } ? 0 : ENOENT
-        }
-        func listing(_ path: String) -> [[UInt8]]? {
-            stored[path.lowercased()].map { $0.map { Array($0.utf8) } }
-        }
-    }
-
-    @Test("a mask a case-folding directory finds under another spelling fails closed, at the mask or on the way to it",
-          arguments: ["/d/SECRET", "/d/SUB/key", "/d/Sub/absent"])
-    func maskFoundUnderAnotherSpelling(masked: String) {
-        let tree = FoldingTree()
-        let bind = (source: "/host/d", target: "/d")
-        #expect {
-            try MountPlan.checkListedAsWritten(masked, under: bind, maskedPath: masked, exists: tree.exists, listing: tree.listing)
-        } throws: { error in
-            "\(error)".contains("another spelling") && "\(error)".contains(masked)
-        }
-    }
-
-    @Test("in a case-folding directory, a mask spelled as listed, or on a path that does not exist, is accepted",
-          arguments: ["/d/secret", "/d/sub/key", "/d/none/x", "/d/sub/none"])
-    func maskAsListedInFoldingTree(masked: String) throws {
-        let tree = FoldingTree()
-        try MountPlan.checkListedAsWritten(masked, under: (source: "/host/d", target: "/d"), maskedPath: masked,
-                                           exists: tree.exists, listing: tree.listing)
     }
 }
