@@ -36,18 +36,18 @@
 #define SPLIT_SOURCE_NAME "xsb-split-source"
 #define SPLIT_SOURCE "/" SPLIT_SOURCE_NAME
 
-/// At most this many names of one host directory may be masked or lie on the way to a mask:
-/// each is looked up before the directory is bound back.
-#define XSB_MASKED_NAMES_LIMIT 256
+/// At most this many host files (each masked path below one split bind, each directory on the
+/// way to one, and the bind's own root) are looked up before the bind is bound back.
+#define XSB_MASKED_FILES_LIMIT 256
 
-/// The host file that a masked name (or one on the way to a mask) of the directory being bound
-/// back opens. An entry listed under another name that opens the same file (another spelling on
-/// a case-insensitive file system, a hard link, a bind mount of it) would show what the mask hides.
+/// A host file that a masked path, or a directory on the way to one, opens. An entry bound back
+/// under another name that opens the same file (another spelling on a case-insensitive file
+/// system, a hard link, a bind mount of it) would show what the mask hides.
 struct masked_file {
     dev_t device;
     ino_t inode;
-    const char *target;  ///< an operation's target through this name
-    size_t length;       ///< of the masked name's path: `target`'s first `length` bytes
+    const char *target;  ///< an operation's target through this file
+    size_t length;       ///< of its path: `target`'s first `length` bytes
 };
 
 struct split {
@@ -57,7 +57,7 @@ struct split {
     char path[PATH_SIZE];        ///< the path inside being built (on failure: the one that failed)
     size_t length;
     char link[PATH_SIZE];        ///< a symlink's text being recreated
-    const struct masked_file *masked;  ///< the masked names of the directory being bound back
+    const struct masked_file *masked;  ///< what the masks below the bind open on the host
     size_t masked_count;
     char reached[PATH_SIZE];     ///< on failure, the masked path an entry reached under another name
 };
@@ -91,39 +91,107 @@ static int bound_again_later(const struct xsb_spawn_config *cfg, const struct xs
     return 0;
 }
 
-/// Records what each name directly in `s->path` that is masked, or on the way to a mask, opens
-/// in `host_dir`, found by the kernel's own lookup: the entries bound back are then compared with
-/// these files, not only with the names' bytes. (Another name of what another mount replaces
-/// shows only what the whole bind would have shown.)
-static int find_masked_files(const struct split *s, int host_dir, struct masked_file *files, size_t *count) {
-    *count = 0;
-    for (size_t i = 0; i < s->cfg->mount_count; i++) {
-        const char *target = s->cfg->mounts[i].target;
-        if (s->cfg->mounts[i].kind != XSB_MOUNT_MASK || !is_below(target, s->path)) continue;
-        size_t start = s->length + 1, end = start;
-        while (target[end] != '\0' && target[end] != '/') end++;
+/// The operation that the sandbox shows at the first `length` bytes of `mask`'s target, if it is
+/// neither `op` nor `mask` (of several at one path, the last: it is mounted over the others).
+static const struct xsb_mount_op *shown_at(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op,
+                                           const struct xsb_mount_op *mask, size_t length) {
+    const struct xsb_mount_op *shown = NULL;
+    for (const struct xsb_mount_op *other = cfg->mounts; other < cfg->mounts + cfg->mount_count; other++) {
+        if (other == op || other == mask || xsb_string_length(other->target) != length) continue;
+        size_t b = 0;
+        while (b < length && other->target[b] == mask->target[b]) b++;
+        if (b == length) shown = other;
+    }
+    return shown;
+}
+
+/// Records `st` as the file the first `length` bytes of `target` open (once per file).
+static int record_masked_file(struct masked_file *files, size_t *count, const struct stat *st, const char *target, size_t length) {
+    for (size_t k = 0; k < *count; k++)
+        if (files[k].device == st->st_dev && files[k].inode == st->st_ino) return 0;
+    if (*count == XSB_MASKED_FILES_LIMIT) {
+        errno = EOVERFLOW;
+        return -1;
+    }
+    files[(*count)++] = (struct masked_file){.device = st->st_dev, .inode = st->st_ino, .target = target, .length = length};
+    return 0;
+}
+
+/// The root of bind `op`'s host tree, opened `O_PATH`.
+static int open_bind_root(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op) {
+    if (op->flags & XSB_MOUNT_F_TREE) return fcntl(cfg->mount_trees[op->tree], F_DUPFD_CLOEXEC, 0);
+    return xsb_mount_host_source(op->source);
+}
+
+/// Records the files that `mask`'s path opens on the host, from the root of bind `op`'s tree
+/// `dir` (closed here) down: each directory on the way and the masked entry, found by the
+/// kernel's own lookup (a case-insensitive file system matches other spellings). Where another
+/// bind shows its own tree on the way, the walk goes on in that tree; it ends where nothing more
+/// exists, at a symlink or file on the way (the split refuses those), and where no host file is
+/// shown (a tmpfs, a file of the plan).
+static int walk_masked_path(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, int dir,
+                            const struct xsb_mount_op *mask, struct masked_file *files, size_t *count) {
+    struct stat st;
+    for (size_t start = xsb_string_length(op->target) + 1;;) {
+        size_t end = start;
+        while (mask->target[end] != '\0' && mask->target[end] != '/') end++;
+        const struct xsb_mount_op *shown = shown_at(cfg, op, mask, end);
+        if (shown != NULL) {
+            close(dir);
+            if (shown->kind != XSB_MOUNT_BIND || !(shown->flags & XSB_MOUNT_F_DIRECTORY)) return 0;
+            dir = open_bind_root(cfg, shown);
+            if (dir < 0) return errno == ENOENT ? 0 : -1;
+            if (fstat(dir, &st) != 0 || record_masked_file(files, count, &st, mask->target, end) != 0) return xsb_close_keeping_errno(dir);
+            op = shown;
+            start = end + 1;
+            continue;
+        }
         char name[256];
-        if (end - start >= sizeof name) continue;  // no host entry has so long a name
-        int seen = 0;
-        for (size_t k = 0; k < *count && !seen; k++) {
-            if (files[k].length != end) continue;
-            seen = 1;
-            for (size_t b = start; b < end; b++)
-                if (files[k].target[b] != target[b]) seen = 0;
+        if (end - start >= sizeof name) {
+            errno = ENAMETOOLONG;
+            return xsb_close_keeping_errno(dir);
         }
-        if (seen) continue;
-        for (size_t b = start; b < end; b++) name[b - start] = target[b];
+        for (size_t b = start; b < end; b++) name[b - start] = mask->target[b];
         name[end - start] = '\0';
-        struct stat st;
-        if (fstatat(host_dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-            if (errno == ENOENT) continue;  // nothing to reach
-            return -1;
+        if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno != ENOENT) return xsb_close_keeping_errno(dir);
+            close(dir);
+            return 0;  // nothing (more) to reach
         }
-        if (*count == XSB_MASKED_NAMES_LIMIT) {
-            errno = EOVERFLOW;
-            return -1;
-        }
-        files[(*count)++] = (struct masked_file){.device = st.st_dev, .inode = st.st_ino, .target = target, .length = end};
+        if (record_masked_file(files, count, &st, mask->target, end) != 0) return xsb_close_keeping_errno(dir);
+        int next = mask->target[end] == '\0' || !S_ISDIR(st.st_mode) ? -1 : openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        close(dir);
+        if (next < 0) return mask->target[end] == '\0' || !S_ISDIR(st.st_mode) ? 0 : -1;
+        dir = next;
+        start = end + 1;
+    }
+}
+
+/// Records what the masks below the bind `op` (whose host tree is `host_dir`) hide: the tree's
+/// own root, and for each mask each file on its path (walk_masked_path). The entries bound back
+/// are compared with these files, not only with their names.
+static int find_masked_files(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, int host_dir,
+                             struct masked_file *files, size_t *count) {
+    *count = 0;
+    struct stat st;
+    if (fstat(host_dir, &st) != 0 || record_masked_file(files, count, &st, op->target, xsb_string_length(op->target)) != 0) return -1;
+    for (const struct xsb_mount_op *mask = cfg->mounts; mask < cfg->mounts + cfg->mount_count; mask++) {
+        if (mask->kind != XSB_MOUNT_MASK || !is_below(mask->target, op->target)) continue;
+        int dir = openat(host_dir, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0 || walk_masked_path(cfg, op, dir, mask, files, count) != 0) return -1;
+    }
+    return 0;
+}
+
+/// Whether `st`, an entry about to be bound back as `s->path`, is a file a mask needs hidden
+/// (recorded in `s->reached`, errno EINVAL).
+static int reaches_masked_file(struct split *s, const struct stat *st) {
+    for (size_t k = 0; k < s->masked_count; k++) {
+        const struct masked_file *file = &s->masked[k];
+        if (file->device != st->st_dev || file->inode != st->st_ino) continue;
+        xsb_copy_string(s->reached, file->length + 1 < sizeof s->reached ? file->length + 1 : sizeof s->reached, file->target);
+        errno = EINVAL;
+        return 1;
     }
     return 0;
 }
@@ -143,9 +211,10 @@ static int planned_at(const struct xsb_spawn_config *cfg, const char *path) {
 /// entry's parent): a file or directory as a bind of its own, a symlink recreated; sockets,
 /// device nodes and FIFOs are left out (the bind's nodev leaves device nodes unusable anyway).
 static int bind_back_entry(struct split *s, int host_dir, int dir, const char *name, unsigned char type) {
-    if (type == DT_UNKNOWN) {
+    if (type == DT_UNKNOWN || type == DT_LNK) {
         struct stat st;
         if (fstatat(host_dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+        if (reaches_masked_file(s, &st)) return -1;
         type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : S_ISLNK(st.st_mode) ? DT_LNK : DT_SOCK;
     }
     if (type == DT_LNK) {
@@ -164,14 +233,9 @@ static int bind_back_entry(struct split *s, int host_dir, int dir, const char *n
     // What was opened decides, not the listing: the host may have replaced the entry meanwhile.
     struct stat st;
     if (fstat(tree, &st) != 0) return xsb_close_keeping_errno(tree);
-    for (size_t k = 0; k < s->masked_count; k++) {
-        if (s->masked[k].device == st.st_dev && s->masked[k].inode == st.st_ino) {
-            xsb_copy_string(s->reached, s->masked[k].length + 1 < sizeof s->reached ? s->masked[k].length + 1 : sizeof s->reached,
-                            s->masked[k].target);
-            close(tree);
-            errno = EINVAL;
-            return -1;
-        }
+    if (reaches_masked_file(s, &st)) {
+        close(tree);
+        return -1;
     }
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
         close(tree);
@@ -195,9 +259,6 @@ static int bind_back_directory(struct split *s, int host_dir) {
     int dir = openat(point, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     xsb_close_keeping_errno(point);
     if (dir < 0) return -1;
-    struct masked_file masked[XSB_MASKED_NAMES_LIMIT];
-    size_t masked_count;
-    if (find_masked_files(s, host_dir, masked, &masked_count) != 0) return xsb_close_keeping_errno(dir);
     char entries[2048] __attribute__((aligned(8)));
     size_t count = 0, length = s->length;
     long n;
@@ -228,8 +289,6 @@ static int bind_back_directory(struct split *s, int host_dir) {
                 rc = sub < 0 ? -1 : bind_back_directory(s, sub);
                 if (sub >= 0) xsb_close_keeping_errno(sub);
             } else if (planned == 0) {
-                s->masked = masked;
-                s->masked_count = masked_count;
                 rc = bind_back_entry(s, host_dir, dir, name, d->d_type);
             }
             if (rc != 0) return xsb_close_keeping_errno(dir);
@@ -263,7 +322,10 @@ static int split_bind(int root, const struct xsb_spawn_config *cfg, const struct
         struct split s = {.root = root, .cfg = cfg, .flags = flags};
         xsb_copy_string(s.path, sizeof s.path, op->target);
         s.length = xsb_string_length(s.path);
-        rc = bind_back_directory(&s, host_dir);
+        struct masked_file masked[XSB_MASKED_FILES_LIMIT];
+        rc = find_masked_files(cfg, op, host_dir, masked, &s.masked_count);
+        s.masked = masked;
+        if (rc == 0) rc = bind_back_directory(&s, host_dir);
         xsb_copy_string(failed, failed_size, s.path);
         xsb_copy_string(reached, reached_size, s.reached);
         xsb_close_keeping_errno(host_dir);
@@ -281,6 +343,12 @@ static int split_bind(int root, const struct xsb_spawn_config *cfg, const struct
     return rc;
 }
 
+/// Appends `text` to `buffer` (`*used` bytes so far), as much of it as fits.
+static void append_text(char *buffer, size_t size, size_t *used, const char *text) {
+    while (*text != '\0' && *used + 1 < size) buffer[(*used)++] = *text++;
+    buffer[*used] = '\0';
+}
+
 /// The directory bind `op`, with masks below it: left out when a later bind of the same target
 /// covers it whole, else split (split_bind); a failure is reported naming the path.
 int xsb_masks_bind(int root, const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, int control_fd) {
@@ -293,20 +361,17 @@ int xsb_masks_bind(int root, const struct xsb_spawn_config *cfg, const struct xs
     int saved = errno;
     // Say where: the entry (or the directory over a limit) under the masked bind.
     const char *what = saved == E2BIG ? "over " XSB_NUMBER_TEXT(XSB_MASKED_DIRECTORY_LIMIT) " entries beside a mask in "
-                     : saved == EOVERFLOW ? "over " XSB_NUMBER_TEXT(XSB_MASKED_NAMES_LIMIT) " masked names directly in "
+                     : saved == EOVERFLOW ? "over " XSB_NUMBER_TEXT(XSB_MASKED_FILES_LIMIT) " masked paths and directories on their way below "
                      : "binding back beside a mask: ";
+    size_t used = 0;
+    append_text(detail, sizeof detail, &used, what);
+    append_text(detail, sizeof detail, &used, failed);
     if (reached[0] != '\0') {
-        // Another name of a masked path (or of one on the way to a mask): a spelling that a
+        // Another name of a masked path or of a directory on its way: another spelling that a
         // case-insensitive file system matches, a hard link, a bind mount of it.
-        char both[PATH_SIZE];
-        if (xsb_join_path(both, sizeof both, failed, " opens what the policy's ") != 0 ||
-            xsb_join_path(both, sizeof both, both, reached) != 0 ||
-            xsb_join_path(both, sizeof both, both, " opens (another spelling of the name, a hard link or a bind mount)") != 0)
-            xsb_copy_string(both, sizeof both, failed);
-        xsb_copy_string(failed, sizeof failed, both);
+        append_text(detail, sizeof detail, &used, " is another name of ");
+        append_text(detail, sizeof detail, &used, reached);
     }
-    if (xsb_join_path(detail, sizeof detail, what, failed) != 0)
-        xsb_copy_string(detail, sizeof detail, failed);
     xsb_child_report(control_fd, XSB_STEP_BIND_MOUNT, saved, detail);
     return -1;
 }

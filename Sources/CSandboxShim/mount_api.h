@@ -57,6 +57,8 @@ int xsb_mount_set_bind_attributes(int tree, int flags);
 /// Gives the detached mount `tree` a bind's attributes and attaches it at `target` below
 /// `root`; closes `tree`. On failure `*at_target` tells whether the mount point was the problem.
 int xsb_mount_attach_bind(int root, int tree, const char *target, int flags, int *at_target);
+/// Host path `source` (a real path: no symlink on the way), opened `O_PATH`.
+int xsb_mount_host_source(const char *source);
 /// A detached recursive copy of host path `source` (a real path: no symlink on the way).
 int xsb_mount_host_tree(const char *source);
 

@@ -116,15 +116,20 @@ int xsb_mount_attach_bind(int root, int tree, const char *target, int flags, int
     return rc;
 }
 
-/// A detached recursive copy of host path `source` (a real path: no symlink on the way).
-int xsb_mount_host_tree(const char *source) {
+/// Host path `source` (a real path: no symlink on the way), opened `O_PATH`.
+int xsb_mount_host_source(const char *source) {
     char src[PATH_SIZE];
     if (xsb_join_path(src, sizeof src, OLD, source) != 0) {
         errno = ENAMETOOLONG;
         return -1;
     }
     struct xsb_open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = XSB_RESOLVE_NO_SYMLINKS};
-    int src_fd = (int)syscall(SYS_openat2, AT_FDCWD, src, &how, sizeof how);
+    return (int)syscall(SYS_openat2, AT_FDCWD, src, &how, sizeof how);
+}
+
+/// A detached recursive copy of host path `source` (a real path: no symlink on the way).
+int xsb_mount_host_tree(const char *source) {
+    int src_fd = xsb_mount_host_source(source);
     if (src_fd < 0) return -1;
     int tree = (int)syscall(SYS_open_tree, src_fd, "", XSB_OPEN_TREE_CLONE | O_CLOEXEC | AT_EMPTY_PATH | XSB_AT_RECURSIVE);
     xsb_close_keeping_errno(src_fd);

@@ -123,44 +123,90 @@ struct MountTests {
         #expect(out.failed_step == Int32(failure.step.rawValue) && out.failed_errno == failure.errno && out.detail == failure.detail, "\(out.failure)")
     }
 
-    /// Another name of a masked file, or of a directory on the way to a mask, in a directory
-    /// bound back beside the mask: made in `data` by `make` (which returns what to undo).
+    /// Another name of a masked file, or of a directory on the way to a mask, in the host tree
+    /// of a bind that is bound back entry by entry: made in `data` by `make` (which returns what
+    /// to undo). `data` holds `dir/secret` and `dir/sibling`; /data/dir/secret is masked.
     struct Alias: Sendable, CustomTestStringConvertible {
         let testDescription: String
-        /// Also binds the directory on the way to the mask on its own (a bind nested in the masked one).
+        /// Also binds `data/dir` on its own at /data/dir (a bind nested in the masked one).
         var nested = false
         let make: @Sendable (_ data: String) -> (@Sendable () -> Void)
-        let detail: String
+        /// The step's detail, or nil: no failure (the alias shows nothing the mask hides).
+        let detail: String?
     }
 
-    @Test("an entry beside a mask that opens the masked file, or a directory on the way to it, under another name fails the step, naming both",
+    static func bindMount(_ source: String, _ target: String) -> @Sendable () -> Void {
+        #expect(mkdir(target, 0o755) == 0 && mount(source, target, nil, UInt(MS_BIND), nil) == 0, "bind \(source) at \(target)")
+        return { _ = umount2(target, Int32(MNT_DETACH)) }
+    }
+
+    @Test("an entry that opens a masked file, or a directory on the way to it, under another name fails the step, naming both",
           .enabled(if: getuid() == 0, "needs root: to bind a directory over another name on the host"),
           arguments: [
-              Alias(testDescription: "a hard link of the masked file", make: { data in
+              Alias(testDescription: "a hard link of the masked file beside it", make: { data in
                   #expect(link(data + "/dir/secret", data + "/dir/alias") == 0)
                   return {}
-              }, detail: "binding back beside a mask: /data/dir/alias opens what the policy's /data/dir/secret opens (another spelling of the name, a hard link or a bind mount)"),
+              }, detail: "binding back beside a mask: /data/dir/alias is another name of /data/dir/secret"),
+              Alias(testDescription: "a hard link of the masked file a level up", make: { data in
+                  #expect(link(data + "/dir/secret", data + "/alias") == 0)
+                  return {}
+              }, detail: "binding back beside a mask: /data/alias is another name of /data/dir/secret"),
+              Alias(testDescription: "a hard link of a symlink beside it, the masked path being the symlink", make: { data in
+                  #expect(symlink("sibling", data + "/dir/link") == 0 && linkat(AT_FDCWD, data + "/dir/link", AT_FDCWD, data + "/dir/alias", 0) == 0)
+                  return {}
+              }, detail: "binding back beside a mask: /data/dir/alias is another name of /data/dir/link"),
               Alias(testDescription: "a bind mount of the directory on the way", make: { data in
-                  #expect(mkdir(data + "/copy", 0o755) == 0 && mount(data + "/dir", data + "/copy", nil, UInt(MS_BIND), nil) == 0)
-                  return { _ = umount2(data + "/copy", Int32(MNT_DETACH)) }
-              }, detail: "binding back beside a mask: /data/copy opens what the policy's /data/dir opens (another spelling of the name, a hard link or a bind mount)"),
-              Alias(testDescription: "a bind mount of a directory that a nested bind shows", nested: true, make: { data in
-                  #expect(mkdir(data + "/copy", 0o755) == 0 && mount(data + "/dir", data + "/copy", nil, UInt(MS_BIND), nil) == 0)
-                  return { _ = umount2(data + "/copy", Int32(MNT_DETACH)) }
-              }, detail: "binding back beside a mask: /data/copy opens what the policy's /data/dir opens (another spelling of the name, a hard link or a bind mount)"),
+                  MountTests.bindMount(data + "/dir", data + "/copy")
+              }, detail: "binding back beside a mask: /data/copy is another name of /data/dir"),
+              Alias(testDescription: "a bind mount of the directory on the way inside it", make: { data in
+                  MountTests.bindMount(data + "/dir", data + "/dir/self")
+              }, detail: "binding back beside a mask: /data/dir/self is another name of /data/dir"),
+              Alias(testDescription: "a bind mount of the masked bind's own root", make: { data in
+                  MountTests.bindMount(data, data + "/root")
+              }, detail: "binding back beside a mask: /data/root is another name of /data"),
+              Alias(testDescription: "a bind mount of a directory that a nested bind shows as it is", nested: true, make: { data in
+                  MountTests.bindMount(data + "/dir", data + "/copy")
+              }, detail: "binding back beside a mask: /data/copy is another name of /data/dir"),
           ])
     func maskReachedUnderAnotherName(_ alias: Alias) throws {
-        let out = try Self.withDataDirectory { data -> xsbt_outcome in
-            try FileManager.default.createDirectory(atPath: data + "/dir", withIntermediateDirectories: false)
-            try "SECRET".write(toFile: data + "/dir/secret", atomically: false, encoding: .utf8)
-            let undo = alias.make(data)
-            defer { undo() }
-            var ops = [Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data, target: "/data")]
-            if alias.nested { ops.append(Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data + "/dir", target: "/data/dir")) }
-            ops.append(Op(kind: XSB_MOUNT_MASK, target: "/data/dir/secret"))
-            return try Self.build(ops)
-        }
+        let out = try Self.withMaskedTree(alias)
         #expect(out.ranThrough && out.result == 1 << 8, "xsb_setup_mounts returned -1: \(out.failure); grandchild status \(out.result)")
         #expect(out.failed_step == Int32(XSB_STEP_BIND_MOUNT.rawValue) && out.failed_errno == EINVAL && out.detail == alias.detail, "\(out.failure)")
+    }
+
+    @Test("another name of a host directory that a nested bind from elsewhere replaces is no name of what the mask hides",
+          .enabled(if: getuid() == 0, "needs root: to bind a directory over another name on the host"))
+    func aliasOfReplacedDirectory() throws {
+        let out = try Self.withDataDirectory { data -> xsbt_outcome in
+            // Outside the masked bind's tree: /data shows no other name of it.
+            let elsewhere = data + "-elsewhere"
+            try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: false)
+            defer { try? FileManager.default.removeItem(atPath: elsewhere) }
+            try "SECRET".write(toFile: elsewhere + "/secret", atomically: false, encoding: .utf8)
+            try FileManager.default.createDirectory(atPath: data + "/dir", withIntermediateDirectories: false)
+            let undo = Self.bindMount(data + "/dir", data + "/copy")
+            defer { undo() }
+            return try Self.build([
+                Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data, target: "/data"),
+                Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: elsewhere, target: "/data/dir"),
+                Op(kind: XSB_MOUNT_MASK, target: "/data/dir/secret"),
+            ])
+        }
+        #expect(out.ranThrough && out.result == 0, "\(out.failure); detail \(out.detail); grandchild status \(out.result)")
+    }
+
+    static func withMaskedTree(_ alias: Alias) throws -> xsbt_outcome {
+        try withDataDirectory { data -> xsbt_outcome in
+            try FileManager.default.createDirectory(atPath: data + "/dir", withIntermediateDirectories: false)
+            try "SECRET".write(toFile: data + "/dir/secret", atomically: false, encoding: .utf8)
+            try "SIB".write(toFile: data + "/dir/sibling", atomically: false, encoding: .utf8)
+            let undo = alias.make(data)
+            defer { undo() }
+            let masked = alias.detail?.hasSuffix("/data/dir/link") == true ? "/data/dir/link" : "/data/dir/secret"
+            var ops = [Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data, target: "/data")]
+            if alias.nested { ops.append(Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data + "/dir", target: "/data/dir")) }
+            ops.append(Op(kind: XSB_MOUNT_MASK, target: masked))
+            return try build(ops)
+        }
     }
 }

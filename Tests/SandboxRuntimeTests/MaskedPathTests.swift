@@ -118,7 +118,7 @@ struct MaskedPathTests {
             _ = try await Supervisor().launch(configuration)
         } throws: { error in
             guard let error = error as? SandboxError else { return false }
-            return error.step == .bindMount && error.detail.contains("/data/dir/copy opens what the policy's /data/dir/secret opens")
+            return error.step == .bindMount && error.detail.contains("/data/dir/copy is another name of /data/dir/secret")
         }
     }
 
