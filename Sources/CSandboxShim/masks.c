@@ -142,6 +142,10 @@ static int walk_masked_path(const struct xsb_spawn_config *cfg, const struct xsb
             dir = open_bind_root(cfg, shown);
             if (dir < 0) return errno == ENOENT ? 0 : -1;
             if (fstat(dir, &st) != 0 || record_masked_file(files, count, &st, mask->target, end) != 0) return xsb_close_keeping_errno(dir);
+            if (mask->target[end] == '\0') {
+                close(dir);
+                return 0;
+            }
             op = shown;
             start = end + 1;
             continue;
