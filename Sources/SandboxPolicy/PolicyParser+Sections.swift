@@ -1,4 +1,5 @@
 import CSeccomp
+import SandboxSystem
 import YAMLSupport
 
 // The filesystem, environment and limits sections of a policy file (PolicyParser.swift has
@@ -49,7 +50,8 @@ extension PolicyParser {
                         diag.error(itemNode, "cannot mask \"/\": list the paths inside that should be hidden")
                         continue
                     }
-                    if !masked.contains(p) { masked.append(p) }
+                    // By bytes: two spellings of one character are two host names.
+                    if !masked.contains(where: { FilePaths.isSame($0, p) }) { masked.append(p) }
                 }
                 continue
             }

@@ -177,7 +177,7 @@ final class PolicyResolver {
         var mounts: [PolicyLayer.Mount] = []
         for layer in layers {
             for m in layer.mounts {
-                if let i = mounts.firstIndex(where: { $0.destination == m.destination }) {
+                if let i = mounts.firstIndex(where: { FilePaths.isSame($0.destination, m.destination) }) {
                     mounts[i] = m
                 } else {
                     mounts.append(m)
@@ -186,7 +186,9 @@ final class PolicyResolver {
         }
         var masked: [String] = []
         for layer in layers {
-            for path in layer.masked where !masked.contains(path) { masked.append(path) }
+            // By bytes, as the kernel compares names: `==` takes two spellings of one character
+            // as one path, and would drop a mask of the other file.
+            for path in layer.masked where !masked.contains(where: { FilePaths.isSame($0, path) }) { masked.append(path) }
         }
         policy.filesystem = FilesystemPolicy(mounts: mounts.map(\.entry), masked: masked)
 

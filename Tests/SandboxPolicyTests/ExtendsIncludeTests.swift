@@ -95,6 +95,35 @@ struct ExtendsIncludeTests {
         _ = try p.compileSeccompFilter(mode: .inKernel)
     }
 
+    @Test("masks and mounts are merged by the bytes of their paths: two spellings of one character are two files")
+    func pathsMergedByBytes() throws {
+        let tree = try PolicyTree([
+            "masks.yaml": """
+                version: 1
+                seccomp:
+                  default: kill
+                  allow: ["@default"]
+                filesystem:
+                  ro-bind: [/usr, "/srv/caf\u{e9}"]
+                  mask: ["/usr/caf\u{e9}"]
+                """,
+            "child.yaml": """
+                version: 1
+                extends: masks
+                filesystem:
+                  ro-bind: ["/srv/cafe\u{301}"]
+                  mask: ["/usr/cafe\u{301}", "/usr/caf\u{e9}"]
+                """,
+        ])
+        let policy = try tree.load("child.yaml")
+        #expect(policy.filesystem.masked.map { Array($0.utf8) } == [Array("/usr/caf\u{e9}".utf8), Array("/usr/cafe\u{301}".utf8)])
+        let destinations = policy.filesystem.mounts.compactMap { entry -> [UInt8]? in
+            if case .bind(_, let destination, _, _) = entry, destination.hasPrefix("/srv") { return Array(destination.utf8) }
+            return nil
+        }
+        #expect(destinations == [Array("/srv/caf\u{e9}".utf8), Array("/srv/cafe\u{301}".utf8)])
+    }
+
     @Test func includedFragmentsNeedNoSeccompOfTheirOwn() throws {
         let tree = try PolicyTree([
             "fragments/limits.yaml": "version: 1\nlimits: { memory: 64M }\n",
