@@ -98,6 +98,7 @@ static const struct xsb_mount_op *shown_at(const struct xsb_spawn_config *cfg, c
     const struct xsb_mount_op *shown = NULL;
     for (const struct xsb_mount_op *other = cfg->mounts; other < cfg->mounts + cfg->mount_count; other++) {
         if (other == op || other == mask || xsb_string_length(other->target) != length) continue;
+        if (other->kind == XSB_MOUNT_MASK && mask->target[length] == '\0') continue;  // the same mask again
         size_t b = 0;
         while (b < length && other->target[b] == mask->target[b]) b++;
         if (b == length) shown = other;
@@ -105,10 +106,19 @@ static const struct xsb_mount_op *shown_at(const struct xsb_spawn_config *cfg, c
     return shown;
 }
 
-/// Records `st` as the file the first `length` bytes of `target` open (once per file).
+/// Whether `file` is what the first `length` bytes of `path` name.
+static int names_path(const struct masked_file *file, const char *path, size_t length) {
+    if (file->length != length) return 0;
+    for (size_t b = 0; b < length; b++)
+        if (file->target[b] != path[b]) return 0;
+    return 1;
+}
+
+/// Records `st` as the file the first `length` bytes of `target` open (once per file and path:
+/// two paths of the plan that open one file are told apart later).
 static int record_masked_file(struct masked_file *files, size_t *count, const struct stat *st, const char *target, size_t length) {
     for (size_t k = 0; k < *count; k++)
-        if (files[k].device == st->st_dev && files[k].inode == st->st_ino) return 0;
+        if (files[k].device == st->st_dev && files[k].inode == st->st_ino && names_path(&files[k], target, length)) return 0;
     if (*count == XSB_MASKED_FILES_LIMIT) {
         errno = EOVERFLOW;
         return -1;
@@ -139,6 +149,11 @@ static int walk_masked_path(const struct xsb_spawn_config *cfg, const struct xsb
         if (shown != NULL) {
             close(dir);
             if (shown->kind != XSB_MOUNT_BIND || !(shown->flags & XSB_MOUNT_F_DIRECTORY)) return 0;
+            // The plan mounts parents first: a nested bind comes later, its passed tree still open.
+            if (shown < op) {
+                errno = EINVAL;
+                return -1;
+            }
             dir = open_bind_root(cfg, shown);
             if (dir < 0) return errno == ENOENT ? 0 : -1;
             if (fstat(dir, &st) != 0 || record_masked_file(files, count, &st, mask->target, end) != 0) return xsb_close_keeping_errno(dir);
@@ -187,12 +202,12 @@ static int find_masked_files(const struct xsb_spawn_config *cfg, const struct xs
     return 0;
 }
 
-/// Whether `st`, an entry about to be bound back as `s->path`, is a file a mask needs hidden
+/// Whether `st`, the entry at `s->path`, is a file a mask needs hidden under another path
 /// (recorded in `s->reached`, errno EINVAL).
 static int reaches_masked_file(struct split *s, const struct stat *st) {
     for (size_t k = 0; k < s->masked_count; k++) {
         const struct masked_file *file = &s->masked[k];
-        if (file->device != st->st_dev || file->inode != st->st_ino) continue;
+        if (file->device != st->st_dev || file->inode != st->st_ino || names_path(file, s->path, s->length)) continue;
         xsb_copy_string(s->reached, file->length + 1 < sizeof s->reached ? file->length + 1 : sizeof s->reached, file->target);
         errno = EINVAL;
         return 1;
@@ -290,7 +305,9 @@ static int bind_back_directory(struct split *s, int host_dir) {
             if (planned == 2) {
                 // A symlink here refuses (ENOTDIR), as a mount point behind one is refused.
                 int sub = openat(host_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                rc = sub < 0 ? -1 : bind_back_directory(s, sub);
+                // A directory on the way to a mask can itself be another name of a masked one.
+                struct stat st;
+                rc = sub < 0 || fstat(sub, &st) != 0 || reaches_masked_file(s, &st) ? -1 : bind_back_directory(s, sub);
                 if (sub >= 0) xsb_close_keeping_errno(sub);
             } else if (planned == 0) {
                 rc = bind_back_entry(s, host_dir, dir, name, d->d_type);

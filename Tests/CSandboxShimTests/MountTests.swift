@@ -130,9 +130,16 @@ struct MountTests {
         let testDescription: String
         /// Also binds `data/dir` on its own at /data/dir (a bind nested in the masked one).
         var nested = false
+        /// The masks (path, whether a directory), when not /data/dir/secret alone.
+        var masks: [Mask]? = nil
         let make: @Sendable (_ data: String) -> (@Sendable () -> Void)
         /// The step's detail, or nil: no failure (the alias shows nothing the mask hides).
         let detail: String?
+    }
+
+    struct Mask: Sendable {
+        let path: String
+        var directory = false
     }
 
     static func bindMount(_ source: String, _ target: String) -> @Sendable () -> Void {
@@ -164,6 +171,14 @@ struct MountTests {
               Alias(testDescription: "a bind mount of the masked bind's own root", make: { data in
                   MountTests.bindMount(data, data + "/root")
               }, detail: "binding back beside a mask: /data/root is another name of /data"),
+              Alias(testDescription: "a hard link of a file masked twice", masks: [Mask(path: "/data/dir/secret"), Mask(path: "/data/dir/secret")], make: { data in
+                  #expect(link(data + "/dir/secret", data + "/dir/alias") == 0)
+                  return {}
+              }, detail: "binding back beside a mask: /data/dir/alias is another name of /data/dir/secret"),
+              Alias(testDescription: "a directory on the way to one mask that is a bind mount of another, masked directory",
+                    masks: [Mask(path: "/data/dir", directory: true), Mask(path: "/data/view/x")], make: { data in
+                  MountTests.bindMount(data + "/dir", data + "/view")
+              }, detail: "binding back beside a mask: /data/view is another name of /data/dir"),
               Alias(testDescription: "a bind mount of a directory that a nested bind shows as it is", nested: true, make: { data in
                   MountTests.bindMount(data + "/dir", data + "/copy")
               }, detail: "binding back beside a mask: /data/copy is another name of /data/dir"),
@@ -202,10 +217,10 @@ struct MountTests {
             try "SIB".write(toFile: data + "/dir/sibling", atomically: false, encoding: .utf8)
             let undo = alias.make(data)
             defer { undo() }
-            let masked = alias.detail?.hasSuffix("/data/dir/link") == true ? "/data/dir/link" : "/data/dir/secret"
+            let masks = alias.masks ?? [Mask(path: alias.detail?.hasSuffix("/data/dir/link") == true ? "/data/dir/link" : "/data/dir/secret")]
             var ops = [Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data, target: "/data")]
             if alias.nested { ops.append(Op(kind: XSB_MOUNT_BIND, flags: Int32(XSB_MOUNT_F_DIRECTORY), source: data + "/dir", target: "/data/dir")) }
-            ops.append(Op(kind: XSB_MOUNT_MASK, target: masked))
+            for mask in masks { ops.append(Op(kind: XSB_MOUNT_MASK, flags: mask.directory ? Int32(XSB_MOUNT_F_DIRECTORY) : 0, target: mask.path)) }
             return try build(ops)
         }
     }
