@@ -48,6 +48,7 @@ struct masked_file {
     ino_t inode;
     const char *target;  ///< an operation's target through this file
     size_t length;       ///< of its path: `target`'s first `length` bytes
+    int masked;          ///< 1: the path is a mask's own (0: a directory on the way, or a root)
 };
 
 struct split {
@@ -117,13 +118,18 @@ static int names_path(const struct masked_file *file, const char *path, size_t l
 /// Records `st` as the file the first `length` bytes of `target` open (once per file and path:
 /// two paths of the plan that open one file are told apart later).
 static int record_masked_file(struct masked_file *files, size_t *count, const struct stat *st, const char *target, size_t length) {
-    for (size_t k = 0; k < *count; k++)
-        if (files[k].device == st->st_dev && files[k].inode == st->st_ino && names_path(&files[k], target, length)) return 0;
+    int masked = target[length] == '\0';
+    for (size_t k = 0; k < *count; k++) {
+        if (files[k].device == st->st_dev && files[k].inode == st->st_ino && names_path(&files[k], target, length)) {
+            files[k].masked |= masked;
+            return 0;
+        }
+    }
     if (*count == XSB_MASKED_FILES_LIMIT) {
         errno = EOVERFLOW;
         return -1;
     }
-    files[(*count)++] = (struct masked_file){.device = st->st_dev, .inode = st->st_ino, .target = target, .length = length};
+    files[(*count)++] = (struct masked_file){.device = st->st_dev, .inode = st->st_ino, .target = target, .length = length, .masked = masked};
     return 0;
 }
 
@@ -148,7 +154,7 @@ static int walk_masked_path(const struct xsb_spawn_config *cfg, const struct xsb
         const struct xsb_mount_op *shown = shown_at(cfg, op, mask, end);
         if (shown != NULL) {
             close(dir);
-            if (shown->kind != XSB_MOUNT_BIND || !(shown->flags & XSB_MOUNT_F_DIRECTORY)) return 0;
+            if (shown->kind != XSB_MOUNT_BIND) return 0;
             // The plan mounts parents first: a nested bind comes later, its passed tree still open.
             if (shown < op) {
                 errno = EINVAL;
@@ -157,7 +163,7 @@ static int walk_masked_path(const struct xsb_spawn_config *cfg, const struct xsb
             dir = open_bind_root(cfg, shown);
             if (dir < 0) return errno == ENOENT ? 0 : -1;
             if (fstat(dir, &st) != 0 || record_masked_file(files, count, &st, mask->target, end) != 0) return xsb_close_keeping_errno(dir);
-            if (mask->target[end] == '\0') {
+            if (mask->target[end] == '\0' || !S_ISDIR(st.st_mode)) {
                 close(dir);
                 return 0;
             }
@@ -190,24 +196,31 @@ static int walk_masked_path(const struct xsb_spawn_config *cfg, const struct xsb
 /// own root, and for each mask each file on its path (walk_masked_path). The entries bound back
 /// are compared with these files, not only with their names.
 static int find_masked_files(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op, int host_dir,
-                             struct masked_file *files, size_t *count) {
+                             struct masked_file *files, size_t *count, char *failed, size_t failed_size) {
     *count = 0;
     struct stat st;
     if (fstat(host_dir, &st) != 0 || record_masked_file(files, count, &st, op->target, xsb_string_length(op->target)) != 0) return -1;
     for (const struct xsb_mount_op *mask = cfg->mounts; mask < cfg->mounts + cfg->mount_count; mask++) {
         if (mask->kind != XSB_MOUNT_MASK || !is_below(mask->target, op->target)) continue;
         int dir = openat(host_dir, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (dir < 0 || walk_masked_path(cfg, op, dir, mask, files, count) != 0) return -1;
+        if (dir < 0 || walk_masked_path(cfg, op, dir, mask, files, count) != 0) {
+            int saved = errno;
+            xsb_copy_string(failed, failed_size, mask->target);
+            errno = saved;
+            return -1;
+        }
     }
     return 0;
 }
 
-/// Whether `st`, the entry at `s->path`, is a file a mask needs hidden under another path
-/// (recorded in `s->reached`, errno EINVAL).
-static int reaches_masked_file(struct split *s, const struct stat *st) {
+/// Whether `st`, the entry at `s->path`, is under another path a file the masks need hidden
+/// (`masks_only`: a masked path's own; else also a directory on the way to one) (recorded in
+/// `s->reached`, errno EINVAL).
+static int reaches_masked_file(struct split *s, const struct stat *st, int masks_only) {
     for (size_t k = 0; k < s->masked_count; k++) {
         const struct masked_file *file = &s->masked[k];
         if (file->device != st->st_dev || file->inode != st->st_ino || names_path(file, s->path, s->length)) continue;
+        if (masks_only && !file->masked) continue;
         xsb_copy_string(s->reached, file->length + 1 < sizeof s->reached ? file->length + 1 : sizeof s->reached, file->target);
         errno = EINVAL;
         return 1;
@@ -233,7 +246,7 @@ static int bind_back_entry(struct split *s, int host_dir, int dir, const char *n
     if (type == DT_UNKNOWN || type == DT_LNK) {
         struct stat st;
         if (fstatat(host_dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
-        if (reaches_masked_file(s, &st)) return -1;
+        if (reaches_masked_file(s, &st, 0)) return -1;
         type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : S_ISLNK(st.st_mode) ? DT_LNK : DT_SOCK;
     }
     if (type == DT_LNK) {
@@ -252,7 +265,7 @@ static int bind_back_entry(struct split *s, int host_dir, int dir, const char *n
     // What was opened decides, not the listing: the host may have replaced the entry meanwhile.
     struct stat st;
     if (fstat(tree, &st) != 0) return xsb_close_keeping_errno(tree);
-    if (reaches_masked_file(s, &st)) {
+    if (reaches_masked_file(s, &st, 0)) {
         close(tree);
         return -1;
     }
@@ -305,9 +318,10 @@ static int bind_back_directory(struct split *s, int host_dir) {
             if (planned == 2) {
                 // A symlink here refuses (ENOTDIR), as a mount point behind one is refused.
                 int sub = openat(host_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                // A directory on the way to a mask can itself be another name of a masked one.
+                // A directory on the way to a mask can itself be another name of a masked one
+                // (another name of a directory on the way is split too, entry by entry).
                 struct stat st;
-                rc = sub < 0 || fstat(sub, &st) != 0 || reaches_masked_file(s, &st) ? -1 : bind_back_directory(s, sub);
+                rc = sub < 0 || fstat(sub, &st) != 0 || reaches_masked_file(s, &st, 1) ? -1 : bind_back_directory(s, sub);
                 if (sub >= 0) xsb_close_keeping_errno(sub);
             } else if (planned == 0) {
                 rc = bind_back_entry(s, host_dir, dir, name, d->d_type);
@@ -344,7 +358,7 @@ static int split_bind(int root, const struct xsb_spawn_config *cfg, const struct
         xsb_copy_string(s.path, sizeof s.path, op->target);
         s.length = xsb_string_length(s.path);
         struct masked_file masked[XSB_MASKED_FILES_LIMIT];
-        rc = find_masked_files(cfg, op, host_dir, masked, &s.masked_count);
+        rc = find_masked_files(cfg, op, host_dir, masked, &s.masked_count, s.path, sizeof s.path);
         s.masked = masked;
         if (rc == 0) rc = bind_back_directory(&s, host_dir);
         xsb_copy_string(failed, failed_size, s.path);
@@ -382,7 +396,7 @@ int xsb_masks_bind(int root, const struct xsb_spawn_config *cfg, const struct xs
     int saved = errno;
     // Say where: the entry (or the directory over a limit) under the masked bind.
     const char *what = saved == E2BIG ? "over " XSB_NUMBER_TEXT(XSB_MASKED_DIRECTORY_LIMIT) " entries beside a mask in "
-                     : saved == EOVERFLOW ? "over " XSB_NUMBER_TEXT(XSB_MASKED_FILES_LIMIT) " masked paths and directories on their way below "
+                     : saved == EOVERFLOW ? "over " XSB_NUMBER_TEXT(XSB_MASKED_FILES_LIMIT) " files to hide beside masks (masked paths and directories on their way), at "
                      : "binding back beside a mask: ";
     size_t used = 0;
     append_text(detail, sizeof detail, &used, what);

@@ -29,17 +29,18 @@ extension PolicyParser {
         if node.isNull { return [] }
         guard let entries = reader.mapping(node, what: "filesystem", keys: Self.filesystemKeys) else { return [] }
         var mounts: [PolicyLayer.Mount] = []
-        var destinations: [String: Loc] = [:]
+        // By bytes: two spellings of one character are two destinations.
+        var destinations: [[UInt8]: Loc] = [:]
         func add(_ entry: MountEntry, destination: String, loc: Loc) {
             if destination == "/" {
                 diag.error(loc, "cannot mount over \"/\": the sandbox's root is an empty tmpfs that the entries fill")
                 return
             }
-            if let earlier = destinations[destination] {
+            if let earlier = destinations[Array(destination.utf8)] {
                 diag.error(loc, "\(destination) is mounted twice (also at line \(earlier.line))")
                 return
             }
-            destinations[destination] = loc
+            destinations[Array(destination.utf8)] = loc
             mounts.append(.init(entry: entry, destination: destination, loc: here(loc)))
         }
         for (key, _, value) in entries {
