@@ -115,10 +115,11 @@ static int names_path(const struct masked_file *file, const char *path, size_t l
     return 1;
 }
 
-/// Records `st` as the file the first `length` bytes of `target` open (once per file and path:
-/// two paths of the plan that open one file are told apart later).
-static int record_masked_file(struct masked_file *files, size_t *count, const struct stat *st, const char *target, size_t length) {
-    int masked = target[length] == '\0';
+/// Records `st` as the file the first `length` bytes of `target` open, `masked` when that is a
+/// mask's own path (once per file and path: two paths of the plan that open one file are told
+/// apart later).
+static int record_masked_file(struct masked_file *files, size_t *count, const struct stat *st, const char *target, size_t length,
+                              int masked) {
     for (size_t k = 0; k < *count; k++) {
         if (files[k].device == st->st_dev && files[k].inode == st->st_ino && names_path(&files[k], target, length)) {
             files[k].masked |= masked;
@@ -162,7 +163,8 @@ static int walk_masked_path(const struct xsb_spawn_config *cfg, const struct xsb
             }
             dir = open_bind_root(cfg, shown);
             if (dir < 0) return errno == ENOENT ? 0 : -1;
-            if (fstat(dir, &st) != 0 || record_masked_file(files, count, &st, mask->target, end) != 0) return xsb_close_keeping_errno(dir);
+            if (fstat(dir, &st) != 0 || record_masked_file(files, count, &st, mask->target, end, mask->target[end] == '\0') != 0)
+                return xsb_close_keeping_errno(dir);
             if (mask->target[end] == '\0' || !S_ISDIR(st.st_mode)) {
                 close(dir);
                 return 0;
@@ -183,7 +185,7 @@ static int walk_masked_path(const struct xsb_spawn_config *cfg, const struct xsb
             close(dir);
             return 0;  // nothing (more) to reach
         }
-        if (record_masked_file(files, count, &st, mask->target, end) != 0) return xsb_close_keeping_errno(dir);
+        if (record_masked_file(files, count, &st, mask->target, end, mask->target[end] == '\0') != 0) return xsb_close_keeping_errno(dir);
         int next = mask->target[end] == '\0' || !S_ISDIR(st.st_mode) ? -1 : openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         close(dir);
         if (next < 0) return mask->target[end] == '\0' || !S_ISDIR(st.st_mode) ? 0 : -1;
@@ -199,7 +201,7 @@ static int find_masked_files(const struct xsb_spawn_config *cfg, const struct xs
                              struct masked_file *files, size_t *count, char *failed, size_t failed_size) {
     *count = 0;
     struct stat st;
-    if (fstat(host_dir, &st) != 0 || record_masked_file(files, count, &st, op->target, xsb_string_length(op->target)) != 0) return -1;
+    if (fstat(host_dir, &st) != 0 || record_masked_file(files, count, &st, op->target, xsb_string_length(op->target), 0) != 0) return -1;
     for (const struct xsb_mount_op *mask = cfg->mounts; mask < cfg->mounts + cfg->mount_count; mask++) {
         if (mask->kind != XSB_MOUNT_MASK || !is_below(mask->target, op->target)) continue;
         int dir = openat(host_dir, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
