@@ -7,14 +7,16 @@ import YAMLSupport
 extension PolicyParser {
     // MARK: filesystem
 
-    /// An absolute, normalized path; reports a problem and returns nil otherwise.
+    /// An absolute, normalized path; reports a problem and returns nil otherwise. Split and
+    /// compared as bytes, as the kernel reads it: as characters, a slash followed by a combining
+    /// mark would be no separator, and a ".." behind it would go unseen.
     func path(_ text: String, loc: Loc, what: String) -> String? {
-        guard text.hasPrefix("/") else {
+        guard text.utf8.first == UInt8(ascii: "/") else {
             diag.error(loc, "\(what) must be an absolute path, found \"\(text)\"")
             return nil
         }
-        let parts = text.split(separator: "/", omittingEmptySubsequences: true)
-        if parts.contains(where: { $0 == ".." || $0 == "." }) {
+        let parts = FilePaths.components(text)
+        if parts.contains(where: { $0.utf8.elementsEqual("..".utf8) || $0.utf8.elementsEqual(".".utf8) }) {
             diag.error(loc, "\(what) must not contain \".\" or \"..\" components: \"\(text)\"")
             return nil
         }

@@ -150,6 +150,10 @@ struct BrokenPolicyTests {
                message: "cannot mask \"/\""),
         Broken(label: "relative masked path", yaml: minimalPolicy + "\nfilesystem:\n  mask: [etc/shadow]\n", line: 6, column: 10,
                message: "a masked path must be an absolute path"),
+        // A combining mark after a slash joins it into one character, but the kernel still reads
+        // the slash: the ".." before it is a component of its own.
+        Broken(label: "\"..\" before a slash that a combining mark follows", yaml: minimalPolicy + "\nfilesystem:\n  mask: [\"/etc/../\u{301}x\"]\n",
+               line: 6, column: 10, message: "a masked path must not contain \".\" or \"..\" components"),
         Broken(label: "conflicting errnos", yaml: header + "\n  allow: [\"@default\"]\n  errno: { EPERM: [chmod], EACCES: [\"@file-system\"] }\n",
                line: 5, column: 38, message: "chmod would fail with errno EACCES here but with errno EPERM by \"chmod\" in errno EPERM (line 5)"),
         Broken(label: "rule missing action", yaml: header + "\n  allow: [\"@default\"]\n  rules:\n    - syscall: ioctl\n",

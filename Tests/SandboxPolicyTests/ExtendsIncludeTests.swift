@@ -124,6 +124,19 @@ struct ExtendsIncludeTests {
         #expect(destinations == [Array("/srv/caf\u{e9}".utf8), Array("/srv/cafe\u{301}".utf8)])
     }
 
+    @Test("a path whose slash a combining mark follows is absolute, read by its bytes")
+    func slashBeforeACombiningMark() throws {
+        let tree = try PolicyTree(["marks.yaml": """
+            version: 1
+            seccomp:
+              default: kill
+              allow: ["@default"]
+            filesystem:
+              mask: ["/\u{301}x//y"]
+            """])
+        #expect(try tree.load("marks.yaml").filesystem.masked.map { Array($0.utf8) } == [Array("/\u{301}x/y".utf8)])
+    }
+
     @Test func includedFragmentsNeedNoSeccompOfTheirOwn() throws {
         let tree = try PolicyTree([
             "fragments/limits.yaml": "version: 1\nlimits: { memory: 64M }\n",
