@@ -231,7 +231,7 @@ extension AppExtensionPoint {
                     || (event.directory == systemStateDirectory && event.name == systemStateFileName)
             }
             if isLocation(event.directory) {
-                return event.name.hasSuffix("." + ExtensionLocations.bundleExtension) || event.name.isEmpty
+                return FilePaths.hasSuffix(event.name, "." + ExtensionLocations.bundleExtension) || event.name.isEmpty
             }
             // An ancestor watched only while an approvals directory is missing (`/etc` for a
             // missing `/etc/extsandbox`): only the name on the way to it can bring it, and the

@@ -155,7 +155,7 @@ public struct BundleSignature: Sendable, Hashable {
             }
             previous = key
             let parent = FilePaths.directory(of: entry.path)
-            if entry.path.contains("/"), !directories.contains(parent) {
+            if FilePaths.containsSlash(entry.path), !directories.contains(parent) {
                 throw CatalogProblem(.broken, file: path, line: line, "\(entry.path) is listed, but its directory \(parent) is not")
             }
             if case .directory = entry.kind { directories.insert(entry.path) }

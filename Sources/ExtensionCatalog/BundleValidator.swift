@@ -107,7 +107,7 @@ public enum BundleValidator {
     /// The real path of `relative` inside the bundle, or why it is not inside.
     private static func inside(_ realBundle: String, bundle: String, relative: String, field: String,
                                manifestPath: String, line: Int) throws(CatalogProblem) -> String {
-        if relative.hasPrefix("/") || relative.split(separator: "/").contains("..") {
+        if FilePaths.isAbsolute(relative) || FilePaths.components(relative).contains(where: { $0.utf8.elementsEqual("..".utf8) }) {
             throw CatalogProblem(.inconsistent, file: manifestPath, line: line,
                                  "\(field) \(relative) is outside the bundle (paths are relative to the bundle, without '..')")
         }
@@ -115,7 +115,7 @@ public enum BundleValidator {
         guard let real = SystemFiles.realPath(joined) else {
             throw CatalogProblem(.broken, file: manifestPath, line: line, "\(field) \(relative): \(errnoText())")
         }
-        guard real.hasPrefix(realBundle + "/") else {
+        guard FilePaths.isBelow(real, realBundle) else {
             throw CatalogProblem(.inconsistent, file: manifestPath, line: line,
                                  "\(field) \(relative) is a symbolic link out of the bundle (to \(real))")
         }
@@ -149,7 +149,7 @@ public enum BundleValidator {
         for component in path.split(separator: "/") where component != "." {
             if component == ".." { _ = components.popLast() } else { components.append(component) }
         }
-        return path.hasPrefix("/") && components.first.map(String.init) == FilePaths.lastComponent(resourcesMountPoint)
+        return FilePaths.isAbsolute(path) && components.first.map(String.init) == FilePaths.lastComponent(resourcesMountPoint)
     }
 
     private static func checkNotWritableByOthers(_ info: stat, path: String, what: String, line: Int) throws(CatalogProblem) {

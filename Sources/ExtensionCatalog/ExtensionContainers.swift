@@ -200,7 +200,7 @@ public struct ExtensionContainers: Sendable, Hashable {
                 throw CatalogProblem(.unsafe, file: top.path, "cannot make the containers' directory private (mode 0700): \(errnoText())")
             }
         }
-        guard name.contains("/") else { return top }
+        guard FilePaths.containsSlash(name) else { return top }
         let sub = FilePaths.directory(of: name)
         defer { top.close() }
         do throws(TrustedPath.Failure) {

@@ -1,3 +1,5 @@
+import SandboxSystem
+
 /// Whose decision made an extension's status (`list` shows it).
 public enum DecisionSource: String, Sendable, Hashable {
     /// Inside its host's bundle: approved implicitly.
@@ -146,9 +148,10 @@ public struct ExtensionDecisions: Sendable, Equatable {
 
     /// The executable's digest as the signature lists it (at its real path inside the bundle).
     static func signedDigest(of bundle: ValidatedBundle, in signature: BundleSignature) -> ContentDigest? {
-        let prefix = bundle.realPath + "/"
-        guard bundle.executablePath.hasPrefix(prefix),
-              case .file(_, let digest) = signature.entry(String(bundle.executablePath.dropFirst(prefix.count)))?.kind else { return nil }
+        guard FilePaths.isBelow(bundle.executablePath, bundle.realPath),
+              case .file(_, let digest) = signature.entry(
+                  String(Substring(Substring(bundle.executablePath).utf8.dropFirst(bundle.realPath.utf8.count + 1))))?.kind
+        else { return nil }
         return digest
     }
 }

@@ -1,3 +1,4 @@
+import SandboxSystem
 
 /// Every installed extension the machine's owner can see, with its status: the external
 /// locations, plus the bundled extensions of each host whose declaration file names its bundle.
@@ -32,9 +33,10 @@ public struct ExtensionInventory: Sendable {
             for point in file.points where pointOwners[point.name] == nil { pointOwners[point.name] = (file.hostIdentifier, point) }
         }
         var items: [Item] = []
-        var seenBundles: Set<String> = []
+        // By bytes: two spellings of one character are two bundles.
+        var seenBundles: Set<[UInt8]> = []
         func add(_ entry: CatalogEntry, host bundledHost: String?) {
-            guard seenBundles.insert(entry.path).inserted else { return }
+            guard seenBundles.insert(Array(entry.path.utf8)).inserted else { return }
             let evaluation = decisions.evaluate(entry)
             var status = evaluation.status
             let owner = entry.point.flatMap { pointOwners[$0] }

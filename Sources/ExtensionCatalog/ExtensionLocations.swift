@@ -85,18 +85,18 @@ public struct ExtensionLocations: Sendable, Hashable {
     public var bundledDirectory: String? { hostBundle.map { FilePaths.join($0, Self.bundledDirectoryName) } }
 
     static func home(_ environment: [String: String]) -> String? {
-        if let home = environment["HOME"], home.hasPrefix("/") { return home }
+        if let home = environment["HOME"], FilePaths.isAbsolute(home) { return home }
         guard let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir else { return nil }
         return String(cString: dir)
     }
 
     static func dataHome(_ environment: [String: String]) -> String? {
-        if let value = environment["XDG_DATA_HOME"], value.hasPrefix("/") { return value }
+        if let value = environment["XDG_DATA_HOME"], FilePaths.isAbsolute(value) { return value }
         return home(environment).map { $0 + "/.local/share" }
     }
 
     static func stateHome(_ environment: [String: String]) -> String? {
-        if let value = environment["XDG_STATE_HOME"], value.hasPrefix("/") { return value }
+        if let value = environment["XDG_STATE_HOME"], FilePaths.isAbsolute(value) { return value }
         return home(environment).map { $0 + "/.local/state" }
     }
 }

@@ -95,7 +95,7 @@ public struct PointDeclarationFile: Sendable, Hashable {
         let host = try fields.requiredString("host")
         try ManifestFields.checkReverseDNS(host, what: "host identifier", path: path, line: fields.line("host"))
         let bundle = try fields.optionalString("bundle")
-        if let bundle, !bundle.hasPrefix("/") {
+        if let bundle, !FilePaths.isAbsolute(bundle) {
             throw CatalogProblem(.broken, file: path, line: fields.line("bundle"), "'bundle' must be an absolute path")
         }
         guard let pointsNode = fields.node("points") else {

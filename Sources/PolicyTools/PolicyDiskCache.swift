@@ -49,9 +49,9 @@ public final class PolicyDiskCache: PolicyDiskLayer {
     public static func forCurrentUser(environment: [String: String]) -> PolicyDiskCache? {
         if environment["EXTSANDBOX_NO_CACHE"] == "1" { return nil }
         let base: String
-        if let xdg = environment["XDG_CACHE_HOME"], xdg.hasPrefix("/") {
+        if let xdg = environment["XDG_CACHE_HOME"], FilePaths.isAbsolute(xdg) {
             base = xdg
-        } else if let home = environment["HOME"], home.hasPrefix("/") {
+        } else if let home = environment["HOME"], FilePaths.isAbsolute(home) {
             base = FilePaths.join(home, ".cache")
         } else {
             return nil

@@ -79,12 +79,10 @@ public enum PolicyLoader {
     }
 
     /// Whether a `--policy` value or an `extends:`/`include:` target is a path (else a name).
-    package static func isPath(_ value: String) -> Bool { value.contains("/") || value.hasSuffix(".yaml") }
+    package static func isPath(_ value: String) -> Bool { FilePaths.containsSlash(value) || FilePaths.hasSuffix(value, ".yaml") }
 
     static func policyName(forFile file: String) -> String {
-        var base = FilePaths.lastComponent(file)
-        if base.hasSuffix(".yaml") { base.removeLast(5) }
-        return base
+        FilePaths.droppingSuffix(FilePaths.lastComponent(file), ".yaml")
     }
 
     /// Policy files are small; a larger "policy" is a mistake (or /dev/zero), not something to parse.

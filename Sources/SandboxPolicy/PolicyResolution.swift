@@ -63,11 +63,11 @@ public struct PolicyResolution: Sendable, Equatable {
     public init() {}
 
     mutating func recordFile(_ path: String, _ bytes: [UInt8]) {
-        if !files.contains(where: { $0.path == path }) { files.append(File(path: path, bytes: bytes)) }
+        if !files.contains(where: { FilePaths.isSame($0.path, path) }) { files.append(File(path: path, bytes: bytes)) }
     }
 
     mutating func recordCanonical(_ path: String, _ canonical: String) {
-        if !canonicalPaths.contains(where: { $0.path == path }) {
+        if !canonicalPaths.contains(where: { FilePaths.isSame($0.path, path) }) {
             canonicalPaths.append(CanonicalPath(path: path, canonical: canonical))
         }
     }
@@ -85,11 +85,11 @@ public struct PolicyResolution: Sendable, Equatable {
     /// path, and a checked read of each file.
     public func isCurrent(searchPath: PolicySearchPath) -> Bool {
         guard !files.isEmpty else { return false }
-        if !nameLookups.isEmpty && searchPath.directories != searchDirectories { return false }
-        for entry in canonicalPaths where PolicyResolver.canonical(entry.path) != entry.canonical { return false }
+        if !nameLookups.isEmpty && !PolicyStore.sameDirectories(searchPath.directories, searchDirectories) { return false }
+        for entry in canonicalPaths where !FilePaths.isSame(PolicyResolver.canonical(entry.path), entry.canonical) { return false }
         for lookup in nameLookups {
             guard let found = try? searchPath.locate(name: lookup.name, excluding: lookup.excluding),
-                  found == lookup.file
+                  FilePaths.isSame(found, lookup.file)
             else { return false }
         }
         for file in files where !Self.hasBytes(file.path, file.bytes) { return false }

@@ -24,7 +24,8 @@ final class PolicyResolver {
     private let explicitSearchPath: PolicySearchPath?
     private var cachedSearchPath: PolicySearchPath?
     /// Canonical path → the parsed file (`.some(nil)` when it could not be read or parsed).
-    private var cache: [String: PolicyLayer?] = [:]
+    /// Keyed by the canonical path's bytes: two spellings of one character are two files.
+    private var cache: [[UInt8]: PolicyLayer?] = [:]
     /// Some file could not be followed (missing, cycle, too deep, unparsable): checks of the merged
     /// seccomp section would only report the consequences.
     private var incomplete = false
@@ -44,21 +45,23 @@ final class PolicyResolver {
     static func canonical(_ path: String) -> String {
         if let resolved = SystemFiles.realPath(path) { return resolved }
         // Not there (yet): absolute and tidied, as realpath would give it.
-        if path.hasPrefix("/") { return normalize(path) }
+        if FilePaths.isAbsolute(path) { return normalize(path) }
         return normalize(FilePaths.join(SystemFiles.currentDirectory() ?? "/", path))
     }
 
     /// Removes `.` components and folds `dir/..` (textually, as a shell would show the path).
     static func normalize(_ path: String) -> String {
-        let absolute = path.hasPrefix("/")
+        let absolute = FilePaths.isAbsolute(path)
+        // Components and dots by bytes, as the kernel reads the path.
+        func isDots(_ part: Substring, _ count: Int) -> Bool { part.utf8.count == count && part.utf8.allSatisfy { $0 == UInt8(ascii: ".") } }
         var parts: [Substring] = []
-        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
-            if part == "." { continue }
-            if part == "..", let last = parts.last, last != ".." {
+        for part in FilePaths.components(path) {
+            if isDots(part, 1) { continue }
+            if isDots(part, 2), let last = parts.last, !isDots(last, 2) {
                 parts.removeLast()
                 continue
             }
-            if part == "..", absolute, parts.isEmpty { continue }
+            if isDots(part, 2), absolute, parts.isEmpty { continue }
             parts.append(part)
         }
         let joined = parts.joined(separator: "/")
@@ -78,8 +81,8 @@ final class PolicyResolver {
         guard let top = PolicyParser(diag: diag).parse(yaml: text) else { return nil }
         let key = sourcePath.map(Self.canonical) ?? "<\(name)>"
         if let sourcePath { resolution.recordCanonical(sourcePath, key) }
-        cache[key] = .some(top)
-        var seen: Set<String> = []
+        cache[Array(key.utf8)] = .some(top)
+        var seen: Set<[UInt8]> = []
         var layers: [PolicyLayer] = []
         expand(top, key: key, chain: [(key, file)], into: &layers, seen: &seen)
         return merge(layers, name: name, sourcePath: sourcePath, top: diag)
@@ -87,7 +90,7 @@ final class PolicyResolver {
 
     private func expand(
         _ layer: PolicyLayer, key: String, chain: [(key: String, file: String)],
-        into out: inout [PolicyLayer], seen: inout Set<String>
+        into out: inout [PolicyLayer], seen: inout Set<[UInt8]>
     ) {
         var references: [(kind: String, ref: PolicyLayer.Reference)] = []
         if let base = layer.extends { references.append(("extends", base)) }
@@ -97,13 +100,13 @@ final class PolicyResolver {
                 incomplete = true
                 continue
             }
-            if let start = chain.firstIndex(where: { $0.key == subKey }) {
+            if let start = chain.firstIndex(where: { FilePaths.isSame($0.key, subKey) }) {
                 let cycle = (chain[start...].map(\.file) + [path]).joined(separator: " → ")
                 error(ref.loc, "\(kind) cycle: \(cycle); a policy cannot extend or include itself, directly or through other files")
                 incomplete = true
                 continue
             }
-            if seen.contains(subKey) { continue }  // reached before (not a cycle): merged once, at its first place
+            if seen.contains(Array(subKey.utf8)) { continue }  // reached before (not a cycle): merged once, at its first place
             if chain.count > Self.maxDepth {
                 let path = (chain.map(\.file) + [path]).joined(separator: " → ")
                 error(ref.loc, "\(kind) nests too deeply: \(path); extends and include may nest at most \(Self.maxDepth) files deep")
@@ -116,7 +119,7 @@ final class PolicyResolver {
             }
             expand(sub, key: subKey, chain: chain + [(subKey, path)], into: &out, seen: &seen)
         }
-        if seen.insert(key).inserted { out.append(layer) }
+        if seen.insert(Array(key.utf8)).inserted { out.append(layer) }
     }
 
     /// The file a reference names: a path (relative to the referring file's directory) or a name
@@ -126,7 +129,7 @@ final class PolicyResolver {
         let target = ref.target
         let path: String
         if PolicyLoader.isPath(target) {
-            if target.hasPrefix("/") {
+            if FilePaths.isAbsolute(target) {
                 path = Self.normalize(target)
             } else {
                 let dir = FilePaths.directory(of: layer.file)
@@ -147,7 +150,7 @@ final class PolicyResolver {
     }
 
     private func parsed(path: String, key: String, ref: PolicyLayer.Reference, kind: String) -> PolicyLayer? {
-        if let cached = cache[key] { return cached }
+        if let cached = cache[Array(key.utf8)] { return cached }
         let text: String
         do {
             let read = try PolicyLoader.readFile(path)
@@ -155,11 +158,11 @@ final class PolicyResolver {
             resolution.recordFile(path, read.bytes)
         } catch {
             self.error(ref.loc, "cannot \(kind == "extends" ? "extend" : kind) \"\(ref.target)\": \(path): \(error.message)")
-            cache[key] = .some(nil)
+            cache[Array(key.utf8)] = .some(nil)
             return nil
         }
         let layer = PolicyParser(diag: Diagnostics(file: path, sink: sink)).parse(yaml: text)
-        cache[key] = .some(layer)
+        cache[Array(key.utf8)] = .some(layer)
         return layer
     }
 

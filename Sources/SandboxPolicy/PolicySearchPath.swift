@@ -106,7 +106,7 @@ public struct PolicySearchPath: Sendable, Equatable {
         for dir in directories {
             guard let directory = try? TrustedPath.openDirectory(dir) else { continue }
             defer { directory.close() }
-            for file in Self.names(in: directory).sorted() where file.hasSuffix(".yaml") && !file.hasPrefix(".") {
+            for file in Self.names(in: directory).sorted() where FilePaths.hasSuffix(file, ".yaml") && file.utf8.first != UInt8(ascii: ".") {
                 var info = stat()
                 guard fstatat(directory.fd.rawValue, file, &info, 0) == 0, info.st_mode & S_IFMT != S_IFDIR else { continue }
                 out.append(Entry(name: String(file.dropLast(5)), file: FilePaths.join(dir, file), directory: dir, isEffective: true))
@@ -133,7 +133,7 @@ public struct PolicySearchPath: Sendable, Equatable {
     /// gets the shipped `standard.yaml`). A directory on the path that fails the checks is an
     /// error, not skipped.
     func locate(name: String, excluding excluded: String?) throws(PolicyError) -> String {
-        guard !name.isEmpty, !name.contains("/"), !name.hasPrefix(".") else {
+        guard !name.isEmpty, !FilePaths.containsSlash(name), name.utf8.first != UInt8(ascii: ".") else {
             throw PolicyError(file: name, message: "not a policy name (names are file names without .yaml)")
         }
         var found: String?

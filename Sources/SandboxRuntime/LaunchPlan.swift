@@ -47,7 +47,7 @@ struct LaunchPlan {
                 hostname: configuration.hostname, uid: configuration.sandboxUID, gid: configuration.sandboxGID)
             let executable = configuration.executableCopy == nil
                 ? try Self.visibleExecutable(configuration.executable, plan: &plan) : configuration.executable
-            guard executable.hasPrefix("/") else {
+            guard FilePaths.isAbsolute(executable) else {
                 throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(executable) is not an absolute path")
             }
             let identity = try HostIdentity.forCaller()
@@ -68,7 +68,7 @@ struct LaunchPlan {
         /// read-only on its own when nothing covers it. The program is what the caller asked to
         /// run, so it is always made visible; nothing else is.
         static func visibleExecutable(_ path: String, plan: inout MountPlan) throws(SandboxError) -> String {
-            guard path.hasPrefix("/") else {
+            guard FilePaths.isAbsolute(path) else {
                 throw SandboxError(step: .configuration, errorNumber: EINVAL, detail: "executable \(path) is not an absolute path")
             }
             guard let resolved = SystemFiles.realPath(path) else {

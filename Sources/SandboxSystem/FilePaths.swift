@@ -1,20 +1,44 @@
-/// Path text operations (no file-system access).
+/// Path text operations (no file-system access), on the path's bytes, as the kernel reads it:
+/// as characters, a slash followed by a combining mark (or after a prepended mark) would be no
+/// slash, and two spellings of one character (a precomposed "é", "e" with a combining accent;
+/// the Kelvin sign and "K") would be one name.
 package enum FilePaths {
+    private static let slash = UInt8(ascii: "/")
+
     /// The last component: "standard.yaml" for "/etc/x/standard.yaml".
     package static func lastComponent(_ path: String) -> String {
-        let trimmed = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
-        guard let slash = trimmed.lastIndex(of: "/"), trimmed != "/" else { return trimmed }
-        return String(trimmed[trimmed.index(after: slash)...])
+        var bytes = Substring(path).utf8
+        if bytes.count > 1 && bytes.last == slash { bytes = bytes.dropLast() }
+        guard bytes.count > 1 || bytes.first != slash, let cut = bytes.lastIndex(of: slash) else { return String(Substring(bytes)) }
+        return String(Substring(bytes[bytes.index(after: cut)...]))
     }
 
     /// The directory part: "/etc/x" for "/etc/x/a.yaml", "/" for "/a", "" for "a.yaml".
     package static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "" }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
+        let bytes = Substring(path).utf8
+        guard let cut = bytes.lastIndex(of: slash) else { return "" }
+        return cut == bytes.startIndex ? "/" : String(Substring(bytes[..<cut]))
     }
 
     package static func join(_ directory: String, _ name: String) -> String {
-        directory.isEmpty ? name : directory.hasSuffix("/") ? directory + name : directory + "/" + name
+        directory.isEmpty ? name : directory.utf8.last == slash ? directory + name : directory + "/" + name
+    }
+
+    /// Whether `path` starts at the root (its first byte is a slash).
+    package static func isAbsolute(_ path: String) -> Bool { path.utf8.first == slash }
+
+    /// Whether `text` has a slash byte anywhere (so names a path, not a single file name).
+    package static func containsSlash(_ text: String) -> Bool { text.utf8.contains(slash) }
+
+    /// Whether `path` ends with the bytes of `suffix` (".yaml", ".appex").
+    package static func hasSuffix(_ path: String, _ suffix: String) -> Bool {
+        let (p, s) = (path.utf8, suffix.utf8)
+        return p.count >= s.count && p.suffix(s.count).elementsEqual(s)
+    }
+
+    /// `path` without the bytes of `suffix` at its end (`path` itself when it does not end so).
+    package static func droppingSuffix(_ path: String, _ suffix: String) -> String {
+        hasSuffix(path, suffix) ? String(Substring(Substring(path).utf8.dropLast(suffix.utf8.count))) : path
     }
 
     /// Whether `path` is `directory` followed by a slash and more: "/usr/lib" is below "/usr",

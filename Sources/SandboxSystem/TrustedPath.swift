@@ -184,7 +184,7 @@ package enum TrustedPath {
     static let maximumLinks = 40
 
     package static func absolute(_ path: String) -> String {
-        path.hasPrefix("/") ? path : FilePaths.join(SystemFiles.currentDirectory() ?? "/", path)
+        FilePaths.isAbsolute(path) ? path : FilePaths.join(SystemFiles.currentDirectory() ?? "/", path)
     }
 
     static func walk(_ path: String) throws(Failure) -> Walked {
@@ -229,7 +229,7 @@ package enum TrustedPath {
                 let count = readlinkat(fd.rawValue, "", &buffer, buffer.count - 1)
                 guard count > 0 else { throw .failed(path: here, what: "read the symbolic link", errno: Errno(count < 0 ? errno : ENOENT)) }
                 let target = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                if target.hasPrefix("/") { directories.removeLast(directories.count - 1) }
+                if FilePaths.isAbsolute(target) { directories.removeLast(directories.count - 1) }
                 pending += FilePaths.components(target).reversed().map(String.init)
             case S_IFDIR:
                 if let reason = problem(with: info) { throw .untrusted(path: here, reason: reason) }

@@ -25,7 +25,7 @@ enum CompletionCandidates {
     }
 
     static func policyNames(matching prefix: String, searchPath: PolicySearchPath) -> [String] {
-        if looksLikePath(prefix) { return paths(matching: prefix) { name, _ in name.hasSuffix(".yaml") } }
+        if looksLikePath(prefix) { return paths(matching: prefix) { name, _ in FilePaths.hasSuffix(name, ".yaml") } }
         return searchPath.availablePolicies().keys.filter { $0.hasPrefix(prefix) }.sorted()
     }
 
@@ -62,7 +62,7 @@ enum CompletionCandidates {
 
     /// A word the user began as a path (an identifier or a name has no slash and no leading dot).
     static func looksLikePath(_ word: String) -> Bool {
-        word.contains("/") || word.hasPrefix(".")
+        FilePaths.containsSlash(word) || word.hasPrefix(".")
     }
 
     /// The entries of the word's directory that begin as its last component does: the ones

@@ -184,12 +184,12 @@ struct ExecCommand: ParsableCommand {
         let callerEnvironment = SystemFiles.environment()
         guard let executable = Self.resolve(program, searchPath: callerEnvironment["PATH"]) else {
             // A shell's 126: the named file is there but the caller may not run it.
-            if program.contains("/"), SystemFiles.kind(of: Self.absolute(program)) != nil {
+            if FilePaths.containsSlash(program), SystemFiles.kind(of: Self.absolute(program)) != nil {
                 printError("\(program): permission denied (not executable)", hint: "make it executable (chmod +x) or run its interpreter on it")
                 throw ExitCode(126)
             }
             printError("\(program): command not found",
-                       hint: program.contains("/") ? "check the path and that it is executable" : "give its path (./\(program)) or add its directory to PATH")
+                       hint: FilePaths.containsSlash(program) ? "check the path and that it is executable" : "give its path (./\(program)) or add its directory to PATH")
             throw ExitCode(127)
         }
 
@@ -325,7 +325,7 @@ struct ExecCommand: ParsableCommand {
     }
 
     static func absolute(_ path: String) -> String {
-        if path.hasPrefix("/") { return path }
+        if FilePaths.isAbsolute(path) { return path }
         return FilePaths.join(SystemFiles.currentDirectory() ?? "/", path)
     }
 
@@ -340,7 +340,7 @@ struct ExecCommand: ParsableCommand {
     /// Like a shell: a name with a slash is a path, anything else is looked up in `searchPath`
     /// (the caller's PATH).
     static func resolve(_ program: String, searchPath: String?) -> String? {
-        if program.contains("/") {
+        if FilePaths.containsSlash(program) {
             let path = absolute(program)
             return access(path, X_OK) == 0 ? path : nil
         }

@@ -46,7 +46,7 @@ final class RunTarget: Sendable {
 
     /// Whether `argument` names a bundle directory rather than an identifier.
     static func isPath(_ argument: String) -> Bool {
-        argument.contains("/") || argument.hasSuffix("." + ExtensionLocations.bundleExtension)
+        FilePaths.containsSlash(argument) || FilePaths.hasSuffix(argument, "." + ExtensionLocations.bundleExtension)
     }
 
     /// Resolves `argument` (a bundle directory or an installed identifier) with the sandbox of
@@ -110,7 +110,7 @@ final class RunTarget: Sendable {
     private static func resolveBundle(_ argument: String, policy: String?, inventory: ExtensionInventory) async throws -> RunTarget {
         var path = argument
         while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
-        if !path.hasPrefix("/") { path = FilePaths.join(SystemFiles.currentDirectory() ?? "/", path) }
+        if !FilePaths.isAbsolute(path) { path = FilePaths.join(SystemFiles.currentDirectory() ?? "/", path) }
         let bundle: ValidatedBundle
         switch BundleValidator.validate(bundleAt: path) {
         case .failure(let problem): throw Refusal("the bundle is invalid: \(problem)")
@@ -161,7 +161,7 @@ final class RunTarget: Sendable {
         // identity of the named bundle is taken (its executable lies inside that bundle and no
         // other), never another bundle with the same identifier and contents but its own resources.
         guard let identity = monitor.identities.first(where: {
-            $0.bundleIdentifier == bundle.manifest.identifier && $0.executablePath == bundle.executablePath
+            $0.bundleIdentifier == bundle.manifest.identifier && FilePaths.isSame($0.executablePath, bundle.executablePath)
         }) else {
             let why = shadowingBundle(of: bundle, in: locations).map {
                 "\($0), in the same directory, has its identifier \(bundle.manifest.identifier) and would be discovered "
@@ -190,7 +190,7 @@ final class RunTarget: Sendable {
     }
 
     private static func makeScratchDirectory() throws -> String {
-        let base = SystemFiles.environment()["TMPDIR"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "/tmp"
+        let base = SystemFiles.environment()["TMPDIR"].flatMap { FilePaths.isAbsolute($0) ? $0 : nil } ?? "/tmp"
         var template = Array(FilePaths.join(base, "extsandbox-run-XXXXXX").utf8CString)
         guard template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) != nil else {
             throw Refusal("cannot create a temporary directory in \(base): \(String(cString: strerror(errno)))")

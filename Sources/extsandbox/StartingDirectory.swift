@@ -46,7 +46,7 @@ enum StartingDirectory {
         // From / the program starts where the caller is: relative paths mean the same inside.
         guard hostDirectory != "/" else { return nil }
         let relative = arguments.first { word in
-            !word.isEmpty && !word.hasPrefix("/") && !word.hasPrefix("-")
+            !word.isEmpty && !FilePaths.isAbsolute(word) && !word.hasPrefix("-")
                 && access(FilePaths.join(hostDirectory, word), F_OK) == 0
         }
         guard let relative else { return nil }

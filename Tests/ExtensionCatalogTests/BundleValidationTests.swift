@@ -134,6 +134,19 @@ struct BundleValidationTests {
         }
     }
 
+    @Test("a resource linked into a sibling whose name is another spelling of the bundle's is outside it")
+    func aLinkIntoASiblingSpelledAlike() throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.Key", manifest: manifest(executable: "bin/run", resources: "resources:\n  - data\n"))
+        // The Kelvin sign (U+212A) is canonically "K": as Swift strings the two directories are
+        // one path, as file names two.
+        let sibling = world.external + "/\u{212A}ey.appex"
+        try FileManager.default.createDirectory(atPath: sibling + "/data", withIntermediateDirectories: true)
+        symlink("../\u{212A}ey.appex/data", path + "/data")
+        let problem = try problem(world, path)
+        #expect(problem.reason.contains("resource data is a symbolic link out of the bundle"), "\(problem)")
+    }
+
     @Test func aSymbolicLinkOutOfTheBundle() throws {
         let world = try ExtensionWorld()
         let path = try world.install("org.example.link", manifest: manifest(executable: "bin/link"))

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Testing
 import TestSupport
 @testable import SandboxPolicy
@@ -135,6 +136,35 @@ struct ExtendsIncludeTests {
               mask: ["/\u{301}x//y"]
             """])
         #expect(try tree.load("marks.yaml").filesystem.masked.map { Array($0.utf8) } == [Array("/\u{301}x/y".utf8)])
+    }
+
+    @Test("two included files whose names are two spellings of one character are both read")
+    func includesSpelledAlike() throws {
+        let tree = try PolicyTree([
+            "top.yaml": """
+                version: 1
+                include: [./Kiosk.yaml, "./\u{212A}iosk.yaml"]
+                seccomp:
+                  default: kill
+                  allow: ["@default"]
+                """,
+            "Kiosk.yaml": "version: 1\nfilesystem:\n  mask: [/srv/a]\n",
+        ])
+        // Written apart: as dictionary keys the two names are one.
+        let fd = open(tree.path("\u{212A}iosk.yaml"), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        let text = Array("version: 1\nfilesystem:\n  mask: [/srv/b]\n".utf8)
+        #expect(fd >= 0 && write(fd, text, text.count) == text.count)
+        close(fd)
+        #expect(try tree.load("top.yaml").filesystem.masked == ["/srv/a", "/srv/b"])
+    }
+
+    @Test("a policy name holds no slash byte, whatever character a mark makes of it")
+    func nameWithAHiddenSlash() throws {
+        let directory = try makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        #expect {
+            try PolicySearchPath(directories: [directory.path]).locate(name: "a\u{600}/../\u{301}x", excluding: nil)
+        } throws: { ($0 as? PolicyError)?.message.contains("not a policy name") == true }
     }
 
     @Test func includedFragmentsNeedNoSeccompOfTheirOwn() throws {

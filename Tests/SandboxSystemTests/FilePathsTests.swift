@@ -23,6 +23,27 @@ struct FilePathsTests {
         #expect(FilePaths.componentCount(path) == expected)
     }
 
+    @Test("the last component and the directory are cut at the last slash byte", arguments: [
+        ("/etc/x/a.yaml", "a.yaml", "/etc/x"), ("/a", "a", "/"), ("a.yaml", "a.yaml", ""), ("/", "/", "/"),
+        ("/etc/x/", "x", "/etc/x"),
+        // A combining mark after the slash, a prepended mark before it: still a slash.
+        ("/e/\u{301}t.appex", "\u{301}t.appex", "/e"), ("/a\u{600}/b", "b", "/a\u{600}"),
+    ])
+    func lastComponentAndDirectory(path: String, last: String, directory: String) {
+        #expect(FilePaths.lastComponent(path).utf8.elementsEqual(last.utf8))
+        #expect(FilePaths.directory(of: path).utf8.elementsEqual(directory.utf8))
+    }
+
+    @Test("absolute, a slash, a suffix: by bytes")
+    func bytePredicates() {
+        #expect(FilePaths.isAbsolute("/\u{301}x") && !FilePaths.isAbsolute("x/"))
+        #expect(FilePaths.containsSlash("a\u{600}/b") && !FilePaths.containsSlash("a.yaml"))
+        #expect(FilePaths.hasSuffix("x\u{600}.appex", ".appex"))
+        #expect(FilePaths.hasSuffix("/\u{212A}.yaml", ".yaml") && !FilePaths.hasSuffix("/a.yam", ".yaml"))
+        #expect(FilePaths.droppingSuffix("a\u{600}.yaml", ".yaml").utf8.elementsEqual("a\u{600}".utf8))
+        #expect(FilePaths.join("/a/", "b") == "/a/b" && FilePaths.join("", "b") == "b" && FilePaths.join("/a", "b") == "/a/b")
+    }
+
     @Test("components split at slash bytes; the same path is the same bytes")
     func componentsAndSameness() {
         #expect(FilePaths.components("/a/\u{301}b//c/") == ["a", "\u{301}b", "c"])
