@@ -115,7 +115,8 @@ public enum BundleValidator {
         guard let real = SystemFiles.realPath(joined) else {
             throw CatalogProblem(.broken, file: manifestPath, line: line, "\(field) \(relative): \(errnoText())")
         }
-        guard FilePaths.isBelow(real, realBundle) else {
+        // (Below "/" lies every absolute path: a bundle at the root contains nothing.)
+        guard realBundle != "/", FilePaths.isBelow(real, realBundle) else {
             throw CatalogProblem(.inconsistent, file: manifestPath, line: line,
                                  "\(field) \(relative) is a symbolic link out of the bundle (to \(real))")
         }

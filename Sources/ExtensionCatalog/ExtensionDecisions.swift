@@ -148,7 +148,7 @@ public struct ExtensionDecisions: Sendable, Equatable {
 
     /// The executable's digest as the signature lists it (at its real path inside the bundle).
     static func signedDigest(of bundle: ValidatedBundle, in signature: BundleSignature) -> ContentDigest? {
-        guard FilePaths.isBelow(bundle.executablePath, bundle.realPath),
+        guard bundle.realPath != "/", FilePaths.isBelow(bundle.executablePath, bundle.realPath),
               case .file(_, let digest) = signature.entry(
                   String(Substring(Substring(bundle.executablePath).utf8.dropFirst(bundle.realPath.utf8.count + 1))))?.kind
         else { return nil }

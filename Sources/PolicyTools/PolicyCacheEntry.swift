@@ -1,3 +1,4 @@
+import SandboxSystem
 import SandboxPolicy
 
 /// One entry of the CLI's policy cache: the resolved policy, its compiled filter, and what is
@@ -65,8 +66,8 @@ public enum PolicyCacheEntry {
         let program = r.bytes()
         guard !r.failed, r.offset == bytes.count, !program.isEmpty, program.count % 8 == 0 else { return nil }
         // Every file the policy was made from must be among those whose bytes are checked.
-        for file in policy.composedFrom where !resolution.files.contains(where: { $0.path == file }) { return nil }
-        guard let source = policy.sourcePath, resolution.files.first?.path == source else { return nil }
+        for file in policy.composedFrom where !resolution.files.contains(where: { FilePaths.isSame($0.path, file) }) { return nil }
+        guard let source = policy.sourcePath, let first = resolution.files.first?.path, FilePaths.isSame(first, source) else { return nil }
         return CompiledPolicy(policy: policy, resolution: resolution, filter: CompiledSeccompFilter(program: program))
     }
 }

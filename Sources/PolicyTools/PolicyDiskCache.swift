@@ -81,7 +81,7 @@ public final class PolicyDiskCache: PolicyDiskLayer {
     public func lookup(file: String, searchPath: PolicySearchPath) -> CompiledPolicy? {
         guard let bytes = readOwnedFile(entryName(file: file, searchPath: searchPath)),
               let entry = PolicyCacheEntry.decode(bytes, buildStamp: buildStamp),
-              entry.policy.sourcePath == file,
+              entry.policy.sourcePath.map({ FilePaths.isSame($0, file) }) == true,
               entry.resolution.isCurrent(searchPath: searchPath)
         else { return nil }
         return entry

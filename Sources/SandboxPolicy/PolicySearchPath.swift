@@ -109,7 +109,7 @@ public struct PolicySearchPath: Sendable, Equatable {
             for file in Self.names(in: directory).sorted() where FilePaths.hasSuffix(file, ".yaml") && file.utf8.first != UInt8(ascii: ".") {
                 var info = stat()
                 guard fstatat(directory.fd.rawValue, file, &info, 0) == 0, info.st_mode & S_IFMT != S_IFDIR else { continue }
-                out.append(Entry(name: String(file.dropLast(5)), file: FilePaths.join(dir, file), directory: dir, isEffective: true))
+                out.append(Entry(name: FilePaths.droppingSuffix(file, ".yaml"), file: FilePaths.join(dir, file), directory: dir, isEffective: true))
             }
         }
         var winner: [String: Int] = [:]

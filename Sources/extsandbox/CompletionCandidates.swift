@@ -55,7 +55,7 @@ enum CompletionCandidates {
     }
 
     static func bundlesOrIdentifiers(matching prefix: String, locations: ExtensionLocations) -> [String] {
-        let bundles = paths(matching: prefix) { name, _ in name.hasSuffix("." + ExtensionLocations.bundleExtension) }
+        let bundles = paths(matching: prefix) { name, _ in FilePaths.hasSuffix(name, "." + ExtensionLocations.bundleExtension) }
         if looksLikePath(prefix) { return bundles }
         return bundles + extensionIdentifiers(matching: prefix, locations: locations)
     }

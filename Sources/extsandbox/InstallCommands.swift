@@ -81,9 +81,9 @@ struct InstallCommand: ParsableCommand {
                        hint: "uninstall it there first (extsandbox uninstall \(identifier)\(system ? "" : " as its owner")), or install with --system")
             throw ExitCode.failure
         }
-        let target = existing.first { FilePaths.directory(of: $0.entry.path) == directory }
+        let target = existing.first { FilePaths.isSame(FilePaths.directory(of: $0.entry.path), directory) }
         let name = target.map { FilePaths.lastComponent($0.entry.path) }
-            ?? (FilePaths.lastComponent(source.path).hasSuffix("." + ExtensionLocations.bundleExtension)
+            ?? (FilePaths.hasSuffix(FilePaths.lastComponent(source.path), "." + ExtensionLocations.bundleExtension)
                 ? FilePaths.lastComponent(source.path) : identifier + "." + ExtensionLocations.bundleExtension)
         let owner = inventory.items.compactMap { item -> (String?, ExtensionPointDeclaration)? in
             guard let point = item.point, point.name == source.manifest.point else { return nil }

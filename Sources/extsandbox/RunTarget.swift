@@ -109,7 +109,7 @@ final class RunTarget: Sendable {
 
     private static func resolveBundle(_ argument: String, policy: String?, inventory: ExtensionInventory) async throws -> RunTarget {
         var path = argument
-        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        while path.utf8.count > 1 && path.utf8.last == UInt8(ascii: "/") { path = String(Substring(Substring(path).utf8.dropLast())) }
         if !FilePaths.isAbsolute(path) { path = FilePaths.join(SystemFiles.currentDirectory() ?? "/", path) }
         let bundle: ValidatedBundle
         switch BundleValidator.validate(bundleAt: path) {
@@ -117,7 +117,7 @@ final class RunTarget: Sendable {
         case .success(let valid): bundle = valid
         }
         let name = FilePaths.lastComponent(path)
-        guard name.hasSuffix("." + ExtensionLocations.bundleExtension) else {
+        guard FilePaths.hasSuffix(name, "." + ExtensionLocations.bundleExtension) else {
             throw Refusal("\(path): a bundle's directory name ends in .\(ExtensionLocations.bundleExtension) (rename it to \(bundle.manifest.identifier.split(separator: ".").last ?? "name").appex)")
         }
         // The point as installed hosts declare it, or one made up for --policy.

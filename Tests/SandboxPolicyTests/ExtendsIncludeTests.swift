@@ -167,6 +167,16 @@ struct ExtendsIncludeTests {
         } throws: { ($0 as? PolicyError)?.message.contains("not a policy name") == true }
     }
 
+    @Test("a policy file's name is its file name without the bytes of .yaml, whatever a mark joins")
+    func policyNamesCutAsBytes() throws {
+        let tree = try PolicyTree(["x.yaml": "version: 1\n"])
+        let fd = open(tree.path("x\u{600}.yaml"), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        #expect(fd >= 0)
+        close(fd)
+        let names = tree.searchPath.entries().map { Array($0.name.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
+        #expect(names == [Array("x".utf8), Array("x\u{600}".utf8)])
+    }
+
     @Test func includedFragmentsNeedNoSeccompOfTheirOwn() throws {
         let tree = try PolicyTree([
             "fragments/limits.yaml": "version: 1\nlimits: { memory: 64M }\n",
