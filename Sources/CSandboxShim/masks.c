@@ -92,6 +92,13 @@ static int bound_again_later(const struct xsb_spawn_config *cfg, const struct xs
     return 0;
 }
 
+/// Whether the first `length` bytes of `a` and `b` are the same.
+static int same_bytes(const char *a, const char *b, size_t length) {
+    for (size_t i = 0; i < length; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
 /// The operation that the sandbox shows at the first `length` bytes of `mask`'s target, if it is
 /// neither `op` nor `mask` (of several at one path, the last: it is mounted over the others).
 static const struct xsb_mount_op *shown_at(const struct xsb_spawn_config *cfg, const struct xsb_mount_op *op,
@@ -100,19 +107,14 @@ static const struct xsb_mount_op *shown_at(const struct xsb_spawn_config *cfg, c
     for (const struct xsb_mount_op *other = cfg->mounts; other < cfg->mounts + cfg->mount_count; other++) {
         if (other == op || other == mask || xsb_string_length(other->target) != length) continue;
         if (other->kind == XSB_MOUNT_MASK && mask->target[length] == '\0') continue;  // the same mask again
-        size_t b = 0;
-        while (b < length && other->target[b] == mask->target[b]) b++;
-        if (b == length) shown = other;
+        if (same_bytes(other->target, mask->target, length)) shown = other;
     }
     return shown;
 }
 
 /// Whether `file` is what the first `length` bytes of `path` name.
 static int names_path(const struct masked_file *file, const char *path, size_t length) {
-    if (file->length != length) return 0;
-    for (size_t b = 0; b < length; b++)
-        if (file->target[b] != path[b]) return 0;
-    return 1;
+    return file->length == length && same_bytes(file->target, path, length);
 }
 
 /// Records `st` as the file the first `length` bytes of `target` open, `masked` when that is a
@@ -382,8 +384,8 @@ static int split_bind(int root, const struct xsb_spawn_config *cfg, const struct
 
 /// Appends `text` to `buffer` (`*used` bytes so far), as much of it as fits.
 static void append_text(char *buffer, size_t size, size_t *used, const char *text) {
-    while (*text != '\0' && *used + 1 < size) buffer[(*used)++] = *text++;
-    buffer[*used] = '\0';
+    xsb_copy_string(buffer + *used, size - *used, text);
+    *used += xsb_string_length(buffer + *used);
 }
 
 /// The directory bind `op`, with masks below it: left out when a later bind of the same target
