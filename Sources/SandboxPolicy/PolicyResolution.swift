@@ -85,7 +85,7 @@ public struct PolicyResolution: Sendable, Equatable {
     /// path, and a checked read of each file.
     public func isCurrent(searchPath: PolicySearchPath) -> Bool {
         guard !files.isEmpty else { return false }
-        if !nameLookups.isEmpty && !PolicyStore.sameDirectories(searchPath.directories, searchDirectories) { return false }
+        if !nameLookups.isEmpty && !FilePaths.areSame(searchPath.directories, searchDirectories) { return false }
         for entry in canonicalPaths where !FilePaths.isSame(PolicyResolver.canonical(entry.path), entry.canonical) { return false }
         for lookup in nameLookups {
             guard let found = try? searchPath.locate(name: lookup.name, excluding: lookup.excluding),

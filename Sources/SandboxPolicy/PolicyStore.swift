@@ -132,16 +132,11 @@ public final class PolicyStore: Sendable {
         return (policy, filter)
     }
 
-    /// Two search paths' directories, compared as bytes.
-    static func sameDirectories(_ a: [String], _ b: [String]) -> Bool {
-        a.count == b.count && zip(a, b).allSatisfy { FilePaths.isSame($0, $1) }
-    }
-
     /// The remembered policy of `file` along `searchPath` if nothing it was made of changed
     /// (checked outside the lock: it reads the files). A stale one stays until the new load
     /// replaces it: running processes may still hold its policy, which an equal load then shares.
     private func current(file: String, searchPath: PolicySearchPath) -> Policy? {
-        let matches = { (entry: Remembered) in FilePaths.isSame(entry.file, file) && Self.sameDirectories(entry.directories, searchPath.directories) }
+        let matches = { (entry: Remembered) in FilePaths.isSame(entry.file, file) && FilePaths.areSame(entry.directories, searchPath.directories) }
         guard let entry = remembered.withLock({ $0.first(where: matches) }),
               entry.resolution.isCurrent(searchPath: searchPath)
         else { return nil }
@@ -157,7 +152,7 @@ public final class PolicyStore: Sendable {
     private func remember(_ policy: Policy, file: String, searchPath: PolicySearchPath, resolution: PolicyResolution) -> Policy {
         remembered.withLock { remembered in
             let shared = remembered.first(where: { $0.policy == policy })?.policy ?? policy
-            remembered.removeAll { FilePaths.isSame($0.file, file) && Self.sameDirectories($0.directories, searchPath.directories) }
+            remembered.removeAll { FilePaths.isSame($0.file, file) && FilePaths.areSame($0.directories, searchPath.directories) }
             remembered.insert(
                 Remembered(file: file, directories: searchPath.directories, policy: shared, resolution: resolution), at: 0)
             if remembered.count > capacity { remembered.removeLast() }

@@ -57,6 +57,11 @@ package enum FilePaths {
         a.utf8.elementsEqual(b.utf8)
     }
 
+    /// Whether two lists of paths are the same paths in the same order, by bytes.
+    package static func areSame(_ a: [String], _ b: [String]) -> Bool {
+        a.count == b.count && zip(a, b).allSatisfy { isSame($0, $1) }
+    }
+
     /// The components of `path`, split at each slash byte, empty ones left out. Splitting into
     /// characters would miss a slash that a combining mark after it joins into one character.
     package static func components(_ path: String) -> [Substring] {
