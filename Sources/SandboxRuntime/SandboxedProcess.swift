@@ -22,6 +22,8 @@ public final class SandboxedProcess: Sendable {
         var termination: Termination?
         /// Told once the sandbox has ended: ``waitForExit()``'s continuations and ``whenEnded(_:)``'s handlers.
         var exitWaiters: [@Sendable (Termination) -> Void] = []
+        /// Told after `exitWaiters`: the supervisor's own work on an end (``afterEnded(_:)``).
+        var lateExitWaiters: [@Sendable (Termination) -> Void] = []
         /// Every request sent and not yet acknowledged, in the order sent (the init answers in
         /// that order): the caller waiting for each, or nil for one nobody waits for
         /// (``signalWithoutWaiting(_:)``), whose acknowledgement is dropped.
@@ -160,6 +162,17 @@ public final class SandboxedProcess: Sendable {
         let finished = state.withLock { state -> Termination? in
             if let termination = state.finished { return termination }
             state.exitWaiters.append(handler)
+            return nil
+        }
+        if let finished { handler(finished) }
+    }
+
+    /// ``whenEnded(_:)`` for the supervisor's own work on an end (a pool's refill): told after
+    /// every other waiter, so that whoever waits for the end hears of it first.
+    func afterEnded(_ handler: @escaping @Sendable (Termination) -> Void) {
+        let finished = state.withLock { state -> Termination? in
+            if let termination = state.finished { return termination }
+            state.lateExitWaiters.append(handler)
             return nil
         }
         if let finished { handler(finished) }
@@ -308,7 +321,10 @@ public final class SandboxedProcess: Sendable {
         // lets the rest of its exit run meanwhile, so that the reap below is usually the first.
         // Whatever is still busy is removed after the reap, as before.
         if let cgroup {
-            let memoryHit = cgroup.memoryLimitHit
+            // Read only when the answer can change how the sandbox ended: a program that exited,
+            // or died of another signal than SIGKILL, ended that way whatever the OOM killer did.
+            let matters = state.withLock { Self.endMayBeTheMemoryLimit($0) }
+            let memoryHit = matters && cgroup.memoryLimitHit
             state.withLock { $0.memoryLimitHit = memoryHit }
             _ = cgroup.removeOnce()
         }
@@ -385,10 +401,11 @@ public final class SandboxedProcess: Sendable {
             state.finished = termination
             defer {
                 state.exitWaiters.removeAll()
+                state.lateExitWaiters.removeAll()
                 state.ackWaiters.removeAll()
                 state.mountNamespace = nil
             }
-            return (state.exitWaiters, state.ackWaiters.compactMap(\.continuation), state.mountNamespace)
+            return (state.exitWaiters + state.lateExitWaiters, state.ackWaiters.compactMap(\.continuation), state.mountNamespace)
         }
         let tell = {
             for ack in acks { ack.resume(throwing: SandboxError(step: .control, errorNumber: ESRCH, detail: "the sandbox has ended")) }
@@ -396,6 +413,13 @@ public final class SandboxedProcess: Sendable {
         }
         // Closed once they are told, on a thread of its own: the unmounting is nobody's wait.
         if let namespace { MountNamespaceRelease.shared.release(namespace, after: tell) } else { tell() }
+    }
+
+    /// Whether ``termination(state:memoryLimitHit:)`` would read `memoryLimitHit` for `state`.
+    private static func endMayBeTheMemoryLimit(_ state: State) -> Bool {
+        guard state.violation == nil else { return false }
+        guard let status = state.payloadStatus else { return true }
+        return status & 0x7f == SIGKILL
     }
 
     private static func termination(state: State, memoryLimitHit: Bool) -> Termination {

@@ -187,7 +187,7 @@ extension Supervisor {
         } catch {
             return settled()  // no timer to spare (the host at its fd limit): refill at once
         }
-        process.whenEnded { _ in settled() }
+        process.afterEnded { _ in settled() }
     }
 
     /// A warm launch in the pre-built sandbox `ready` (the caller took it from the pool). Nil

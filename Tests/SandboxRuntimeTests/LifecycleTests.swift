@@ -90,6 +90,23 @@ struct LifecycleTests {
         }
     }
 
+    @Test("whoever waits for the end hears of it before the supervisor's own work on it (a pool's refill)")
+    func waitersBeforeTheSupervisorsWork() async throws {
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "3"]))
+        let order = Mutex<[String]>([])
+        // Registered first, told last.
+        process.afterEnded { _ in order.withLock { $0.append("supervisor") } }
+        process.whenEnded { _ in order.withLock { $0.append("waiter") } }
+        #expect(await process.waitForExit() == .exited(code: 3))
+        // The supervisor's handler runs on the thread that saw the end, after waitForExit resumed.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while order.withLock({ $0.count }) < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(order.withLock { $0 } == ["waiter", "supervisor"])
+        // Once ended, either is told at once.
+        process.afterEnded { _ in order.withLock { $0.append("late") } }
+        #expect(order.withLock { $0.last } == "late")
+    }
+
     @Test("the init sleeps while its program's exit finishes: it never spins waiting for the SIGCHLD")
     func initSleepsThroughTheProgramsExit() async throws {
         // Freeing 512 MiB makes the program's exit long. Its filter goes early in that exit, so
