@@ -39,10 +39,18 @@ int xsb_send_msg(int control_fd, uint32_t type, int32_t value) {
 /// /proc/self/ns/mnt is on) whose type is CLONE_NEWNS. The file system is checked first: an
 /// ioctl on a file of another could make us wait for whatever serves it (a FUSE server).
 static int is_mount_namespace(int fd) {
-    struct stat passed, own;
+    // The namespace file system is one for the whole system: its device is looked up once.
+    static dev_t namespace_device;  // 0 until known
+    struct stat passed;
     if (xsb_raw_syscall(SYS_fstat, fd, (long)&passed, 0, 0, 0) != 0) return 0;
-    if (xsb_raw_syscall(SYS_newfstatat, AT_FDCWD, (long)"/proc/self/ns/mnt", (long)&own, 0, 0) != 0) return 0;
-    if (passed.st_dev != own.st_dev) return 0;
+    dev_t known = __atomic_load_n(&namespace_device, __ATOMIC_RELAXED);
+    if (known == 0) {
+        struct stat own;
+        if (xsb_raw_syscall(SYS_newfstatat, AT_FDCWD, (long)"/proc/self/ns/mnt", (long)&own, 0, 0) != 0) return 0;
+        known = own.st_dev;
+        __atomic_store_n(&namespace_device, known, __ATOMIC_RELAXED);
+    }
+    if (passed.st_dev != known) return 0;
     return xsb_raw_syscall(SYS_ioctl, fd, NS_GET_NSTYPE, 0, 0, 0) == CLONE_NEWNS;
 }
 
