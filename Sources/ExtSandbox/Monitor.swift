@@ -275,12 +275,13 @@ extension AppExtensionPoint {
                     core.rescanScheduled = false
                     return core.points
                 }
-                var watched: Set<String> = [stateDirectory, systemStateDirectory]
+                // A list, not a set of strings: two spellings of one name are two directories.
+                var watched = [stateDirectory, systemStateDirectory]
                 watcher.add(stateDirectory)
                 watcher.add(systemStateDirectory)
                 let entries = ExtensionCatalog.scan(host.locations, bundledPoints: hostPoints(following: points)) { directory in
                     watcher.add(directory)
-                    watched.insert(directory)
+                    watched.append(directory)
                 }
                 watcher.prune(keeping: watched)
                 let state = Self.evaluate(entries, points: points, host: host)
