@@ -144,13 +144,15 @@ public enum BundleValidator {
 
     /// Whether `path` (absolute, inside the sandbox) lies in ``resourcesMountPoint``, `.` and
     /// `..` taken as the kernel takes them (no link can lead elsewhere: resources are bound
-    /// by their real paths).
+    /// by their real paths): split at slash bytes, as characters a slash with a combining mark
+    /// after it (or a prepended mark before it) would be no slash.
     static func isResource(_ path: String) -> Bool {
         var components: [Substring] = []
-        for component in path.split(separator: "/") where component != "." {
-            if component == ".." { _ = components.popLast() } else { components.append(component) }
+        for component in FilePaths.components(path) where !component.utf8.elementsEqual(".".utf8) {
+            if component.utf8.elementsEqual("..".utf8) { _ = components.popLast() } else { components.append(component) }
         }
-        return FilePaths.isAbsolute(path) && components.first.map(String.init) == FilePaths.lastComponent(resourcesMountPoint)
+        let top = FilePaths.lastComponent(resourcesMountPoint)
+        return FilePaths.isAbsolute(path) && components.first.map { $0.utf8.elementsEqual(top.utf8) } == true
     }
 
     private static func checkNotWritableByOthers(_ info: stat, path: String, what: String, line: Int) throws(CatalogProblem) {

@@ -119,6 +119,27 @@ struct BundleValidationTests {
         #expect(throws: Never.self) { try BundleValidator.validate(bundleAt: path).get() }
     }
 
+    /// Before: the interpreter's path was split at characters, where a slash with a combining
+    /// mark after it (or a prepended mark, U+0600, before it) is no slash, so `..` took away
+    /// another component than the kernel's.
+    @Test("an interpreter's path is split at slash bytes, as the kernel splits it", arguments: [
+        ("/extension/\u{301}/../share/interp", true),
+        ("/x\u{600}/../extension/share/interp", true),
+        ("/extension/x/\u{301}/../../share/interp", true),
+        ("/extension/x\u{600}/../../bin/sh", false),
+    ])
+    func anInterpreterSplitAtSlashBytes(interpreter: String, isResource: Bool) throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.script")
+        try world.write(path + "/bin/run", "#!\(interpreter)\n", mode: 0o755)
+        switch BundleValidator.validate(bundleAt: path) {
+        case .success:
+            #expect(!isResource, "\(interpreter.unicodeScalars.map(\.value)) was not taken for a resource")
+        case .failure(let problem):
+            #expect(isResource && problem.reason.contains("is a bundle resource"), "\(problem)")
+        }
+    }
+
     func manifest(executable: String, resources: String = "") -> String {
         "schema: 1\nidentifier: org.example.x\nname: X\nversion: \"1\"\npoint: org.example.host.text\nexecutable: \(executable)\n\(resources)"
     }
