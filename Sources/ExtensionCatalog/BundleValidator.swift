@@ -14,9 +14,12 @@ public struct ValidatedBundle: Sendable, Hashable {
     /// Real paths of the resources, inside ``realPath``, with their paths relative to the bundle.
     public var resources: [(relative: String, real: String)]
 
+    /// Paths by bytes: a bundle that now resolves to a sibling whose name is another spelling of
+    /// its own (the Kelvin sign and "K") is another bundle.
     public static func == (a: ValidatedBundle, b: ValidatedBundle) -> Bool {
-        a.path == b.path && a.realPath == b.realPath && a.manifest == b.manifest && a.manifestPath == b.manifestPath
-            && a.executablePath == b.executablePath && a.resources.map(\.real) == b.resources.map(\.real)
+        FilePaths.isSame(a.path, b.path) && FilePaths.isSame(a.realPath, b.realPath) && a.manifest == b.manifest
+            && FilePaths.isSame(a.manifestPath, b.manifestPath) && FilePaths.isSame(a.executablePath, b.executablePath)
+            && FilePaths.areSame(a.resources.map(\.real), b.resources.map(\.real))
     }
 
     public func hash(into hasher: inout Hasher) {

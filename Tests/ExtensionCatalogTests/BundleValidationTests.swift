@@ -168,6 +168,27 @@ struct BundleValidationTests {
         #expect(problem.reason.contains("resource data is a symbolic link out of the bundle"), "\(problem)")
     }
 
+    /// Before: compared as Swift strings, a bundle found again at another spelling of its paths
+    /// (the Kelvin sign for "K") was taken for the bundle discovered, which a launch checks.
+    @Test("a validated bundle whose paths are another spelling is another bundle")
+    func anotherSpellingIsAnotherBundle() throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.Key", manifest: manifest(executable: "bin/run", resources: "resources:\n  - data\n"))
+        try FileManager.default.createDirectory(atPath: path + "/data", withIntermediateDirectories: true)
+        let bundle = try BundleValidator.validate(bundleAt: path).get()
+        func respelled(_ text: String) -> String { text.replacing("/Key.appex", with: "/\u{212A}ey.appex") }
+        for field in [\.path, \.realPath, \.manifestPath, \.executablePath] as [WritableKeyPath<ValidatedBundle, String>] {
+            var other = bundle
+            other[keyPath: field] = respelled(bundle[keyPath: field])
+            #expect(!other[keyPath: field].utf8.elementsEqual(bundle[keyPath: field].utf8))
+            #expect(other != bundle, "\(field)")
+        }
+        var other = bundle
+        other.resources = bundle.resources.map { ($0.relative, respelled($0.real)) }
+        #expect(other.resources.count == 1)
+        #expect(other != bundle, "resources")
+    }
+
     @Test func aSymbolicLinkOutOfTheBundle() throws {
         let world = try ExtensionWorld()
         let path = try world.install("org.example.link", manifest: manifest(executable: "bin/link"))
