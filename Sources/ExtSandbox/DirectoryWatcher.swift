@@ -25,7 +25,9 @@ final class DirectoryWatcher: Sendable {
 
     private struct Watches {
         var byDescriptor: [Int32: String] = [:]
-        var byPath: [String: Int32] = [:]
+        /// Keyed by the path's bytes, as the kernel names directories: as strings, two spellings
+        /// of one character (a precomposed "é", "e" with a combining accent) would share an entry.
+        var byPath: [[UInt8]: Int32] = [:]
         /// The monitor's registration, from ``start(onEvents:)`` until ``close()``.
         var token: UInt64?
         var closed = false
@@ -83,40 +85,46 @@ final class DirectoryWatcher: Sendable {
                 guard !watches.closed else { return nil }
                 let wd = inotify_add_watch(fd.rawValue, path, Self.mask)
                 guard wd >= 0 else { return errno }
-                if let old = watches.byPath[path], old != wd { watches.byDescriptor[old] = nil }
+                let key = Array(path.utf8)
+                if let old = watches.byPath[key], old != wd { watches.byDescriptor[old] = nil }
                 watches.byDescriptor[wd] = path
-                watches.byPath[path] = wd
+                watches.byPath[key] = wd
                 return nil
             }
-            guard let failure, failure == ENOENT || failure == ENOTDIR, path != "/" else { return }
+            guard let failure, failure == ENOENT || failure == ENOTDIR, !FilePaths.isSame(path, "/") else { return }
             path = FilePaths.directory(of: path)
         }
     }
 
-    /// Stops watching what is not in `paths` (nor an ancestor standing in for one of them).
-    /// Does nothing once closed.
-    func prune(keeping paths: Set<String>) {
+    /// Stops watching what is not in `paths` (nor an ancestor standing in for one of them),
+    /// matched by bytes. Does nothing once closed.
+    func prune(keeping paths: some Sequence<String>) {
         let fd = self.fd
         table.watches.withLock { watches in
             guard !watches.closed else { return }
-            var keep = paths
+            var keep: Set<[UInt8]> = []
             for path in paths {
+                keep.insert(Array(path.utf8))
                 var ancestor = path
-                while SystemFiles.kind(of: ancestor) == nil && ancestor != "/" && !ancestor.isEmpty {
+                while SystemFiles.kind(of: ancestor) == nil && !FilePaths.isSame(ancestor, "/") && !ancestor.isEmpty {
                     ancestor = FilePaths.directory(of: ancestor)
-                    keep.insert(ancestor)
+                    keep.insert(Array(ancestor.utf8))
                 }
             }
             let stale = watches.byPath.filter { !keep.contains($0.key) }
-            for (path, wd) in stale {
-                watches.byPath[path] = nil
+            for (key, wd) in stale {
+                watches.byPath[key] = nil
                 watches.byDescriptor[wd] = nil
                 inotify_rm_watch(fd.rawValue, wd)
             }
         }
     }
 
-    var watchedDirectories: Set<String> { table.watches.withLock { Set($0.byPath.keys) } }
+    /// The watched directories, one per spelling, in byte order.
+    var watchedDirectories: [String] {
+        let keys = table.watches.withLock { watches in watches.byPath.keys.sorted { $0.lexicographicallyPrecedes($1) } }
+        return keys.map { String(decoding: $0, as: UTF8.self) }
+    }
 
     func close() {
         let (wasOpen, token) = table.watches.withLock { watches -> (Bool, UInt64?) in
@@ -148,7 +156,8 @@ final class DirectoryWatcher: Sendable {
                     let directory = table.watches.withLock { watches -> String in
                         if mask & UInt32(IN_IGNORED) != 0, let path = watches.byDescriptor[wd] {
                             watches.byDescriptor[wd] = nil
-                            if watches.byPath[path] == wd { watches.byPath[path] = nil }
+                            let key = Array(path.utf8)
+                            if watches.byPath[key] == wd { watches.byPath[key] = nil }
                             return path
                         }
                         return watches.byDescriptor[wd] ?? ""

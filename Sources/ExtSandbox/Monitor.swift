@@ -223,12 +223,16 @@ extension AppExtensionPoint {
             registrar.didSet(self, keyPath: keyPath)
         }
 
-        /// Whether `event` may change what a scan finds.
+        /// Whether `event` may change what a scan finds. Directories and names are compared as
+        /// bytes, as the kernel names them: approvals in a directory spelled like a location (a
+        /// precomposed "é" and "e" with a combining accent) are not that location's.
         func isRelevant(_ event: DirectoryWatcher.Event) -> Bool {
             if event.overflowed { return true }  // events were lost: rescan everything
-            if (event.directory == stateDirectory || event.directory == systemStateDirectory) && !isLocation(event.directory) {
-                return event.name.isEmpty || (event.directory == stateDirectory && event.name == stateFileName)
-                    || (event.directory == systemStateDirectory && event.name == systemStateFileName)
+            let inState = FilePaths.isSame(event.directory, stateDirectory)
+            let inSystemState = FilePaths.isSame(event.directory, systemStateDirectory)
+            if (inState || inSystemState) && !isLocation(event.directory) {
+                return event.name.isEmpty || (inState && FilePaths.isSame(event.name, stateFileName))
+                    || (inSystemState && FilePaths.isSame(event.name, systemStateFileName))
             }
             if isLocation(event.directory) {
                 return FilePaths.hasSuffix(event.name, "." + ExtensionLocations.bundleExtension) || event.name.isEmpty
@@ -237,26 +241,30 @@ extension AppExtensionPoint {
             // missing `/etc/extsandbox`): only the name on the way to it can bring it, and the
             // ancestor's other changes (every package upgrade, in /etc) need no scan.
             if let names = namesTowardApprovals(from: event.directory) {
-                return event.name.isEmpty || names.contains(event.name)
+                return event.name.isEmpty || names.contains { FilePaths.isSame($0, event.name) }
             }
             return true
         }
 
         /// The names in `directory` that lead to an approvals directory below it, when that is all
-        /// `directory` is watched for: it is neither a location nor inside or above one.
-        private func namesTowardApprovals(from directory: String) -> Set<String>? {
-            let prefix = directory.hasSuffix("/") ? directory : directory + "/"
-            let names = Set([stateDirectory, systemStateDirectory].filter { $0.hasPrefix(prefix) }.compactMap {
-                $0.dropFirst(prefix.count).split(separator: "/").first.map(String.init)
-            })
+        /// `directory` is watched for: it is neither a location nor inside or above one. Cut at
+        /// slash bytes: a slash with a combining mark after it is still a slash.
+        private func namesTowardApprovals(from directory: String) -> [String]? {
+            let names = [stateDirectory, systemStateDirectory].filter { FilePaths.isBelow($0, directory) }.compactMap { below in
+                // The rest after `directory`'s bytes, which `isBelow` matched.
+                FilePaths.components(String(Substring(Substring(below).utf8.dropFirst(directory.utf8.count)))).first.map(String.init)
+            }
             guard !names.isEmpty else { return nil }
             let locations = host.locations.external + [host.locations.bundledDirectory].compactMap { $0 }
-            if locations.contains(where: { $0 == directory || $0.hasPrefix(prefix) || directory.hasPrefix($0 + "/") }) { return nil }
+            if locations.contains(where: {
+                FilePaths.isSame($0, directory) || FilePaths.isBelow($0, directory) || FilePaths.isBelow(directory, $0)
+            }) { return nil }
             return names
         }
 
         private func isLocation(_ directory: String) -> Bool {
-            directory == host.locations.bundledDirectory || host.locations.external.contains(directory)
+            host.locations.bundledDirectory.map { FilePaths.isSame($0, directory) } == true
+                || host.locations.external.contains { FilePaths.isSame($0, directory) }
         }
 
         /// Scans everything again and publishes the state if it changed.
@@ -267,12 +275,13 @@ extension AppExtensionPoint {
                     core.rescanScheduled = false
                     return core.points
                 }
-                var watched: Set<String> = [stateDirectory, systemStateDirectory]
+                // A list, not a set of strings: two spellings of one name are two directories.
+                var watched = [stateDirectory, systemStateDirectory]
                 watcher.add(stateDirectory)
                 watcher.add(systemStateDirectory)
                 let entries = ExtensionCatalog.scan(host.locations, bundledPoints: hostPoints(following: points)) { directory in
                     watcher.add(directory)
-                    watched.insert(directory)
+                    watched.append(directory)
                 }
                 watcher.prune(keeping: watched)
                 let state = Self.evaluate(entries, points: points, host: host)

@@ -14,9 +14,12 @@ public struct ValidatedBundle: Sendable, Hashable {
     /// Real paths of the resources, inside ``realPath``, with their paths relative to the bundle.
     public var resources: [(relative: String, real: String)]
 
+    /// Paths by bytes: a bundle that now resolves to a sibling whose name is another spelling of
+    /// its own (the Kelvin sign and "K") is another bundle.
     public static func == (a: ValidatedBundle, b: ValidatedBundle) -> Bool {
-        a.path == b.path && a.realPath == b.realPath && a.manifest == b.manifest && a.manifestPath == b.manifestPath
-            && a.executablePath == b.executablePath && a.resources.map(\.real) == b.resources.map(\.real)
+        FilePaths.isSame(a.path, b.path) && FilePaths.isSame(a.realPath, b.realPath) && a.manifest == b.manifest
+            && FilePaths.isSame(a.manifestPath, b.manifestPath) && FilePaths.isSame(a.executablePath, b.executablePath)
+            && FilePaths.areSame(a.resources.map(\.real), b.resources.map(\.real))
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -144,13 +147,15 @@ public enum BundleValidator {
 
     /// Whether `path` (absolute, inside the sandbox) lies in ``resourcesMountPoint``, `.` and
     /// `..` taken as the kernel takes them (no link can lead elsewhere: resources are bound
-    /// by their real paths).
+    /// by their real paths): split at slash bytes, as characters a slash with a combining mark
+    /// after it (or a prepended mark before it) would be no slash.
     static func isResource(_ path: String) -> Bool {
         var components: [Substring] = []
-        for component in path.split(separator: "/") where component != "." {
-            if component == ".." { _ = components.popLast() } else { components.append(component) }
+        for component in FilePaths.components(path) where !component.utf8.elementsEqual(".".utf8) {
+            if component.utf8.elementsEqual("..".utf8) { _ = components.popLast() } else { components.append(component) }
         }
-        return FilePaths.isAbsolute(path) && components.first.map(String.init) == FilePaths.lastComponent(resourcesMountPoint)
+        let top = FilePaths.lastComponent(resourcesMountPoint)
+        return FilePaths.isAbsolute(path) && components.first.map { $0.utf8.elementsEqual(top.utf8) } == true
     }
 
     private static func checkNotWritableByOthers(_ info: stat, path: String, what: String, line: Int) throws(CatalogProblem) {

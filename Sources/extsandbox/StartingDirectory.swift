@@ -27,7 +27,9 @@ enum StartingDirectory {
         var candidates: [String] = []
         for (index, entry) in entries.enumerated() {
             guard let source = entry.source, covers(source, hostDirectory) else { continue }
-            let inside = join(entry.destination, hostDirectory.dropFirst(source == "/" ? 0 : source.count))
+            // Cut by bytes, as `covers` matched them.
+            let rest = Substring(hostDirectory).utf8.dropFirst(FilePaths.isSame(source, "/") ? 0 : source.utf8.count)
+            let inside = join(entry.destination, Substring(rest))
             // The mount seen at `inside` is the deepest one covering it, the last of equal depth.
             let winner = entries.indices.filter { covers(entries[$0].destination, inside) }
                 .max { depth(entries[$0].destination) != depth(entries[$1].destination)
@@ -37,14 +39,14 @@ enum StartingDirectory {
             if masked.contains(where: { covers(normalized($0), inside) }) { continue }
             candidates.append(inside)
         }
-        return candidates.first { $0 == hostDirectory } ?? candidates.first
+        return candidates.first { FilePaths.isSame($0, hostDirectory) } ?? candidates.first
     }
 
     /// A hint for a program started at `/` because `hostDirectory` is not visible inside, when
     /// one of `arguments` names a file relative to it (`python3 script.py`); else `nil`.
     static func hint(hostDirectory: String, arguments: ArraySlice<String>) -> String? {
         // From / the program starts where the caller is: relative paths mean the same inside.
-        guard hostDirectory != "/" else { return nil }
+        guard !FilePaths.isSame(hostDirectory, "/") else { return nil }
         let relative = arguments.first { word in
             !word.isEmpty && !FilePaths.isAbsolute(word) && !word.hasPrefix("-")
                 && access(FilePaths.join(hostDirectory, word), F_OK) == 0
@@ -63,7 +65,7 @@ enum StartingDirectory {
     static func sandboxUserCanEnter(_ directory: String, below top: String = "/", asRoot: Bool = geteuid() == 0) -> Bool {
         guard asRoot else { return access(directory, X_OK) == 0 }
         var path = ""
-        for component in [""] + directory.split(separator: "/").map(String.init) {
+        for component in [""] + FilePaths.components(directory).map(String.init) {
             path = component.isEmpty ? "/" : FilePaths.join(path, component)
             guard covers(top, path) else { continue }
             var info = stat()
@@ -82,20 +84,23 @@ enum StartingDirectory {
         }.max { depth($0) < depth($1) } ?? "/"
     }
 
-    /// Whether the path `outer` is `path` or one of its ancestors.
+    /// Whether the path `outer` is `path` or one of its ancestors. Paths here are compared and
+    /// split as bytes, as the kernel reads them: as characters, two spellings of one name (a
+    /// precomposed "é", "e" with a combining accent) would be one directory, and a slash
+    /// followed by a combining mark no slash.
     static func covers(_ outer: String, _ path: String) -> Bool {
-        outer == "/" || path == outer || path.hasPrefix(outer + "/")
+        FilePaths.isSame(outer, "/") || FilePaths.isSame(path, outer) || FilePaths.isBelow(path, outer)
     }
 
     private static func depth(_ path: String) -> Int {
-        path.split(separator: "/").count
+        FilePaths.componentCount(path)
     }
 
     private static func normalized(_ path: String) -> String {
         // Joined by hand: the generic `joined(separator:)` of substrings looks its witnesses up
         // at run time, which costs a fresh process a search of the binary's conformance records.
         var result = ""
-        for part in path.split(separator: "/") {
+        for part in FilePaths.components(path) {
             result.append("/")
             result.append(contentsOf: part)
         }

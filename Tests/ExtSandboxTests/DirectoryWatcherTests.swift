@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import Testing
 @testable import ExtSandbox
 
@@ -80,5 +81,52 @@ struct DirectoryWatcherTests {
     static func remove(_ directory: String) {
         unlink(directory + "/new")
         rmdir(directory)
+    }
+}
+
+/// Watches are kept by the directory's bytes, as the kernel names it.
+@Suite("directory watcher: paths as bytes")
+struct DirectoryWatcherSpellingTests {
+    /// Before: keyed by the path as a Swift string, the second of two directories whose names
+    /// are two spellings of one character took the first's entry, so the first's events came
+    /// with no directory (and a prune keeping one spelling kept both).
+    @Test("two directories whose names are two spellings of one character are two watches")
+    func twoSpellingsAreTwoWatches() throws {
+        let root = try DirectoryWatcherTests.makeDirectory()
+        let composed = root + "/\u{E9}", decomposed = root + "/e\u{301}"
+        defer {
+            unlink(composed + "/new")
+            rmdir(composed)
+            rmdir(decomposed)
+            rmdir(root)
+        }
+        try #require(mkdir(composed, 0o755) == 0 && mkdir(decomposed, 0o755) == 0)
+        let watcher = try DirectoryWatcher()
+        defer { watcher.close() }
+        let received = Received()
+        try watcher.start { batch in received.events.withLock { $0 += batch } }
+        watcher.add(composed)
+        watcher.add(decomposed)
+        #expect(watcher.watchedDirectories.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
+            == [Array(composed.utf8), Array(decomposed.utf8)].sorted { $0.lexicographicallyPrecedes($1) })
+
+        let created = open(composed + "/new", O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+        #expect(created >= 0)
+        close(created)
+        var event: DirectoryWatcher.Event?
+        for _ in 0..<1000 where event == nil {
+            event = received.events.withLock { events in events.first { $0.name == "new" } }
+            if event == nil { usleep(5000) }
+        }
+        let seen = try #require(event, "no event for the file made in the first directory")
+        #expect(Array(seen.directory.utf8) == Array(composed.utf8), "the event came from \(Array(seen.directory.utf8))")
+
+        watcher.prune(keeping: [decomposed])
+        #expect(watcher.watchedDirectories.map { Array($0.utf8) } == [Array(decomposed.utf8)])
+    }
+
+    /// The events the watcher delivered (on the epoll thread).
+    final class Received: Sendable {
+        let events = Mutex<[DirectoryWatcher.Event]>([])
     }
 }

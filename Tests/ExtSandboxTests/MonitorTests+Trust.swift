@@ -245,6 +245,51 @@ extension MonitorTests {
         #expect(await eventually(monitor) { $0.identities.isEmpty && $0.forbiddenCount == 1 }, "\(monitor.state)")
     }
 
+    /// Before: the approvals' directory and the locations were compared as Swift strings, so
+    /// with the approvals in a directory whose name is another spelling of a location's (a
+    /// precomposed "é", "e" with a combining accent), a change of the approvals was taken for a
+    /// change in that location, and ignored: no `.appex` name.
+    @Test func approvalsInADirectorySpelledLikeALocationAreStillSeen() async throws {
+        let world = try ExtensionWorld()
+        let location = world.root + "/e\u{301}", approvals = world.root + "/\u{E9}"
+        // The administrator's directory exists too, so the world's root is not watched in its place.
+        #expect(mkdir(location, 0o755) == 0 && mkdir(approvals, 0o755) == 0 && mkdir(world.root + "/etc", 0o755) == 0)
+        var locations = world.locations
+        locations.external = [location]
+        locations.stateFile = approvals + "/approvals"
+        try world.install("org.example.spelled", in: location, executableSource: Self.echo)
+        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: locations))
+        #expect(monitor.state.unapprovedCount == 1, "\(monitor.state)")
+        let create = UInt32(IN_CREATE), moved = UInt32(IN_MOVED_TO)
+        #expect(monitor.isRelevant(.init(directory: approvals, name: "approvals", mask: moved)))
+        #expect(!monitor.isRelevant(.init(directory: approvals, name: "x.appex", mask: create)))
+        #expect(monitor.isRelevant(.init(directory: location, name: "x.appex", mask: create)))
+        #expect(!monitor.isRelevant(.init(directory: location, name: "approvals", mask: moved)))
+
+        // The owner's approval, written by another process, reaches the monitor.
+        var environment = world.environment
+        environment["EXTSANDBOX_EXTENSION_DIRS"] = location
+        environment["EXTSANDBOX_STATE_FILE"] = locations.stateFile
+        let approve = try await Fixtures.run([TestPaths.cli, "approve", "org.example.spelled"], environment: environment)
+        #expect(approve.status == 0, "\(approve.stderr)")
+        #expect(await eventually(monitor) { $0.identities.map(\.bundleIdentifier) == ["org.example.spelled"] }, "\(monitor.state)")
+    }
+
+    /// Before: the way from a watched ancestor to a missing approvals directory was cut at
+    /// characters, and a slash followed by a combining mark is no character "/": the name
+    /// that would bring the directory was not on the way.
+    @Test func theWayToAMissingApprovalsDirectoryIsCutAtSlashBytes() async throws {
+        let world = try ExtensionWorld()
+        let admin = world.root + "/admin"
+        #expect(mkdir(admin, 0o755) == 0)
+        var locations = world.locations
+        locations.systemStateFile = admin + "/x/\u{301}y/approvals"
+        let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: locations))
+        let create = UInt32(IN_CREATE)
+        #expect(monitor.isRelevant(.init(directory: admin, name: "x", mask: create)))
+        #expect(!monitor.isRelevant(.init(directory: admin, name: "resolv.conf", mask: create)))
+    }
+
     @Test func theDeveloperCommandsGenerateSignAndVerify() async throws {
         let world = try ExtensionWorld()
         let keyFile = world.root + "/signing.key"

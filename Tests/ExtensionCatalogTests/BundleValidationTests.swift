@@ -119,6 +119,27 @@ struct BundleValidationTests {
         #expect(throws: Never.self) { try BundleValidator.validate(bundleAt: path).get() }
     }
 
+    /// Before: the interpreter's path was split at characters, where a slash with a combining
+    /// mark after it (or a prepended mark, U+0600, before it) is no slash, so `..` took away
+    /// another component than the kernel's.
+    @Test("an interpreter's path is split at slash bytes, as the kernel splits it", arguments: [
+        ("/extension/\u{301}/../share/interp", true),
+        ("/x\u{600}/../extension/share/interp", true),
+        ("/extension/x/\u{301}/../../share/interp", true),
+        ("/extension/x\u{600}/../../bin/sh", false),
+    ])
+    func anInterpreterSplitAtSlashBytes(interpreter: String, isResource: Bool) throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.script")
+        try world.write(path + "/bin/run", "#!\(interpreter)\n", mode: 0o755)
+        switch BundleValidator.validate(bundleAt: path) {
+        case .success:
+            #expect(!isResource, "\(interpreter.unicodeScalars.map(\.value)) was not taken for a resource")
+        case .failure(let problem):
+            #expect(isResource && problem.reason.contains("is a bundle resource"), "\(problem)")
+        }
+    }
+
     func manifest(executable: String, resources: String = "") -> String {
         "schema: 1\nidentifier: org.example.x\nname: X\nversion: \"1\"\npoint: org.example.host.text\nexecutable: \(executable)\n\(resources)"
     }
@@ -145,6 +166,27 @@ struct BundleValidationTests {
         symlink("../\u{212A}ey.appex/data", path + "/data")
         let problem = try problem(world, path)
         #expect(problem.reason.contains("resource data is a symbolic link out of the bundle"), "\(problem)")
+    }
+
+    /// Before: compared as Swift strings, a bundle found again at another spelling of its paths
+    /// (the Kelvin sign for "K") was taken for the bundle discovered, which a launch checks.
+    @Test("a validated bundle whose paths are another spelling is another bundle")
+    func anotherSpellingIsAnotherBundle() throws {
+        let world = try ExtensionWorld()
+        let path = try world.install("org.example.Key", manifest: manifest(executable: "bin/run", resources: "resources:\n  - data\n"))
+        try FileManager.default.createDirectory(atPath: path + "/data", withIntermediateDirectories: true)
+        let bundle = try BundleValidator.validate(bundleAt: path).get()
+        func respelled(_ text: String) -> String { text.replacing("/Key.appex", with: "/\u{212A}ey.appex") }
+        for field in [\.path, \.realPath, \.manifestPath, \.executablePath] as [WritableKeyPath<ValidatedBundle, String>] {
+            var other = bundle
+            other[keyPath: field] = respelled(bundle[keyPath: field])
+            #expect(!other[keyPath: field].utf8.elementsEqual(bundle[keyPath: field].utf8))
+            #expect(other != bundle, "\(field)")
+        }
+        var other = bundle
+        other.resources = bundle.resources.map { ($0.relative, respelled($0.real)) }
+        #expect(other.resources.count == 1)
+        #expect(other != bundle, "resources")
     }
 
     @Test func aSymbolicLinkOutOfTheBundle() throws {

@@ -37,6 +37,35 @@ struct StartingDirectoryTests {
         #expect(Self.visible("/tmp/x", [Self.bind("/tmp/x")]) == "/tmp/x")
     }
 
+    /// Before: paths were compared and split as characters, so a bind of a directory spelled
+    /// like the caller's (a precomposed "é", "e" with a combining accent) showed it, a mask or
+    /// mount spelled alike hid it, and a slash with a combining mark after it was no slash.
+    @Test("paths are compared and split as bytes", arguments: [
+        ("/srv/x/\u{301}y", [bind("/srv/x")], [], "/srv/x/\u{301}y"),
+        ("/srv/x/\u{301}y", [bind("/srv/x", "/w")], [], "/w/\u{301}y"),
+        ("/srv/\u{E9}", [bind("/srv/e\u{301}")], [], nil),
+        ("/srv/\u{E9}/a", [bind("/srv")], ["/srv/e\u{301}"], "/srv/\u{E9}/a"),
+        ("/srv/\u{E9}", [bind("/srv"), .tmpfs(destination: "/srv/e\u{301}", sizeBytes: 1 << 20)], [], "/srv/\u{E9}"),
+        ("/srv/\u{E9}", [bind("/srv/\u{E9}", "/srv/e\u{301}"), bind("/srv")], [], "/srv/\u{E9}"),
+    ] as [(String, [MountEntry], [String], String?)])
+    func pathsAsBytes(directory: String, mounts: [MountEntry], masked: [String], expected: String?) {
+        let visible = Self.visible(directory, mounts, masked: masked)
+        #expect(visible.map { Array($0.utf8) } == expected.map { Array($0.utf8) }, "\(visible.map { Array($0.unicodeScalars) } ?? [])")
+    }
+
+    /// Before: the directories on the way were split at characters, so the one before a slash
+    /// that a combining mark follows was never checked.
+    @Test("as root, every directory on the way is checked, up to a slash a combining mark follows")
+    func enteringChecksEachDirectoryByBytes() throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let inner = directory.appendingPathComponent("private").path + "/\u{301}inner"
+        try FileManager.default.createDirectory(atPath: inner, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        chmod(directory.appendingPathComponent("private").path, 0o700)
+        #expect(!StartingDirectory.sandboxUserCanEnter(inner, asRoot: true))
+        #expect(StartingDirectory.sandboxUserCanEnter(inner, below: inner, asRoot: true))
+    }
+
     @Test("as root, a bound current directory nobody cannot enter: the program starts in /, and a hint says why")
     func rootsPrivateDirectory() async throws {
         let directory = try Self.scratch()
