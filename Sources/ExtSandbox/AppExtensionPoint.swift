@@ -1,4 +1,5 @@
 import ExtensionCatalog
+import SandboxSystem
 
 /// A kind of extension a host offers: a name, whether it has UI, where its extensions may come
 /// from, and the security level (a policy name) its extensions run under.
@@ -103,6 +104,25 @@ public struct AppExtensionIdentity: Sendable, Hashable {
 
     /// Whether this identity bypasses discovery (made by ``developmentOnly(bundleIdentifier:executablePath:point:arguments:)``).
     public var isDevelopmentOnly: Bool { origin == .development }
+
+    /// Equal in every field, the executable's path and the arguments by their bytes (as `execve`
+    /// gets them): a running process is shared only with an identity equal to its own, and one
+    /// started as `/x/\u{E9}`, or with the argument "\u{E9}", is no process for `/x/e\u{301}`
+    /// or "e\u{301}".
+    public static func == (a: AppExtensionIdentity, b: AppExtensionIdentity) -> Bool {
+        a.bundleIdentifier == b.bundleIdentifier && a.displayName == b.displayName && a.version == b.version && a.point == b.point
+            && a.hostIdentifier == b.hostIdentifier && FilePaths.isSame(a.executablePath, b.executablePath)
+            && FilePaths.areSame(a.arguments, b.arguments) && a.origin == b.origin
+    }
+
+    // Equal identities have equal strings, so the strings' hashes agree with ==.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(bundleIdentifier)
+        hasher.combine(version)
+        hasher.combine(hostIdentifier)
+        hasher.combine(executablePath)
+        hasher.combine(origin)
+    }
 }
 
 /// How an identity came to be.
@@ -121,4 +141,21 @@ struct DiscoveredExtension: Sendable, Hashable {
     var systemStateFile: String
     /// Where its host keeps containers (`ExtensionLocations/containerDirectory`).
     var containerDirectory: String
+
+    /// Files by bytes: a process launched with its container in `/srv/\u{E9}` is not shared
+    /// with a handle whose host keeps containers in `/srv/e\u{301}`, nor one weighed against
+    /// the approvals there. (The origin's directory needs no more: the bundle's path, compared
+    /// by bytes, starts with it.)
+    static func == (a: DiscoveredExtension, b: DiscoveredExtension) -> Bool {
+        a.bundle == b.bundle && a.origin == b.origin && FilePaths.isSame(a.stateFile, b.stateFile)
+            && FilePaths.isSame(a.systemStateFile, b.systemStateFile) && FilePaths.isSame(a.containerDirectory, b.containerDirectory)
+    }
+
+    // Equal ones have equal strings, so the strings' hashes agree with ==.
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(bundle)
+        hasher.combine(stateFile)
+        hasher.combine(systemStateFile)
+        hasher.combine(containerDirectory)
+    }
 }

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import SandboxPolicy
 import SandboxRuntime
+import SandboxSystem
 import Synchronization
 
 /// The identities a host keeps pre-built sandboxes ready for, with the shape each was prepared
@@ -85,11 +86,12 @@ actor WarmLaunches {
         for entry in ending { await Self.end(entry) }
     }
 
-    /// Whether two identities are decided by the same host and approvals.
+    /// Whether two identities are decided by the same host and approvals (files by bytes: two
+    /// spellings of a name are two files).
     private static func sameWorld(_ one: AppExtensionIdentity, _ other: AppExtensionIdentity) -> Bool {
         guard one.hostIdentifier == other.hostIdentifier else { return false }
         switch (one.origin, other.origin) {
-        case (.discovered(let first), .discovered(let second)): return first.stateFile == second.stateFile
+        case (.discovered(let first), .discovered(let second)): return FilePaths.isSame(first.stateFile, second.stateFile)
         case (.discovered, _), (_, .discovered): return false
         default: return true
         }
@@ -102,7 +104,7 @@ actor WarmLaunches {
             for entry in entries where !launchable.contains(entry.identity) && points.contains(entry.identity.point.name) {
                 // Only what this monitor's host and approvals decide (another monitor's world is not this one's).
                 guard case .discovered(let discovered) = entry.identity.origin, entry.identity.hostIdentifier == host.identifier,
-                      discovered.stateFile == host.locations.stateFile else { continue }
+                      FilePaths.isSame(discovered.stateFile, host.locations.stateFile) else { continue }
                 await drain(entry.identity)
             }
         }

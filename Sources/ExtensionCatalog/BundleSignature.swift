@@ -144,7 +144,8 @@ public struct BundleSignature: Sendable, Hashable {
         }
         guard lines.count >= 6 else { throw CatalogProblem(.broken, file: path, line: lines.count + 1, "expected the bundle's entries and a 'signature' line") }
         var entries: [Entry] = []
-        var directories: Set<String> = []
+        // By bytes: as strings, a directory listed as "é" would also be the parent of "e\u{301}/x".
+        var directories: Set<[UInt8]> = []
         var previous: [UInt8]?
         for index in 4..<(lines.count - 1) {
             let line = index + 1
@@ -155,11 +156,11 @@ public struct BundleSignature: Sendable, Hashable {
             }
             previous = key
             let parent = FilePaths.directory(of: entry.path)
-            if FilePaths.containsSlash(entry.path), !directories.contains(parent) {
+            if FilePaths.containsSlash(entry.path), !directories.contains(Array(parent.utf8)) {
                 throw CatalogProblem(.broken, file: path, line: line, "\(entry.path) is listed, but its directory \(parent) is not")
             }
-            if case .directory = entry.kind { directories.insert(entry.path) }
-            if entry.path == Self.fileName { throw CatalogProblem(.broken, file: path, line: line, "the signature file cannot list itself") }
+            if case .directory = entry.kind { directories.insert(key) }
+            if FilePaths.isSame(entry.path, Self.fileName) { throw CatalogProblem(.broken, file: path, line: line, "the signature file cannot list itself") }
             guard entries.count < maximumEntries else { throw CatalogProblem(.broken, file: path, line: line, "more than \(maximumEntries) entries") }
             entries.append(entry)
         }
@@ -209,13 +210,15 @@ public struct BundleSignature: Sendable, Hashable {
     }
 
     /// Why `path` cannot be an entry's path, or `nil`: relative, components neither empty nor
-    /// `.` nor `..`, no control character (C0, DEL, C1).
+    /// `.` nor `..`, no control character (C0, DEL, C1). Split at slash bytes, as the kernel
+    /// splits it: as characters, a slash with a combining mark after it (or a prepended mark
+    /// before it) is no slash, and `x\u{600}/../y` would have no `..` component.
     static func problem(withPath path: String) -> String? {
         if path.isEmpty { return "empty" }
         if path.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) }) { return "contains a control character" }
-        for component in path.split(separator: "/", omittingEmptySubsequences: false) {
+        for component in path.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
             if component.isEmpty { return "has an empty component (a leading, trailing or doubled '/')" }
-            if component == "." || component == ".." { return "has a '.' or '..' component" }
+            if component.elementsEqual(".".utf8) || component.elementsEqual("..".utf8) { return "has a '.' or '..' component" }
         }
         return nil
     }

@@ -181,7 +181,9 @@ public enum ExtensionCatalog {
         var files: [PointDeclarationFile] = []
         var problems: [CatalogProblem] = []
         for directory in directories {
-            for name in (SystemFiles.entries(directory) ?? []).sorted() where name.hasSuffix("." + PointDeclarationFile.fileExtension) {
+            // By bytes: as characters, "x\u{600}.appext" would not end in ".appext" (the mark
+            // and the dot are one character).
+            for name in (SystemFiles.entries(directory) ?? []).sorted() where FilePaths.hasSuffix(name, "." + PointDeclarationFile.fileExtension) {
                 do throws(CatalogProblem) {
                     files.append(try PointDeclarationFile.load(FilePaths.join(directory, name)))
                 } catch {

@@ -167,7 +167,7 @@ final class RunTarget: Sendable {
                 "\($0), in the same directory, has its identifier \(bundle.manifest.identifier) and would be discovered "
                     + "instead (a bundle given by path runs only from the bundle named): remove or rename it, or build the "
                     + "bundle in a directory only you can write"
-            } ?? monitor.state.invalid.first { $0.file.hasPrefix(path + "/") }.map { "\($0)" }
+            } ?? monitor.state.invalid.first { FilePaths.isBelow($0.file, path) }.map { "\($0)" }
                 ?? "another bundle in \(FilePaths.directory(of: path)) has the identifier \(bundle.manifest.identifier)"
             monitor.cancel()
             removeScratch(scratch)
@@ -177,10 +177,11 @@ final class RunTarget: Sendable {
     }
 
     /// The other bundle in `locations` that discovery takes for `bundle`'s identifier (the first
-    /// one found), if there is one.
+    /// one found), if there is one. Paths by bytes: a sibling whose name is another spelling of
+    /// the bundle's (the Kelvin sign and "K") is another bundle.
     private static func shadowingBundle(of bundle: ValidatedBundle, in locations: ExtensionLocations) -> String? {
         let first = ExtensionCatalog.scan(locations, bundledPoints: nil).first { $0.identifier == bundle.manifest.identifier }
-        return first.flatMap { $0.path == bundle.path ? nil : $0.path }
+        return first.flatMap { FilePaths.isSame($0.path, bundle.path) ? nil : $0.path }
     }
 
     /// Stops the monitor and removes what the run made.

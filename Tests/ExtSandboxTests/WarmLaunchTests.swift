@@ -132,6 +132,46 @@ struct WarmLaunchTests {
         await AppExtensionProcess.endWarmLaunches()
     }
 
+    /// Before: a monitor took the identities weighed against its approvals file for its own when
+    /// the files' names were equal as strings, so another world whose approvals file is another
+    /// spelling ("e\u{301}" for "\u{E9}") drained this world's pre-built sandboxes.
+    @Test("another world whose approvals file is another spelling of this one's leaves its pre-built sandboxes alone")
+    func anotherSpellingOfTheApprovalsDrainsNothing() async throws {
+        let world = try ExtensionWorld(), other = try ExtensionWorld()
+        func discover(_ identifier: String, in world: ExtensionWorld, approvals: String) async throws -> (AppExtensionPoint.Monitor, AppExtensionIdentity) {
+            let bundle = try world.install(identifier, executableSource: HostFixtures.productsDirectory + "/xsb-echo-extension")
+            let approval = try ExtensionCatalog.currentApproval(of: try BundleValidator.validate(bundleAt: bundle).get())
+            _ = try ApprovalStore(path: approvals).update { $0.approvals[identifier] = approval }
+            var locations = world.locations
+            locations.stateFile = approvals
+            let point = AppExtensionPoint(name: ExtensionWorld.openPoint, scope: .init(restriction: .none),
+                                          securityLevel: TestPaths.policiesDirectory + "/standard.yaml")
+            let monitor = try await AppExtensionPoint.Monitor(
+                points: [point], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: locations))
+            guard let identity = monitor.identities.first(where: { $0.bundleIdentifier == identifier }) else {
+                monitor.cancel()
+                throw ExtensionWorld.CLIFailure(output: "\(identifier) was not discovered: \(monitor.state)")
+            }
+            return (monitor, identity)
+        }
+        let (monitor, identity) = try await discover("org.example.echo", in: world, approvals: world.root + "/state/\u{E9}")
+        defer { monitor.cancel() }
+        try await AppExtensionProcess.prepareWarmLaunches(of: identity, count: 1)
+        let prebuilt = Self.readyPIDs()
+        #expect(prebuilt.count == 1)
+        let spelledAlike = world.root + "/state/e\u{301}"
+        let (otherMonitor, _) = try await discover("org.example.other", in: other, approvals: spelledAlike)
+        defer { otherMonitor.cancel() }
+        // Its identities change (one more installed and approved): it rescans and drains what it no longer issues.
+        let (thirdMonitor, _) = try await discover("org.example.third", in: other, approvals: spelledAlike)
+        defer { thirdMonitor.cancel() }
+        #expect(await HostFixtures.eventually { otherMonitor.identities.count == 2 })
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(await WarmLaunches.shared.keeps(identity))
+        for pid in prebuilt { #expect(HostFixtures.processState(pid) != nil, "pre-built sandbox \(pid) is still there") }
+        await AppExtensionProcess.endWarmLaunches()
+    }
+
     @Test("ending the host's warm launches leaves no process, fd or cgroup behind")
     func endLeavesNothing() async throws {
         let world = try ExtensionWorld()

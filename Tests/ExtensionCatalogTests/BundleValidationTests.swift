@@ -63,6 +63,19 @@ struct BundleValidationTests {
         }
     }
 
+    /// Before: the name's end was compared as characters, and a prepended mark (U+0600) makes
+    /// one character with the dot after it, so the file was not read.
+    @Test func aDeclarationFileWhoseNameEndsInAppextByItsBytesIsRead() throws {
+        let world = try ExtensionWorld()
+        let declaration = PointDeclarationFile(hostIdentifier: "org.example.other", points: [
+            ExtensionPointDeclaration(name: "org.example.other.point", securityLevel: "standard"),
+        ])
+        try world.write(world.points + "/x\u{600}.appext", declaration.rendered())
+        let (files, problems) = ExtensionCatalog.declarations(in: [world.points])
+        #expect(problems.isEmpty, "\(problems)")
+        #expect(Set(files.map(\.hostIdentifier)) == [ExtensionWorld.hostIdentifier, "org.example.other"])
+    }
+
     /// Before: listed as "cannot stat" (the name, decoded with U+FFFD, named nothing on disk).
     @Test func aBundleDirectoryNameThatIsNotUTF8IsInvalidAndSaysSo() async throws {
         let world = try ExtensionWorld()

@@ -244,4 +244,48 @@ struct SignatureTests {
             }
         }
     }
+
+    /// Before: entry paths were split at characters, where a slash with a combining mark after it
+    /// (or a prepended mark, U+0600, before it) is no slash, so `x\u{600}/..` had no `..`
+    /// component; and directories were a set of strings, where "é" is also "e\u{301}" and the
+    /// Kelvin sign "K". Each listing has its entries (after the four header lines) sorted by
+    /// bytes; `line` is the one that must be refused.
+    @Test("a path that is '.', '..' or empty at a slash byte, or under a directory listed in another spelling, is refused, naming the line",
+          arguments: [
+              (["dir 0755 x\u{600}", "dir 0755 x\u{600}/.."], 7, "'.' or '..'"),
+              (["dir 0755 x\u{600}", "dir 0755 x\u{600}/."], 7, "'.' or '..'"),
+              (["dir 0755 x\u{600}", "dir 0755 x\u{600}/"], 7, "empty component"),
+              (["file 0644 \(SignatureTests.digest) ../\u{301}x"], 5, "'.' or '..'"),
+              (["file 0644 \(SignatureTests.digest) ./\u{301}"], 5, "'.' or '..'"),
+              (["dir 0755 a", "file 0644 \(SignatureTests.digest) a//\u{301}"], 6, "empty component"),
+              (["dir 0755 e\u{301}", "file 0644 \(SignatureTests.digest) \u{E9}/x"], 7, "its directory \u{E9} is not"),
+              (["dir 0755 K", "file 0644 \(SignatureTests.digest) \u{212A}/x"], 7, "its directory \u{212A} is not"),
+          ] as [([String], Int, String)])
+    func aHiddenDotDotOrAnotherSpellingIsRefused(entries: [String], line: Int, reason: String) {
+        // Sorted by the bytes of their paths (the last word), the manifest's among them.
+        func path(_ line: String) -> Substring.UTF8View { Substring(line).utf8.split(separator: 0x20).last! }
+        let lines = (entries + ["file 0644 \(Self.digest) extension.yaml"]).sorted { path($0).lexicographicallyPrecedes(path($1)) }
+        #expect {
+            _ = try BundleSignature.parse(Self.listing(lines), path: "/b/extension.signature")
+        } throws: { error in
+            (error as? CatalogProblem)?.line == line && "\(error)".contains(reason)
+        }
+    }
+
+    /// A mark after a slash byte starts the next name, which is no ".", ".." or empty one.
+    @Test func aNameThatStartsWithACombiningMarkBelowADirectoryIsListed() throws {
+        let signature = try BundleSignature.parse(Self.listing([
+            "file 0644 \(Self.digest) extension.yaml", "dir 0755 x", "dir 0755 x/\u{301}", "dir 0755 x/\u{301}/\u{301}..",
+            "file 0644 \(Self.digest) x\u{600}",
+        ]), path: "/b/extension.signature")
+        #expect(signature.entries.count == 5)
+    }
+
+    static let digest = ContentHasher.digest(of: [])
+
+    /// A signature file with `entries` (its signature is not checked by parsing).
+    static func listing(_ entries: [String]) -> [UInt8] {
+        let header = ["extsandbox-signature 1", "identifier org.example.x", "version 1.0", "signer \(SigningKey.generate().publicKey)"]
+        return Array((header + entries + ["signature " + String(repeating: "00", count: 64)]).joined(separator: "\n").utf8 + [0x0a])
+    }
 }

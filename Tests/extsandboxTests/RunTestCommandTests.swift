@@ -1,3 +1,4 @@
+import ExtensionCatalog
 import Foundation
 import Glibc
 import Testing
@@ -175,6 +176,23 @@ struct RunTestCommandTests {
         #expect(tested.status == 0, "\(tested.stdout)\(tested.stderr)")
         #expect(tested.stdout.contains("  PASS  round trip"), "\(tested.stdout)")
         #expect(!tested.stdout.contains("from A"), "\(tested.stdout)")
+    }
+
+    /// Before: the bundle found first was compared with the one named as strings, so a sibling
+    /// whose name is another spelling of its name (the Kelvin sign for "K") was taken for it, and
+    /// the refusal did not say which bundle discovery takes instead.
+    @Test func aSiblingSpelledAlikeIsNamedAsTheBundleDiscoveredInstead() async throws {
+        let bundles = try Bundles()
+        let paths = [try bundles.resourceDriven("Key"), try bundles.resourceDriven("\u{212A}ey", reply: "from Kelvin")]
+        // The two names sort as one: which one discovery finds first is the directory's order.
+        let locations = ExtensionLocations(hostBundle: nil, external: [bundles.development], pointDirectories: [],
+                                           stateFile: bundles.world.stateFile)
+        let first = try #require(ExtensionCatalog.scan(locations, bundledPoints: nil).first { (try? $0.bundle.get()) != nil }?.path)
+        let mine = try #require(paths.first { !$0.utf8.elementsEqual(first.utf8) })
+        let refusal = "\(mine) cannot run: \(first), in the same directory, has its identifier org.example.conforming"
+        let run = try await bundles.run(["run", mine, "--policy", "standard", "--send", "hello"])
+        #expect(run.status == 125, "\(run.stdout)\(run.stderr)")
+        #expect(Array(run.stderr.utf8).firstRange(of: Array(refusal.utf8)) != nil, "\(run.stderr)")
     }
 
     /// What a manifest says, and what the extension answers, reach `run`'s and `test`'s output
