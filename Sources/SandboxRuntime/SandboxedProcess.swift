@@ -44,7 +44,7 @@ public final class SandboxedProcess: Sendable {
         /// (MountNamespaceRelease.swift).
         var mountNamespace: FileDescriptor?
         /// Whether the kernel's OOM killer acted in the sandbox, read before its memory cgroup is
-        /// removed (nil: not read yet).
+        /// removed (nil: not read yet; false also when it cannot change how the sandbox ended).
         var memoryLimitHit: Bool?
         var audited: Set<String> = []
         /// Set once the cgroups are gone too: what waitForExit() returns.
@@ -168,7 +168,7 @@ public final class SandboxedProcess: Sendable {
     }
 
     /// ``whenEnded(_:)`` for the supervisor's own work on an end (a pool's refill): told after
-    /// every other waiter, so that whoever waits for the end hears of it first.
+    /// every waiter registered before the end, so that whoever waits for it hears of it first.
     func afterEnded(_ handler: @escaping @Sendable (Termination) -> Void) {
         let finished = state.withLock { state -> Termination? in
             if let termination = state.finished { return termination }
@@ -415,11 +415,9 @@ public final class SandboxedProcess: Sendable {
         if let namespace { MountNamespaceRelease.shared.release(namespace, after: tell) } else { tell() }
     }
 
-    /// Whether ``termination(state:memoryLimitHit:)`` would read `memoryLimitHit` for `state`.
+    /// Whether the OOM killer's count can change how `state` ended (``termination(state:memoryLimitHit:)``).
     private static func endMayBeTheMemoryLimit(_ state: State) -> Bool {
-        guard state.violation == nil else { return false }
-        guard let status = state.payloadStatus else { return true }
-        return status & 0x7f == SIGKILL
+        termination(state: state, memoryLimitHit: true) != termination(state: state, memoryLimitHit: false)
     }
 
     private static func termination(state: State, memoryLimitHit: Bool) -> Termination {

@@ -92,12 +92,14 @@ struct LifecycleTests {
 
     @Test("whoever waits for the end hears of it before the supervisor's own work on it (a pool's refill)")
     func waitersBeforeTheSupervisorsWork() async throws {
-        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["exit", "3"]))
+        // Still running while both register (a program that ended at once would tell each at once).
+        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["sleep", "600"]))
         let order = Mutex<[String]>([])
         // Registered first, told last.
         process.afterEnded { _ in order.withLock { $0.append("supervisor") } }
         process.whenEnded { _ in order.withLock { $0.append("waiter") } }
-        #expect(await process.waitForExit() == .exited(code: 3))
+        process.kill()
+        #expect(await process.waitForExit() == .killed)
         // The supervisor's handler runs on the thread that saw the end, after waitForExit resumed.
         let deadline = ContinuousClock.now + .seconds(5)
         while order.withLock({ $0.count }) < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
