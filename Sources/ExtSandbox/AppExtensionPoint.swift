@@ -105,17 +105,20 @@ public struct AppExtensionIdentity: Sendable, Hashable {
     /// Whether this identity bypasses discovery (made by ``developmentOnly(bundleIdentifier:executablePath:point:arguments:)``).
     public var isDevelopmentOnly: Bool { origin == .development }
 
-    /// Equal in every field, the executable's path and the arguments by their bytes (as `execve`
-    /// gets them): a running process is shared only with an identity equal to its own, and one
-    /// started as `/x/\u{E9}`, or with the argument "\u{E9}", is no process for `/x/e\u{301}`
-    /// or "e\u{301}".
+    /// Equal in every field, the executable's path, the arguments, the point's security level
+    /// (a policy's name or path) and shared container by their bytes (as the kernel gets them):
+    /// a running process is shared only with an identity equal to its own, and one started from a
+    /// path spelled with a precomposed "é" is no process for the same path spelled with "e" and a
+    /// combining accent.
     public static func == (a: AppExtensionIdentity, b: AppExtensionIdentity) -> Bool {
         a.bundleIdentifier == b.bundleIdentifier && a.displayName == b.displayName && a.version == b.version && a.point == b.point
+            && FilePaths.isSame(a.point.securityLevel, b.point.securityLevel)
+            && FilePaths.isSame(a.point.sharedContainer ?? "", b.point.sharedContainer ?? "")
             && a.hostIdentifier == b.hostIdentifier && FilePaths.isSame(a.executablePath, b.executablePath)
             && FilePaths.areSame(a.arguments, b.arguments) && a.origin == b.origin
     }
 
-    // Equal identities have equal strings, so the strings' hashes agree with ==.
+    /// Hashes fields whose equal bytes make equal strings, so that equal identities hash alike.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(bundleIdentifier)
         hasher.combine(version)
@@ -142,16 +145,16 @@ struct DiscoveredExtension: Sendable, Hashable {
     /// Where its host keeps containers (`ExtensionLocations/containerDirectory`).
     var containerDirectory: String
 
-    /// Files by bytes: a process launched with its container in `/srv/\u{E9}` is not shared
-    /// with a handle whose host keeps containers in `/srv/e\u{301}`, nor one weighed against
-    /// the approvals there. (The origin's directory needs no more: the bundle's path, compared
+    /// Files by bytes: a process launched with its container in a directory spelled with a
+    /// precomposed "é" is not shared with a handle whose host keeps containers in the same name
+    /// spelled with "e" and a combining accent, nor one weighed against the approvals there. (The origin's directory needs no more: the bundle's path, compared
     /// by bytes, starts with it.)
     static func == (a: DiscoveredExtension, b: DiscoveredExtension) -> Bool {
         a.bundle == b.bundle && a.origin == b.origin && FilePaths.isSame(a.stateFile, b.stateFile)
             && FilePaths.isSame(a.systemStateFile, b.systemStateFile) && FilePaths.isSame(a.containerDirectory, b.containerDirectory)
     }
 
-    // Equal ones have equal strings, so the strings' hashes agree with ==.
+    /// Hashes fields whose equal bytes make equal strings, so that equal values hash alike.
     func hash(into hasher: inout Hasher) {
         hasher.combine(bundle)
         hasher.combine(stateFile)

@@ -111,5 +111,18 @@ struct LaunchAuthorizationTests {
             #expect(edited != started, "\(edited.executablePath) \(edited.arguments)")
             #expect(try ProcessReuseKey(identity: edited) != ProcessReuseKey(identity: started), "\(edited.executablePath) \(edited.arguments)")
         }
+
+        // The point's security level (a policy's path) and shared container, spelled alike.
+        func pointed(_ level: String, _ shared: String?) -> AppExtensionIdentity {
+            var point = point
+            point.securityLevel = level
+            point.sharedContainer = shared
+            return .developmentOnly(bundleIdentifier: "org.example.dev", executablePath: directory + "/\u{E9}", point: point)
+        }
+        let pairs = [(pointed("/p/\u{E9}.yaml", nil), pointed("/p/e\u{301}.yaml", nil)), (pointed("standard", "K"), pointed("standard", "\u{212A}"))]
+        for (first, second) in pairs {
+            #expect(first != second, "\(first.point)")
+            #expect(Set([first, second]).count == 2, "\(first.point)")
+        }
     }
 }
