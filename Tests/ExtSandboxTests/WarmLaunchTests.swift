@@ -126,7 +126,11 @@ struct WarmLaunchTests {
         let (thirdMonitor, _) = try await Self.discoveredEcho(other, identifier: "org.example.third")
         defer { thirdMonitor.cancel() }
         #expect(await HostFixtures.eventually { otherMonitor.identities.count == 2 })
-        try await Task.sleep(for: .milliseconds(200))
+        // What that rescan asks of the pool, asked here too, so that the outcome does not hang
+        // on when the rescan's own drain runs.
+        await WarmLaunches.shared.drain(
+            notIn: otherMonitor.identities, points: [ExtensionWorld.openPoint],
+            host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: other.locations))
         #expect(await WarmLaunches.shared.keeps(identity))
         for pid in prebuilt { #expect(HostFixtures.processState(pid) != nil, "pre-built sandbox \(pid) is still there") }
         await AppExtensionProcess.endWarmLaunches()
@@ -166,7 +170,13 @@ struct WarmLaunchTests {
         let (thirdMonitor, _) = try await discover("org.example.third", in: other, approvals: spelledAlike)
         defer { thirdMonitor.cancel() }
         #expect(await HostFixtures.eventually { otherMonitor.identities.count == 2 })
-        try await Task.sleep(for: .milliseconds(200))
+        // What that rescan asks of the pool, asked here too, so that the outcome does not hang
+        // on when the rescan's own drain runs.
+        var otherLocations = other.locations
+        otherLocations.stateFile = spelledAlike
+        await WarmLaunches.shared.drain(
+            notIn: otherMonitor.identities, points: [ExtensionWorld.openPoint],
+            host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: otherLocations))
         #expect(await WarmLaunches.shared.keeps(identity))
         for pid in prebuilt { #expect(HostFixtures.processState(pid) != nil, "pre-built sandbox \(pid) is still there") }
         await AppExtensionProcess.endWarmLaunches()
