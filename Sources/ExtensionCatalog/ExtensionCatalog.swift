@@ -170,7 +170,13 @@ public enum ExtensionCatalog {
     /// nothing (the CLI lists them).
     public static func declaredPoints(host: String, bundle: String?, in directories: [String]) -> Set<String> {
         var points: Set<String> = []
-        for file in declarations(in: directories).files where file.hostIdentifier == host || (bundle != nil && file.bundlePath == bundle) {
+        // By bytes: as strings, a host whose bundle is another spelling of the declared one
+        // ("\u{E9}", "e\u{301}") would be given its points.
+        func isBundle(_ path: String?) -> Bool {
+            guard let path, let bundle else { return false }
+            return FilePaths.isSame(path, bundle)
+        }
+        for file in declarations(in: directories).files where file.hostIdentifier == host || isBundle(file.bundlePath) {
             points.formUnion(file.points.map(\.name))
         }
         return points

@@ -76,6 +76,19 @@ struct BundleValidationTests {
         #expect(Set(files.map(\.hostIdentifier)) == [ExtensionWorld.hostIdentifier, "org.example.other"])
     }
 
+    /// Before: a declaration file's bundle was compared with the host's as strings, so a host
+    /// whose bundle is another spelling of the declared one ("\u{E9}" for "e\u{301}") was given
+    /// its points.
+    @Test func pointsDeclaredForABundleAreNotAnotherSpellingsOfIt() throws {
+        let world = try ExtensionWorld()
+        let declaration = PointDeclarationFile(hostIdentifier: "org.example.other", bundlePath: world.root + "/e\u{301}", points: [
+            ExtensionPointDeclaration(name: "org.example.other.point", securityLevel: "standard"),
+        ])
+        try world.write(world.points + "/other.appext", declaration.rendered())
+        #expect(ExtensionCatalog.declaredPoints(host: "org.example.third", bundle: world.root + "/e\u{301}", in: [world.points]) == ["org.example.other.point"])
+        #expect(ExtensionCatalog.declaredPoints(host: "org.example.third", bundle: world.root + "/\u{E9}", in: [world.points]).isEmpty)
+    }
+
     /// Before: listed as "cannot stat" (the name, decoded with U+FFFD, named nothing on disk).
     @Test func aBundleDirectoryNameThatIsNotUTF8IsInvalidAndSaysSo() async throws {
         let world = try ExtensionWorld()
