@@ -29,7 +29,7 @@ enum BundleContents {
                 throw CatalogProblem(.broken, file: shown, "the name is not UTF-8: a signed bundle's names must be")
             }
             let path = relative.isEmpty ? name : relative + "/" + name
-            if path == BundleSignature.fileName { continue }
+            if FilePaths.isSame(path, BundleSignature.fileName) { continue }
             if let problem = BundleSignature.problem(withPath: path) {
                 throw CatalogProblem(.broken, file: shown, "this name cannot be signed: it \(problem)")
             }

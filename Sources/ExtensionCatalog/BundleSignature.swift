@@ -178,23 +178,27 @@ public struct BundleSignature: Sendable, Hashable {
     }
 
     private static func parseEntry(_ text: String, path: String, line: Int) throws(CatalogProblem) -> Entry {
-        // The path is the rest of the line after the fields (it may hold spaces).
-        let kind = text.prefix { $0 != " " }
-        let words = text.split(separator: " ", maxSplits: kind == "file" ? 3 : 2, omittingEmptySubsequences: false)
+        // The path is the rest of the line after the fields (it may hold spaces). Split at space
+        // bytes, as `Entry.line` joins them: as characters, a space followed by a combining
+        // mark (before a name that starts with one, "\u{301}x") is no space.
+        let space = UInt8(ascii: " ")
+        let bytes = Substring(text).utf8
+        let kind = bytes.prefix { $0 != space }
+        func isKind(_ name: String) -> Bool { kind.elementsEqual(name.utf8) }
+        let words = bytes.split(separator: space, maxSplits: isKind("file") ? 3 : 2, omittingEmptySubsequences: false).map { Substring($0) }
         let entry: Entry
-        switch (kind, words.count) {
-        case ("file", 4):
+        if isKind("file"), words.count == 4 {
             guard let mode = mode(words[1]), let digest = ContentDigest(words[2]) else {
                 throw CatalogProblem(.broken, file: path, line: line, "expected 'file MODE sha256:HEX PATH' (MODE: 4 octal digits)")
             }
             entry = Entry(path: String(words[3]), kind: .file(mode: mode, digest: digest))
-        case ("dir", 3):
+        } else if isKind("dir"), words.count == 3 {
             guard let mode = mode(words[1]) else { throw CatalogProblem(.broken, file: path, line: line, "expected 'dir MODE PATH' (MODE: 4 octal digits)") }
             entry = Entry(path: String(words[2]), kind: .directory(mode: mode))
-        case ("link", 3):
+        } else if isKind("link"), words.count == 3 {
             guard let target = ContentDigest(words[1]) else { throw CatalogProblem(.broken, file: path, line: line, "expected 'link sha256:HEX PATH'") }
             entry = Entry(path: String(words[2]), kind: .link(target: target))
-        default:
+        } else {
             throw CatalogProblem(.broken, file: path, line: line, "expected a 'file', 'dir' or 'link' entry, or the 'signature' line")
         }
         if let problem = BundleSignature.problem(withPath: entry.path) {

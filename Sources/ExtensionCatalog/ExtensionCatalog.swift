@@ -69,7 +69,8 @@ public enum ExtensionCatalog {
     /// directories, in that order. `onDirectory` is called for each directory before it is
     /// listed (a watcher adds its watch there first, so nothing lands unseen between the listing
     /// and the watch). `bundledPoints` are the host's points: a bundled extension for another
-    /// point is invalid. A second bundle with an identifier already found is invalid.
+    /// point is invalid. A second bundle with an identifier already found is invalid (each
+    /// directory's names are taken in the order of their bytes).
     public static func scan(
         _ locations: ExtensionLocations, bundledPoints: Set<String>?, onDirectory: (String) -> Void = { _ in }
     ) -> [CatalogEntry] {
@@ -81,8 +82,10 @@ public enum ExtensionCatalog {
         for (directory, origin) in directories {
             onDirectory(directory)
             let suffix = Array(("." + ExtensionLocations.bundleExtension).utf8)
+            // Sorted by bytes: as strings, two spellings of one name ("\u{E9}" and "e\u{301}")
+            // sort as equal, and which of them took an identifier first would be readdir's order.
             let names = (SystemFiles.entryBytes(directory) ?? []).filter { $0.count > suffix.count && $0.suffix(suffix.count).elementsEqual(suffix) }
-                .map { (bytes: $0, text: String(decoding: $0, as: UTF8.self)) }.sorted { $0.text < $1.text }
+                .sorted { $0.lexicographicallyPrecedes($1) }.map { (bytes: $0, text: String(decoding: $0, as: UTF8.self)) }
             for (bytes, text) in names {
                 // A name must be UTF-8 to be named at all (paths are text everywhere after this).
                 guard String(validating: bytes, as: UTF8.self) != nil else {
@@ -141,7 +144,7 @@ public enum ExtensionCatalog {
     /// `depth` levels and `budget` directories deep.
     static func forEachSubdirectory(of path: String, depth: Int, budget: inout Int, _ body: (String) -> Void) {
         guard depth > 0 else { return }
-        for name in (SystemFiles.entries(path) ?? []).sorted() {
+        for name in (SystemFiles.entries(path) ?? []).sorted(by: FilePaths.precedes) {
             let child = FilePaths.join(path, name)
             var info = stat()
             guard budget > 0, lstat(child, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { continue }
@@ -170,7 +173,13 @@ public enum ExtensionCatalog {
     /// nothing (the CLI lists them).
     public static func declaredPoints(host: String, bundle: String?, in directories: [String]) -> Set<String> {
         var points: Set<String> = []
-        for file in declarations(in: directories).files where file.hostIdentifier == host || (bundle != nil && file.bundlePath == bundle) {
+        // By bytes: as strings, a host whose bundle is another spelling of the declared one
+        // ("\u{E9}", "e\u{301}") would be given its points.
+        func isBundle(_ path: String?) -> Bool {
+            guard let path, let bundle else { return false }
+            return FilePaths.isSame(path, bundle)
+        }
+        for file in declarations(in: directories).files where file.hostIdentifier == host || isBundle(file.bundlePath) {
             points.formUnion(file.points.map(\.name))
         }
         return points
@@ -182,8 +191,8 @@ public enum ExtensionCatalog {
         var problems: [CatalogProblem] = []
         for directory in directories {
             // By bytes: as characters, "x\u{600}.appext" would not end in ".appext" (the mark
-            // and the dot are one character).
-            for name in (SystemFiles.entries(directory) ?? []).sorted() where FilePaths.hasSuffix(name, "." + PointDeclarationFile.fileExtension) {
+            // and the dot are one character), and two spellings of one name would sort as equal.
+            for name in (SystemFiles.entries(directory) ?? []).sorted(by: FilePaths.precedes) where FilePaths.hasSuffix(name, "." + PointDeclarationFile.fileExtension) {
                 do throws(CatalogProblem) {
                     files.append(try PointDeclarationFile.load(FilePaths.join(directory, name)))
                 } catch {

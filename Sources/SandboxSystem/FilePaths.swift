@@ -57,6 +57,12 @@ package enum FilePaths {
         a.utf8.elementsEqual(b.utf8)
     }
 
+    /// Whether `a` sorts before `b` by their bytes. `<` on strings sorts two spellings of one
+    /// character as equal, so which of two such names comes first would be the directory's order.
+    package static func precedes(_ a: String, _ b: String) -> Bool {
+        a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
+
     /// Whether two lists of paths are the same paths in the same order, by bytes.
     package static func areSame(_ a: [String], _ b: [String]) -> Bool {
         a.count == b.count && zip(a, b).allSatisfy { isSame($0, $1) }

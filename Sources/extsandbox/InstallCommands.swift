@@ -74,9 +74,11 @@ struct InstallCommand: ParsableCommand {
             throw ExitCode.failure
         }
         let existing = inventory.items(withIdentifier: identifier).filter { !$0.entry.origin.isBundled }
-        if let other = existing.first(where: { FilePaths.directory(of: $0.entry.path) != directory }),
-           let otherIndex = locations.external.firstIndex(of: FilePaths.directory(of: other.entry.path)),
-           let index = locations.external.firstIndex(of: directory), otherIndex < index {
+        // Directories by bytes, as the kernel tells them apart: as strings, a copy in a location
+        // spelled alike ("\u{E9}" and "e\u{301}") would be taken for one here, and missed.
+        if let other = existing.first(where: { !FilePaths.isSame(FilePaths.directory(of: $0.entry.path), directory) }),
+           let otherIndex = locations.external.firstIndex(where: { FilePaths.isSame($0, FilePaths.directory(of: other.entry.path)) }),
+           let index = locations.external.firstIndex(where: { FilePaths.isSame($0, directory) }), otherIndex < index {
             printError("\(identifier) is already installed at \(other.entry.path), which comes first: a copy here would be invalid",
                        hint: "uninstall it there first (extsandbox uninstall \(identifier)\(system ? "" : " as its owner")), or install with --system")
             throw ExitCode.failure

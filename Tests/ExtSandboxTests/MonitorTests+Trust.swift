@@ -188,6 +188,24 @@ extension MonitorTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: world.external) == [])
     }
 
+    /// Before: the install directory and the directory of a copy already installed were compared
+    /// as strings, so a copy in a location whose name is another spelling of the install
+    /// directory's ("\u{E9}" before "e\u{301}") was taken for one there: the install went ahead,
+    /// and its copy was invalid behind the one that comes first.
+    @Test func installRefusesACopyBehindOneInALocationSpelledAlike() async throws {
+        let world = try ExtensionWorld()
+        let first = world.root + "/\u{E9}", last = world.root + "/e\u{301}"
+        #expect(mkdir(first, 0o755) == 0 && mkdir(last, 0o755) == 0)
+        let installed = try world.install("org.example.spelled", in: first)
+        let bundle = try world.install("org.example.spelled", in: world.root + "/build")
+        var environment = world.environment
+        environment["EXTSANDBOX_EXTENSION_DIRS"] = first + ":" + last
+        let install = try await Fixtures.run([TestPaths.cli, "install", bundle], environment: environment)
+        #expect(install.status == 1)
+        #expect(install.stderr.contains("org.example.spelled is already installed at \(installed), which comes first"), "\(install.stdout)\(install.stderr)")
+        #expect(access(last + "/spelled.appex", F_OK) != 0)
+    }
+
     @Test func twoConcurrentInstallsLeaveOneWholeBundle() async throws {
         let world = try ExtensionWorld()
         let key = SigningKey.generate()

@@ -76,6 +76,19 @@ struct BundleValidationTests {
         #expect(Set(files.map(\.hostIdentifier)) == [ExtensionWorld.hostIdentifier, "org.example.other"])
     }
 
+    /// Before: a declaration file's bundle was compared with the host's as strings, so a host
+    /// whose bundle is another spelling of the declared one ("\u{E9}" for "e\u{301}") was given
+    /// its points.
+    @Test func pointsDeclaredForABundleAreNotAnotherSpellingsOfIt() throws {
+        let world = try ExtensionWorld()
+        let declaration = PointDeclarationFile(hostIdentifier: "org.example.other", bundlePath: world.root + "/e\u{301}", points: [
+            ExtensionPointDeclaration(name: "org.example.other.point", securityLevel: "standard"),
+        ])
+        try world.write(world.points + "/other.appext", declaration.rendered())
+        #expect(ExtensionCatalog.declaredPoints(host: "org.example.third", bundle: world.root + "/e\u{301}", in: [world.points]) == ["org.example.other.point"])
+        #expect(ExtensionCatalog.declaredPoints(host: "org.example.third", bundle: world.root + "/\u{E9}", in: [world.points]).isEmpty)
+    }
+
     /// Before: listed as "cannot stat" (the name, decoded with U+FFFD, named nothing on disk).
     @Test func aBundleDirectoryNameThatIsNotUTF8IsInvalidAndSaysSo() async throws {
         let world = try ExtensionWorld()
@@ -256,5 +269,28 @@ struct BundleValidationTests {
         let failed = try #require(entries.first { $0.path == second })
         guard case .failure(let problem) = failed.bundle else { Issue.record("the duplicate was accepted"); return }
         #expect(problem.reason.contains("already installed at \(world.hostBundle)/Extensions/twin.appex"))
+    }
+
+    /// Before: a location's names were sorted as strings, where two spellings of one name are
+    /// equal, so which of two such bundles took their identifier (the other one invalid) was the
+    /// directory's order: the order they were made in, or their names' hashes. Each spelling is
+    /// a bundle of the same identifier, made in one order in a world and in the other in a second
+    /// world; in both, the name first by its bytes is the one found first.
+    @Test("of bundles named in spellings of one name, with one identifier, the first by bytes takes it whatever the order they came in",
+          arguments: [["\u{E9}", "e\u{301}"], ["\u{212A}ey", "Key"], ["\u{C5}", "A\u{30A}", "\u{212B}"], ["s\u{323}\u{307}", "s\u{307}\u{323}", "\u{1E69}"]])
+    func spellingsOfOneNameAreFoundInByteOrder(spellings: [String]) throws {
+        let first = spellings.min { $0.utf8.lexicographicallyPrecedes($1.utf8) }! + ".appex"
+        for order in [spellings, Array(spellings.reversed())] {
+            let world = try ExtensionWorld()
+            for (index, spelling) in order.enumerated() {
+                let built = try world.install("org.example.twin", in: world.root + "/build-\(index)")
+                #expect(rename(built, world.external + "/" + spelling + ".appex") == 0)
+            }
+            let entries = ExtensionCatalog.scan(world.locations, bundledPoints: [])
+            #expect(entries.count == spellings.count)
+            let found = entries.filter { if case .success = $0.bundle { true } else { false } }.map(\.path)
+            #expect(found.count == 1 && found.allSatisfy { $0.utf8.elementsEqual((world.external + "/" + first).utf8) },
+                    "\(order.map { Array($0.utf8) }) made in this order: \(found.map { Array($0.utf8) }) found first")
+        }
     }
 }

@@ -281,6 +281,40 @@ struct SignatureTests {
         #expect(signature.entries.count == 5)
     }
 
+    /// Before: an entry's line was taken apart at " " characters, and a space followed by a
+    /// combining mark (or a zero-width joiner) is one character, no " ": the line of a name that
+    /// starts with one ("file 0644 sha256:… \u{301}x") had a field too few, so `sign` wrote a
+    /// signature that its own check refused. Each name is a file, a directory (holding a file of
+    /// that name) and a symbolic link of a real bundle, signed and then checked.
+    @Test("a bundle holding names that start with a combining mark, or have one after a space, signs and verifies",
+          arguments: ["\u{301}x", "a \u{301}b", "\u{200D}x", " \u{301}"])
+    func aNameWithAMarkAfterASpaceSignsAndVerifies(name: String) throws {
+        let world = try ExtensionWorld()
+        let path = try world.install(Self.identifier, manifest: manifest(version: "1.0"))
+        try world.write(path + "/share/words.txt", "alpha\n")
+        let directory = name + ".d"
+        try Fixtures.writeFile(path + "/" + name, Array("file".utf8), mode: 0o644)
+        #expect(mkdir(path + "/" + directory, 0o755) == 0)
+        try Fixtures.writeFile(path + "/" + directory + "/" + name, Array("inside".utf8), mode: 0o600)
+        #expect(symlink(name, path + "/" + name + ".link") == 0)
+        let key = SigningKey.generate()
+        let signed = try BundleSigning.sign(bundleAt: path, with: key)
+
+        guard case .valid(let signature) = try check(path) else { Issue.record("\(try check(path))"); return }
+        #expect(signature == signed && signature.signer == key.publicKey)
+        func kind(_ path: String) -> String? {
+            switch signature.entry(path)?.kind {
+            case .file: "file"
+            case .directory: "dir"
+            case .link: "link"
+            case nil: nil
+            }
+        }
+        #expect([name, directory, directory + "/" + name, name + ".link"].map(kind) == ["file", "dir", "file", "link"])
+        let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path + "/" + BundleSignature.fileName)))
+        #expect(Array(try BundleSignature.parse(bytes, path: "x").rendered().utf8) == bytes)
+    }
+
     static let digest = ContentHasher.digest(of: [])
 
     /// A signature file with `entries` (its signature is not checked by parsing).
