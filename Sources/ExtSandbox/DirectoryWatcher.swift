@@ -24,13 +24,25 @@ final class DirectoryWatcher: Sendable {
         | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
 
     private struct Watches {
-        var byDescriptor: [Int32: String] = [:]
+        /// Every path watched through each watch: the kernel hands out one watch per directory,
+        /// so two names of one directory (a symlink, another spelling on a case-folding file
+        /// system) share it, and each must hear its events and keep it while watched.
+        var byDescriptor: [Int32: [String]] = [:]
         /// Keyed by the path's bytes, as the kernel names directories: as strings, two spellings
         /// of one character (a precomposed "é", "e" with a combining accent) would share an entry.
         var byPath: [[UInt8]: Int32] = [:]
         /// The monitor's registration, from ``start(onEvents:)`` until ``close()``.
         var token: UInt64?
         var closed = false
+
+        /// Drops `path` (by bytes) from the names watched through `wd`. Returns true when none is
+        /// left: the watch itself is then no one's.
+        mutating func forget(_ path: String, from wd: Int32) -> Bool {
+            byDescriptor[wd]?.removeAll { FilePaths.isSame($0, path) }
+            guard byDescriptor[wd]?.isEmpty ?? true else { return false }
+            byDescriptor[wd] = nil
+            return true
+        }
     }
 
     /// The table of watches, shared with the epoll thread's handler.
@@ -86,8 +98,10 @@ final class DirectoryWatcher: Sendable {
                 let wd = inotify_add_watch(fd.rawValue, path, Self.mask)
                 guard wd >= 0 else { return errno }
                 let key = Array(path.utf8)
-                if let old = watches.byPath[key], old != wd { watches.byDescriptor[old] = nil }
-                watches.byDescriptor[wd] = path
+                if let old = watches.byPath[key], old != wd, watches.forget(path, from: old) { inotify_rm_watch(fd.rawValue, old) }
+                if !(watches.byDescriptor[wd] ?? []).contains(where: { FilePaths.isSame($0, path) }) {
+                    watches.byDescriptor[wd, default: []].append(path)
+                }
                 watches.byPath[key] = wd
                 return nil
             }
@@ -114,8 +128,8 @@ final class DirectoryWatcher: Sendable {
             let stale = watches.byPath.filter { !keep.contains($0.key) }
             for (key, wd) in stale {
                 watches.byPath[key] = nil
-                watches.byDescriptor[wd] = nil
-                inotify_rm_watch(fd.rawValue, wd)
+                // The watch goes with the last name watched through it.
+                if watches.forget(String(decoding: key, as: UTF8.self), from: wd) { inotify_rm_watch(fd.rawValue, wd) }
             }
         }
     }
@@ -153,16 +167,15 @@ final class DirectoryWatcher: Sendable {
                     let length = Int(raw.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
                     let nameBytes = raw[(offset + header)..<min(count, offset + header + length)].prefix { $0 != 0 }
                     let name = String(decoding: nameBytes, as: UTF8.self)
-                    let directory = table.watches.withLock { watches -> String in
-                        if mask & UInt32(IN_IGNORED) != 0, let path = watches.byDescriptor[wd] {
+                    let directories = table.watches.withLock { watches -> [String] in
+                        guard let paths = watches.byDescriptor[wd] else { return [""] }
+                        if mask & UInt32(IN_IGNORED) != 0 {
                             watches.byDescriptor[wd] = nil
-                            let key = Array(path.utf8)
-                            if watches.byPath[key] == wd { watches.byPath[key] = nil }
-                            return path
+                            for path in paths where watches.byPath[Array(path.utf8)] == wd { watches.byPath[Array(path.utf8)] = nil }
                         }
-                        return watches.byDescriptor[wd] ?? ""
+                        return paths
                     }
-                    events.append(Event(directory: directory, name: name, mask: mask))
+                    for directory in directories { events.append(Event(directory: directory, name: name, mask: mask)) }
                     offset += header + length
                 }
             }

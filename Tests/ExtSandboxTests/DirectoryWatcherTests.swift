@@ -125,6 +125,44 @@ struct DirectoryWatcherSpellingTests {
         #expect(watcher.watchedDirectories.map { Array($0.utf8) } == [Array(decomposed.utf8)])
     }
 
+    /// Before: the kernel's one watch for two names of one directory (here a symlink; also two
+    /// spellings on a case-folding file system) was filed under the name added last, so the
+    /// other's events came under that name, and pruning that name removed the watch for both.
+    @Test("two names of one directory share its watch: each hears its events, and keeps it while watched")
+    func twoNamesOfOneDirectory() throws {
+        let root = try DirectoryWatcherTests.makeDirectory()
+        let real = root + "/real", alias = root + "/alias"
+        defer {
+            unlink(real + "/first")
+            unlink(real + "/second")
+            unlink(alias)
+            rmdir(real)
+            rmdir(root)
+        }
+        try #require(mkdir(real, 0o755) == 0 && symlink(real, alias) == 0)
+        let watcher = try DirectoryWatcher()
+        defer { watcher.close() }
+        let received = Received()
+        try watcher.start { batch in received.events.withLock { $0 += batch } }
+        watcher.add(real)
+        watcher.add(alias)
+        func directories(hearing name: String, count: Int) -> [String] {
+            let created = open(real + "/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+            close(created)
+            var seen: [String] = []
+            for _ in 0..<1000 {
+                seen = received.events.withLock { events in events.filter { $0.name == name && $0.mask & UInt32(IN_CREATE) != 0 }.map(\.directory) }
+                if seen.count >= count { break }
+                usleep(5000)
+            }
+            return seen.sorted()
+        }
+        #expect(directories(hearing: "first", count: 2) == [alias, real].sorted())
+        watcher.prune(keeping: [real])
+        #expect(watcher.watchedDirectories == [real])
+        #expect(directories(hearing: "second", count: 1) == [real])
+    }
+
     /// The events the watcher delivered (on the epoll thread).
     final class Received: Sendable {
         let events = Mutex<[DirectoryWatcher.Event]>([])
