@@ -38,6 +38,10 @@ int xsb_description_load(int fd, struct xsb_spawn_config *cfg, const char **what
 /// (path, argv, envp, cwd, stdio, extra fds, exec_fd) from it. Returns 0, or -1 with errno set
 /// and `*what` naming what was refused.
 int xsb_launch_part_load(int fd, const int *passed, int passed_count, struct xsb_spawn_config *cfg, const char **what);
+/// Init side: the same for a launch part that came inside the LAUNCH message (`size` bytes at
+/// `base`, 8-byte aligned, which stay where they are while the launch runs).
+int xsb_launch_part_load_bytes(const char *base, uint64_t size, const int *passed, int passed_count, struct xsb_spawn_config *cfg,
+                               const char **what);
 /// Init side: releases what xsb_description_load mapped, once the payload runs (its memory is
 /// charged to the supervisor, not to the sandbox).
 void xsb_description_unload(void);

@@ -9,8 +9,9 @@
 // NUL-terminated, arrays 8-byte aligned), in any order; nothing points outside the file.
 //
 // A pre-built sandbox's description carries only the shape (everything but what is per
-// launch); what is per launch comes later as a second, smaller sealed memfd, the launch part
-// (struct xsb_wire_part, same rules), whose fds are the ones passed beside it.
+// launch); what is per launch comes later as the launch part (struct xsb_wire_part, same
+// rules), whose fds are the ones passed beside it: inside the LAUNCH message itself when it is
+// small (most are), else as a second sealed memfd (prebuilt.c).
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -268,8 +269,9 @@ static int sealed_memfd(const char *name, char *blob, uint64_t size, int *fd_out
     return 0;
 }
 
-int xsb_launch_part_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out) {
-    *fd_out = -1;
+int xsb_launch_part_write(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, char **blob_out, uint64_t *size_out) {
+    *blob_out = NULL;
+    *size_out = 0;
     passed->count = 0;
     if (cfg->extra_fd_count > XSB_MAX_EXTRA_FDS) {
         errno = E2BIG;
@@ -295,7 +297,19 @@ int xsb_launch_part_create(const struct xsb_spawn_config *cfg, struct xsb_passed
     p.exec_fd = pass_index(passed, cfg->exec_fd);
     p.passed_fd_count = passed->count;
     memcpy(blob, &p, sizeof p);
-    return sealed_memfd("xsb-launch-part", blob, size, fd_out);
+    *blob_out = blob;
+    *size_out = size;
+    return 0;
+}
+
+int xsb_launch_part_seal(char *blob, uint64_t size, int *fd_out) { return sealed_memfd("xsb-launch-part", blob, size, fd_out); }
+
+int xsb_launch_part_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out) {
+    *fd_out = -1;
+    char *blob;
+    uint64_t size;
+    if (xsb_launch_part_write(cfg, passed, &blob, &size) != 0) return -1;
+    return xsb_launch_part_seal(blob, size, fd_out);
 }
 
 // MARK: - Init side
@@ -591,10 +605,20 @@ static int part_fd(int32_t index, const int *passed, int32_t passed_count, int *
 }
 
 int xsb_launch_part_load(int fd, const int *passed, int passed_count, struct xsb_spawn_config *cfg, const char **what) {
-    refusal = "launch description";
     uint64_t size = 0;
     const char *base = map_sealed(fd, sizeof(struct xsb_wire_part), &size, what);
     if (base == NULL) return -1;
+    return xsb_launch_part_load_bytes(base, size, passed, passed_count, cfg, what);
+}
+
+int xsb_launch_part_load_bytes(const char *base, uint64_t size, const int *passed, int passed_count, struct xsb_spawn_config *cfg,
+                               const char **what) {
+    refusal = "launch description";
+    if (size < sizeof(struct xsb_wire_part) || size > XSB_WIRE_MAX_SIZE || (uintptr_t)base % 8 != 0) {
+        *what = "launch description: not a description (type or size)";
+        errno = EINVAL;
+        return -1;
+    }
     int rc = 0;
     struct xsb_wire_part p;
     memcpy(&p, base, sizeof p);
@@ -638,7 +662,9 @@ int xsb_launch_part_load(int fd, const int *passed, int passed_count, struct xsb
     return 0;
 }
 
-int xsb_launch_part_check(int fd, int passed_count, const char **what) {
+/// Checks a launch part as the init does, from a memfd (`fd` >= 0) or from `bytes` (the LAUNCH
+/// message's own), with `passed_count` made-up fds beside it.
+static int check_part(int fd, const char *bytes, uint64_t size, int passed_count, const char **what) {
     struct xsb_spawn_config cfg;
     memset(&cfg, 0, sizeof cfg);
     int passed[3 + XSB_MAX_EXTRA_FDS + 1];
@@ -647,7 +673,19 @@ int xsb_launch_part_check(int fd, int passed_count, const char **what) {
         *what = "launch description: the launch part's file descriptors";
         return -1;
     }
-    int rc = xsb_launch_part_load(fd, passed, passed_count, &cfg, what);
+    int rc = fd >= 0 ? xsb_launch_part_load(fd, passed, passed_count, &cfg, what)
+                     : xsb_launch_part_load_bytes(bytes, size, passed, passed_count, &cfg, what);
     xsb_description_unload();
+    return rc;
+}
+
+int xsb_launch_part_check(int fd, int passed_count, const char **what) { return check_part(fd, NULL, 0, passed_count, what); }
+
+int xsb_launch_part_check_bytes(const void *bytes, uint64_t size, int passed_count, const char **what) {
+    // At an alignment of its own, as the init receives it.
+    char *copy = size > 0 && size <= XSB_WIRE_MAX_SIZE ? calloc(1, size) : NULL;
+    if (copy != NULL) memcpy(copy, bytes, size);
+    int rc = check_part(-1, copy != NULL ? copy : "", copy != NULL ? size : 0, passed_count, what);
+    free(copy);
     return rc;
 }

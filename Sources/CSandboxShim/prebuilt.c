@@ -3,8 +3,13 @@
 // Its init then reports XSB_MSG_PREBUILT and waits; a launch hands it what is per launch (the
 // launch part, launch_description.c, and its fds) in one XSB_MSG_LAUNCH, and the init goes on
 // exactly as a cold launch does. It runs one payload, ever: there is no second LAUNCH.
+//
+// A launch part of at most XSB_LAUNCH_PART_INLINE_MAX bytes travels inside the LAUNCH message
+// (value XSB_LAUNCH_PART_INLINE), which spares the launching thread a memfd and the init its
+// mapping; a larger one is a sealed memfd passed first among the fds (value 0).
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +18,10 @@
 
 /// The most fds one LAUNCH carries: the launch part, stdio, the extra fds and the program.
 #define XSB_LAUNCH_MAX_FDS (1 + 3 + XSB_MAX_EXTRA_FDS + 1)
+/// The largest launch part sent inside the LAUNCH message (a socket buffer holds it whole).
+#define XSB_LAUNCH_PART_INLINE_MAX (32u << 10)
+/// XSB_MSG_LAUNCH's value when the launch part follows the message in the same datagram.
+#define XSB_LAUNCH_PART_INLINE 1
 
 // MARK: - Supervisor side
 
@@ -25,36 +34,51 @@ static int launch_failed(struct xsb_spawn_result *out, int step, int err, const 
 
 int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) {
     struct xsb_passed_fds passed;
-    int part = -1;
-    if (xsb_launch_part_create(cfg, &passed, &part) != 0)
-        return launch_failed(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch part (memfd)");
-    int fds[XSB_LAUNCH_MAX_FDS];
-    fds[0] = part;
-    for (int i = 0; i < passed.count; i++) fds[1 + i] = passed.host[i];
-    int count = 1 + passed.count;
-
+    char *blob;
+    uint64_t size;
+    if (xsb_launch_part_write(cfg, &passed, &blob, &size) != 0)
+        return launch_failed(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch part");
     struct xsb_msg msg;
     memset(&msg, 0, sizeof msg);
     msg.type = XSB_MSG_LAUNCH;
-    struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+    struct iovec iov[2] = {{.iov_base = &msg, .iov_len = sizeof msg}, {.iov_base = blob, .iov_len = (size_t)size}};
+    int fds[XSB_LAUNCH_MAX_FDS];
+    int count = 0, part = -1;
+    if (size <= XSB_LAUNCH_PART_INLINE_MAX) {
+        msg.value = XSB_LAUNCH_PART_INLINE;
+    } else {
+        iov[1].iov_len = 0;
+        int rc = xsb_launch_part_seal(blob, size, &part);  // frees the blob
+        blob = NULL;
+        if (rc != 0) return launch_failed(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch part (memfd)");
+        fds[count++] = part;
+    }
+    for (int i = 0; i < passed.count; i++) fds[count++] = passed.host[i];
+
     union {
         char buf[CMSG_SPACE(sizeof(int) * XSB_LAUNCH_MAX_FDS)];
         struct cmsghdr align;
     } control;
     memset(&control, 0, sizeof control);
-    struct msghdr header = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count)};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&header);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
+    struct msghdr header = {.msg_iov = iov, .msg_iovlen = iov[1].iov_len > 0 ? 2 : 1};
+    if (count > 0) {
+        header.msg_control = control.buf;
+        header.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&header);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
+    }
+    size_t length = sizeof msg + iov[1].iov_len;
     ssize_t n;
     do {
         n = sendmsg(control_fd, &header, MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     int err = n < 0 ? errno : EIO;
-    close(part);
-    if (n != (ssize_t)sizeof msg) return launch_failed(out, XSB_STEP_HANDSHAKE, err, "handing the launch to the pre-built sandbox");
+    free(blob);
+    if (part >= 0) close(part);
+    if (n != (ssize_t)length) return launch_failed(out, XSB_STEP_HANDSHAKE, err, "handing the launch to the pre-built sandbox");
     out->prebuilt = 0;
     return 0;
 }
@@ -74,13 +98,15 @@ void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd, const i
     xsb_control_send(control_fd, XSB_MSG_PREBUILT, 0, 0);            // control.c
     if (cfg->waiting_payload) xsb_waiting_payload_idle(control_fd);   // waiting_payload.c
 
+    // Where a launch part sent inside the message lands, and stays while the launch runs.
+    static char inline_part[XSB_LAUNCH_PART_INLINE_MAX] __attribute__((aligned(8)));
     struct xsb_msg msg;
-    struct iovec iov = {.iov_base = &msg, .iov_len = sizeof msg};
+    struct iovec iov[2] = {{.iov_base = &msg, .iov_len = sizeof msg}, {.iov_base = inline_part, .iov_len = sizeof inline_part}};
     union {
         char buf[CMSG_SPACE(sizeof(int) * XSB_LAUNCH_MAX_FDS)];
         struct cmsghdr align;
     } control;
-    struct msghdr header = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
+    struct msghdr header = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
     ssize_t n;
     do {
         n = recvmsg(control_fd, &header, MSG_CMSG_CLOEXEC);
@@ -94,10 +120,15 @@ void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd, const i
         int in = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
         for (int i = 0; i < in && count < XSB_LAUNCH_MAX_FDS; i++) memcpy(&fds[count++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
     }
-    if (n != (ssize_t)sizeof msg || msg.type != XSB_MSG_LAUNCH || (header.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0 || count < 1)
+    int well_formed = n >= (ssize_t)sizeof msg && msg.type == XSB_MSG_LAUNCH && (header.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) == 0;
+    int inline_sent = well_formed && msg.value == XSB_LAUNCH_PART_INLINE;
+    // Inline: the part follows the message, every fd is the launch's. Else: nothing follows,
+    // and the part is the first fd.
+    if (!well_formed || (inline_sent ? n == (ssize_t)sizeof msg : (msg.value != 0 || n != (ssize_t)sizeof msg || count < 1)))
         xsb_init_fail(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, n < 0 ? errno : EPROTO, "launch description: the launch message");
     const char *refused = NULL;
-    if (xsb_launch_part_load(fds[0], fds + 1, count - 1, cfg, &refused) != 0)  // launch_description.c
-        xsb_init_fail(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, errno, refused);
-    close(fds[0]);  // the mapping stays
+    int rc = inline_sent ? xsb_launch_part_load_bytes(inline_part, (uint64_t)n - sizeof msg, fds, count, cfg, &refused)  // launch_description.c
+                         : xsb_launch_part_load(fds[0], fds + 1, count - 1, cfg, &refused);
+    if (rc != 0) xsb_init_fail(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, errno, refused);
+    if (!inline_sent) close(fds[0]);  // the mapping stays
 }

@@ -75,6 +75,21 @@ struct SandboxPoolTests {
         #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 2 })
     }
 
+    @Test("a warm launch whose launch part is too large for the LAUNCH message gets it as a memfd, whole", arguments: [1 << 10, 48 << 10])
+    func largeLaunchParts(argumentBytes: Int) async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        try await supervisor.prepare(try Self.shell(""), count: 1)
+        let output = OutputPipe()
+        let argument = String(repeating: "x", count: argumentBytes - 1) + "y"
+        let pids = Self.readyPIDs(supervisor)
+        let process = try await supervisor.launch(try Self.shell(#"printf '%s\n' "${#1}${1#${1%?}}""#, stdout: output.writeFD, arguments: [argument]))
+        output.closeWriteEnd()
+        #expect(pids.contains(process.pid), "the launch took a pre-built sandbox")
+        #expect(await output.waitFor("\n") == "\(argumentBytes)y\n")
+        #expect(await process.waitForExit() == .exited(code: 0))
+    }
+
     @Test("two consecutive warm launches of one shape share no state")
     func nothingShared() async throws {
         let supervisor = try Self.supervisor()
@@ -386,14 +401,16 @@ struct SandboxPoolTests {
         #expect(await process.waitForExit() == .exited(code: 4))
     }
 
-    @Test("a LAUNCH without its launch part fails at the step 'launch description', and the init ends")
-    func launchWithoutPart() async throws {
+    /// Value 0: the part should be the first fd (none came); 1: it should follow the message
+    /// (nothing did); 2: no such way.
+    @Test("a LAUNCH without its launch part fails at the step 'launch description', and the init ends", arguments: [Int32(0), 1, 2])
+    func launchWithoutPart(value: Int32) async throws {
         let supervisor = try Self.supervisor()
         try await supervisor.prepare(try Self.shell(""), count: 1)
         let ready = try #require(supervisor.pool.take(supervisor.shape(of: try Self.shell("")).key))
         // The launch owns the control socket from here (the wait's failure closes it).
         let control = ready.handOver()
-        #expect(xsb_send_msg(control, UInt32(XSB_MSG_LAUNCH.rawValue), 0) == 0)
+        #expect(xsb_send_msg(control, UInt32(XSB_MSG_LAUNCH.rawValue), value) == 0)
         let result = await LaunchSetupWait.wait(for: ready.started, on: supervisor.monitor, timeoutMilliseconds: 5000)
         #expect(result.failed_step == Int32(XSB_STEP_LAUNCH_DESCRIPTION.rawValue))
         let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
@@ -423,12 +440,20 @@ struct SandboxPoolTests {
         close(fd)
         #expect(passed.count == 2)
 
+        // As a memfd (a large part), and as the bytes of the LAUNCH message (a small one): both
+        // must refuse alike.
         func check(_ bytes: [UInt8], passed: Int32 = 2, seal: Bool = true) -> String? {
+            var inside: UnsafePointer<CChar>?
+            let insideRefusal = xsb_launch_part_check_bytes(bytes, UInt64(bytes.count), passed, &inside) == 0 ? nil : String(cString: inside!)
             let fd = SandboxInitTests.memfd(bytes, seal: seal)
             defer { close(fd) }
             var what: UnsafePointer<CChar>?
-            return xsb_launch_part_check(fd, passed, &what) == 0 ? nil : String(cString: what!)
+            let refusal = xsb_launch_part_check(fd, passed, &what) == 0 ? nil : String(cString: what!)
+            if seal { #expect(insideRefusal == refusal, "inside the message: \(insideRefusal ?? "accepted"), as a memfd: \(refusal ?? "accepted")") }
+            return refusal
         }
+        var empty: UnsafePointer<CChar>?
+        #expect(xsb_launch_part_check_bytes(nil, 0, 0, &empty) != 0 && String(cString: empty!).contains("not a description"))
         #expect(check(valid) == nil)
         #expect(check(valid, seal: false) == "launch description: not sealed")
         #expect(check(valid, passed: 3) == "launch description: the launch part's file descriptors")

@@ -275,9 +275,16 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
 /// directory, stdio, extra fds, the program's fd) as a launch part into a new sealed memfd
 /// (close-on-exec) and lists the fds it refers to, in order. Returns 0, or -1 with errno set.
 int xsb_launch_part_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out);
+/// Writes the same launch part into a new buffer (`*blob_out`, `*size_out` bytes; the caller
+/// frees it) and lists its fds. Returns 0, or -1 with errno set.
+int xsb_launch_part_write(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, char **blob_out, uint64_t *size_out);
+/// Writes such a buffer (`size` bytes, freed here) into a new sealed memfd. Returns 0, or -1 with errno set.
+int xsb_launch_part_seal(char *blob, uint64_t size, int *fd_out);
 /// Checks a launch part as the init does, with `passed_count` fds passed beside it: 0, or -1
 /// with `*what` naming what was refused. Maps and releases it (for tests).
 int xsb_launch_part_check(int fd, int passed_count, const char **what);
+/// The same for a launch part sent inside the LAUNCH message (`size` bytes at `bytes`).
+int xsb_launch_part_check_bytes(const void *bytes, uint64_t size, int passed_count, const char **what);
 /// Hands a pre-built sandbox (its init reported XSB_MSG_PREBUILT on `control_fd`) what is per
 /// launch in `cfg`: the launch part and its fds, in one XSB_MSG_LAUNCH. Then wait for READY
 /// (or a failing step) as after xsb_spawn_start. Returns 0, or -1 with `out->failed_step`,
