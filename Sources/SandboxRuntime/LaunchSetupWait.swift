@@ -30,28 +30,34 @@ final class LaunchSetupWait: Sendable {
 
     private let state: Mutex<State>
     private let outcome = OnceContinuation<Outcome>()
+    /// Runs on the monitor thread as the init reports `READY`, before the caller resumes.
+    private let whenReady: (@Sendable (xsb_spawn_result) -> Void)?
     private let monitor: EventMonitor
     /// The launch's control socket, lent to the monitor while watched. The C launch owns it
     /// (`xsb_spawn_abandon` closes it; a launch that succeeds hands it on to its
     /// `SandboxedProcess`): it is released, never closed, once the watch is over.
     private let control: FileDescriptor
 
-    private init(started: xsb_spawn_result, monitor: EventMonitor, control: FileDescriptor) {
+    private init(started: xsb_spawn_result, monitor: EventMonitor, control: FileDescriptor,
+                 whenReady: (@Sendable (xsb_spawn_result) -> Void)?) {
         state = Mutex(State(result: started))
         self.monitor = monitor
         self.control = control
+        self.whenReady = whenReady
     }
 
     /// The launch's result: `started` with the payload's pid (or an early violation, audited
     /// calls), or with `failed_step` set and nothing of the sandbox left (killed, reaped, its
-    /// fds closed).
-    static func wait(for started: xsb_spawn_result, on monitor: EventMonitor, timeoutMilliseconds: Int32) async -> xsb_spawn_result {
+    /// fds closed). `whenReady` gets the result on the monitor thread as `READY` arrives, before
+    /// this returns (``Supervisor/ReadyWatch``); it must not block.
+    static func wait(for started: xsb_spawn_result, on monitor: EventMonitor, timeoutMilliseconds: Int32,
+                     whenReady: (@Sendable (xsb_spawn_result) -> Void)? = nil) async -> xsb_spawn_result {
         guard let control = FileDescriptor(adopting: started.control_fd) else {
             var result = started
             xsb_spawn_abandon(&result, Int32(XSB_STEP_HANDSHAKE.rawValue), EBADF, "the launch returned no control socket")
             return result
         }
-        let watch = LaunchSetupWait(started: started, monitor: monitor, control: control)
+        let watch = LaunchSetupWait(started: started, monitor: monitor, control: control, whenReady: whenReady)
         let timer: EventMonitor.Timer
         do throws(EventMonitor.Failure) {
             timer = try monitor.addTimer(milliseconds: Int(timeoutMilliseconds)) { watch.timeUp() }
@@ -126,13 +132,15 @@ final class LaunchSetupWait: Sendable {
 
     /// On the monitor thread: takes the init's reports so far.
     private func controlReadable() {
-        let decided: Outcome? = state.withLock { state in
+        let decided: (Outcome, xsb_spawn_result)? = state.withLock { state in
             guard !state.done, let decided = Self.poll(&state.result) else { return nil }
             state.done = true
             if let token = state.token { monitor.remove(fd: control, token: token) }
-            return decided
+            return (decided, state.result)
         }
-        if let decided { outcome.resume(decided) }
+        guard let (outcome, result) = decided else { return }
+        if case .ready = outcome { whenReady?(result) }
+        self.outcome.resume(outcome)
     }
 
     private func timeUp() {

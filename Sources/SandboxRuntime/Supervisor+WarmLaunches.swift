@@ -87,7 +87,7 @@ extension Supervisor {
             shape = try self.shape(of: configuration)
             // Taken before the build: a source replaced while it is built is caught at the take.
             let sources = SandboxPool.BindSourceIdentity.of(shape.plan)
-            let (result, cgroup) = try await build(LaunchPlan(shape: shape, configuration: configuration, stdio: nil))
+            let (result, cgroup, _) = try await build(LaunchPlan(shape: shape, configuration: configuration, stdio: nil))
             ready = SandboxPool.Ready(started: result, key: shape.key, cgroup: cgroup, bindSources: sources)
         } catch {
             _ = pool.built(nil, onShelf: shelf, as: nil, generation: generation)
@@ -213,12 +213,13 @@ extension Supervisor {
         let sent = part.withConfiguration { xsb_prebuilt_launch(control, &$0, &started) }
         withExtendedLifetime(configuration.executableCopy) {}
         if sent != 0 { xsb_spawn_abandon(&started, started.failed_step, started.error_number, "handing the launch to the pre-built sandbox") }
+        let watched = ReadyWatch(monitor: monitor, cgroup: ready.cgroup)
         let result = sent == 0
-            ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
+            ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds, whenReady: watched.ready)
             : started
         let process: SandboxedProcess
         do {
-            process = try running(try Self.succeeded(result), cgroup: ready.cgroup, limits: configuration.policy.limits)
+            process = try running(try Self.succeeded(result), cgroup: ready.cgroup, limits: configuration.policy.limits, watched: watched)
         } catch {
             ready.cgroup?.remove()
             throw error

@@ -79,8 +79,8 @@ public final class Supervisor: Sendable {
                 refill()  // a kept shape whose sandboxes are all taken (or whose refill failed)
             }
         }
-        let (result, cgroup) = try await build(LaunchPlan(shape: shape, configuration: configuration, stdio: stdio))
-        return try running(result, cgroup: cgroup, limits: configuration.policy.limits)
+        let (result, cgroup, watched) = try await build(LaunchPlan(shape: shape, configuration: configuration, stdio: stdio))
+        return try running(result, cgroup: cgroup, limits: configuration.policy.limits, watched: watched)
     }
 
     /// The shape of `configuration`'s sandbox (``LaunchPlan/Shape``), with this supervisor's
@@ -109,8 +109,9 @@ public final class Supervisor: Sendable {
 
     /// Builds the sandbox `plan` describes: cold (it runs the configuration's program) or
     /// pre-built (it stops once its shape is built, and waits for ``SandboxPool``'s take).
-    /// Returns the init's report and the sandbox's cgroup; on failure nothing is left.
-    func build(_ plan: LaunchPlan) async throws(SandboxError) -> (xsb_spawn_result, SandboxCgroup?) {
+    /// Returns the init's report, the sandbox's cgroup and, for a cold launch, its process as
+    /// the monitor thread made it at `READY`; on failure nothing is left.
+    func build(_ plan: LaunchPlan) async throws(SandboxError) -> (xsb_spawn_result, SandboxCgroup?, ReadyWatch?) {
         let identity = plan.shape.identity
         let cgroup = try SandboxCgroup.make(for: plan.configuration.policy.limits, hostUID: identity.uid, under: cgroups)
         do throws(SandboxError) {
@@ -120,10 +121,11 @@ public final class Supervisor: Sendable {
             let started = await spawner.start(description, remapsRoot: identity.remapsRoot, background: plan.isPrebuilt)
             Self.cloned(plan, cgroup: cgroup, detached: detached)
             // The spawner thread only clones: the build is waited for on the monitor thread.
+            let watched = plan.isPrebuilt ? nil : ReadyWatch(monitor: monitor, cgroup: cgroup)
             let result = started.failed_step == Int32(XSB_STEP_NONE.rawValue)
-                ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds)
+                ? await LaunchSetupWait.wait(for: started, on: monitor, timeoutMilliseconds: setupTimeoutMilliseconds, whenReady: watched?.ready)
                 : started
-            return (try Self.succeeded(result), cgroup)
+            return (try Self.succeeded(result), cgroup, watched)
         } catch {
             cgroup?.remove()
             throw error
@@ -175,14 +177,59 @@ public final class Supervisor: Sendable {
         return result
     }
 
-    /// A started sandbox, watched from now on (its wall-clock limit counts from here).
-    func running(_ result: xsb_spawn_result, cgroup: SandboxCgroup?, limits: ResourceLimits) throws(SandboxError) -> SandboxedProcess {
-        let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
-        do {
-            try process.startMonitoring()
-        } catch {
-            process.abandon()
-            throw error
+    /// A sandbox's process made and watched on the monitor thread as its `READY` arrives, so
+    /// that what the init reports right behind it (a program that ends at once, or whose
+    /// `READY` waited behind it for a CPU) is taken then, not once the caller has run; or why
+    /// it could not be watched, for the caller to undo (``running(_:cgroup:limits:watched:)``).
+    final class ReadyWatch: Sendable {
+        private let made = Mutex<(process: SandboxedProcess, failure: SandboxError?)?>(nil)
+        private let monitor: EventMonitor
+        private let cgroup: SandboxCgroup?
+
+        init(monitor: EventMonitor, cgroup: SandboxCgroup?) {
+            self.monitor = monitor
+            self.cgroup = cgroup
+        }
+
+        /// ``LaunchSetupWait``'s `whenReady`, on the monitor thread.
+        func ready(_ result: xsb_spawn_result) {
+            let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
+            var failure: SandboxError?
+            do {
+                try process.startMonitoring()
+            } catch {
+                failure = error
+            }
+            made.withLock { $0 = (process, failure) }
+        }
+
+        /// What ``ready(_:)`` made, once.
+        func take() -> (process: SandboxedProcess, failure: SandboxError?)? {
+            made.withLock { made in
+                defer { made = nil }
+                return made
+            }
+        }
+    }
+
+    /// A started sandbox, watched from now on (its wall-clock limit counts from here): the
+    /// process `watched` made as its `READY` arrived, or one made here.
+    func running(_ result: xsb_spawn_result, cgroup: SandboxCgroup?, limits: ResourceLimits, watched: ReadyWatch? = nil) throws(SandboxError) -> SandboxedProcess {
+        let process: SandboxedProcess
+        if let made = watched?.take() {
+            process = made.process
+            if let failure = made.failure {
+                process.abandon()
+                throw failure
+            }
+        } else {
+            process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
+            do {
+                try process.startMonitoring()
+            } catch {
+                process.abandon()
+                throw error
+            }
         }
         if let seconds = limits.wallClockSeconds {
             Task.detached { [process] in
