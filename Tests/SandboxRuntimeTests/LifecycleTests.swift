@@ -117,6 +117,7 @@ struct LifecycleTests {
         // The init's main thread's time on a CPU (ns), first and last seen while it lived, read
         // by a thread of its own (started before the launch: a pool's threads may all be busy).
         let initPID = BlockingValue<pid_t>(), onCPU = BlockingValue<(first: UInt64?, last: UInt64?)>()
+        let initWatched = Mutex(false)
         Thread.detachNewThread {
             let path = "/proc/\(initPID.wait())/schedstat"
             var first: UInt64?, last: UInt64?
@@ -132,14 +133,25 @@ struct LifecycleTests {
                 let count = read(fd, &buffer, buffer.count)
                 close(fd)
                 guard count > 0, let time = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ").first.flatMap({ UInt64($0) }) else { break }
-                if first == nil { first = time }
+                if first == nil {
+                    first = time
+                    initWatched.withLock { $0 = true }
+                }
                 last = time
                 usleep(100)  // a sample now and then: this thread must not take a CPU itself
             }
             onCPU.set((first, last))
         }
-        let process = try await Supervisor.shared.launch(Fixtures.probeConfiguration(["memory-bomb", "512"]))
+        // The bomb starts only once the thread watches the init (the end is taken on the
+        // monitor thread, however late this task resumes after the launch).
+        let gate = OutputPipe()
+        var configuration = try Fixtures.probeConfiguration(["memory-bomb", "512", "after-stdin"])
+        configuration.standardInput = .fileDescriptor(borrowed(gate.readFD))
+        let process = try await Supervisor.shared.launch(configuration)
         initPID.set(process.pid)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !initWatched.withLock({ $0 }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        gate.closeWriteEnd()
         #expect(await process.waitForExit() == .exited(code: 0))
         let (first, last) = await offThePool { onCPU.wait() }
         let (start, end) = (try #require(first, "the init's schedstat was never read"), try #require(last))

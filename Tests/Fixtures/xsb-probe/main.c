@@ -1452,6 +1452,13 @@ static int t_memory_bomb(int argc, char **argv)
     long max_mib = 0;
     if (argc > 0 && parse_long(argv[0], 1, LONG_MAX, &max_mib))
         return usage_error("bad MAX_MIB '%s'", argv[0]);
+    /* "after-stdin": start once a byte (or the end) comes on stdin, so that a test can
+     * watch the sandbox from the bomb's first moment. */
+    if (argc > 1) {
+        if (strcmp(argv[1], "after-stdin") != 0) return usage_error("bad '%s'", argv[1]);
+        char go;
+        (void)read(0, &go, 1);
+    }
     enum { CHUNK = 64 << 20 };
     void *head = NULL; /* chunks are chained so the stores are never dead */
     long mib = 0;
@@ -2075,7 +2082,7 @@ static const struct check checks[] = {
     {"vfork-stopped-child", TOOL, NULL, 0, t_vfork_stopped_child, ""},
     {"crash", TOOL, NULL, 0, t_crash, ""},
     {"exit", TOOL, NULL, 0, t_exit, "N"},
-    {"memory-bomb", TOOL, NULL, DANGEROUS, t_memory_bomb, "[MAX_MIB]"},
+    {"memory-bomb", TOOL, NULL, DANGEROUS, t_memory_bomb, "[MAX_MIB [after-stdin]]"},
     {"fork-bomb", TOOL, NULL, DANGEROUS, t_fork_bomb, "[MAX [HOLD_S]]"},
     {"tmp-fill", TOOL, NULL, DANGEROUS, t_tmp_fill, "[HOLD_S]"},
     {"fd-exhaust", TOOL, NULL, 0, t_fd_exhaust, "[HOLD_S]"},
