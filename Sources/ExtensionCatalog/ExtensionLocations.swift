@@ -55,7 +55,7 @@ public struct ExtensionLocations: Sendable, Hashable {
         let data = dataHome(environment)
         func list(_ name: String) -> [String]? {
             guard let value = environment[name], !value.isEmpty else { return nil }
-            return value.split(separator: ":").map(String.init)
+            return FilePaths.searchList(value)
         }
         let external = list("EXTSANDBOX_EXTENSION_DIRS")
             ?? [systemExtensionDirectory] + (data.map { [$0 + "/extsandbox/extensions"] } ?? [])

@@ -74,6 +74,13 @@ package enum FilePaths {
         path.utf8.split(separator: UInt8(ascii: "/")).map { Substring($0) }
     }
 
+    /// The entries of a colon-separated list of paths (`PATH`, `EXTSANDBOX_EXTENSION_DIRS`), empty
+    /// ones left out, cut at colon bytes: a colon that a combining mark follows is one character
+    /// to Swift, but a separator all the same.
+    package static func searchList(_ value: String) -> [String] {
+        value.utf8.split(separator: UInt8(ascii: ":")).map { String(Substring($0)) }
+    }
+
     /// How many components `path` has, empty ones not counted: 2 for "/usr/lib" and "usr//lib/".
     package static func componentCount(_ path: String) -> Int {
         var count = 0

@@ -344,8 +344,8 @@ struct ExecCommand: ParsableCommand {
             let path = absolute(program)
             return access(path, X_OK) == 0 ? path : nil
         }
-        for directory in (searchPath ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":") where !directory.isEmpty {
-            let candidate = FilePaths.join(String(directory), program)
+        for directory in FilePaths.searchList(searchPath ?? "/usr/local/bin:/usr/bin:/bin") {
+            let candidate = FilePaths.join(directory, program)
             if SystemFiles.kind(of: candidate) == S_IFREG, access(candidate, X_OK) == 0 { return candidate }
         }
         return nil

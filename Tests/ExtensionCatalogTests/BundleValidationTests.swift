@@ -294,3 +294,16 @@ struct BundleValidationTests {
         }
     }
 }
+
+@Suite("Extension locations")
+struct ExtensionLocationsTests {
+    /// Before: the lists were cut at ":" characters, and a colon that a combining mark follows
+    /// is one character with it, so two directories were taken for one.
+    @Test("the environment's directory lists are cut at colon bytes")
+    func listsCutAtColonBytes() {
+        let locations = ExtensionLocations.standard(
+            hostBundle: nil, environment: ["EXTSANDBOX_EXTENSION_DIRS": "/a:\u{301}b", "EXTSANDBOX_POINT_DIRS": "/p::\u{301}q:"])
+        #expect(locations.external.map { Array($0.utf8) } == [Array("/a".utf8), Array("\u{301}b".utf8)])
+        #expect(locations.pointDirectories.map { Array($0.utf8) } == [Array("/p".utf8), Array("\u{301}q".utf8)])
+    }
+}

@@ -54,6 +54,15 @@ struct FilePathsTests {
         #expect(!FilePaths.isSame("/caf\u{e9}", "/cafe\u{301}"))
     }
 
+    /// Before: split at ":" characters, a colon that a combining mark follows was no separator.
+    @Test("a search list is cut at colon bytes, empty entries left out", arguments: [
+        ("/a:\u{301}b:/c", ["/a", "\u{301}b", "/c"]), ("/usr/bin::/bin:", ["/usr/bin", "/bin"]), ("", []), (":", []),
+        ("/x", ["/x"]),
+    ])
+    func searchList(value: String, entries: [String]) {
+        #expect(FilePaths.searchList(value).map { Array($0.utf8) } == entries.map { Array($0.utf8) })
+    }
+
     @Test("a normalized absolute path has no empty, . or .. component and is not /", arguments: [
         ("/usr", true), ("/usr/lib", true), ("/.hidden", true), ("/a/...", true), ("/a/.b", true), ("/a/b.", true),
         ("/", false), ("", false), ("usr", false), ("/usr/", false), ("//usr", false), ("/usr//lib", false),
