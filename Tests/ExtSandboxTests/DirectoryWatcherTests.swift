@@ -101,10 +101,8 @@ struct DirectoryWatcherSpellingTests {
             rmdir(root)
         }
         try #require(mkdir(composed, 0o755) == 0 && mkdir(decomposed, 0o755) == 0)
-        let watcher = try DirectoryWatcher()
+        let (watcher, received) = try Self.startedWatcher()
         defer { watcher.close() }
-        let received = Received()
-        try watcher.start { batch in received.events.withLock { $0 += batch } }
         watcher.add(composed)
         watcher.add(decomposed)
         #expect(watcher.watchedDirectories.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
@@ -140,10 +138,8 @@ struct DirectoryWatcherSpellingTests {
             rmdir(root)
         }
         try #require(mkdir(real, 0o755) == 0 && symlink(real, alias) == 0)
-        let watcher = try DirectoryWatcher()
+        let (watcher, received) = try Self.startedWatcher()
         defer { watcher.close() }
-        let received = Received()
-        try watcher.start { batch in received.events.withLock { $0 += batch } }
         watcher.add(real)
         watcher.add(alias)
         func directories(hearing name: String, count: Int) -> [String] {
@@ -161,6 +157,14 @@ struct DirectoryWatcherSpellingTests {
         watcher.prune(keeping: [real])
         #expect(watcher.watchedDirectories == [real])
         #expect(directories(hearing: "second", count: 1) == [real])
+    }
+
+    /// A watcher reading its events into the returned collection (the caller closes it).
+    static func startedWatcher() throws -> (DirectoryWatcher, Received) {
+        let watcher = try DirectoryWatcher()
+        let received = Received()
+        try watcher.start { batch in received.events.withLock { $0 += batch } }
+        return (watcher, received)
     }
 
     /// The events the watcher delivered (on the epoll thread).

@@ -236,14 +236,21 @@ extension MonitorTests {
         }
     }
 
+    /// A world whose administrator's approvals are at `approvals` below its own, still missing,
+    /// `admin` directory.
+    static func worldWithAdministrator(approvals: String) throws -> (world: ExtensionWorld, admin: String, locations: ExtensionLocations) {
+        let world = try ExtensionWorld()
+        let admin = world.root + "/admin"
+        try #require(mkdir(admin, 0o755) == 0)
+        var locations = world.locations
+        locations.systemStateFile = admin + "/" + approvals
+        return (world, admin, locations)
+    }
+
     /// Before: while /etc/extsandbox did not exist, the monitor watched /etc in its place, and
     /// every change there (a package upgrade touches dozens of files) started a full scan.
     @Test func anAncestorWatchedForAMissingApprovalsDirectoryWakesOnlyForTheWayToIt() async throws {
-        let world = try ExtensionWorld()
-        let admin = world.root + "/admin"
-        #expect(mkdir(admin, 0o755) == 0)
-        var locations = world.locations
-        locations.systemStateFile = admin + "/etc/approvals"
+        let (world, admin, locations) = try Self.worldWithAdministrator(approvals: "etc/approvals")
         try world.install("org.example.watched", executableSource: Self.echo)
         #expect(try await world.cli(["approve", "org.example.watched"]).status == 0)
         let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: locations))
@@ -297,11 +304,8 @@ extension MonitorTests {
     /// characters, and a slash followed by a combining mark is no character "/": the name
     /// that would bring the directory was not on the way.
     @Test func theWayToAMissingApprovalsDirectoryIsCutAtSlashBytes() async throws {
-        let world = try ExtensionWorld()
-        let admin = world.root + "/admin"
-        #expect(mkdir(admin, 0o755) == 0)
-        var locations = world.locations
-        locations.systemStateFile = admin + "/x/\u{301}y/approvals"
+        let (world, admin, locations) = try Self.worldWithAdministrator(approvals: "x/\u{301}y/approvals")
+        defer { withExtendedLifetime(world) {} }  // its directory holds the approvals
         let monitor = try await AppExtensionPoint.Monitor(points: [Self.open], host: AppExtensionHost(identifier: ExtensionWorld.hostIdentifier, locations: locations))
         let create = UInt32(IN_CREATE)
         #expect(monitor.isRelevant(.init(directory: admin, name: "x", mask: create)))
