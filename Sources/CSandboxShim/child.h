@@ -27,7 +27,7 @@
 
 /// The launch description's format (launch_description.c). Bumped with any change to it, to
 /// struct xsb_msg or to the steps, so that an init from another build refuses the launch.
-#define XSB_LAUNCH_FORMAT_VERSION 6
+#define XSB_LAUNCH_FORMAT_VERSION 7
 
 /// Init side: maps the description behind `fd`, checks every offset, length, count and value,
 /// and fills `cfg` with pointers into it. Returns 0, or -1 with errno set and `*what` naming
@@ -42,6 +42,9 @@ int xsb_launch_part_load(int fd, const int *passed, int passed_count, struct xsb
 /// `base`, 8-byte aligned, which stay where they are while the launch runs).
 int xsb_launch_part_load_bytes(const char *base, uint64_t size, const int *passed, int passed_count, struct xsb_spawn_config *cfg,
                                const char **what);
+/// Init side: the launch part at `base` (page-aligned) came inside the LAUNCH message: its
+/// pages are given back by xsb_description_unload.
+void xsb_launch_part_received(const char *base, uint64_t size);
 /// Init side: releases what xsb_description_load mapped, once the payload runs (its memory is
 /// charged to the supervisor, not to the sandbox).
 void xsb_description_unload(void);

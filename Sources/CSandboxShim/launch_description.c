@@ -330,11 +330,28 @@ static void remember(void *address, uint64_t size) {
     }
 }
 
+/// A launch part received inside the LAUNCH message (its pages are given back at unload: the
+/// init received it after joining the sandbox's cgroups, which would be charged for them).
+static struct {
+    const char *base;
+    uint64_t size;
+} received_part;
+
+void xsb_launch_part_received(const char *base, uint64_t size) {
+    received_part.base = base;
+    received_part.size = size;
+}
+
 void xsb_description_unload(void) {
     for (int i = 0; i < 8; i++) {
         if (mappings[i].address != NULL) (void)munmap(mappings[i].address, mappings[i].size);
         mappings[i].address = NULL;
     }
+    if (received_part.base != NULL && (uintptr_t)received_part.base % 4096 == 0) {
+        uint64_t length = (received_part.size + 4095) & ~(uint64_t)4095;
+        (void)xsb_raw_syscall(SYS_madvise, (long)received_part.base, (long)length, MADV_DONTNEED, 0, 0);
+    }
+    received_part.base = NULL;
 }
 
 /// Why a description was refused: what, for the launch's error message.

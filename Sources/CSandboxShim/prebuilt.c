@@ -32,35 +32,25 @@ static int launch_failed(struct xsb_spawn_result *out, int step, int err, const 
     return -1;
 }
 
-int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) {
-    struct xsb_passed_fds passed;
-    char *blob;
-    uint64_t size;
-    if (xsb_launch_part_write(cfg, &passed, &blob, &size) != 0)
-        return launch_failed(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch part");
+/// Sends one LAUNCH: the part inside it (`part` < 0: `blob`, `size` bytes) or as the memfd
+/// `part`, then the launch's fds. Returns 0, or the send's errno (nothing is sent then: a
+/// datagram goes whole or not at all).
+static int send_launch(int control_fd, const char *blob, uint64_t size, int part, const struct xsb_passed_fds *passed) {
     struct xsb_msg msg;
     memset(&msg, 0, sizeof msg);
     msg.type = XSB_MSG_LAUNCH;
-    struct iovec iov[2] = {{.iov_base = &msg, .iov_len = sizeof msg}, {.iov_base = blob, .iov_len = (size_t)size}};
+    msg.value = part < 0 ? XSB_LAUNCH_PART_INLINE : 0;
+    struct iovec iov[2] = {{.iov_base = &msg, .iov_len = sizeof msg}, {.iov_base = (void *)blob, .iov_len = part < 0 ? (size_t)size : 0}};
     int fds[XSB_LAUNCH_MAX_FDS];
-    int count = 0, part = -1;
-    if (size <= XSB_LAUNCH_PART_INLINE_MAX) {
-        msg.value = XSB_LAUNCH_PART_INLINE;
-    } else {
-        iov[1].iov_len = 0;
-        int rc = xsb_launch_part_seal(blob, size, &part);  // frees the blob
-        blob = NULL;
-        if (rc != 0) return launch_failed(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch part (memfd)");
-        fds[count++] = part;
-    }
-    for (int i = 0; i < passed.count; i++) fds[count++] = passed.host[i];
-
+    int count = 0;
+    if (part >= 0) fds[count++] = part;
+    for (int i = 0; i < passed->count; i++) fds[count++] = passed->host[i];
     union {
         char buf[CMSG_SPACE(sizeof(int) * XSB_LAUNCH_MAX_FDS)];
         struct cmsghdr align;
     } control;
     memset(&control, 0, sizeof control);
-    struct msghdr header = {.msg_iov = iov, .msg_iovlen = iov[1].iov_len > 0 ? 2 : 1};
+    struct msghdr header = {.msg_iov = iov, .msg_iovlen = part < 0 ? 2 : 1};
     if (count > 0) {
         header.msg_control = control.buf;
         header.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)count);
@@ -70,15 +60,35 @@ int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, stru
         c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)count);
         memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)count);
     }
-    size_t length = sizeof msg + iov[1].iov_len;
     ssize_t n;
     do {
         n = sendmsg(control_fd, &header, MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
-    int err = n < 0 ? errno : EIO;
+    if (n < 0) return errno;
+    return n == (ssize_t)(sizeof msg + iov[1].iov_len) ? 0 : EIO;
+}
+
+int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, struct xsb_spawn_result *out) {
+    struct xsb_passed_fds passed;
+    char *blob;
+    uint64_t size;
+    if (xsb_launch_part_write(cfg, &passed, &blob, &size) != 0)
+        return launch_failed(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch part");
+    int err = EMSGSIZE;
+    // Inside the message when it fits; a socket whose buffer is too small for it (a small
+    // net.core.wmem_default) or short of memory refuses the whole datagram, and the part goes
+    // as a memfd instead.
+    if (size <= XSB_LAUNCH_PART_INLINE_MAX) err = send_launch(control_fd, blob, size, -1, &passed);
+    if (err == EMSGSIZE || err == ENOBUFS || err == ENOMEM) {
+        int part = -1;
+        int rc = xsb_launch_part_seal(blob, size, &part);  // frees the blob
+        blob = NULL;
+        if (rc != 0) return launch_failed(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch part (memfd)");
+        err = send_launch(control_fd, NULL, 0, part, &passed);
+        close(part);
+    }
     free(blob);
-    if (part >= 0) close(part);
-    if (n != (ssize_t)length) return launch_failed(out, XSB_STEP_HANDSHAKE, err, "handing the launch to the pre-built sandbox");
+    if (err != 0) return launch_failed(out, XSB_STEP_HANDSHAKE, err, "handing the launch to the pre-built sandbox");
     out->prebuilt = 0;
     return 0;
 }
@@ -98,8 +108,9 @@ void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd, const i
     xsb_control_send(control_fd, XSB_MSG_PREBUILT, 0, 0);            // control.c
     if (cfg->waiting_payload) xsb_waiting_payload_idle(control_fd);   // waiting_payload.c
 
-    // Where a launch part sent inside the message lands, and stays while the launch runs.
-    static char inline_part[XSB_LAUNCH_PART_INLINE_MAX] __attribute__((aligned(8)));
+    // Where a launch part sent inside the message lands, and stays while the launch runs
+    // (whole pages: xsb_description_unload gives them back once the payload runs).
+    static char inline_part[XSB_LAUNCH_PART_INLINE_MAX] __attribute__((aligned(4096)));
     struct xsb_msg msg;
     struct iovec iov[2] = {{.iov_base = &msg, .iov_len = sizeof msg}, {.iov_base = inline_part, .iov_len = sizeof inline_part}};
     union {
@@ -113,6 +124,7 @@ void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd, const i
     } while (n < 0 && errno == EINTR);
     // The supervisor let go of it (the pool drained, the host ending): nothing ran here.
     if (n == 0) _exit(0);
+    if (n < 0) xsb_init_fail(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, errno, "launch description: the launch message");
     int fds[XSB_LAUNCH_MAX_FDS];
     int count = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&header); c != NULL; c = CMSG_NXTHDR(&header, c)) {
@@ -130,5 +142,6 @@ void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd, const i
     int rc = inline_sent ? xsb_launch_part_load_bytes(inline_part, (uint64_t)n - sizeof msg, fds, count, cfg, &refused)  // launch_description.c
                          : xsb_launch_part_load(fds[0], fds + 1, count - 1, cfg, &refused);
     if (rc != 0) xsb_init_fail(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, errno, refused);
-    if (!inline_sent) close(fds[0]);  // the mapping stays
+    if (inline_sent) xsb_launch_part_received(inline_part, (uint64_t)n - sizeof msg);
+    else close(fds[0]);  // the mapping stays
 }

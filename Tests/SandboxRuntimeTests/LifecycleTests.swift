@@ -151,6 +151,8 @@ struct LifecycleTests {
         initPID.set(process.pid)
         let deadline = ContinuousClock.now + .seconds(30)
         while !initWatched.withLock({ $0 }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        // A byte, not only the end of file: a child another test forks meanwhile may hold the write end too.
+        _ = write(gate.writeFD, "g", 1)
         gate.closeWriteEnd()
         #expect(await process.waitForExit() == .exited(code: 0))
         let (first, last) = await offThePool { onCPU.wait() }

@@ -90,6 +90,27 @@ struct SandboxPoolTests {
         #expect(await process.waitForExit() == .exited(code: 0))
     }
 
+    @Test("a launch part the socket's buffer cannot hold in one message goes as a memfd instead")
+    func launchPartPastTheSocketBuffer() async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        try await supervisor.prepare(try Self.shell(""), count: 1)
+        let output = OutputPipe()
+        let argument = String(repeating: "x", count: 12_000)
+        let configuration = try Self.shell(#"printf '%s\n' "${#1}""#, stdout: output.writeFD, arguments: [argument])
+        let shape = try supervisor.shape(of: configuration)
+        let ready = try #require(supervisor.pool.take(shape.key))
+        // The smallest send buffer the kernel allows: a datagram of 12 KB does not fit.
+        var small: Int32 = 1
+        #expect(setsockopt(ready.started.control_fd, SOL_SOCKET, SO_SNDBUF, &small, socklen_t(MemoryLayout<Int32>.size)) == 0)
+        let process = try #require(try await supervisor.launch(
+            configuration, stdio: Supervisor.checkedStandardStreams(configuration), executable: shape.executable, in: ready))
+        output.closeWriteEnd()
+        #expect(process.pid == ready.started.pid, "the pre-built sandbox ran it")
+        #expect(await output.waitFor("\n") == "12000\n")
+        #expect(await process.waitForExit() == .exited(code: 0))
+    }
+
     @Test("two consecutive warm launches of one shape share no state")
     func nothingShared() async throws {
         let supervisor = try Self.supervisor()
@@ -367,7 +388,8 @@ struct SandboxPoolTests {
         supervisor.refill()
         try await Task.sleep(for: .milliseconds(300))
         #expect(supervisor.poolStatus.ready == 0 && supervisor.poolStatus.building == 0, "held at first: \(supervisor.poolStatus)")
-        try await Task.sleep(for: .milliseconds(1_800))
+        // Past the shelf's longest wait by 1 s, and 1 s short of the program's end of counting.
+        try await Task.sleep(for: .milliseconds(2_700))
         // The next refill asked for (another program's settling, say) builds for the empty shelf.
         supervisor.refill()
         #expect(await Fixtures.eventually { supervisor.poolStatus.ready == 1 }, "the empty shelf is built for after its longest wait")
