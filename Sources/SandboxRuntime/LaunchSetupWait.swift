@@ -35,7 +35,8 @@ final class LaunchSetupWait: Sendable {
     private let monitor: EventMonitor
     /// The launch's control socket, lent to the monitor while watched. The C launch owns it
     /// (`xsb_spawn_abandon` closes it; a launch that succeeds hands it on to its
-    /// `SandboxedProcess`): it is released, never closed, once the watch is over.
+    /// `SandboxedProcess`, which the monitor thread may make before this watch is over):
+    /// borrowed, so that nothing here can close it.
     private let control: FileDescriptor
 
     private init(started: xsb_spawn_result, monitor: EventMonitor, control: FileDescriptor,
@@ -52,7 +53,7 @@ final class LaunchSetupWait: Sendable {
     /// this returns (``Supervisor/ReadyWatch``); it must not block.
     static func wait(for started: xsb_spawn_result, on monitor: EventMonitor, timeoutMilliseconds: Int32,
                      whenReady: (@Sendable (xsb_spawn_result) -> Void)? = nil) async -> xsb_spawn_result {
-        guard let control = FileDescriptor(adopting: started.control_fd) else {
+        guard let control = FileDescriptor(borrowing: started.control_fd) else {
             var result = started
             xsb_spawn_abandon(&result, Int32(XSB_STEP_HANDSHAKE.rawValue), EBADF, "the launch returned no control socket")
             return result
