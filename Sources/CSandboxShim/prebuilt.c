@@ -18,8 +18,6 @@
 
 /// The most fds one LAUNCH carries: the launch part, stdio, the extra fds and the program.
 #define XSB_LAUNCH_MAX_FDS (1 + 3 + XSB_MAX_EXTRA_FDS + 1)
-/// The largest launch part sent inside the LAUNCH message (a socket buffer holds it whole).
-#define XSB_LAUNCH_PART_INLINE_MAX (32u << 10)
 /// XSB_MSG_LAUNCH's value when the launch part follows the message in the same datagram.
 #define XSB_LAUNCH_PART_INLINE 1
 

@@ -90,6 +90,39 @@ struct SandboxPoolTests {
         #expect(await process.waitForExit() == .exited(code: 0))
     }
 
+    /// The largest part that goes inside the message fills the init's buffer exactly; the next
+    /// size up (parts grow by 8 bytes) is a memfd. A buffer one byte short would truncate the
+    /// first, and the launch would go cold.
+    @Test("launch parts at the inline limit and just past it both arrive whole", arguments: [0, 8])
+    func launchPartsAtTheInlineLimit(past: Int) async throws {
+        let supervisor = try Self.supervisor()
+        defer { Task { await supervisor.drainPool() } }
+        try await supervisor.prepare(try Self.shell(""), count: 1)
+        let output = OutputPipe()
+        let script = #"printf '%s\n' "${#1}""#
+        func partSize(_ argument: String) throws -> Int {
+            let configuration = try Self.shell(script, stdout: output.writeFD, arguments: [argument])
+            let part = LaunchPlan.launchPart(configuration, executable: try supervisor.shape(of: configuration).executable, stdio: (-1, output.writeFD, -1))
+            var passed = xsb_passed_fds()
+            var blob: UnsafeMutablePointer<CChar>?
+            var size: UInt64 = 0
+            try #require(part.withConfiguration { xsb_launch_part_write(&$0, &passed, &blob, &size) } == 0)
+            free(blob)
+            return Int(size)
+        }
+        let target = Int(XSB_LAUNCH_PART_INLINE_MAX) + past
+        var argument = String(repeating: "x", count: 16)
+        argument += String(repeating: "x", count: target - (try partSize(argument)))
+        while try partSize(argument) > target { argument.removeLast() }
+        try #require(try partSize(argument) == target, "a part of \(target) bytes")
+        let pids = Self.readyPIDs(supervisor)
+        let process = try await supervisor.launch(try Self.shell(script, stdout: output.writeFD, arguments: [argument]))
+        output.closeWriteEnd()
+        #expect(pids.contains(process.pid), "the launch took the pre-built sandbox")
+        #expect(await output.waitFor("\n") == "\(argument.utf8.count)\n")
+        #expect(await process.waitForExit() == .exited(code: 0))
+    }
+
     @Test("a launch part the socket's buffer cannot hold in one message goes as a memfd instead")
     func launchPartPastTheSocketBuffer() async throws {
         let supervisor = try Self.supervisor()

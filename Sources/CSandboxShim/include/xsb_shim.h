@@ -275,6 +275,9 @@ int xsb_description_create(const struct xsb_spawn_config *cfg, struct xsb_passed
 /// directory, stdio, extra fds, the program's fd) as a launch part into a new sealed memfd
 /// (close-on-exec) and lists the fds it refers to, in order. Returns 0, or -1 with errno set.
 int xsb_launch_part_create(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, int *fd_out);
+/// The largest launch part sent inside the LAUNCH message (prebuilt.c); a larger one goes as
+/// a sealed memfd.
+#define XSB_LAUNCH_PART_INLINE_MAX (32u << 10)
 /// Writes the same launch part into a new buffer (`*blob_out`, `*size_out` bytes; the caller
 /// frees it) and lists its fds. Returns 0, or -1 with errno set.
 int xsb_launch_part_write(const struct xsb_spawn_config *cfg, struct xsb_passed_fds *passed, char **blob_out, uint64_t *size_out);
