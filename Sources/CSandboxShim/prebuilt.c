@@ -72,11 +72,10 @@ int xsb_prebuilt_launch(int control_fd, const struct xsb_spawn_config *cfg, stru
     uint64_t size;
     if (xsb_launch_part_write(cfg, &passed, &blob, &size) != 0)
         return launch_failed(out, XSB_STEP_LAUNCH_DESCRIPTION, errno, "writing the launch part");
-    int err = EMSGSIZE;
     // Inside the message when it fits; a socket whose buffer is too small for it (a small
     // net.core.wmem_default) or short of memory refuses the whole datagram, and the part goes
-    // as a memfd instead.
-    if (size <= XSB_LAUNCH_PART_INLINE_MAX) err = send_launch(control_fd, blob, size, -1, &passed);
+    // as a memfd instead, as a larger one does.
+    int err = size <= XSB_LAUNCH_PART_INLINE_MAX ? send_launch(control_fd, blob, size, -1, &passed) : EMSGSIZE;
     if (err == EMSGSIZE || err == ENOBUFS || err == ENOMEM) {
         int part = -1;
         int rc = xsb_launch_part_seal(blob, size, &part);  // frees the blob
@@ -135,7 +134,7 @@ void xsb_init_await_launch(struct xsb_spawn_config *cfg, int control_fd, const i
     // Inline: the part follows the message, every fd is the launch's. Else: nothing follows,
     // and the part is the first fd.
     if (!well_formed || (inline_sent ? n == (ssize_t)sizeof msg : (msg.value != 0 || n != (ssize_t)sizeof msg || count < 1)))
-        xsb_init_fail(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, n < 0 ? errno : EPROTO, "launch description: the launch message");
+        xsb_init_fail(control_fd, XSB_STEP_LAUNCH_DESCRIPTION, EPROTO, "launch description: the launch message");
     const char *refused = NULL;
     int rc = inline_sent ? xsb_launch_part_load_bytes(inline_part, (uint64_t)n - sizeof msg, fds, count, cfg, &refused)  // launch_description.c
                          : xsb_launch_part_load(fds[0], fds + 1, count - 1, cfg, &refused);

@@ -193,14 +193,21 @@ public final class Supervisor: Sendable {
 
         /// ``LaunchSetupWait``'s `whenReady`, on the monitor thread.
         func ready(_ result: xsb_spawn_result) {
+            let watched = Self.watch(result, monitor: monitor, cgroup: cgroup)
+            made.withLock { $0 = watched }
+        }
+
+        /// The started sandbox's process, watched from now on; or why it could not be watched
+        /// (the caller undoes it: ``SandboxedProcess/abandon()`` blocks, never on the monitor thread).
+        static func watch(_ result: xsb_spawn_result, monitor: EventMonitor, cgroup: SandboxCgroup?)
+            -> (process: SandboxedProcess, failure: SandboxError?) {
             let process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
-            var failure: SandboxError?
             do {
                 try process.startMonitoring()
+                return (process, nil)
             } catch {
-                failure = error
+                return (process, error)
             }
-            made.withLock { $0 = (process, failure) }
         }
 
         /// What ``ready(_:)`` made, once.
@@ -215,21 +222,10 @@ public final class Supervisor: Sendable {
     /// A started sandbox, watched from now on (its wall-clock limit counts from here): the
     /// process `watched` made as its `READY` arrived, or one made here.
     func running(_ result: xsb_spawn_result, cgroup: SandboxCgroup?, limits: ResourceLimits, watched: ReadyWatch? = nil) throws(SandboxError) -> SandboxedProcess {
-        let process: SandboxedProcess
-        if let made = watched?.take() {
-            process = made.process
-            if let failure = made.failure {
-                process.abandon()
-                throw failure
-            }
-        } else {
-            process = SandboxedProcess(result: result, monitor: monitor, cgroup: cgroup)
-            do {
-                try process.startMonitoring()
-            } catch {
-                process.abandon()
-                throw error
-            }
+        let (process, failure) = watched?.take() ?? ReadyWatch.watch(result, monitor: monitor, cgroup: cgroup)
+        if let failure {
+            process.abandon()
+            throw failure
         }
         if let seconds = limits.wallClockSeconds {
             Task.detached { [process] in
