@@ -14,7 +14,11 @@ let package = Package(
         // The fuzz targets' entry points, for the libFuzzer executables of Fuzz/ (docs/fuzzing.md).
         .library(name: "ExtSandboxFuzzing", targets: ["ExtSandboxFuzzing"]),
         .library(name: "ExtensionCatalog", targets: ["ExtensionCatalog"]),
-        .executable(name: "extsandbox", targets: ["extsandbox"]),
+        // `extsandbox` runs the common shapes of `exec` itself and execs `extsandbox-commands`
+        // (next to it, or PREFIX/libexec/extsandbox) for everything else: a one-shot exec then
+        // starts without ArgumentParser, Foundation, the catalog and the host API (docs/cli.md).
+        .executable(name: "extsandbox", targets: ["extsandbox-front"]),
+        .executable(name: "extsandbox-commands", targets: ["extsandbox"]),
         // The sandbox init every sandbox starts as its PID 1; supervisors find it next to their
         // executable or in PREFIX/libexec/extsandbox (Sources/SandboxRuntime/InitExecutable.swift).
         .executable(name: "xsb-init", targets: ["xsb-init"]),
@@ -74,6 +78,9 @@ let package = Package(
         // importer, the `policy show` report, the per-user policy cache (the store's on-disk layer)
         // and its binary entry format.
         .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem", "YAMLSupport"]),
+        // The Docker seccomp profile importer (`policy import`), apart because it reads JSON with
+        // Foundation's decoder, which nothing on the path of a one-shot `exec` should link.
+        .target(name: "DockerProfileImport", dependencies: ["SandboxPolicy", "SandboxSystem", "YAMLSupport"]),
 
         // The host/extension wire protocol: frames, envelope, handshake (docs/wire-protocol.md).
         // Its sockets own their fd as SandboxSystem's FileDescriptor (Glibc, Synchronization and
@@ -106,11 +113,16 @@ let package = Package(
         .executableTarget(
             name: "extsandbox",
             dependencies: [
-                "SandboxRuntime", "SandboxPolicy", "SandboxSystem", "PolicyTools", "CBuildInfo", "ExtensionCatalog",
+                "SandboxRuntime", "SandboxPolicy", "SandboxSystem", "PolicyTools", "DockerProfileImport", "SandboxExec",
+                "CBuildInfo", "ExtensionCatalog",
                 // `run` and `test` launch extensions on the host API's own path (docs/cli.md).
                 "ExtSandbox",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
+        // The one-shot `exec`: its request, its run on the caller's thread, its standard streams,
+        // forwarded signals and status line; both CLI binaries link it.
+        .target(name: "SandboxExec", dependencies: ["SandboxRuntime", "SandboxPolicy", "SandboxSystem", "PolicyTools"]),
+        .executableTarget(name: "extsandbox-front", dependencies: ["SandboxExec", "SandboxSystem"]),
         // The commit and date scripts/build-cli writes into the linked CLI (`extsandbox --version`).
         .target(name: "CBuildInfo"),
 
@@ -161,25 +173,25 @@ let package = Package(
         .testTarget(name: "SandboxSystemTests", dependencies: ["SandboxSystem", "TestSupport"]),
         .testTarget(name: "YAMLSupportTests", dependencies: ["YAMLSupport", "TestSupport"]),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "TestSupport"]),
-        .testTarget(name: "PolicyToolsTests", dependencies: ["PolicyTools", "SandboxPolicy", "TestSupport"]),
+        .testTarget(name: "PolicyToolsTests", dependencies: ["PolicyTools", "DockerProfileImport", "SandboxPolicy", "TestSupport"]),
         .testTarget(name: "ExtSandboxWireTests", dependencies: ["ExtSandboxWire", "TestSupport"]),
         .testTarget(name: "ExtSandboxActorsTests", dependencies: ["ExtSandboxActors"]),
 
         // Fuzz targets' entry points (docs/fuzzing.md): built into libFuzzer executables by the
         // separate Fuzz/ package, and replayed over the checked-in seed corpora by FuzzCorpusTests.
-        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog", "ExtSandboxActors"]),
+        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "DockerProfileImport", "ExtSandboxWire", "ExtensionCatalog", "ExtSandboxActors"]),
         .testTarget(name: "FuzzCorpusTests", dependencies: ["ExtSandboxFuzzing", "TestSupport"]),
         // One finder for the package's paths (build products, fixtures, Policies, the CLI) and the
         // fixtures every test target shares (running executables as root or nobody, extension worlds).
         .target(name: "TestSupport", dependencies: ["ExtensionCatalog", "SandboxPolicy"], path: "Tests/TestSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: [
-            "ExtSandbox", "ExtSandboxWire", "ExtensionCatalog", "SandboxRuntime", "TestSupport", "xsb-init", "extsandbox",
+            "ExtSandbox", "ExtSandboxWire", "ExtensionCatalog", "SandboxRuntime", "TestSupport", "xsb-init", "extsandbox", "extsandbox-front",
             "TextFilterContract", "TextTransformContract",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
         .testTarget(
             name: "ExtensionCatalogTests",
-            dependencies: ["ExtensionCatalog", "ExtSandbox", "SandboxRuntime", "extsandbox", "TestSupport", "xsb-init"]),
+            dependencies: ["ExtensionCatalog", "ExtSandbox", "SandboxRuntime", "extsandbox", "extsandbox-front", "TestSupport", "xsb-init"]),
         // Host-level faults (issue 14): the host SIGKILLed, launch/use/invalidate cycles, bombs in
         // one sandbox; runs xsb-bench as a child host and the probe (built with the package) as the bomb.
         .testTarget(
@@ -187,13 +199,13 @@ let package = Package(
             dependencies: ["ExtSandbox", "SandboxRuntime", "SandboxPolicy", "TestSupport", "xsb-bench", "xsb-init"]),
         .testTarget(
             name: "SandboxRuntimeTests",
-            dependencies: ["SandboxRuntime", "SandboxPolicy", "SandboxSystem", "xsb-probe", "extsandbox", "TestSupport", "xsb-init"]),
+            dependencies: ["SandboxRuntime", "SandboxPolicy", "SandboxSystem", "xsb-probe", "extsandbox", "extsandbox-front", "TestSupport", "xsb-init"]),
         // The sandbox as a user gets it: `extsandbox exec` against the real kernel, as root and as
         // nobody (isolation probes, policy levels, limits, real programs). The runtime's own
         // mechanisms are tested beside it, in SandboxRuntimeTests.
         .testTarget(
             name: "SandboxEndToEndTests",
-            dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "TestSupport", "xsb-init"]),
+            dependencies: ["SandboxRuntime", "SandboxPolicy", "xsb-probe", "extsandbox", "extsandbox-front", "TestSupport", "xsb-init"]),
         // The SDK's runtime, driven over the wire through the echo fixture built with it (a static
         // executable: `swift build --build-tests` builds it; depending on it would link it in here).
         .testTarget(
@@ -203,7 +215,7 @@ let package = Package(
         .testTarget(
             name: "extsandboxTests",
             dependencies: [
-                "extsandbox", "SandboxPolicy", "PolicyTools", "xsb-probe", "TestSupport", "xsb-init",
+                "extsandbox", "extsandbox-front", "SandboxExec", "SandboxPolicy", "PolicyTools", "DockerProfileImport", "xsb-probe", "TestSupport", "xsb-init",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
     ]

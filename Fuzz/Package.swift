@@ -33,10 +33,11 @@ let package = Package(
         .target(name: "YAMLSupport", dependencies: ["CYAML"]),
         .target(name: "SandboxPolicy", dependencies: ["CSeccomp", "YAMLSupport", "SandboxSystem"]),
         .target(name: "PolicyTools", dependencies: ["SandboxPolicy", "SandboxSystem", "YAMLSupport"]),
+        .target(name: "DockerProfileImport", dependencies: ["SandboxPolicy", "SandboxSystem", "YAMLSupport"]),
         .target(name: "ExtSandboxWire", dependencies: ["SandboxSystem"]),
         .target(name: "ExtensionCatalog", dependencies: ["YAMLSupport", "SandboxSystem", "CCrypto"]),
         .target(name: "ExtSandboxActors"),
-        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "ExtSandboxWire", "ExtensionCatalog", "ExtSandboxActors"]),
+        .target(name: "ExtSandboxFuzzing", dependencies: ["SandboxPolicy", "PolicyTools", "DockerProfileImport", "ExtSandboxWire", "ExtensionCatalog", "ExtSandboxActors"]),
         // libFuzzer's driver behind SwiftPM's renamed `main` (Sources/FuzzDriver/include/FuzzDriver.h).
         .target(name: "FuzzDriver"),
         // The entry points every fuzz executable shares: its `main` and LLVMFuzzerTestOneInput.

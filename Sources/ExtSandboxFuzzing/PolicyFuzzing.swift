@@ -1,3 +1,4 @@
+import DockerProfileImport
 import FoundationEssentials
 import PolicyTools
 import SandboxPolicy

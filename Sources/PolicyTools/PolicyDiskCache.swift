@@ -111,8 +111,13 @@ public final class PolicyDiskCache: PolicyDiskLayer {
 
     /// The entry's file name in the cache directory.
     private func entryName(file: String, searchPath: PolicySearchPath) -> String {
-        // FNV-1a of the file and the search path only names the entry; validity comes from the entry.
+        // FNV-1a of the program, the file and the search path only names the entry; validity comes
+        // from the entry. The program's name keeps apart the entries of the CLI's two binaries
+        // (`extsandbox` and `extsandbox-commands`, whose build stamps differ), each replaced by
+        // its own next build.
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in Self.programName.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        hash = (hash ^ 0x0a) &* 0x0000_0100_0000_01b3
         for byte in file.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
         for directory in searchPath.directories {
             hash = (hash ^ 0x0a) &* 0x0000_0100_0000_01b3
@@ -132,6 +137,9 @@ public final class PolicyDiskCache: PolicyDiskLayer {
         guard bytes.withUnsafeMutableBytes({ readFully(fd, into: $0) }) == bytes.count else { return nil }
         return bytes
     }
+
+    /// The running executable's file name.
+    private static let programName = FilePaths.lastComponent(SystemFiles.linkTarget("/proc/self/exe") ?? "")
 
     /// Identifies this build of extsandbox and the libseccomp it runs with: another build may
     /// parse, validate or compile differently, and libseccomp decides which syscalls exist.

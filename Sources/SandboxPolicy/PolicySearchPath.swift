@@ -44,14 +44,18 @@ public struct PolicySearchPath: Sendable, Equatable {
         return PolicySearchPath(directories: [install, systemDirectory])
     }
 
-    /// `PREFIX/share/extsandbox/policies` for an executable at `PREFIX/bin/NAME` (symbolic links
-    /// in `executablePath` resolved first).
+    /// `PREFIX/share/extsandbox/policies` for an executable at `PREFIX/bin/NAME`, or at
+    /// `PREFIX/libexec/extsandbox/NAME` (the CLI's `extsandbox-commands`), symbolic links in
+    /// `executablePath` resolved first.
     public static func installDirectory(executablePath: String) -> String {
         // Plain realpath: Foundation's URL path APIs cost a one-shot `extsandbox exec` a
         // noticeable share of its start-up.
         let exe = SystemFiles.realPath(executablePath) ?? TrustedPath.absolute(executablePath)
         let bin = FilePaths.directory(of: exe)
-        let prefix = bin == "/" ? "/" : FilePaths.directory(of: bin)
+        var prefix = bin == "/" ? "/" : FilePaths.directory(of: bin)
+        if FilePaths.lastComponent(bin) == "extsandbox", FilePaths.lastComponent(prefix) == "libexec" {
+            prefix = FilePaths.directory(of: prefix)
+        }
         return FilePaths.join(prefix, "share/extsandbox/policies")
     }
 

@@ -65,16 +65,7 @@ struct InitExecutable: Sendable {
                     step: .initExec, errorNumber: EACCES,
                     detail: "cannot use the sandbox init \(path): \(describe(error)); \(rule)")
             }
-            let mode = opened.info.st_mode
-            var problem: String?
-            if mode & S_IFMT != S_IFREG {
-                problem = "is not a regular file"
-            } else if mode & 0o111 == 0 {
-                problem = "is not executable (mode \(String(mode & 0o7777, radix: 8)))"
-            } else if mode & (S_ISUID | S_ISGID) != 0 {
-                problem = "is set-user-ID or set-group-ID (mode \(String(mode & 0o7777, radix: 8)))"
-            }
-            if let problem {
+            if let problem = TrustedPath.executableProblem(mode: opened.info.st_mode) {
                 throw SandboxError(
                     step: .initExec, errorNumber: EACCES,
                     detail: "cannot use the sandbox init \(opened.path): it \(problem)")

@@ -84,6 +84,15 @@ package enum TrustedPath {
         return Directory(fd: fd, path: walked.path, info: walked.info)
     }
 
+    /// Why a file that passed the walk cannot be exec'd as one of ours: not a regular file, not
+    /// executable, or set-user-ID or set-group-ID (`nil`: none of these).
+    package static func executableProblem(mode: mode_t) -> String? {
+        if mode & S_IFMT != S_IFREG { return "is not a regular file" }
+        if mode & 0o111 == 0 { return "is not executable (mode \(String(mode & 0o7777, radix: 8)))" }
+        if mode & (S_ISUID | S_ISGID) != 0 { return "is set-user-ID or set-group-ID (mode \(String(mode & 0o7777, radix: 8)))" }
+        return nil
+    }
+
     /// Opens `path`, which must not be a directory, `O_PATH` (and close-on-exec) after the walk's
     /// checks, for `execveat`: the fd names exactly the file that was checked. Returns it with its
     /// `stat` and the path walked (symbolic links resolved).

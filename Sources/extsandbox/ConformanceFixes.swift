@@ -1,3 +1,4 @@
+import SandboxExec
 import ExtSandbox
 
 /// What to change, for each way a check can fail (docs/wire-protocol.md has the rules).

@@ -1,20 +1,8 @@
 import ArgumentParser
 import Glibc
+import SandboxExec
 import Synchronization
 import SandboxSystem
-
-/// Where the CLI's own lines go: standard error, or, while a sandboxed program writes to a
-/// regular file that is the CLI's standard error, the program's own description of that file, so
-/// that the two share one file offset and neither overwrites the other (SandboxStreams).
-let diagnosticsDescriptor = Atomic<Int32>(2)
-
-/// Writes "extsandbox: MESSAGE" and a newline to stderr, in one write where it fits. Control
-/// characters in the message are shown escaped (its line feeds kept): messages quote manifests,
-/// bundle paths and what extensions said.
-func printError(_ message: String) {
-    let bytes = Array("extsandbox: \(TerminalText.escaped(message, keepingLineFeeds: true))\n".utf8)
-    writeAll(diagnosticsDescriptor.load(ordering: .acquiring), bytes)
-}
 
 /// The `extsandbox` command: run programs in the sandbox an extension would get.
 @main
@@ -59,15 +47,10 @@ struct ExtSandboxCommand: AsyncParsableCommand {
                 exit(withError: error)
             }
         }
-        do {
-            try ExecCommand.run(request)
-        } catch let code as ExitCode {
-            // Nothing is left to clean up (the sandbox, its cgroups and fds are gone once
-            // `run` returns), so skip the exit-time teardown of a large static binary.
-            fflush(nil)
-            _exit(code.rawValue)
-        } catch {
-            exit(withError: error)
-        }
+        let status = ExecRun.run(request)
+        // Nothing is left to clean up (the sandbox, its cgroups and fds are gone once `run`
+        // returns), so skip the exit-time teardown of a large static binary.
+        fflush(nil)
+        _exit(status)
     }
 }

@@ -1,3 +1,5 @@
+import SandboxExec
+import DockerProfileImport
 import ArgumentParser
 import FoundationEssentials
 import Glibc

@@ -1,3 +1,4 @@
+import SandboxExec
 import ArgumentParser
 import Dispatch
 import ExtSandbox

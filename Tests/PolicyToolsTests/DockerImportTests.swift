@@ -1,3 +1,4 @@
+import DockerProfileImport
 import Foundation
 import Testing
 import TestSupport

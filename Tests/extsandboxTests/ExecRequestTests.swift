@@ -1,3 +1,4 @@
+@testable import SandboxExec
 import ArgumentParser
 @testable import extsandbox
 import Testing

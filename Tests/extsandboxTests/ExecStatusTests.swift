@@ -1,3 +1,4 @@
+@testable import SandboxExec
 import Foundation
 import Glibc
 @testable import extsandbox
@@ -23,6 +24,29 @@ struct ExecStatusTests {
     static func object(_ line: String) throws -> [String: Any] {
         #expect(line.hasSuffix("}\n") && line.filter { $0 == "\n" }.count == 1, "one line: \(line)")
         return try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+    }
+
+    /// The status line is written without Foundation (the `extsandbox` binary links none): it
+    /// must read as JSONEncoder would write it, sorted keys and all.
+    struct Mirror: Encodable {
+        var end: String, status: Int32, pid: Int32?, pidInside: Int32?, exitCode: Int32?, signal: Int32?, violation: String?
+    }
+
+    @Test("the status line is what JSONEncoder writes, strings escaped", arguments: [
+        ExecStatus(.exited(code: 3), pid: 10, pidInside: 3),
+        ExecStatus(.signaled(signal: 15), pid: 11, pidInside: 2, status: 143),
+        ExecStatus(.seccompViolation(syscall: "ptrace"), pid: 12, pidInside: 3),
+        ExecStatus(.seccompViolation(syscall: "a\"b\\c/d\n\u{1}\u{7f}\u{e9}\u{1F600}"), pid: 13, pidInside: 3),
+        ExecStatus(.memoryLimitExceeded, pid: 14, pidInside: 3), ExecStatus(notStartedWith: 125),
+    ])
+    func lineMatchesJSONEncoder(_ status: ExecStatus) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let mirror = Mirror(end: status.end, status: status.status, pid: status.pid, pidInside: status.pidInside,
+                            exitCode: status.exitCode, signal: status.signal, violation: status.violation)
+        let expected = String(decoding: try encoder.encode(mirror), as: UTF8.self) + "\n"
+        #expect(status.line == expected)
+        #expect(try Self.object(status.line)["end"] as? String == status.end)
     }
 
     @Test("an exit: end, status, exit code and both pids; the sandbox never sees the descriptor")

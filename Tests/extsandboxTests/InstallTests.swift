@@ -46,7 +46,7 @@ struct InstallTests {
         try #require(install.status == 0, "install failed: \(install.stdout)\n\(install.stderr)")
         let installed = Set(Self.tree(prefix))
         for path in [
-            "bin/extsandbox", "libexec/extsandbox/xsb-init",
+            "bin/extsandbox", "libexec/extsandbox/extsandbox-commands", "libexec/extsandbox/xsb-init",
             "share/extsandbox/policies/standard.yaml", "share/extsandbox/policies/restricted.yaml",
             "share/extsandbox/policies/hardened.yaml",
             "share/man/man1/extsandbox.1", "share/man/man1/extsandbox-exec.1", "share/man/man1/extsandbox-policy.1",
@@ -86,6 +86,25 @@ struct InstallTests {
         try FileManager.default.moveItem(atPath: initPath + ".away", toPath: initPath)
         #expect(withoutInit.status == 125, "\(withoutInit.stderr)")
         #expect(withoutInit.stderr.contains("looked for \(prefix)/bin/xsb-init (missing), \(initPath) (missing)"), "\(withoutInit.stderr)")
+
+        // `exec` runs in `extsandbox` itself; every other command is extsandbox-commands', which it
+        // finds in PREFIX/libexec/extsandbox only (not the build tree's): without it there, those
+        // fail and name where it was looked for, and `exec` still runs.
+        let commandsPath = prefix + "/libexec/extsandbox/extsandbox-commands"
+        try FileManager.default.moveItem(atPath: commandsPath, toPath: commandsPath + ".away")
+        let listWithout = try await Self.runFromRoot([cli, "policy", "list"])
+        let execWithout = try await Self.runFromRoot([cli, "exec", "--", "/bin/true"])
+        try FileManager.default.moveItem(atPath: commandsPath + ".away", toPath: commandsPath)
+        #expect(listWithout.status == 1, "\(listWithout.stdout) \(listWithout.stderr)")
+        #expect(listWithout.stderr.contains("extsandbox-commands was not found (looked for \(prefix)/bin/extsandbox-commands and \(commandsPath))"),
+                "\(listWithout.stderr)")
+        #expect(execWithout.status == 0, "\(execWithout.stderr)")
+        // One others could have written is never run.
+        chmod(commandsPath, 0o775)
+        let listUntrusted = try await Self.runFromRoot([cli, "policy", "list"])
+        chmod(commandsPath, 0o755)
+        #expect(listUntrusted.status == 1 && listUntrusted.stderr.contains("cannot use \(commandsPath)")
+                && listUntrusted.stderr.contains("writable by its group"), "\(listUntrusted.stderr)")
 
         let version = try await Self.runFromRoot([cli, "--version"])
         #expect(version.status == 0)
@@ -127,7 +146,7 @@ struct InstallTests {
         let deb = build.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(deb.hasPrefix(output + "/extsandbox_0.1.0_") && deb.hasSuffix(".deb"), "\(deb)")
         let contents = try await Fixtures.run(["/usr/bin/dpkg-deb", "--contents", deb])
-        for path in ["./usr/bin/extsandbox", "./usr/libexec/extsandbox/xsb-init", "./usr/share/extsandbox/policies/standard.yaml", "./usr/share/man/man1/extsandbox.1.gz",
+        for path in ["./usr/bin/extsandbox", "./usr/libexec/extsandbox/extsandbox-commands", "./usr/libexec/extsandbox/xsb-init", "./usr/share/extsandbox/policies/standard.yaml", "./usr/share/man/man1/extsandbox.1.gz",
                      "./usr/share/bash-completion/completions/extsandbox", "./usr/share/zsh/vendor-completions/_extsandbox"] {
             #expect(contents.stdout.contains(" \(path)\n"), "\(path) not in the package: \(contents.stdout)")
         }

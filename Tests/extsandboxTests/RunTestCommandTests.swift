@@ -1,3 +1,4 @@
+@testable import SandboxExec
 import ExtensionCatalog
 import Foundation
 import Glibc

@@ -1,3 +1,4 @@
+@testable import SandboxExec
 import Foundation
 import SandboxPolicy
 @testable import extsandbox

@@ -1,3 +1,4 @@
+@testable import SandboxExec
 import Foundation
 import Glibc
 import Testing

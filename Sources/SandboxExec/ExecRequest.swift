@@ -1,27 +1,37 @@
 import Glibc
 
 /// What `extsandbox exec` was asked to do, however its arguments were parsed.
-struct ExecRequest: Equatable {
-    var policy = "standard"
-    var readOnlyBinds: [String] = []
-    var writableBinds: [String] = []
-    var environment: [String] = []
+package struct ExecRequest: Equatable {
+    package var policy = "standard"
+    package var readOnlyBinds: [String] = []
+    package var writableBinds: [String] = []
+    package var environment: [String] = []
     /// `--chdir`; `nil`: the caller's directory if visible inside, else `/` (``StartingDirectory``).
-    var workingDirectory: String?
-    var audit = false
+    package var workingDirectory: String?
+    package var audit = false
     /// Print the sandbox's lifecycle on stderr (launch with policy and pids, how it ended).
-    var verbose = false
+    package var verbose = false
     /// `--json-status-fd`: where to write how the program ended (``ExecStatus``).
-    var statusDescriptor: Int32?
+    package var statusDescriptor: Int32?
     /// The program and its arguments (never empty).
-    var words: [String] = []
+    package var words: [String] = []
+
+    package init(
+        policy: String = "standard", readOnlyBinds: [String] = [], writableBinds: [String] = [], environment: [String] = [],
+        workingDirectory: String? = nil, audit: Bool = false, verbose: Bool = false, statusDescriptor: Int32? = nil,
+        words: [String] = []
+    ) {
+        (self.policy, self.readOnlyBinds, self.writableBinds, self.environment) = (policy, readOnlyBinds, writableBinds, environment)
+        (self.workingDirectory, self.audit, self.verbose, self.statusDescriptor, self.words) =
+            (workingDirectory, audit, verbose, statusDescriptor, words)
+    }
 
     /// The common shapes of `exec` (long options, `--opt value` or `--opt=value`, then the
     /// program), parsed without ArgumentParser, whose reflection costs a cold process about
     /// 1.5 ms of a command that should take a few. Anything else returns `nil` and goes to
     /// ArgumentParser, which owns help, usage errors and their messages; a test checks that both
     /// parse every accepted shape the same way.
-    static func quickParse(_ arguments: ArraySlice<String>) -> ExecRequest? {
+    package static func quickParse(_ arguments: ArraySlice<String>) -> ExecRequest? {
         var request = ExecRequest()
         var seen: Set<String> = []
         var index = arguments.startIndex
@@ -76,7 +86,7 @@ struct ExecRequest: Equatable {
     }
 
     /// Why the request cannot run, in the words of a usage error.
-    var validationError: String? {
+    package var validationError: String? {
         if words.isEmpty { return "Missing the program to run." }
         for item in environment where !item.contains("=") || item.hasPrefix("=") {
             return "--env expects key=value, got '\(item)'."
