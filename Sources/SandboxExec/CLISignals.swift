@@ -3,9 +3,9 @@ import SandboxRuntime
 import SandboxSystem
 import Synchronization
 
-// The CLI's own signal handlers, all of them: what `exec` forwards to the program, what ends
-// `run` and `test`, and what keeps the caller's terminal sane while a pseudo-terminal relays.
-// How a sandbox itself is signalled is SandboxRuntime's SandboxSignals.
+// `exec`'s signal handlers: what it forwards to the program, and what keeps the caller's terminal
+// sane while a pseudo-terminal relays (`run` and `test` also use the latter; what ends them is
+// the CLI's StopSignals). How a sandbox itself is signalled is SandboxRuntime's SandboxSignals.
 
 /// `exec`'s forwarding: ``SandboxSignals/forwardedToProgram`` go to the sandbox's program (its
 /// process group): it lives in its own session, so the terminal's Ctrl-C reaches only us.

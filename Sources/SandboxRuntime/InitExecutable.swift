@@ -63,7 +63,7 @@ struct InitExecutable: Sendable {
             } catch {
                 throw SandboxError(
                     step: .initExec, errorNumber: EACCES,
-                    detail: "cannot use the sandbox init \(path): \(describe(error)); \(rule)")
+                    detail: "cannot use the sandbox init \(path): \(error.withoutRule); \(rule)")
             }
             if let problem = TrustedPath.executableProblem(mode: opened.info.st_mode) {
                 throw SandboxError(
@@ -77,15 +77,6 @@ struct InitExecutable: Sendable {
             detail: "the sandbox init (\(name)) was not found; looked for \(tried.joined(separator: ", ")). "
                 + "Build it with the package (`swift build --product \(name)`: it must sit next to the executable), "
                 + "install extsandbox (scripts/install puts it in PREFIX/\(installSubdirectory)), or set \(variable) to its path")
-    }
-
-    /// Why a walk refused a path, without the policy-specific rule.
-    private static func describe(_ failure: TrustedPath.Failure) -> String {
-        switch failure {
-        case .missing(let path): return "\(path) does not exist"
-        case .untrusted(let path, let reason): return "\(path) \(reason)"
-        case .failed(let path, let what, let errno): return "cannot \(what) \(path): \(errno)"
-        }
     }
 
     static let rule =

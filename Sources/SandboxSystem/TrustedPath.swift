@@ -41,6 +41,14 @@ package enum TrustedPath {
                 return "cannot \(what) \(path): \(errno)"
             }
         }
+
+        /// The same without the policies' rule, for a file other than a policy (which names its own).
+        package var withoutRule: String {
+            switch self {
+            case .untrusted(let path, let reason): return "\(path) \(reason)"
+            default: return description
+            }
+        }
     }
 
     /// The rule, for error messages.

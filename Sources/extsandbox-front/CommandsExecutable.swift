@@ -31,8 +31,13 @@ enum CommandsExecutable {
     /// to exit after saying why it could not (125 for `exec`, as when its sandbox cannot be set
     /// up; 1 for any other command).
     static func become(arguments: [String]) -> Never {
+        // Only the kernel's word for where this executable is: a relative argv[0] would make the
+        // candidates relative to the current directory.
+        guard let executable = SystemFiles.linkTarget("/proc/self/exe") else {
+            fail("cannot find \(name): /proc/self/exe cannot be read (is /proc mounted?)", arguments)
+        }
         var tried: [String] = []
-        for path in candidates(executablePath: SystemFiles.linkTarget("/proc/self/exe") ?? arguments[0]) {
+        for path in candidates(executablePath: executable) {
             let opened: (fd: FileDescriptor, info: stat, path: String)
             do {
                 opened = try TrustedPath.openFile(path)
@@ -40,7 +45,7 @@ enum CommandsExecutable {
                 tried.append(path)
                 continue
             } catch {
-                fail("cannot use \(path): \(error.description)", arguments)
+                fail("cannot use \(path): \(error.withoutRule); \(rule)", arguments)
             }
             if let problem = TrustedPath.executableProblem(mode: opened.info.st_mode) {
                 fail("cannot use \(opened.path): it \(problem)", arguments)
@@ -52,6 +57,8 @@ enum CommandsExecutable {
         fail("\(name) was not found (looked for \(tried.joined(separator: " and "))); "
              + "scripts/install puts it in PREFIX/\(installSubdirectory), the build next to extsandbox", arguments)
     }
+
+    static let rule = "\(name) and every directory above it must be owned by root or by you and not writable by group or others"
 
     private static func fail(_ message: String, _ arguments: [String]) -> Never {
         printError(message)

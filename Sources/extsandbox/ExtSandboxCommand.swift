@@ -1,4 +1,5 @@
 import ArgumentParser
+import CSandboxSystem
 import Glibc
 import SandboxExec
 import Synchronization
@@ -28,6 +29,9 @@ struct ExtSandboxCommand: AsyncParsableCommand {
     /// concurrency pool, which its own timers need), so its other shapes are parsed here,
     /// synchronously, rather than by the asynchronous `main`.
     static func main() async {
+        // exec'd by descriptor (`extsandbox` runs every command but `exec` so), a process is
+        // named after the descriptor's number on some kernels: name it as users know it.
+        _ = xsb_name_this_thread("extsandbox")
         let arguments = CommandLine.arguments.dropFirst()
         guard arguments.first == "exec" else {
             await main(nil)

@@ -196,7 +196,7 @@ struct MonitorTests {
         // Approved again, then its executable replaced: refused again.
         #expect(try await world.cli(["approve", "org.example.echo"]).status == 0)
         try FileManager.default.removeItem(atPath: path + "/bin/run")
-        try FileManager.default.copyItem(atPath: "/bin/true", toPath: path + "/bin/run")
+        try Fixtures.writeFile(path + "/bin/run", Array(try #require(FileManager.default.contents(atPath: "/bin/true"))), mode: 0o755)
         await #expect {
             _ = try await AppExtensionProcess(configuration: .init(identity: identity))
         } throws: { error in

@@ -65,6 +65,13 @@ struct SearchPathTests {
         let linked = PolicySearchPath.default(executablePath: elsewhere.appendingPathComponent("xsb").path, environment: [:])
         #expect(linked.directories == [share, "/etc/extsandbox/policies"])
 
+        // The CLI's commands in PREFIX/libexec/extsandbox: the same prefix. Another libexec
+        // directory is not taken for it.
+        #expect(PolicySearchPath.installDirectory(executablePath: "/opt/x/libexec/extsandbox/extsandbox-commands")
+                == "/opt/x/share/extsandbox/policies")
+        #expect(PolicySearchPath.installDirectory(executablePath: "/opt/x/libexec/other/tool") == "/opt/x/libexec/share/extsandbox/policies")
+        #expect(PolicySearchPath.installDirectory(executablePath: "/opt/x/lib/extsandbox/tool") == "/opt/x/lib/share/extsandbox/policies")
+
         // From the build tree: no ancestor walk up to the checkout's Policies.
         let build = PolicySearchPath.default(executablePath: packageRoot.appendingPathComponent(".build/debug/extsandbox").path, environment: [:])
         #expect(!build.directories.contains(packageRoot.appendingPathComponent("Policies").path), "\(build.directories)")

@@ -69,8 +69,9 @@ struct SandboxInitTests {
         let directory = try TestPaths.makePolicyDirectory("init").path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let copy = directory + "/xsb-init"
-        try FileManager.default.copyItem(atPath: Self.initPath, toPath: copy)
-        chmod(copy, 0o775)
+        // Written through a close-on-exec descriptor: a copy's write descriptor inherited by a
+        // process another test starts meanwhile would make its exec fail (ETXTBSY).
+        try Fixtures.writeFile(copy, Array(try #require(FileManager.default.contents(atPath: Self.initPath))), mode: 0o775)
         var environment = TestPaths.environmentWithPolicies()
         environment["EXTSANDBOX_INIT"] = copy
         let refused = try await Fixtures.run([Fixtures.cli, "exec", "--", "/bin/true"], environment: environment)

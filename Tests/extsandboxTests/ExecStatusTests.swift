@@ -36,7 +36,7 @@ struct ExecStatusTests {
         ExecStatus(.exited(code: 3), pid: 10, pidInside: 3),
         ExecStatus(.signaled(signal: 15), pid: 11, pidInside: 2, status: 143),
         ExecStatus(.seccompViolation(syscall: "ptrace"), pid: 12, pidInside: 3),
-        ExecStatus(.seccompViolation(syscall: "a\"b\\c/d\n\u{1}\u{7f}\u{e9}\u{1F600}"), pid: 13, pidInside: 3),
+        ExecStatus(.seccompViolation(syscall: "a\"b\\c/d\n\u{1}\u{7f}\u{e9}\u{1F600}\u{8}\u{c}\t\r\u{1b}\u{2028}\u{2029}"), pid: 13, pidInside: 3),
         ExecStatus(.memoryLimitExceeded, pid: 14, pidInside: 3), ExecStatus(notStartedWith: 125),
     ])
     func lineMatchesJSONEncoder(_ status: ExecStatus) throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SandboxExec
 import SandboxRuntime
 import Testing
 import TestSupport
@@ -53,10 +54,12 @@ struct ExecThreadsTests {
         try await Self.expectMainThreadRunForwarding(number, arguments: ["--policy", Fixtures.policyPath(for: .root)])
     }
 
-    /// `--policy=PATH` is a shape the quick parser leaves to ArgumentParser: it runs on the main
-    /// thread all the same.
+    /// `--policy` given twice is a shape the quick parser leaves to ArgumentParser (in
+    /// extsandbox-commands, which `extsandbox` execs for it): it runs on the main thread all the same.
     @Test("an exec that ArgumentParser parses runs on the main thread too: no Dispatch thread while the program runs")
     func parsedByArgumentParserRunsOnTheMainThread() async throws {
-        try await Self.expectMainThreadRunForwarding(SIGTERM, arguments: ["--policy=\(Fixtures.policyPath(for: .root))"])
+        let policy = Fixtures.policyPath(for: .root)
+        #expect(ExecRequest.quickParse(["--policy", policy, "--policy", policy, "--", "/bin/true"]) == nil)
+        try await Self.expectMainThreadRunForwarding(SIGTERM, arguments: ["--policy", policy, "--policy", policy])
     }
 }

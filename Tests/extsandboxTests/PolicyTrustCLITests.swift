@@ -30,7 +30,7 @@ struct PolicyTrustCLITests {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let copy = dir + "/" + executable
         try FileManager.default.createDirectory(atPath: (copy as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try FileManager.default.copyItem(atPath: Fixtures.cli, toPath: copy)
+        try Fixtures.writeFile(copy, Array(try #require(FileManager.default.contents(atPath: Fixtures.cli))), mode: 0o755)
         // What any local user could write next to (or above) the copy: a `standard` that sets
         // PLANTED=yes in the sandbox's environment.
         try FileManager.default.createDirectory(atPath: dir + "/" + policies, withIntermediateDirectories: true)
