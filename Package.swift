@@ -189,7 +189,7 @@ let package = Package(
         .target(name: "CFuseSupport", path: "Tests/CFuseSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: [
             "ExtSandbox", "ExtSandboxWire", "ExtensionCatalog", "SandboxRuntime", "TestSupport", "xsb-init", "extsandbox", "extsandbox-front",
-            "TextFilterContract", "TextTransformContract",
+            "TextFilterContract", "TextTransformContract", "CFuseSupport",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
         .testTarget(
