@@ -184,9 +184,12 @@ let package = Package(
         // One finder for the package's paths (build products, fixtures, Policies, the CLI) and the
         // fixtures every test target shares (running executables as root or nobody, extension worlds).
         .target(name: "TestSupport", dependencies: ["ExtensionCatalog", "SandboxPolicy"], path: "Tests/TestSupport"),
+        // A FUSE file system that answers its INIT and nothing else, without libfuse: a lookup
+        // under it waits, as on a hung mount (DirectoryWatcherTests).
+        .target(name: "CFuseSupport", path: "Tests/CFuseSupport"),
         .testTarget(name: "ExtSandboxTests", dependencies: [
             "ExtSandbox", "ExtSandboxWire", "ExtensionCatalog", "SandboxRuntime", "TestSupport", "xsb-init", "extsandbox", "extsandbox-front",
-            "TextFilterContract", "TextTransformContract",
+            "TextFilterContract", "TextTransformContract", "CFuseSupport",
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
         .testTarget(

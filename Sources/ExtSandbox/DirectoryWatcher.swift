@@ -31,9 +31,10 @@ final class DirectoryWatcher: Sendable {
         /// Keyed by the path's bytes, as the kernel names directories: as strings, two spellings
         /// of one character (a precomposed "é", "e" with a combining accent) would share an entry.
         var byPath: [[UInt8]: Int32] = [:]
-        /// The monitor's registration, from ``start(onEvents:)`` until ``close()``.
-        var token: UInt64?
-        var closed = false
+        /// The watches the kernel dropped (IN_IGNORED) while an ``DirectoryWatcher/add(_:)`` was
+        /// between its `inotify_add_watch` and its entry (nil: none was): the watch it got may be
+        /// gone already, and must then not be entered.
+        var ignoredDuringAdd: Set<Int32>?
 
         /// Drops `path` (by bytes) from the names watched through `wd`. Returns true when none is
         /// left: the watch itself is then no one's.
@@ -45,17 +46,37 @@ final class DirectoryWatcher: Sendable {
         }
     }
 
-    /// The table of watches, shared with the epoll thread's handler.
+    /// The table of watches, shared with the epoll thread's handler. Its lock is held for table
+    /// work only, never across a system call: the epoll thread, which every sandbox's end also
+    /// waits for, takes it for each event, and a path lookup may block for good (a hung mount).
     private final class Table: Sendable {
         let watches = Mutex(Watches())
     }
 
+    /// What ``add(_:)`` made of the watch the kernel gave it.
+    private enum Entry {
+        case failed(Int32)
+        /// Entered; the watch the path had before, when that is now no one's, to remove.
+        case entered(replacing: Int32?)
+    }
+
+    /// Whether the fd is still this watcher's, and the monitor's registration.
+    private struct Lifetime {
+        /// The monitor's registration, from ``start(onEvents:)`` until ``close()``.
+        var token: UInt64?
+        var closed = false
+    }
+
     /// The inotify instance, borrowed by the monitor while watched. Its number is only passed to
-    /// a system call under the table's lock while `closed` is false: ``close()`` sets `closed`
-    /// under that lock before it closes the number, which may then be any file's.
+    /// a system call under `lifetime`'s lock while `closed` is false: ``close()`` sets `closed`
+    /// under that lock before it closes the number, which may then be any file's. (The epoll
+    /// thread reads it without that lock: the monitor's `remove` waits for that read to end.)
     /// (Not private: the tests reopen its number after a close.)
     let fd: FileDescriptor
     private let table = Table()
+    /// Held by ``add(_:)``, ``prune(keeping:)`` and ``close()`` around their system calls, which
+    /// it also keeps one at a time; never taken on the epoll thread.
+    private let lifetime = Mutex(Lifetime())
 
     /// An inotify instance that watches nothing yet and is not read: ``start(onEvents:)``
     /// starts reading it. Throws the failed `inotify_init1` (step `control`, its `errno`).
@@ -73,10 +94,10 @@ final class DirectoryWatcher: Sendable {
     func start(onEvents: @escaping @Sendable ([Event]) -> Void) throws(SandboxError) {
         let fd = self.fd, table = self.table
         // Under the lock, so that a `close` meanwhile either comes first or finds the token.
-        try table.watches.withLock { (watches: inout Watches) throws(SandboxError) in
-            guard !watches.closed, watches.token == nil else { return }
+        try lifetime.withLock { (lifetime: inout Lifetime) throws(SandboxError) in
+            guard !lifetime.closed, lifetime.token == nil else { return }
             do throws(EventMonitor.Failure) {
-                watches.token = try Supervisor.shared.monitor.add(fd: fd, events: EventMonitor.readable) { _ in
+                lifetime.token = try Supervisor.shared.monitor.add(fd: fd, events: EventMonitor.readable) { _ in
                     onEvents(Self.drain(fd: fd.rawValue, table: table))
                 }
             } catch {
@@ -88,22 +109,37 @@ final class DirectoryWatcher: Sendable {
     deinit { close() }
 
     /// Watches `directory`, or its nearest existing ancestor while it does not exist.
-    /// Does nothing once closed.
+    /// Does nothing once closed. May block as long as the path's lookup does (a hung mount);
+    /// the events of the other directories are read meanwhile.
     func add(_ directory: String) {
-        let fd = self.fd
+        let fd = self.fd, table = self.table
         var path = directory
         while !path.isEmpty {
-            let failure = table.watches.withLock { watches -> Int32? in
-                guard !watches.closed else { return nil }
+            let failure = lifetime.withLock { lifetime -> Int32? in
+                guard !lifetime.closed else { return nil }
+                table.watches.withLock { $0.ignoredDuringAdd = [] }
                 let wd = inotify_add_watch(fd.rawValue, path, Self.mask)
-                guard wd >= 0 else { return errno }
-                let key = Array(path.utf8)
-                if let old = watches.byPath[key], old != wd, watches.forget(path, from: old) { inotify_rm_watch(fd.rawValue, old) }
-                if !(watches.byDescriptor[wd] ?? []).contains(where: { FilePaths.isSame($0, path) }) {
-                    watches.byDescriptor[wd, default: []].append(path)
+                let failure = wd < 0 ? errno : 0
+                let entry = table.watches.withLock { watches -> Entry in
+                    defer { watches.ignoredDuringAdd = nil }
+                    guard wd >= 0 else { return .failed(failure) }
+                    // Dropped already (the directory went meanwhile): as if it was not there.
+                    if watches.ignoredDuringAdd?.contains(wd) == true { return .failed(ENOENT) }
+                    let key = Array(path.utf8)
+                    var replaced: Int32?
+                    if let old = watches.byPath[key], old != wd, watches.forget(path, from: old) { replaced = old }
+                    if !(watches.byDescriptor[wd] ?? []).contains(where: { FilePaths.isSame($0, path) }) {
+                        watches.byDescriptor[wd, default: []].append(path)
+                    }
+                    watches.byPath[key] = wd
+                    return .entered(replacing: replaced)
                 }
-                watches.byPath[key] = wd
-                return nil
+                switch entry {
+                case .failed(let failure): return failure
+                case .entered(let replaced):
+                    if let replaced { inotify_rm_watch(fd.rawValue, replaced) }
+                    return nil
+                }
             }
             guard let failure, failure == ENOENT || failure == ENOTDIR, !FilePaths.isSame(path, "/") else { return }
             path = FilePaths.directory(of: path)
@@ -113,24 +149,30 @@ final class DirectoryWatcher: Sendable {
     /// Stops watching what is not in `paths` (nor an ancestor standing in for one of them),
     /// matched by bytes. Does nothing once closed.
     func prune(keeping paths: some Sequence<String>) {
-        let fd = self.fd
-        table.watches.withLock { watches in
-            guard !watches.closed else { return }
-            var keep: Set<[UInt8]> = []
-            for path in paths {
-                keep.insert(Array(path.utf8))
-                var ancestor = path
-                while SystemFiles.kind(of: ancestor) == nil && !FilePaths.isSame(ancestor, "/") && !ancestor.isEmpty {
-                    ancestor = FilePaths.directory(of: ancestor)
-                    keep.insert(Array(ancestor.utf8))
+        // The ancestors standing in are found before any lock: a stat may block (a hung mount).
+        var keep: Set<[UInt8]> = []
+        for path in paths {
+            keep.insert(Array(path.utf8))
+            var ancestor = path
+            while SystemFiles.kind(of: ancestor) == nil && !FilePaths.isSame(ancestor, "/") && !ancestor.isEmpty {
+                ancestor = FilePaths.directory(of: ancestor)
+                keep.insert(Array(ancestor.utf8))
+            }
+        }
+        let fd = self.fd, table = self.table
+        lifetime.withLock { lifetime in
+            guard !lifetime.closed else { return }
+            let unwatched = table.watches.withLock { watches -> [Int32] in
+                var unwatched: [Int32] = []
+                let stale = watches.byPath.filter { !keep.contains($0.key) }
+                for (key, wd) in stale {
+                    watches.byPath[key] = nil
+                    // The watch goes with the last name watched through it.
+                    if watches.forget(String(decoding: key, as: UTF8.self), from: wd) { unwatched.append(wd) }
                 }
+                return unwatched
             }
-            let stale = watches.byPath.filter { !keep.contains($0.key) }
-            for (key, wd) in stale {
-                watches.byPath[key] = nil
-                // The watch goes with the last name watched through it.
-                if watches.forget(String(decoding: key, as: UTF8.self), from: wd) { inotify_rm_watch(fd.rawValue, wd) }
-            }
+            for wd in unwatched { inotify_rm_watch(fd.rawValue, wd) }
         }
     }
 
@@ -140,13 +182,16 @@ final class DirectoryWatcher: Sendable {
         return keys.map { String(decoding: $0, as: UTF8.self) }
     }
 
+    /// Stops watching and closes the fd. Waits for an ``add(_:)`` or ``prune(keeping:)`` in
+    /// progress, however long its path lookup takes: it runs on the owner's thread, never the
+    /// epoll thread's.
     func close() {
-        let (wasOpen, token) = table.watches.withLock { watches -> (Bool, UInt64?) in
-            defer { watches.closed = true; watches.token = nil }
-            return (!watches.closed, watches.token)
+        let (wasOpen, token) = lifetime.withLock { lifetime -> (Bool, UInt64?) in
+            defer { lifetime.closed = true; lifetime.token = nil }
+            return (!lifetime.closed, lifetime.token)
         }
         guard wasOpen else { return }
-        // Off the lock: `remove` waits for a running handler, which takes it.
+        // `remove` waits for a running handler: after it, nothing reads the number.
         if let token { Supervisor.shared.monitor.remove(fd: fd, token: token) }
         fd.close()
     }
@@ -168,6 +213,7 @@ final class DirectoryWatcher: Sendable {
                     let nameBytes = raw[(offset + header)..<min(count, offset + header + length)].prefix { $0 != 0 }
                     let name = String(decoding: nameBytes, as: UTF8.self)
                     let directories = table.watches.withLock { watches -> [String] in
+                        if mask & UInt32(IN_IGNORED) != 0 { watches.ignoredDuringAdd?.insert(wd) }
                         guard let paths = watches.byDescriptor[wd] else { return [""] }
                         if mask & UInt32(IN_IGNORED) != 0 {
                             watches.byDescriptor[wd] = nil

@@ -1,3 +1,5 @@
+import CFuseSupport
+import Dispatch
 import Glibc
 import Synchronization
 import Testing
@@ -170,5 +172,67 @@ struct DirectoryWatcherSpellingTests {
     /// The events the watcher delivered (on the epoll thread).
     final class Received: Sendable {
         let events = Mutex<[DirectoryWatcher.Event]>([])
+    }
+}
+
+/// The epoll thread that reads the watcher's events reads every sandbox's end too, for the whole
+/// host: a directory on a hung mount (FUSE, NFS) may block its `add` for good, and must hold up
+/// nothing there.
+@Suite("directory watcher: a hung mount")
+struct DirectoryWatcherHungMountTests {
+    /// Before: `add` held the table's lock across `inotify_add_watch`, and the epoll thread took
+    /// that lock for each event, so it waited for the hung lookup with every other event behind it.
+    @Test("an add blocked on a hung mount holds up no other directory's events")
+    func blockedAddLeavesEventsFlowing() throws {
+        let watched = try DirectoryWatcherTests.makeDirectory()
+        let mountPoint = try DirectoryWatcherTests.makeDirectory()
+        defer {
+            DirectoryWatcherTests.remove(watched)
+            rmdir(mountPoint)
+        }
+        let (watcher, received) = try DirectoryWatcherSpellingTests.startedWatcher()
+        defer { watcher.close() }
+        watcher.add(watched)
+
+        var step: UnsafePointer<CChar>?
+        let fuse = xsb_fuse_hang_mount(mountPoint, &step)
+        if fuse < 0 {
+            let reason = "skipped: the kernel refused a FUSE mount here (\(step.map { String(cString: $0) } ?? "?"): \(String(cString: strerror(-fuse))))"
+            print("DirectoryWatcherHungMountTests: \(reason)")
+            try Test.cancel(Comment(rawValue: reason))
+        }
+        // Whatever fails below: the connection is aborted, so the blocked add returns and nothing
+        // stays mounted.
+        var aborted = false
+        let returned = DispatchSemaphore(value: 0)
+        defer {
+            if !aborted {
+                xsb_fuse_hang_abort(mountPoint, fuse)
+                _ = returned.wait(timeout: .now() + 10)
+            }
+        }
+
+        DispatchQueue.global().async {
+            watcher.add(mountPoint + "/sub")
+            returned.signal()
+        }
+        // The file system has the lookup: the add is blocked in it.
+        try #require(xsb_fuse_hang_wait_request(fuse, 5000) == 1, "the add made no request of the hung file system")
+
+        let created = open(watched + "/new", O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+        #expect(created >= 0)
+        close(created)
+        var event: DirectoryWatcher.Event?
+        for _ in 0..<1000 where event == nil {
+            event = received.events.withLock { events in events.first { $0.name == "new" } }
+            if event == nil { usleep(5000) }
+        }
+        #expect(event?.directory == watched, "no event within 5 s for the file made in a watched directory while an add was blocked")
+
+        xsb_fuse_hang_abort(mountPoint, fuse)
+        aborted = true
+        #expect(returned.wait(timeout: .now() + 10) == .success, "the add still blocked after the connection was aborted")
+        // The aborted lookup failed, not as a missing directory: nothing else is watched.
+        #expect(watcher.watchedDirectories == [watched])
     }
 }
