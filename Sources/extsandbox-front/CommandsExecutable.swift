@@ -27,7 +27,7 @@ enum CommandsExecutable {
         return [FilePaths.join(directory, name), FilePaths.join(FilePaths.join(prefix, installSubdirectory), name)]
     }
 
-    /// Replaces this process with the commands' executable, `arguments` unchanged; returns only
+    /// Replaces this process with the commands' executable, its arguments unchanged; returns only
     /// to exit after saying why it could not (125 for `exec`, as when its sandbox cannot be set
     /// up; 1 for any other command).
     static func become(arguments: [String]) -> Never {
@@ -50,8 +50,9 @@ enum CommandsExecutable {
             if let problem = TrustedPath.executableProblem(mode: opened.info.st_mode) {
                 fail("cannot use \(opened.path): it \(problem)", arguments)
             }
-            let argv = arguments.map { strdup($0) } + [nil]
-            fexecve(opened.fd.rawValue, argv, environ)
+            // The arguments as the kernel gave them: `CommandLine.arguments` would have replaced
+            // bytes that are not UTF-8.
+            fexecve(opened.fd.rawValue, CommandLine.unsafeArgv, environ)
             fail("cannot run \(opened.path): \(Errno(errno))", arguments)
         }
         fail("\(name) was not found (looked for \(tried.joined(separator: " and "))); "
