@@ -38,6 +38,15 @@ package enum ExecRun {
         }
     }
 
+    /// Runs the request (``run(_:)``) and exits with its status. Nothing is left to clean up then
+    /// (the sandbox, its cgroups and fds are gone once `run` returns), so the exit skips the
+    /// process's exit-time teardown.
+    package static func runAndExit(_ request: ExecRequest) -> Never {
+        let status = run(request)
+        fflush(nil)
+        _exit(status)
+    }
+
     /// Runs the program to its end: its exit status; throws ``ExecExit`` when it could not run.
     private static func runProgram(_ request: ExecRequest) throws(ExecExit) -> Int32 {
         let words = request.words

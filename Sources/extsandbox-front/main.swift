@@ -7,10 +7,6 @@ import SandboxExec
 // process becomes, with the same arguments (CommandsExecutable.swift).
 let arguments = CommandLine.arguments.dropFirst()
 if arguments.first == "exec", let request = ExecRequest.quickParse(arguments.dropFirst()) {
-    let status = ExecRun.run(request)
-    // Nothing is left to clean up (the sandbox, its cgroups and fds are gone once `run`
-    // returns), so skip the exit-time teardown.
-    fflush(nil)
-    _exit(status)
+    ExecRun.runAndExit(request)
 }
 CommandsExecutable.become(arguments: CommandLine.arguments)

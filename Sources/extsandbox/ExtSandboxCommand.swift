@@ -51,10 +51,6 @@ struct ExtSandboxCommand: AsyncParsableCommand {
                 exit(withError: error)
             }
         }
-        let status = ExecRun.run(request)
-        // Nothing is left to clean up (the sandbox, its cgroups and fds are gone once `run`
-        // returns), so skip the exit-time teardown of a large static binary.
-        fflush(nil)
-        _exit(status)
+        ExecRun.runAndExit(request)
     }
 }
