@@ -110,15 +110,7 @@ struct DirectoryWatcherSpellingTests {
         #expect(watcher.watchedDirectories.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
             == [Array(composed.utf8), Array(decomposed.utf8)].sorted { $0.lexicographicallyPrecedes($1) })
 
-        let created = open(composed + "/new", O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
-        #expect(created >= 0)
-        close(created)
-        var event: DirectoryWatcher.Event?
-        for _ in 0..<1000 where event == nil {
-            event = received.events.withLock { events in events.first { $0.name == "new" } }
-            if event == nil { usleep(5000) }
-        }
-        let seen = try #require(event, "no event for the file made in the first directory")
+        let seen = try #require(received.afterCreating("new", in: composed), "no event for the file made in the first directory")
         #expect(Array(seen.directory.utf8) == Array(composed.utf8), "the event came from \(Array(seen.directory.utf8))")
 
         watcher.prune(keeping: [decomposed])
@@ -172,6 +164,19 @@ struct DirectoryWatcherSpellingTests {
     /// The events the watcher delivered (on the epoll thread).
     final class Received: Sendable {
         let events = Mutex<[DirectoryWatcher.Event]>([])
+
+        /// Creates the file `name` in `directory`, then waits up to 5 s for the first event
+        /// named `name`.
+        func afterCreating(_ name: String, in directory: String) -> DirectoryWatcher.Event? {
+            let created = open(directory + "/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+            #expect(created >= 0)
+            close(created)
+            for _ in 0..<1000 {
+                if let event = events.withLock({ events in events.first { $0.name == name } }) { return event }
+                usleep(5000)
+            }
+            return nil
+        }
     }
 }
 
@@ -219,14 +224,7 @@ struct DirectoryWatcherHungMountTests {
         // The file system has the lookup: the add is blocked in it.
         try #require(xsb_fuse_hang_wait_request(fuse, 5000) == 1, "the add made no request of the hung file system")
 
-        let created = open(watched + "/new", O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
-        #expect(created >= 0)
-        close(created)
-        var event: DirectoryWatcher.Event?
-        for _ in 0..<1000 where event == nil {
-            event = received.events.withLock { events in events.first { $0.name == "new" } }
-            if event == nil { usleep(5000) }
-        }
+        let event = received.afterCreating("new", in: watched)
         #expect(event?.directory == watched, "no event within 5 s for the file made in a watched directory while an add was blocked")
 
         xsb_fuse_hang_abort(mountPoint, fuse)
