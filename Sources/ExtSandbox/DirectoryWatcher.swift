@@ -183,8 +183,9 @@ final class DirectoryWatcher: Sendable {
     }
 
     /// Stops watching and closes the fd. Waits for an ``add(_:)`` or ``prune(keeping:)`` in
-    /// progress, however long its path lookup takes: it runs on the owner's thread, never the
-    /// epoll thread's.
+    /// progress, however long its path lookup takes. It may run on the epoll thread (a monitor's
+    /// last reference let go in its own event handler), but then no add or prune is in progress:
+    /// the monitor holds itself while it scans.
     func close() {
         let (wasOpen, token) = lifetime.withLock { lifetime -> (Bool, UInt64?) in
             defer { lifetime.closed = true; lifetime.token = nil }

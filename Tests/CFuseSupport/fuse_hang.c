@@ -19,7 +19,7 @@ int xsb_fuse_hang_mount(const char *directory, const char **step) {
     int fuse = open("/dev/fuse", O_RDWR | O_CLOEXEC);
     if (fuse < 0) return -errno;
     char options[128];
-    snprintf(options, sizeof options, "fd=%d,rootmode=40000,user_id=0,group_id=0", fuse);
+    snprintf(options, sizeof options, "fd=%d,rootmode=40000,user_id=%u,group_id=%u", fuse, (unsigned)getuid(), (unsigned)getgid());
     *step = "mount";
     if (mount("xsb-hang", directory, "fuse", MS_NOSUID | MS_NODEV, options) != 0) {
         int failure = errno;
@@ -38,13 +38,16 @@ int xsb_fuse_hang_mount(const char *directory, const char **step) {
         *step = "read FUSE_INIT";
         count = read(fuse, buffer, READ_BUFFER_SIZE);
         if (count < 0) failure = errno;
-        else if ((size_t)count < sizeof(struct fuse_in_header) + sizeof(struct fuse_init_in)) failure = EPROTO;
+        // Older kernels send the first four fields only (major, minor, max_readahead, flags).
+        else if ((size_t)count < sizeof(struct fuse_in_header) + 4 * sizeof(uint32_t)) failure = EPROTO;
     }
     if (!failure) {
         struct fuse_in_header in;
         memcpy(&in, buffer, sizeof in);
         struct fuse_init_in init;
-        memcpy(&init, buffer + sizeof in, sizeof init);
+        memset(&init, 0, sizeof init);
+        size_t sent = (size_t)count - sizeof in;
+        memcpy(&init, buffer + sizeof in, sent < sizeof init ? sent : sizeof init);
         if (in.opcode != FUSE_INIT) failure = EPROTO;
         struct {
             struct fuse_out_header header;

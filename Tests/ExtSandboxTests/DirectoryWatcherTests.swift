@@ -196,7 +196,10 @@ struct DirectoryWatcherHungMountTests {
             rmdir(mountPoint)
         }
         let (watcher, received) = try DirectoryWatcherSpellingTests.startedWatcher()
-        defer { watcher.close() }
+        // Closed only once no add is blocked: `close` would wait for it (the closure that runs the
+        // add keeps the watcher alive otherwise).
+        var addReturned = true
+        defer { if addReturned { watcher.close() } }
         watcher.add(watched)
 
         var step: UnsafePointer<CChar>?
@@ -213,10 +216,11 @@ struct DirectoryWatcherHungMountTests {
         defer {
             if !aborted {
                 xsb_fuse_hang_abort(mountPoint, fuse)
-                _ = returned.wait(timeout: .now() + 10)
+                addReturned = returned.wait(timeout: .now() + 10) == .success
             }
         }
 
+        addReturned = false
         DispatchQueue.global().async {
             watcher.add(mountPoint + "/sub")
             returned.signal()
@@ -229,7 +233,8 @@ struct DirectoryWatcherHungMountTests {
 
         xsb_fuse_hang_abort(mountPoint, fuse)
         aborted = true
-        #expect(returned.wait(timeout: .now() + 10) == .success, "the add still blocked after the connection was aborted")
+        addReturned = returned.wait(timeout: .now() + 10) == .success
+        #expect(addReturned, "the add still blocked after the connection was aborted")
         // The aborted lookup failed, not as a missing directory: nothing else is watched.
         #expect(watcher.watchedDirectories == [watched])
     }
