@@ -459,15 +459,22 @@ struct SandboxPoolTests {
     }
 
     /// Value 0: the part should be the first fd (none came); 1: it should follow the message
-    /// (nothing did); 2: no such way.
-    @Test("a LAUNCH without its launch part fails at the step 'launch description', and the init ends", arguments: [Int32(0), 1, 2])
-    func launchWithoutPart(value: Int32) async throws {
+    /// (nothing did); 2: no such way, with an fd or without (with one, only the value is wrong).
+    @Test("a LAUNCH without its launch part fails at the step 'launch description', and the init ends",
+          arguments: [(Int32(0), false), (1, false), (2, false), (2, true)])
+    func launchWithoutPart(value: Int32, withDescriptor: Bool) async throws {
         let supervisor = try Self.supervisor()
         try await supervisor.prepare(try Self.shell(""), count: 1)
         let ready = try #require(supervisor.pool.take(supervisor.shape(of: try Self.shell("")).key))
         // The launch owns the control socket from here (the wait's failure closes it).
         let control = ready.handOver()
-        #expect(xsb_send_msg(control, UInt32(XSB_MSG_LAUNCH.rawValue), value) == 0)
+        if withDescriptor {
+            let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            defer { close(null) }
+            #expect(Self.sendLaunch(control, value: value, descriptor: null) == MemoryLayout<xsb_msg>.size)
+        } else {
+            #expect(xsb_send_msg(control, UInt32(XSB_MSG_LAUNCH.rawValue), value) == 0)
+        }
         let result = await LaunchSetupWait.wait(for: ready.started, on: supervisor.monitor, timeoutMilliseconds: 5000)
         #expect(result.failed_step == Int32(XSB_STEP_LAUNCH_DESCRIPTION.rawValue))
         let detail = withUnsafeBytes(of: result.detail) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
@@ -475,6 +482,33 @@ struct SandboxPoolTests {
         #expect(Fixtures.processState(ready.started.pid) == nil, "the init is gone (abandoned: killed and reaped)")
         ready.cgroup?.remove()
         await supervisor.drainPool()
+    }
+
+    /// A `LAUNCH` with `value` and `descriptor` attached (SCM_RIGHTS), as no supervisor sends it.
+    static func sendLaunch(_ control: Int32, value: Int32, descriptor: Int32) -> Int {
+        var message = xsb_msg()
+        message.type = UInt32(XSB_MSG_LAUNCH.rawValue)
+        message.value = value
+        let space = MemoryLayout<cmsghdr>.size + MemoryLayout<Int32>.size + 8
+        var controlBytes = [UInt8](repeating: 0, count: space)
+        return withUnsafeMutableBytes(of: &message) { body in
+            controlBytes.withUnsafeMutableBytes { ancillary in
+                var vector = iovec(iov_base: body.baseAddress, iov_len: body.count)
+                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+                    var header = msghdr()
+                    header.msg_iov = vectorPointer
+                    header.msg_iovlen = 1
+                    header.msg_control = ancillary.baseAddress
+                    header.msg_controllen = MemoryLayout<cmsghdr>.size + MemoryLayout<Int32>.size
+                    let cmsg = ancillary.baseAddress!.assumingMemoryBound(to: cmsghdr.self)
+                    cmsg.pointee.cmsg_len = MemoryLayout<cmsghdr>.size + MemoryLayout<Int32>.size
+                    cmsg.pointee.cmsg_level = SOL_SOCKET
+                    cmsg.pointee.cmsg_type = Int32(SCM_RIGHTS)
+                    (ancillary.baseAddress! + MemoryLayout<cmsghdr>.size).storeBytes(of: descriptor, as: Int32.self)
+                    return sendmsg(control, &header, 0)
+                }
+            }
+        }
     }
 
     @Test("a launch part damaged anywhere is refused, naming what is wrong, and never crashes its reader")
