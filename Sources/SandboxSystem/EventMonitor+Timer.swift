@@ -8,7 +8,8 @@ extension EventMonitor {
     /// Dispatch timer wakes Dispatch's manager thread for each), so a launch's setup timeout
     /// costs two system calls and nothing else.
     public final class Timer: Sendable {
-        private let descriptor: FileDescriptor
+        /// (Not private: the tests check that cancelling closes it.)
+        let descriptor: FileDescriptor
         private let token: UInt64
         private let monitor: EventMonitor
         private let cancelled = Atomic<Bool>(false)
